@@ -1,0 +1,290 @@
+/*
+ * conf/conf.h: Cistern's configuration, read from ATS-syntax files.
+ *
+ * A configuration is one immutable `struct conf` built by conf_load() from a
+ * config directory: records.config, remap.config, ip_allow.config and
+ * storage.config.  Reload builds a whole new struct conf; if anything fails
+ * the old one stays in use (nginx's "cycle" idea).  Nothing in here is ever
+ * modified after conf_load() returns, so a forked worker can read it freely.
+ *
+ * Every parse error is recorded as "file:line: message" in a struct
+ * conf_errors; conf_load() collects all of them (it does not stop at the
+ * first) so `cistern -t` shows an operator every problem at once.
+ *
+ * Relative paths inside the config resolve against the config directory.
+ */
+#ifndef CISTERN_CONF_H
+#define CISTERN_CONF_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <regex.h>
+#include <netinet/in.h>
+
+#define CONF_MAX_PORTS    16
+#define CONF_MAX_ERRORS   256
+
+/* ---------------------------------------------------------------------
+ * Errors and warnings
+ */
+struct conf_errors {
+    int      n;                       /* errors recorded (may exceed stored) */
+    int      nwarn;                   /* warnings recorded */
+    int      nstored;                 /* entries in msgs[] */
+    char    *msgs[CONF_MAX_ERRORS];   /* "file:line: message" (malloc'd) */
+    int      is_warn[CONF_MAX_ERRORS];
+};
+
+/* Record an error / warning.  file may be NULL (no "file:line: " prefix);
+ * line 0 means "file: message". */
+void conf_error(struct conf_errors *e, const char *file, int line,
+                const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void conf_warn(struct conf_errors *e, const char *file, int line,
+               const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void conf_errors_free(struct conf_errors *e);
+
+/* ---------------------------------------------------------------------
+ * records.config: CONFIG name TYPE value
+ */
+struct conf_port {
+    int      port;                    /* 0 = pick a free port */
+    int      ssl;                     /* "443:ssl" */
+    int      ipv6;                    /* "8080:ipv6" binds [::] as well */
+};
+
+struct conf_records {
+    struct conf_port ports[CONF_MAX_PORTS];
+    int      nports;                  /* proxy.config.http.server_ports */
+    int      workers;                 /* proxy.config.cistern.workers (0=ncpu) */
+    int      remap_required;          /* proxy.config.url_remap.remap_required */
+    int      pristine_host_hdr;       /* proxy.config.url_remap.pristine_host_hdr */
+    int      push_method_enabled;     /* proxy.config.http.push_method_enabled */
+    int      required_headers;        /* proxy.config.http.cache.required_headers */
+    int      ka_no_activity_in;       /* ...keep_alive_no_activity_timeout_in */
+    int      ka_no_activity_out;      /* ...keep_alive_no_activity_timeout_out */
+    int      txn_no_activity_in;      /* ...transaction_no_activity_timeout_in */
+    int      txn_no_activity_out;     /* ...transaction_no_activity_timeout_out */
+    int      connect_timeout;         /* proxy.config.http.connect_attempts_timeout */
+    int      request_header_timeout;  /* proxy.config.cistern.request_header_timeout */
+    int      request_header_max_size; /* proxy.config.http.request_header_max_size */
+    int      request_line_max_size;   /* proxy.config.http.request_line_max_size */
+    int      response_header_max_size;/* proxy.config.http.response_header_max_size */
+    int      shutdown_timeout;        /* proxy.config.stop.shutdown_timeout */
+    int      origin_max_idle;         /* proxy.config.http.per_server.connection.max_idle (per worker) */
+    int      connections_throttle;    /* proxy.config.net.connections_throttle (per worker) */
+    int64_t  max_doc_size;            /* proxy.config.cache.max_doc_size */
+    int      debug_headers;           /* proxy.config.cistern.debug_headers */
+    char    *logfile_dir;             /* proxy.config.log.logfile_dir (absolute) */
+    char    *run_dir;                 /* proxy.config.cistern.run_dir (absolute) */
+    char    *proxy_name;              /* proxy.config.proxy_name (Via) */
+    char    *error_log_level;         /* proxy.config.cistern.log_level */
+};
+
+/* ---------------------------------------------------------------------
+ * remap.config
+ */
+enum conf_remap_type {
+    CONF_REMAP_MAP = 1,
+    CONF_REMAP_REVERSE_MAP,
+    CONF_REMAP_REGEX_MAP,
+    CONF_REMAP_REDIRECT,
+    CONF_REMAP_REDIRECT_TEMPORARY,
+};
+
+struct conf_url {
+    char    *scheme;                  /* "http" / "https", lowercase */
+    char    *host;                    /* lowercase; for regex_map: the pattern */
+    int      port;                    /* explicit or the scheme's default */
+    int      port_explicit;
+    char    *path;                    /* always starts with '/' */
+    size_t   hostlen, pathlen;
+};
+
+struct conf_remap_rule {
+    enum conf_remap_type type;
+    struct conf_url from;
+    struct conf_url to;
+    regex_t  re;                      /* CONF_REMAP_REGEX_MAP only */
+    int      re_ok;
+    const char *file;                 /* owned by struct conf_remap */
+    int      line;
+};
+
+struct conf_remap {
+    struct conf_remap_rule *rules;    /* file order (includes followed) */
+    int      nrules;
+    char   **files;                   /* names for rule->file */
+    int      nfiles;
+};
+
+/* The target of a matched rule, built by conf_remap_apply(). */
+struct conf_remap_result {
+    const struct conf_remap_rule *rule;
+    char     scheme[8];
+    char     host[256];
+    int      port;
+    size_t   pathlen;                 /* new path + query, NUL terminated */
+    char     path[8192];
+};
+
+/* Find the rule for a request, by ATS precedence: map / regex_map first (file
+ * order), then redirect / redirect_temporary (file order).  reverse_map rules
+ * never match requests (they rewrite responses).  host need not be
+ * lowercase; port is the request's port (the scheme default when the Host
+ * header had none).  path includes the query.  Returns NULL when nothing
+ * matches.  On match, fills *res with the rewritten target: path prefix
+ * replaced, the rest of the path and the query appended, regex_map's $0-$9
+ * substituted into the target host.  Returns NULL too when the rewritten
+ * target would not fit in *res. */
+const struct conf_remap_rule *
+conf_remap_find(const struct conf_remap *rm, const char *scheme,
+                const char *host, size_t hostlen, int port,
+                const char *path, size_t pathlen,
+                struct conf_remap_result *res);
+
+/* For reverse_map (and map rules, as ATS does): rewrite a Location-style URL
+ * from the origin's form back to the client's.  Returns 1 and fills out
+ * (NUL-terminated) when rewritten, 0 when no rule applies or out too small.
+ * reverse_map rules are tried first (file order), then map rules.  As in
+ * ATS, "reverse_map ORIGIN CLIENT" rewrites urls under its from-URL to its
+ * to-URL, while "map CLIENT ORIGIN" is used backwards (to-URL -> from-URL).
+ * "Under" means same scheme, host (case-insensitive), port (omitted = the
+ * scheme default) and a path starting with the rule's path; the output
+ * carries the client URL's port only when it was written explicitly. */
+int conf_remap_reverse(const struct conf_remap *rm, const char *url,
+                       size_t urllen, char *out, size_t outlen);
+
+/* ---------------------------------------------------------------------
+ * ip_allow.config (ATS 8 line syntax)
+ */
+#define CONF_METHOD_GET      (1u << 0)
+#define CONF_METHOD_HEAD     (1u << 1)
+#define CONF_METHOD_POST     (1u << 2)
+#define CONF_METHOD_PUT      (1u << 3)
+#define CONF_METHOD_DELETE   (1u << 4)
+#define CONF_METHOD_OPTIONS  (1u << 5)
+#define CONF_METHOD_TRACE    (1u << 6)
+#define CONF_METHOD_CONNECT  (1u << 7)
+#define CONF_METHOD_PATCH    (1u << 8)
+#define CONF_METHOD_PURGE    (1u << 9)
+#define CONF_METHOD_PUSH     (1u << 10)
+#define CONF_METHOD_OTHER    (1u << 11)
+#define CONF_METHOD_ALL      0xfffu
+
+struct conf_ip_range {
+    int      family;                  /* AF_INET or AF_INET6 */
+    uint8_t  lo[16], hi[16];          /* inclusive, network order; v4 in 4 bytes */
+};
+
+struct conf_ip_rule {
+    struct conf_ip_range range;
+    int      allow;                   /* action=ip_allow (1) / ip_deny (0) */
+    unsigned methods;                 /* CONF_METHOD_* bits */
+    int      line;
+};
+
+struct conf_ip_allow {
+    struct conf_ip_rule *rules;
+    int      nrules;
+};
+
+/* Map a method name to its CONF_METHOD_* bit (unknown -> CONF_METHOD_OTHER). */
+unsigned conf_method_bit(const char *name, size_t len);
+
+/* First matching rule decides: returns 1 when the address may use the
+ * method, 0 when denied (also when no rule matches).  sa is a sockaddr_in or
+ * sockaddr_in6 (v4-mapped v6 addresses are checked as v4). */
+int conf_ip_allowed(const struct conf_ip_allow *ia, const struct sockaddr *sa,
+                    unsigned method_bit);
+
+/* ---------------------------------------------------------------------
+ * storage.config: "path size" lines, e.g. "var/cache 256M"
+ */
+struct conf_storage {
+    char    *path;                    /* absolute */
+    int64_t  size;                    /* bytes */
+    int      line;
+};
+
+struct conf_storages {
+    struct conf_storage *spans;
+    int      nspans;
+};
+
+/* ---------------------------------------------------------------------
+ * The whole configuration
+ */
+struct conf {
+    char                *confdir;     /* absolute */
+    struct conf_records  rec;
+    struct conf_remap    remap;
+    struct conf_ip_allow ip_allow;
+    struct conf_storages storage;
+};
+
+/* Load and validate everything under confdir.  Returns the new config, or
+ * NULL when any error was recorded in *errs (warnings alone do not fail).
+ * errs must be zeroed by the caller. */
+struct conf *conf_load(const char *confdir, struct conf_errors *errs);
+void conf_free(struct conf *c);
+
+/* Per-file parsers, used by conf_load() and directly by the unit tests.
+ * Each returns 0 on success, -1 when it recorded at least one error.
+ * `file` is the path used in messages; `dir` resolves relative paths and
+ * .include.  A missing optional file is not an error for the caller to
+ * worry about: conf_load() decides which files are required.
+ * The remap, ip_allow and storage parsers append to their struct, which
+ * must start zeroed; conf_records_parse() expects conf_records_defaults()
+ * to have run.  Each *_free() releases what the struct owns and leaves it
+ * zeroed (records: its strings NULL). */
+void conf_records_defaults(struct conf_records *r);
+int  conf_records_parse(struct conf_records *r, const char *file,
+                        const char *dir, struct conf_errors *e);
+void conf_records_free(struct conf_records *r);
+
+int  conf_remap_parse(struct conf_remap *rm, const char *file,
+                      const char *dir, struct conf_errors *e);
+void conf_remap_free(struct conf_remap *rm);
+
+int  conf_ip_allow_parse(struct conf_ip_allow *ia, const char *file,
+                         struct conf_errors *e);
+void conf_ip_allow_defaults(struct conf_ip_allow *ia);
+void conf_ip_allow_free(struct conf_ip_allow *ia);
+
+int  conf_storage_parse(struct conf_storages *st, const char *file,
+                        const char *dir, struct conf_errors *e);
+void conf_storage_free(struct conf_storages *st);
+
+/* Resolve p against dir when relative; returns a malloc'd absolute path. */
+char *conf_path(const char *dir, const char *p);
+
+/* Parse a size with an optional K/M/G/T suffix (powers of 1024).
+ * Returns 0 and sets *out, or -1. */
+int conf_parse_size(const char *s, int64_t *out);
+
+/* ---------------------------------------------------------------------
+ * Helpers shared by the conf/ parsers (not meant for other modules).
+ */
+
+/* Called once per meaningful line: trimmed, never empty, never a comment
+ * (a line whose first non-blank character is '#').  line may be modified
+ * in place.  Return 0 to go on, -1 to stop reading. */
+typedef int conf_line_fn(void *arg, char *line, int lineno);
+
+/* Feed every meaningful line of file to fn.  Returns -1 (and records
+ * "file: cannot open: reason") when the file cannot be read, else 0. */
+int   conf_foreach_line(const char *file, struct conf_errors *e,
+                        conf_line_fn *fn, void *arg);
+
+/* Same, over a NUL-terminated text held in memory (built-in defaults).
+ * The text is copied; it is not modified. */
+int   conf_foreach_text_line(const char *text, conf_line_fn *fn, void *arg);
+
+/* Strip leading and trailing whitespace in place; returns the new start. */
+char *conf_trim(char *s);
+
+/* Split the next whitespace-separated token off *cursor, NUL-terminating it
+ * in place.  Returns NULL at the end of the string. */
+char *conf_token(char **cursor);
+
+#endif /* CISTERN_CONF_H */
