@@ -1,0 +1,74 @@
+/*
+ * master/main.c: the command line.
+ */
+#include "config.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "master/master.h"
+
+static void
+usage(FILE *out)
+{
+    fprintf(out,
+"Usage: cistern [-c CONFDIR] [-f] [-t] [-s reload|stop|quit|reopen] [-V] [-h]\n"
+"\n"
+"Cistern, a caching HTTP reverse proxy with Apache Traffic Server's config.\n"
+"\n"
+"  -c CONFDIR  configuration directory (default " CST_SYSCONFDIR ")\n"
+"              records.config, remap.config, ip_allow.config, storage.config\n"
+"  -f          stay in the foreground (log to stderr as well)\n"
+"  -t          check the configuration and exit: 0 when valid, 1 with every\n"
+"              error printed as file:line: message\n"
+"  -s SIGNAL   signal the running master through its pid file:\n"
+"              reload (check, then SIGHUP; waits for the result),\n"
+"              stop (SIGTERM, fast), quit (SIGQUIT, graceful drain),\n"
+"              reopen (SIGUSR1, reopen log files)\n"
+"  -V          print the version and exit\n"
+"  -h          this help\n"
+"\n"
+"Without -f, cistern detaches once its workers are ready; the exit status\n"
+"says whether the start worked.  Exit status: 0 ok, 1 error, 2 usage.\n");
+}
+
+int
+main(int argc, char **argv)
+{
+    const char *confdir = CST_SYSCONFDIR, *sig = NULL;
+    int foreground = 0, check = 0, opt;
+
+    while ((opt = getopt(argc, argv, "c:fts:Vh")) != -1) {
+        switch (opt) {
+        case 'c': confdir = optarg; break;
+        case 'f': foreground = 1; break;
+        case 't': check = 1; break;
+        case 's': sig = optarg; break;
+        case 'V':
+            printf("cistern %s\n", PACKAGE_VERSION);
+            return 0;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind != argc) {
+        fprintf(stderr, "cistern: unexpected argument \"%s\"\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    if (check && sig) {
+        fprintf(stderr, "cistern: -t and -s cannot be combined\n");
+        return 2;
+    }
+    if (check)
+        return master_check(confdir);
+    if (sig)
+        return master_send(confdir, sig);
+    return master_run(confdir, foreground);
+}

@@ -1,0 +1,39 @@
+/*
+ * master/master.h: the master process (config, sockets, signals,
+ * supervision).  It never touches traffic or LMDB.
+ */
+#ifndef CISTERN_MASTER_H
+#define CISTERN_MASTER_H
+
+#include "conf/conf.h"
+
+/* Listening sockets: one SO_REUSEPORT socket per (port, worker index),
+ * opened once and kept for the master's whole life (reloads reuse them). */
+struct listeners {
+    int  nports;
+    int  nworkers;
+    int  port[CONF_MAX_PORTS];        /* actual port numbers */
+    int *fd;                          /* [port * nworkers + index] */
+};
+
+/* Probe, bind and listen.  Returns 0, or -1 with a message in err. */
+int  listen_open(struct listeners *l, const struct conf_records *rec,
+                 int nworkers, char *err, size_t errlen);
+void listen_close(struct listeners *l);
+/* The fds of worker `index`, one per port, into out[nports]. */
+void listen_fds_for(const struct listeners *l, int index, int *out);
+
+/* Print every message of *e to stderr ("file:line: message"). */
+void master_print_errors(const struct conf_errors *e);
+
+/* `cistern [-f]`: run the master.  Returns the process exit status. */
+int master_run(const char *confdir, int foreground);
+
+/* `cistern -s ACTION`: signal the running master through its pid file.
+ * Returns the exit status (0 sent, 1 no master / bad config, 2 usage). */
+int master_send(const char *confdir, const char *action);
+
+/* `cistern -t`: check the configuration through the reload code path. */
+int master_check(const char *confdir);
+
+#endif /* CISTERN_MASTER_H */

@@ -1,0 +1,103 @@
+/*
+ * shm/shm.c: create, check and account the shared region (see shm.h).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "shm/shm.h"
+
+static size_t
+shm_align(size_t n)
+{
+    return (n + 4095) & ~(size_t)4095;
+}
+
+int
+shm_create(struct shm *s, unsigned nslots, size_t cache_len)
+{
+    size_t hdr_len = shm_align(sizeof(struct shm_hdr));
+    size_t slots_len = shm_align((size_t)nslots * sizeof(struct shm_slot));
+    size_t len = hdr_len + slots_len + shm_align(cache_len);
+    void *p;
+
+    p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+             -1, 0);
+    if (p == MAP_FAILED)
+        return -1;
+    /* Anonymous mappings are zero-filled: every slot starts FREE. */
+    s->hdr = p;
+    s->slots = (struct shm_slot *)((char *)p + hdr_len);
+    s->cache_area = cache_len ? (char *)p + hdr_len + slots_len : NULL;
+    s->len = len;
+    s->hdr->nslots = nslots;
+    s->hdr->total_len = len;
+    s->hdr->cache_off = hdr_len + slots_len;
+    s->hdr->cache_len = cache_len;
+    s->hdr->version = SHM_VERSION;
+    s->hdr->magic = SHM_MAGIC;
+    return 0;
+}
+
+void
+shm_destroy(struct shm *s)
+{
+    if (s->hdr)
+        munmap(s->hdr, s->len);
+    memset(s, 0, sizeof(*s));
+}
+
+int
+shm_check(const struct shm *s)
+{
+    if (s->hdr == NULL || s->hdr->magic != SHM_MAGIC
+        || s->hdr->version != SHM_VERSION || s->hdr->total_len != s->len) {
+        errno = EINVAL;
+        return -1;
+    }
+    return 0;
+}
+
+static void
+shm_add(struct shm_counters *to, const struct shm_counters *from)
+{
+    uint64_t *t = (uint64_t *)to;
+    const volatile uint64_t *f = (const volatile uint64_t *)from;
+
+    for (size_t i = 0; i < SHM_NCOUNTERS; i++)
+        t[i] += f[i];
+}
+
+void
+shm_sum(const struct shm *s, struct shm_counters *out)
+{
+    *out = s->hdr->retired;
+    for (unsigned i = 0; i < s->hdr->nslots; i++)
+        if (s->slots[i].pid != 0)
+            shm_add(out, &s->slots[i].c);
+}
+
+void
+shm_slot_retire(struct shm *s, unsigned i)
+{
+    struct shm_slot *sl = &s->slots[i];
+
+    /* A gauge of a dead process means nothing: its connections are gone. */
+    sl->c.conns_open = 0;
+    shm_add(&s->hdr->retired, &sl->c);
+    memset(sl, 0, sizeof(*sl));
+}
+
+void
+shm_panic(struct shm_slot *slot, const char *msg)
+{
+    size_t n = strlen(msg);
+
+    if (n >= SHM_PANIC_LEN)
+        n = SHM_PANIC_LEN - 1;
+    memcpy(slot->panic, msg, n);
+    slot->panic[n] = '\0';
+}

@@ -1,0 +1,115 @@
+/*
+ * shm/shm.h: the region shared by the master and every worker generation.
+ *
+ * One MAP_SHARED|MAP_ANONYMOUS mapping, created by the master before the
+ * first fork and inherited by every child.  Layout:
+ *
+ *     struct shm_hdr    magic, layout version, sizes, reload status,
+ *                       counters retired from dead slots
+ *     struct shm_slot   [nslots]: one per process slot (workers of every
+ *                       live generation, and the cache manager)
+ *     cache area        [cache_len] bytes owned by cache/ (ring control,
+ *                       pins, fill table), opaque here
+ *
+ * Ownership: a slot's counters are written only by the process in it, with
+ * plain stores (no atomics on the hot path); readers sum over slots and
+ * accept slightly stale values.  When the master reaps a process it folds
+ * the slot's counters into hdr->retired before the slot is reused, so sums
+ * never go backwards.  The master alone writes the header's control fields.
+ */
+#ifndef CISTERN_SHM_H
+#define CISTERN_SHM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define SHM_MAGIC          0x43535348u    /* "CSSH" */
+#define SHM_VERSION        1u
+#define SHM_PANIC_LEN      256
+#define SHM_RELOAD_MSG_LEN 512
+
+/* Counters, one set per slot.  Keep every member a uint64_t: shm_sum()
+ * treats the struct as an array. */
+struct shm_counters {
+    uint64_t conns_accepted;
+    uint64_t conns_open;          /* gauge: folded as 0 when a slot retires */
+    uint64_t requests;
+    uint64_t resp_1xx, resp_2xx, resp_3xx, resp_4xx, resp_5xx;
+    uint64_t bad_requests;        /* 4xx from the strict parser */
+    uint64_t timeouts;
+    uint64_t bytes_in, bytes_out;
+    uint64_t origin_requests;
+    uint64_t origin_errors;
+    uint64_t origin_conns_opened;
+    uint64_t origin_conns_reused;
+    uint64_t conns_refused;       /* over connections_throttle */
+};
+#define SHM_NCOUNTERS (sizeof(struct shm_counters) / sizeof(uint64_t))
+
+enum shm_slot_state {
+    SHM_SLOT_FREE = 0,
+    SHM_SLOT_STARTING,            /* forked, not yet serving */
+    SHM_SLOT_READY,               /* accepting */
+    SHM_SLOT_DRAINING,            /* stopped accepting, finishing work */
+};
+
+enum shm_slot_kind {
+    SHM_KIND_WORKER = 0,
+    SHM_KIND_MANAGER,
+};
+
+struct shm_slot {
+    volatile pid_t    pid;
+    volatile uint32_t generation;
+    volatile int32_t  state;       /* enum shm_slot_state */
+    volatile int32_t  kind;        /* enum shm_slot_kind */
+    volatile int32_t  index;       /* worker index = listener index */
+    volatile uint64_t heartbeat;   /* seconds, bumped by the worker's timer */
+    struct shm_counters c;
+    char              panic[SHM_PANIC_LEN];   /* last words before abort */
+} __attribute__((aligned(64)));
+
+struct shm_hdr {
+    uint32_t magic;
+    uint32_t version;
+    uint32_t nslots;
+    uint32_t pad;
+    uint64_t total_len;
+    uint64_t cache_off, cache_len;
+    /* reload status: written by the master only */
+    volatile uint32_t generation;         /* current (newest ready) */
+    volatile uint32_t reloads_ok;
+    volatile uint32_t reloads_failed;
+    volatile uint32_t worker_restarts;
+    volatile int64_t  last_reload_time;
+    char              last_reload_msg[SHM_RELOAD_MSG_LEN];
+    struct shm_counters retired;          /* folded from reaped slots */
+};
+
+struct shm {
+    struct shm_hdr  *hdr;
+    struct shm_slot *slots;
+    void            *cache_area;
+    size_t           len;
+};
+
+/* Create the region for nslots slots plus cache_len bytes for cache/.
+ * Returns 0, or -1 with errno set. */
+int  shm_create(struct shm *s, unsigned nslots, size_t cache_len);
+void shm_destroy(struct shm *s);
+
+/* Validate magic and version (a child calls this once after fork). */
+int  shm_check(const struct shm *s);
+
+/* Sum counters over the retired totals and every live slot. */
+void shm_sum(const struct shm *s, struct shm_counters *out);
+
+/* Fold slot i's counters into retired and clear the slot (master, after
+ * reaping its process). */
+void shm_slot_retire(struct shm *s, unsigned i);
+
+/* Record the last words of this process in its slot (async-signal-safe). */
+void shm_panic(struct shm_slot *slot, const char *msg);
+
+#endif /* CISTERN_SHM_H */

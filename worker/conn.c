@@ -1,0 +1,634 @@
+/*
+ * worker/conn.c: a client connection, as an explicit state machine.
+ *
+ *   accept -> HEAD --(head complete, checked)--> route -> response queued
+ *               ^         |                            |
+ *               |         +--(body)--> BODY ------------+
+ *               |                                      v
+ *             IDLE <---(flushed, keep-alive, no input)-- SEND
+ *                                                      |
+ *                                       (close)  -> LINGER -> closed
+ *
+ * Pipelining: requests are parsed strictly one after another from the
+ * input buffer, and their responses are appended to the output buffer in
+ * the same order, so answers can never be reordered.  While the output
+ * buffer holds more than OUT_HIGH bytes we stop parsing (back-pressure on a
+ * client that sends but does not read).
+ *
+ * Ownership: conn_close() is the one place that releases what a connection
+ * owns (fd, both events, both buffers, the request context) and returns the
+ * struct to the free list.  An idle connection holds only the struct; its
+ * buffers and request context go back to the worker's pools.
+ *
+ * Timeouts (the read event's timeout, recomputed on every wait):
+ *   IDLE   keep_alive_no_activity_timeout_in
+ *   HEAD   min(transaction_no_activity_timeout_in, time left of
+ *          request_header_timeout since the head's first byte): a client
+ *          dripping bytes cannot hold a connection past the deadline
+ *   BODY   transaction_no_activity_timeout_in
+ *   SEND   transaction_no_activity_timeout_in (on the write event)
+ *   LINGER CONN_LINGER_MS
+ *
+ * Closing: shutdown(SHUT_WR), then read and discard for a short while, so
+ * that unread input from the client never turns our close into a reset
+ * that destroys the response still in flight.
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "master/log.h"
+#include "worker/worker.h"
+
+#define OUT_HIGH         (BUF_SIZE / 2)
+#define CONN_LINGER_MS   2000
+/* A request body we do not need is read and dropped up to this size;
+ * beyond it we answer and close rather than swallow an upload. */
+#define DISCARD_MAX      (1024 * 1024)
+/* On drain, a connection with no request in progress gets this long to
+ * send one (answered with Connection: close) before it is closed: closing
+ * at once would race a client that is sending right now. */
+#define DRAIN_IDLE_GRACE_MS 1000
+
+static void conn_on_read(evutil_socket_t fd, short what, void *arg);
+static void conn_on_write(evutil_socket_t fd, short what, void *arg);
+static int conn_process(struct conn *c);
+static int conn_flush(struct conn *c);
+static void conn_wait_read(struct conn *c);
+
+/* ------------------------------------------------------------------ */
+
+static void
+conn_req_get(struct conn *c)
+{
+    struct worker *w = wk;
+
+    if (c->cn_req)
+        return;
+    if (w->free_reqs) {
+        c->cn_req = w->free_reqs;
+        w->free_reqs = c->cn_req->next;
+    } else {
+        c->cn_req = malloc(sizeof(*c->cn_req));
+        if (c->cn_req == NULL)
+            return;
+    }
+    http_req_reset(&c->cn_req->r);
+}
+
+static void
+conn_req_put(struct conn *c)
+{
+    if (c->cn_req == NULL)
+        return;
+#ifdef CST_ASAN
+    free(c->cn_req);
+#else
+    c->cn_req->next = wk->free_reqs;
+    wk->free_reqs = c->cn_req;
+#endif
+    c->cn_req = NULL;
+}
+
+static void
+conn_close(struct conn *c)
+{
+    struct worker *w = wk;
+
+    if (c->cn_magic != CONN_MAGIC)
+        abort();
+    event_del(&c->cn_rev);
+    event_del(&c->cn_wev);
+    close(c->cn_fd);
+    buf_release(&c->cn_in);
+    buf_release(&c->cn_out);
+    conn_req_put(c);
+    if (c->cn_prev)
+        c->cn_prev->cn_next = c->cn_next;
+    else
+        w->conns = c->cn_next;
+    if (c->cn_next)
+        c->cn_next->cn_prev = c->cn_prev;
+    w->nconns--;
+    w->ctr->conns_open--;
+    c->cn_magic = 0;
+#ifdef CST_ASAN
+    free(c);
+#else
+    c->cn_next = w->free_conns;
+    w->free_conns = c;
+#endif
+    if (w->draining && w->nconns == 0)
+        event_base_loopbreak(w->base);
+}
+
+/* Half-close and drain what the client still sends; see the essay. */
+static void
+conn_linger(struct conn *c)
+{
+    struct timeval tv = { CONN_LINGER_MS / 1000, (CONN_LINGER_MS % 1000) * 1000 };
+
+    if (c->cn_in_eof || shutdown(c->cn_fd, SHUT_WR) < 0) {
+        conn_close(c);
+        return;
+    }
+    c->cn_state = CONN_LINGER;
+    event_del(&c->cn_wev);
+    buf_release(&c->cn_out);
+    buf_release(&c->cn_in);
+    conn_req_put(c);
+    event_add(&c->cn_rev, &tv);
+}
+
+void
+conn_accept(struct worker *w, int fd, const struct sockaddr *sa, socklen_t salen)
+{
+    struct conn *c;
+    int one = 1;
+
+    if (w->free_conns) {
+        c = w->free_conns;
+        w->free_conns = c->cn_next;
+    } else if ((c = malloc(sizeof(*c))) == NULL) {
+        log_error("out of memory accepting a connection");
+        close(fd);
+        return;
+    }
+    memset(c, 0, sizeof(*c));
+    c->cn_magic = CONN_MAGIC;
+    c->cn_fd = fd;
+    c->cn_id = ++w->next_id;
+    c->cn_state = CONN_HEAD;
+    if (salen <= sizeof(c->cn_peer))
+        memcpy(&c->cn_peer, sa, salen);
+    /* Responses go out whole in one write; Nagle would only delay the
+     * last segment of each. */
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    event_assign(&c->cn_rev, w->base, fd, EV_READ | EV_PERSIST, conn_on_read, c);
+    event_assign(&c->cn_wev, w->base, fd, EV_WRITE | EV_PERSIST, conn_on_write, c);
+    event_base_gettimeofday_cached(w->base, &c->cn_head_start);
+    c->cn_next = w->conns;
+    if (w->conns)
+        w->conns->cn_prev = c;
+    w->conns = c;
+    w->nconns++;
+    w->ctr->conns_accepted++;
+    w->ctr->conns_open++;
+    conn_wait_read(c);
+}
+
+/* ------------------------------------------------------------------ */
+
+static void
+conn_wait_read(struct conn *c)
+{
+    const struct conf_records *rec = &wk->conf->rec;
+    struct timeval tv = { 0, 0 }, now;
+
+    switch (c->cn_state) {
+    case CONN_IDLE:
+        tv.tv_sec = rec->ka_no_activity_in;
+        break;
+    case CONN_HEAD: {
+        struct timeval deadline = c->cn_head_start;
+        deadline.tv_sec += rec->request_header_timeout;
+        event_base_gettimeofday_cached(wk->base, &now);
+        if (evutil_timercmp(&deadline, &now, <=)) {
+            tv.tv_sec = 0;
+            tv.tv_usec = 1;
+        } else {
+            evutil_timersub(&deadline, &now, &tv);
+        }
+        if (tv.tv_sec >= rec->txn_no_activity_in) {
+            tv.tv_sec = rec->txn_no_activity_in;
+            tv.tv_usec = 0;
+        }
+        break;
+    }
+    case CONN_BODY:
+    case CONN_SEND:
+        tv.tv_sec = rec->txn_no_activity_in;
+        break;
+    case CONN_LINGER:
+        tv.tv_sec = CONN_LINGER_MS / 1000;
+        break;
+    }
+    if (wk->draining && (c->cn_state == CONN_IDLE
+                         || (c->cn_state == CONN_HEAD && c->cn_in.end == c->cn_in.start))) {
+        struct timeval g = { 0, DRAIN_IDLE_GRACE_MS * 1000 };
+        if (evutil_timercmp(&g, &tv, <))
+            tv = g;
+    }
+    event_add(&c->cn_rev, &tv);
+}
+
+static const char *
+conn_connection_hdr(const struct http_req *r, int keep_alive)
+{
+    if (!keep_alive)
+        return "Connection: close\r\n";
+    return r->minor == 0 ? "Connection: keep-alive\r\n" : "";
+}
+
+static void
+conn_count_status(struct conn *c, int status)
+{
+    struct shm_counters *ctr = wk->ctr;
+
+    switch (status / 100) {
+    case 1: ctr->resp_1xx++; break;
+    case 2: ctr->resp_2xx++; break;
+    case 3: ctr->resp_3xx++; break;
+    case 4: ctr->resp_4xx++; break;
+    default: ctr->resp_5xx++; break;
+    }
+}
+
+/* Refuse a request we cannot trust: answer, then close. */
+static void
+conn_refuse(struct conn *c, int status, const char *reason)
+{
+    const struct http_req *r = c->cn_req ? &c->cn_req->r : NULL;
+    char peer[64] = "?";
+    const char *extra = NULL;
+
+    if (c->cn_peer.ss_family == AF_INET)
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&c->cn_peer)->sin_addr,
+                  peer, sizeof(peer));
+    else if (c->cn_peer.ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&c->cn_peer)->sin6_addr,
+                  peer, sizeof(peer));
+    log_info("conn %llu from %s: %d %s: %s", (unsigned long long)c->cn_id,
+             peer, status, http_status_text(status), reason ? reason : "");
+    if (status < 500 && status != 405)
+        wk->ctr->bad_requests++;
+    if (status == 405)
+        extra = "Allow: GET, HEAD, POST, PUT, DELETE, OPTIONS, PURGE\r\n";
+    conn_count_status(c, status);
+    resp_simple(c, status, "Connection: close\r\n", extra,
+                reason ? reason : http_status_text(status),
+                r && r->method == HTTP_HEAD && status != 400);
+    c->cn_close = 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Routing (until proxying lands: redirects, 404, and a 502 for map). */
+
+static void
+conn_route(struct conn *c, int *keep_alive)
+{
+    const struct conf *cf = wk->conf;
+    struct http_req *r = &c->cn_req->r;
+    const char *base = r->base;
+    struct conf_remap_result res;
+    const struct conf_remap_rule *rule;
+    const char *path = base + r->path;
+    size_t pathlen = r->path_len;
+    char loc[sizeof(res.path) + 512];
+    int head = r->method == HTTP_HEAD;
+    const char *ch;
+
+    if (r->method == HTTP_CONNECT) {
+        conn_refuse(c, 405, "CONNECT is not supported");
+        return;
+    }
+    if (r->method == HTTP_M_PUSH) {
+        conn_refuse(c, 405, "PUSH is not enabled");
+        return;
+    }
+    if (pathlen == 0 || path[0] != '/') {
+        /* absolute-form without a path: "/" (plus any query) */
+        static char slash[] = "/";
+        if (pathlen == 0) {
+            path = slash;
+            pathlen = 1;
+        }
+    }
+
+    rule = r->host_len == 0 ? NULL
+         : conf_remap_find(&cf->remap, r->https ? "https" : "http",
+                           base + r->host, r->host_len, r->port, path,
+                           pathlen, &res);
+    ch = conn_connection_hdr(r, *keep_alive);
+    if (rule == NULL) {
+        conn_count_status(c, 404);
+        resp_simple(c, 404, ch, NULL, "no remap rule matches this request", head);
+        return;
+    }
+    switch (rule->type) {
+    case CONF_REMAP_REDIRECT:
+    case CONF_REMAP_REDIRECT_TEMPORARY: {
+        int def = strcmp(res.scheme, "https") == 0 ? 443 : 80;
+        int status = rule->type == CONF_REMAP_REDIRECT ? 301 : 307;
+        if (res.port == def)
+            snprintf(loc, sizeof(loc), "Location: %s://%s%s\r\n", res.scheme,
+                     res.host, res.path);
+        else
+            snprintf(loc, sizeof(loc), "Location: %s://%s:%d%s\r\n",
+                     res.scheme, res.host, res.port, res.path);
+        conn_count_status(c, status);
+        resp_simple(c, status, ch, loc, http_status_text(status), head);
+        return;
+    }
+    default:
+        conn_count_status(c, 502);
+        resp_simple(c, 502, ch, NULL,
+                    "proxying to the origin is not built yet", head);
+        return;
+    }
+}
+
+/* A complete, checked head: decide and queue the answer. */
+static void
+conn_request(struct conn *c)
+{
+    struct http_req *r = &c->cn_req->r;
+    int keep_alive = r->keep_alive && !wk->draining;
+
+    wk->ctr->requests++;
+    /* A body we are not going to read must not hold the connection: with
+     * Expect: 100-continue the client may never send it, and a large one
+     * is not worth swallowing. */
+    if (r->has_body && (r->expect_continue || r->chunked
+                        || r->content_length > DISCARD_MAX))
+        keep_alive = 0;
+    conn_route(c, &keep_alive);
+    if (!keep_alive)
+        c->cn_close = 1;
+}
+
+/* Parse and answer as many complete requests as the input holds.
+ * Returns 0, or -1 when the connection was closed (c is gone). */
+static int
+conn_process(struct conn *c)
+{
+    struct worker *w = wk;
+    int rc;
+
+    while (!c->cn_close) {
+        size_t avail = c->cn_in.end - c->cn_in.start;
+
+        if (c->cn_out.end - c->cn_out.start > OUT_HIGH)
+            break;      /* let the client read first */
+        if (c->cn_state == CONN_IDLE || c->cn_state == CONN_SEND) {
+            if (avail == 0)
+                break;
+            c->cn_state = CONN_HEAD;
+            event_base_gettimeofday_cached(w->base, &c->cn_head_start);
+        }
+        if (c->cn_state == CONN_HEAD) {
+            struct http_req *r;
+            char *p;
+
+            if (avail == 0)
+                break;
+            conn_req_get(c);
+            if (c->cn_req == NULL) {
+                conn_refuse(c, 503, "out of memory");
+                break;
+            }
+            r = &c->cn_req->r;
+            p = c->cn_in.data + c->cn_in.start;
+            rc = http_head_scan(r, p, avail, &w->limits);
+            if (rc == HTTP_AGAIN)
+                break;
+            if (rc != HTTP_OK) {
+                conn_refuse(c, rc, r->reason);
+                break;
+            }
+            rc = http_req_parse(r, p + r->start);
+            if (rc != HTTP_OK) {
+                conn_refuse(c, rc, r->reason);
+                break;
+            }
+            conn_request(c);
+            c->cn_in.start += r->start + r->head_len;
+            w->ctr->bytes_in += r->start + r->head_len;
+            if (r->has_body && !c->cn_close) {
+                c->cn_state = CONN_BODY;
+            } else {
+                http_req_reset(r);
+                c->cn_state = CONN_SEND;
+            }
+            continue;
+        }
+        if (c->cn_state == CONN_BODY) {
+            struct http_req *r = &c->cn_req->r;
+            size_t used;
+
+            rc = http_req_body(r, c->cn_in.data + c->cn_in.start, avail,
+                               &used, NULL, NULL);
+            c->cn_in.start += used;
+            w->ctr->bytes_in += used;
+            if (rc == HTTP_AGAIN)
+                break;
+            if (rc != HTTP_OK) {
+                conn_refuse(c, rc, r->reason);
+                break;
+            }
+            http_req_reset(r);
+            c->cn_state = CONN_SEND;
+            continue;
+        }
+        break;
+    }
+    if (c->cn_in.start == c->cn_in.end)
+        c->cn_in.start = c->cn_in.end = 0;
+    return conn_flush(c);
+}
+
+/* Write what is queued.  On completion: close, or go idle / keep reading.
+ * Returns 0, or -1 when the connection was closed (c is gone). */
+static int
+conn_flush(struct conn *c)
+{
+    struct buf *o = &c->cn_out;
+
+    while (o->end > o->start) {
+        ssize_t n = write(c->cn_fd, o->data + o->start, o->end - o->start);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                struct timeval tv = { wk->conf->rec.txn_no_activity_in, 0 };
+                event_add(&c->cn_wev, &tv);
+                return 0;
+            }
+            conn_close(c);      /* the peer is gone: nothing to save */
+            return -1;
+        }
+        o->start += (size_t)n;
+        wk->ctr->bytes_out += (uint64_t)n;
+    }
+    o->start = o->end = 0;
+    event_del(&c->cn_wev);
+    if (c->cn_close) {
+        conn_linger(c);
+        return c->cn_state == CONN_LINGER ? 0 : -1;
+    }
+    if (c->cn_state == CONN_SEND && c->cn_in.end == c->cn_in.start) {
+        /* Between requests with nothing pending: give memory back. */
+        c->cn_state = CONN_IDLE;
+        buf_release(&c->cn_in);
+        buf_release(&c->cn_out);
+        conn_req_put(c);
+    }
+    if (c->cn_in_eof) {
+        /* The client half-closed: nothing more will come. */
+        conn_close(c);
+        return -1;
+    }
+    conn_wait_read(c);
+    return 0;
+}
+
+static void
+conn_timeout(struct conn *c)
+{
+    wk->ctr->timeouts++;
+    switch (c->cn_state) {
+    case CONN_HEAD:
+        if (c->cn_in.end > c->cn_in.start) {
+            conn_refuse(c, 408, "request header timeout");
+            conn_flush(c);
+            return;
+        }
+        break;
+    case CONN_BODY:
+        conn_refuse(c, 408, "request body timeout");
+        conn_flush(c);
+        return;
+    default:
+        break;
+    }
+    conn_close(c);
+}
+
+static void
+conn_on_read(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn *c = arg;
+    struct buf *in = &c->cn_in;
+    ssize_t n;
+
+    if (what & EV_TIMEOUT) {
+        if (c->cn_state == CONN_LINGER) {
+            conn_close(c);
+            return;
+        }
+        conn_timeout(c);
+        return;
+    }
+    if (c->cn_state == CONN_LINGER) {
+        char sink[4096];
+        n = read(fd, sink, sizeof(sink));
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+            conn_close(c);
+        return;
+    }
+    if (buf_alloc(in) < 0) {
+        conn_close(c);
+        return;
+    }
+    if (in->end == in->size) {
+        size_t limit = wk->limits.head_max + BUF_SIZE;
+        if (c->cn_state == CONN_HEAD && in->size < limit) {
+            if (buf_grow(in, BUF_SIZE) < 0) {
+                conn_close(c);
+                return;
+            }
+        } else if (in->start > 0) {
+            buf_grow(in, 1);
+        } else {
+            /* Full of pipelined input we cannot parse yet: stop reading
+             * until the output drains. */
+            event_del(&c->cn_rev);
+            c->cn_read_blocked = 1;
+            return;
+        }
+    }
+    n = read(fd, in->data + in->end, in->size - in->end);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EINTR)
+            return;
+        conn_close(c);
+        return;
+    }
+    if (n == 0) {
+        c->cn_in_eof = 1;
+        event_del(&c->cn_rev);
+        if (c->cn_state == CONN_IDLE
+            || (in->end == in->start && c->cn_out.end == c->cn_out.start
+                && c->cn_state != CONN_BODY)) {
+            conn_close(c);
+            return;
+        }
+        if (c->cn_state == CONN_HEAD || c->cn_state == CONN_BODY) {
+            /* Mid-request EOF: the request can never complete. */
+            if (c->cn_out.end == c->cn_out.start) {
+                conn_close(c);
+                return;
+            }
+            c->cn_close = 1;
+        }
+        conn_flush(c);
+        return;
+    }
+    in->end += (size_t)n;
+    conn_process(c);
+}
+
+static void
+conn_on_write(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn *c = arg;
+
+    if (what & EV_TIMEOUT) {
+        wk->ctr->timeouts++;
+        conn_close(c);
+        return;
+    }
+    if (conn_flush(c) < 0 || c->cn_state == CONN_LINGER)
+        return;
+    if (c->cn_out.end == c->cn_out.start) {
+        if (c->cn_read_blocked) {
+            c->cn_read_blocked = 0;
+            conn_wait_read(c);
+        }
+        /* More pipelined requests may be waiting in the input. */
+        if (c->cn_in.end > c->cn_in.start)
+            conn_process(c);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+
+void
+conn_drain_all(struct worker *w)
+{
+    struct conn *c, *next;
+
+    for (c = w->conns; c; c = next) {
+        next = c->cn_next;
+        /* Idle ones get a short grace (conn_wait_read applies it); busy
+         * ones finish and answer with Connection: close. */
+        if (c->cn_state == CONN_IDLE
+            || (c->cn_state == CONN_HEAD && c->cn_in.end == c->cn_in.start))
+            conn_wait_read(c);
+    }
+}
+
+void
+conn_close_all(struct worker *w)
+{
+    while (w->conns)
+        conn_close(w->conns);
+}

@@ -1,0 +1,685 @@
+/*
+ * worker/http.c: strict request heads and body framing (see http.h).
+ *
+ * Why a scanner of our own in front of http-parser: the parser accepts
+ * obs-fold, LF-only heads and lets a few framing combinations through in
+ * lenient builds, and it reports every problem as one errno.  We need
+ * specific answers (400 vs 414 vs 431 vs 501), limits checked before a
+ * byte is buffered past them, and no ambiguity a downstream server could
+ * read differently (request smuggling).  So the scanner decides what a
+ * head is and records its fields; http-parser then parses the same bytes
+ * again (a second, independent check: if it disagrees we refuse) and owns
+ * body framing, chunked decoding included.
+ *
+ * Smuggling rules enforced here (RFC 9112 6.1, 6.3, 11.2):
+ *  - Content-Length with Transfer-Encoding: 400.
+ *  - Content-Length values that differ, or are not 1*DIGIT, or overflow: 400.
+ *  - chunked not the final coding, or applied twice: 400; any other
+ *    coding without chunked last: 501; Transfer-Encoding in HTTP/1.0: 400.
+ *  - obs-fold, whitespace before the colon, bare CR, NUL and other
+ *    control bytes in a field: 400.
+ * Every refusal closes the connection (the caller's job), since after a
+ * framing error the next byte's meaning is unknown.
+ */
+#include "config.h"
+
+#include <limits.h>
+#include <string.h>
+#include <strings.h>
+
+#include "worker/http.h"
+
+/* tchar (RFC 9110 5.6.2) */
+static const uint8_t http_tchar[256] = {
+    ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1,
+    ['*'] = 1, ['+'] = 1, ['-'] = 1, ['.'] = 1, ['^'] = 1, ['_'] = 1,
+    ['`'] = 1, ['|'] = 1, ['~'] = 1,
+    ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1,
+    ['6'] = 1, ['7'] = 1, ['8'] = 1, ['9'] = 1,
+    ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1,
+    ['G'] = 1, ['H'] = 1, ['I'] = 1, ['J'] = 1, ['K'] = 1, ['L'] = 1,
+    ['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1, ['Q'] = 1, ['R'] = 1,
+    ['S'] = 1, ['T'] = 1, ['U'] = 1, ['V'] = 1, ['W'] = 1, ['X'] = 1,
+    ['Y'] = 1, ['Z'] = 1,
+    ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1,
+    ['g'] = 1, ['h'] = 1, ['i'] = 1, ['j'] = 1, ['k'] = 1, ['l'] = 1,
+    ['m'] = 1, ['n'] = 1, ['o'] = 1, ['p'] = 1, ['q'] = 1, ['r'] = 1,
+    ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1, ['w'] = 1, ['x'] = 1,
+    ['y'] = 1, ['z'] = 1,
+};
+
+/* Blank lines tolerated before a request line (RFC 9112 2.2 asks for at
+ * least one; a few more costs nothing, unbounded would be a free loop). */
+#define HTTP_MAX_LEADING_BLANKS 8
+
+void
+http_req_reset(struct http_req *r)
+{
+    r->scan_pos = 0;
+    r->start = 0;
+    r->nlines = 0;
+    r->head_len = 0;
+    r->nfields = 0;
+    r->reason = NULL;
+    r->body_done = 0;
+}
+
+int
+http_head_scan(struct http_req *r, const char *buf, size_t len,
+               const struct http_limits *lim)
+{
+    size_t pos = r->scan_pos;
+
+    for (;;) {
+        const char *nl = pos < len ? memchr(buf + pos, '\n', len - pos) : NULL;
+        size_t end, linelen;
+        const char *line;
+
+        if (nl == NULL) {
+            size_t pending = len - pos;
+
+            r->scan_pos = (uint32_t)pos;
+            if (r->nlines == 0 && pending > lim->line_max) {
+                r->reason = "request line too long";
+                return 414;
+            }
+            if (len - r->start > lim->head_max) {
+                r->reason = "request header section too large";
+                return 431;
+            }
+            return HTTP_AGAIN;
+        }
+        end = (size_t)(nl - buf);
+        linelen = end - pos;
+        line = buf + pos;
+        if (linelen > 0 && line[linelen - 1] == '\r')
+            linelen--;
+        if (end + 1 - r->start > lim->head_max) {
+            r->reason = "request header section too large";
+            return 431;
+        }
+
+        if (r->nlines == 0) {
+            if (linelen == 0) {
+                /* Leading blank line before the request line. */
+                if (pos - r->start >= 2 * HTTP_MAX_LEADING_BLANKS) {
+                    r->reason = "too many blank lines before the request";
+                    return 400;
+                }
+                pos = end + 1;
+                r->start = (uint32_t)pos;
+                continue;
+            }
+            if (linelen > lim->line_max) {
+                r->reason = "request line too long";
+                return 414;
+            }
+            for (size_t i = 0; i < linelen; i++) {
+                unsigned char c = (unsigned char)line[i];
+                if (c < 0x21 && c != ' ') {
+                    r->reason = "control character in the request line";
+                    return 400;
+                }
+                if (c == 0x7f) {
+                    r->reason = "control character in the request line";
+                    return 400;
+                }
+            }
+            r->nlines = 1;
+            pos = end + 1;
+            continue;
+        }
+
+        if (linelen == 0) {
+            r->head_len = (uint32_t)(end + 1 - r->start);
+            r->scan_pos = (uint32_t)(end + 1);
+            return HTTP_OK;
+        }
+        if (line[0] == ' ' || line[0] == '\t') {
+            r->reason = "obsolete line folding";
+            return 400;
+        }
+
+        size_t n = 0;
+        while (n < linelen && http_tchar[(unsigned char)line[n]])
+            n++;
+        if (n == 0 || n == linelen || line[n] != ':') {
+            r->reason = (n < linelen && (line[n] == ' ' || line[n] == '\t'))
+                            ? "whitespace before the colon"
+                            : "malformed header field";
+            return 400;
+        }
+        size_t v = n + 1, ve = linelen;
+        for (size_t i = v; i < ve; i++) {
+            unsigned char c = (unsigned char)line[i];
+            if ((c < 0x20 && c != '\t') || c == 0x7f) {
+                r->reason = c == '\r' ? "bare CR in a header field"
+                                      : "control character in a header field";
+                return 400;
+            }
+        }
+        while (v < ve && (line[v] == ' ' || line[v] == '\t'))
+            v++;
+        while (ve > v && (line[ve - 1] == ' ' || line[ve - 1] == '\t'))
+            ve--;
+        if (r->nfields >= HTTP_MAX_FIELDS) {
+            r->reason = "too many header fields";
+            return 431;
+        }
+        struct http_field *f = &r->fields[r->nfields++];
+        f->name = (uint32_t)(pos - r->start);
+        f->name_len = (uint32_t)n;
+        f->value = (uint32_t)(pos + v - r->start);
+        f->value_len = (uint32_t)(ve - v);
+        r->nlines++;
+        pos = end + 1;
+    }
+}
+
+/* ------------------------------------------------------------------ */
+
+int
+http_field_is(const struct http_req *r, int i, const char *name)
+{
+    const struct http_field *f = &r->fields[i];
+    size_t n = strlen(name);
+
+    return f->name_len == n && strncasecmp(r->base + f->name, name, n) == 0;
+}
+
+int
+http_field_find(const struct http_req *r, const char *name, int from)
+{
+    for (int i = from; i < r->nfields; i++)
+        if (http_field_is(r, i, name))
+            return i;
+    return -1;
+}
+
+/* Next element of a comma-separated list: skips OWS and empty elements.
+ * Returns 0 at the end. */
+static int
+http_list_next(const char **pp, const char *end, const char **tok,
+               size_t *toklen)
+{
+    const char *p = *pp;
+
+    for (;;) {
+        while (p < end && (*p == ' ' || *p == '\t' || *p == ','))
+            p++;
+        if (p >= end) {
+            *pp = p;
+            return 0;
+        }
+        const char *s = p;
+        while (p < end && *p != ',')
+            p++;
+        const char *e = p;
+        while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
+            e--;
+        if (e > s) {
+            *tok = s;
+            *toklen = (size_t)(e - s);
+            *pp = p;
+            return 1;
+        }
+    }
+}
+
+int
+http_list_has(const char *p, size_t n, const char *tok)
+{
+    const char *end = p + n, *t;
+    size_t tl, want = strlen(tok);
+
+    while (http_list_next(&p, end, &t, &tl))
+        if (tl == want && strncasecmp(t, tok, tl) == 0)
+            return 1;
+    return 0;
+}
+
+static const char *const http_methods[] = {
+#define XX(num, name, string) [num] = #string,
+    HTTP_METHOD_MAP(XX)
+#undef XX
+};
+
+const char *
+http_method_name(int method)
+{
+    if (method == HTTP_M_PUSH)
+        return "PUSH";
+    if (method >= 0 && (size_t)method < sizeof(http_methods) / sizeof(http_methods[0])
+        && http_methods[method])
+        return http_methods[method];
+    return "UNKNOWN";
+}
+
+static int
+http_method_lookup(const char *p, size_t n)
+{
+    if (n == 4 && memcmp(p, "PUSH", 4) == 0)
+        return HTTP_M_PUSH;
+    for (size_t i = 0; i < sizeof(http_methods) / sizeof(http_methods[0]); i++) {
+        const char *m = http_methods[i];
+        if (m && strlen(m) == n && memcmp(m, p, n) == 0)
+            return (int)i;
+    }
+    return -1;
+}
+
+/* Validate a Host value (RFC 9110 7.2: uri-host [ ":" port ]) and split it.
+ * Returns 0, or -1 when invalid. */
+static int
+http_host_split(const char *p, size_t n, size_t *hostlen, int *port)
+{
+    size_t i = 0;
+
+    if (n == 0)
+        return -1;
+    if (p[0] == '[') {
+        for (i = 1; i < n && p[i] != ']'; i++)
+            if (!(strchr("0123456789abcdefABCDEF:.", p[i])) || p[i] == '\0')
+                return -1;
+        if (i >= n || i == 1)
+            return -1;
+        i++;
+    } else {
+        for (; i < n && p[i] != ':'; i++) {
+            unsigned char c = (unsigned char)p[i];
+            /* reg-name: unreserved / pct-encoded / sub-delims */
+            if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+                  || (c >= '0' && c <= '9') || (c && strchr("-._~%!$&'()*+,;=", c))))
+                return -1;
+        }
+        if (i == 0)
+            return -1;
+    }
+    *hostlen = i;
+    *port = -1;
+    if (i == n)
+        return 0;
+    if (p[i] != ':')
+        return -1;
+    i++;
+    if (i == n)
+        return 0;       /* "host:" means the default port */
+    int v = 0;
+    for (; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return -1;
+        v = v * 10 + (p[i] - '0');
+        if (v > 65535)
+            return -1;
+    }
+    *port = v;
+    return 0;
+}
+
+static int
+http_refuse(struct http_req *r, int status, const char *why)
+{
+    r->reason = why;
+    return status;
+}
+
+static int
+http_cb_message_complete(http_parser *p)
+{
+    struct http_req *r = p->data;
+
+    r->body_done = 1;
+    /* Stop exactly at the message boundary: the rest is the next request. */
+    http_parser_pause(p, 1);
+    return 0;
+}
+
+static int
+http_cb_body(http_parser *p, const char *at, size_t n)
+{
+    struct http_req *r = p->data;
+
+    if (r->sink)
+        r->sink(r->sink_arg, at, n);
+    return 0;
+}
+
+static const http_parser_settings http_settings = {
+    .on_body = http_cb_body,
+    .on_message_complete = http_cb_message_complete,
+};
+
+/* Framing fields: Content-Length, Transfer-Encoding.  See the essay. */
+static int
+http_req_framing(struct http_req *r)
+{
+    int have_te = 0, te_chunked_last = 0, te_chunked_count = 0;
+    int te_other = 0;
+
+    r->content_length = -1;
+    r->chunked = 0;
+    for (int i = 0; i < r->nfields; i++) {
+        const struct http_field *f = &r->fields[i];
+        const char *v = r->base + f->value;
+
+        if (http_field_is(r, i, "content-length")) {
+            const char *p = v, *end = v + f->value_len, *t;
+            size_t tl;
+            int any = 0;
+            /* "42, 42" is allowed by RFC 9110 8.6 when all values agree. */
+            while (http_list_next(&p, end, &t, &tl)) {
+                int64_t val = 0;
+                for (size_t k = 0; k < tl; k++) {
+                    if (t[k] < '0' || t[k] > '9')
+                        return http_refuse(r, 400, "invalid Content-Length");
+                    if (val > (INT64_MAX - 9) / 10)
+                        return http_refuse(r, 400, "Content-Length too large");
+                    val = val * 10 + (t[k] - '0');
+                }
+                if (r->content_length >= 0 && r->content_length != val)
+                    return http_refuse(r, 400, "differing Content-Length values");
+                r->content_length = val;
+                any = 1;
+            }
+            if (!any)
+                return http_refuse(r, 400, "empty Content-Length");
+        } else if (http_field_is(r, i, "transfer-encoding")) {
+            const char *p = v, *end = v + f->value_len, *t;
+            size_t tl;
+            have_te = 1;
+            while (http_list_next(&p, end, &t, &tl)) {
+                /* a coding may carry parameters: compare the name only */
+                size_t nl = 0;
+                while (nl < tl && t[nl] != ';' && t[nl] != ' ' && t[nl] != '\t')
+                    nl++;
+                if (nl == 7 && strncasecmp(t, "chunked", 7) == 0) {
+                    te_chunked_count++;
+                    te_chunked_last = 1;
+                } else {
+                    te_other = 1;
+                    te_chunked_last = 0;
+                }
+            }
+        }
+    }
+    if (!have_te)
+        return HTTP_OK;
+    if (r->content_length >= 0)
+        return http_refuse(r, 400, "Content-Length with Transfer-Encoding");
+    if (r->major == 1 && r->minor == 0)
+        return http_refuse(r, 400, "Transfer-Encoding in an HTTP/1.0 request");
+    if (te_chunked_count > 1)
+        return http_refuse(r, 400, "chunked applied more than once");
+    if (te_chunked_count == 1 && !te_chunked_last)
+        return http_refuse(r, 400, "chunked is not the final transfer coding");
+    if (te_other)
+        return http_refuse(r, 501, "transfer coding not implemented");
+    if (!te_chunked_last)
+        return http_refuse(r, 400, "empty Transfer-Encoding");
+    r->chunked = 1;
+    return HTTP_OK;
+}
+
+/* Request line: method SP request-target SP HTTP-version (RFC 9112 3). */
+static int
+http_req_line(struct http_req *r, char *head, size_t len)
+{
+    size_t i = 0, ms, ts, te;
+
+    while (i < len && http_tchar[(unsigned char)head[i]])
+        i++;
+    if (i == 0 || i >= len || head[i] != ' ')
+        return http_refuse(r, 400, "malformed request line");
+    ms = i;
+    ts = ++i;
+    while (i < len && head[i] != ' ')
+        i++;
+    te = i;
+    if (te == ts || i >= len)
+        return http_refuse(r, 400, "malformed request line");
+    i++;
+    if (len - i != 8 || memcmp(head + i, "HTTP/", 5) != 0
+        || head[i + 5] < '0' || head[i + 5] > '9' || head[i + 6] != '.'
+        || head[i + 7] < '0' || head[i + 7] > '9')
+        return http_refuse(r, 400, "malformed HTTP version");
+    r->major = (uint16_t)(head[i + 5] - '0');
+    r->minor = (uint16_t)(head[i + 7] - '0');
+    if (r->major != 1)
+        return http_refuse(r, 505, "HTTP version not supported");
+    r->method = http_method_lookup(head, ms);
+    if (r->method < 0)
+        return http_refuse(r, 501, "method not implemented");
+    if (r->method == HTTP_M_PUSH)
+        memcpy(head, "POST", 4);    /* same length; http-parser lacks PUSH */
+    r->target = (uint32_t)ts;
+    r->target_len = (uint32_t)(te - ts);
+    return HTTP_OK;
+}
+
+/* Where the request goes: absolute-form authority, else Host. */
+static int
+http_req_target(struct http_req *r)
+{
+    const char *t = r->base + r->target;
+    size_t tl = r->target_len, hl;
+    int port;
+
+    r->absolute = 0;
+    r->https = 0;
+    if (t[0] == '/') {
+        r->path = r->target;
+        r->path_len = r->target_len;
+    } else if (tl == 1 && t[0] == '*') {
+        if (r->method != HTTP_OPTIONS)
+            return http_refuse(r, 400, "asterisk-form target outside OPTIONS");
+        r->path = r->target;
+        r->path_len = 1;
+    } else if (r->method == HTTP_CONNECT) {
+        r->path = r->target;
+        r->path_len = r->target_len;
+        return HTTP_OK;     /* refused later with 405; no Host logic */
+    } else {
+        struct http_parser_url u;
+
+        http_parser_url_init(&u);
+        if (http_parser_parse_url(t, tl, 0, &u) != 0
+            || !(u.field_set & (1 << UF_SCHEMA)) || !(u.field_set & (1 << UF_HOST)))
+            return http_refuse(r, 400, "invalid request target");
+        if (u.field_set & (1 << UF_USERINFO))
+            return http_refuse(r, 400, "userinfo in the request target");
+        const char *sch = t + u.field_data[UF_SCHEMA].off;
+        size_t schl = u.field_data[UF_SCHEMA].len;
+        if (schl == 4 && strncasecmp(sch, "http", 4) == 0)
+            r->https = 0;
+        else if (schl == 5 && strncasecmp(sch, "https", 5) == 0)
+            r->https = 1;
+        else
+            return http_refuse(r, 400, "unsupported scheme in the request target");
+        r->absolute = 1;
+        r->host = r->target + u.field_data[UF_HOST].off;
+        r->host_len = u.field_data[UF_HOST].len;
+        /* http-parser strips the brackets of an IPv6 literal; keep them. */
+        if (r->host > r->target && r->base[r->host - 1] == '[') {
+            r->host--;
+            r->host_len += 2;
+        }
+        r->port = (u.field_set & (1 << UF_PORT)) ? u.port : (r->https ? 443 : 80);
+        if (u.field_set & (1 << UF_PATH)) {
+            r->path = r->target + u.field_data[UF_PATH].off;
+            r->path_len = r->target_len - u.field_data[UF_PATH].off;
+        } else {
+            /* "http://h?q" or "http://h": the path is "/" (RFC 9112 3.2.1);
+             * we point at a static "/" later via path_len 0. */
+            r->path = (u.field_set & (1 << UF_QUERY))
+                          ? r->target + u.field_data[UF_QUERY].off - 1
+                          : r->target + r->target_len;
+            r->path_len = r->target + r->target_len - r->path;
+        }
+        if (u.field_set & (1 << UF_FRAGMENT))
+            return http_refuse(r, 400, "fragment in the request target");
+    }
+
+    if (r->f_host >= 0) {
+        const struct http_field *f = &r->fields[r->f_host];
+        if (http_host_split(r->base + f->value, f->value_len, &hl, &port) != 0)
+            return http_refuse(r, 400, "invalid Host");
+        if (!r->absolute) {
+            r->host = f->value;
+            r->host_len = (uint32_t)hl;
+            r->port = port < 0 ? 80 : port;
+        }
+    } else if (!r->absolute) {
+        r->host = 0;
+        r->host_len = 0;
+        r->port = 80;
+    }
+    return HTTP_OK;
+}
+
+int
+http_req_parse(struct http_req *r, char *head)
+{
+    size_t line_len, n;
+    int rc;
+
+    r->base = head;
+    r->f_host = -1;
+    r->conn_tokens = 0;
+    r->expect_continue = 0;
+    r->content_length = -1;
+    r->chunked = 0;
+    r->has_body = 0;
+    r->host = r->host_len = 0;
+    r->port = 80;
+
+    line_len = (size_t)((char *)memchr(head, '\n', r->head_len) - head);
+    if (line_len > 0 && head[line_len - 1] == '\r')
+        line_len--;
+    if ((rc = http_req_line(r, head, line_len)) != HTTP_OK)
+        return rc;
+
+    for (int i = 0; i < r->nfields; i++) {
+        const struct http_field *f = &r->fields[i];
+        if (http_field_is(r, i, "host")) {
+            if (r->f_host >= 0)
+                return http_refuse(r, 400, "duplicate Host");
+            r->f_host = i;
+        } else if (http_field_is(r, i, "connection")) {
+            const char *p = head + f->value, *end = p + f->value_len, *t;
+            size_t tl;
+            while (http_list_next(&p, end, &t, &tl)) {
+                if (tl == 5 && strncasecmp(t, "close", 5) == 0)
+                    r->conn_tokens |= HTTP_CONN_CLOSE;
+                else if (tl == 10 && strncasecmp(t, "keep-alive", 10) == 0)
+                    r->conn_tokens |= HTTP_CONN_KEEPALIVE;
+                else
+                    r->conn_tokens |= HTTP_CONN_OTHER;
+            }
+        } else if (http_field_is(r, i, "expect")) {
+            if (f->value_len == 12 && strncasecmp(head + f->value, "100-continue", 12) == 0)
+                r->expect_continue = 1;
+            else
+                return http_refuse(r, 417, "unsupported expectation");
+        }
+    }
+    if (r->minor >= 1 && r->f_host < 0)
+        return http_refuse(r, 400, "missing Host");
+    if ((rc = http_req_framing(r)) != HTTP_OK)
+        return rc;
+    if ((rc = http_req_target(r)) != HTTP_OK)
+        return rc;
+
+    if (r->minor >= 1)
+        r->keep_alive = !(r->conn_tokens & HTTP_CONN_CLOSE);
+    else
+        r->keep_alive = (r->conn_tokens & HTTP_CONN_KEEPALIVE)
+                        && !(r->conn_tokens & HTTP_CONN_CLOSE);
+    r->has_body = r->chunked || r->content_length > 0;
+
+    /* The independent second opinion, and the body framing state. */
+    http_parser_init(&r->parser, HTTP_REQUEST);
+    r->parser.data = r;
+    r->sink = NULL;
+    r->body_done = 0;
+    n = http_parser_execute(&r->parser, &http_settings, head, r->head_len);
+    if (HTTP_PARSER_ERRNO(&r->parser) == HPE_PAUSED) {
+        /* message complete within the head: no body */
+        http_parser_pause(&r->parser, 0);
+    } else if (HTTP_PARSER_ERRNO(&r->parser) != HPE_OK || n != r->head_len) {
+        return http_refuse(r, 400, "malformed request");
+    }
+    if (r->body_done != !r->has_body)
+        return http_refuse(r, 400, "ambiguous message framing");
+    return HTTP_OK;
+}
+
+int
+http_req_body(struct http_req *r, const char *buf, size_t len, size_t *used,
+              http_body_sink sink, void *arg)
+{
+    size_t n;
+
+    *used = 0;
+    if (r->body_done)
+        return HTTP_OK;
+    if (len == 0)
+        return HTTP_AGAIN;
+    r->sink = sink;
+    r->sink_arg = arg;
+    n = http_parser_execute(&r->parser, &http_settings, buf, len);
+    r->sink = NULL;
+    if (HTTP_PARSER_ERRNO(&r->parser) == HPE_PAUSED) {
+        http_parser_pause(&r->parser, 0);
+        *used = n;
+        return HTTP_OK;
+    }
+    if (HTTP_PARSER_ERRNO(&r->parser) != HPE_OK) {
+        r->reason = http_errno_description(HTTP_PARSER_ERRNO(&r->parser));
+        return 400;
+    }
+    *used = n;
+    return r->body_done ? HTTP_OK : HTTP_AGAIN;
+}
+
+const char *
+http_status_text(int status)
+{
+    switch (status) {
+    case 100: return "Continue";
+    case 101: return "Switching Protocols";
+    case 200: return "OK";
+    case 201: return "Created";
+    case 202: return "Accepted";
+    case 203: return "Non-Authoritative Information";
+    case 204: return "No Content";
+    case 206: return "Partial Content";
+    case 300: return "Multiple Choices";
+    case 301: return "Moved Permanently";
+    case 302: return "Found";
+    case 303: return "See Other";
+    case 304: return "Not Modified";
+    case 307: return "Temporary Redirect";
+    case 308: return "Permanent Redirect";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 410: return "Gone";
+    case 411: return "Length Required";
+    case 412: return "Precondition Failed";
+    case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
+    case 416: return "Range Not Satisfiable";
+    case 417: return "Expectation Failed";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    case 505: return "HTTP Version Not Supported";
+    default:  return "Unknown";
+    }
+}

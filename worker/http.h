@@ -1,0 +1,128 @@
+/*
+ * worker/http.h: the strict HTTP/1.x request front end.
+ *
+ * A request head is handled in two passes over the connection's input
+ * buffer, both resumable across reads:
+ *
+ *  1. http_head_scan() finds the end of the head line by line, enforcing
+ *     the size limits (414 for the request line, 431 for the section) and
+ *     the RFC 9112 rules http-parser is lenient about: obs-fold, whitespace
+ *     before the colon, bare CR, control bytes.  It never looks at a byte
+ *     twice, so a head dripped one byte per read costs O(n).
+ *  2. http_req_parse() runs http-parser over exactly the complete head,
+ *     records every field as offsets into the buffer (the buffer may move
+ *     when it grows), then applies the semantic checks: Host, Content-Length
+ *     vs Transfer-Encoding, transfer codings, version, target form.
+ *
+ * The body, if any, is then fed through http_req_body(), which uses the same
+ * parser (so chunked framing is decoded by one implementation) and stops
+ * exactly at the end of the message: bytes after it belong to the next
+ * pipelined request.
+ *
+ * Nothing here allocates: struct http_req lives in the connection's pooled
+ * request context.
+ */
+#ifndef CISTERN_HTTP_H
+#define CISTERN_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <http_parser.h>
+
+#define HTTP_MAX_FIELDS 128     /* fields per head; more is a 431 */
+
+/* Return codes of the scanner and the body feeder (statuses are >= 100). */
+#define HTTP_OK     0
+#define HTTP_AGAIN  1
+
+/* http-parser does not know PUSH: we parse it as POST and remember. */
+#define HTTP_M_PUSH (HTTP_SOURCE + 100)
+
+struct http_limits {
+    size_t line_max;            /* request_line_max_size */
+    size_t head_max;            /* request_header_max_size */
+};
+
+typedef void (*http_body_sink)(void *arg, const char *p, size_t n);
+
+struct http_field {
+    uint32_t name, name_len;    /* offsets from the start of the head */
+    uint32_t value, value_len;  /* value trimmed of OWS */
+};
+
+/* Connection-header tokens we act on. */
+#define HTTP_CONN_CLOSE      0x1
+#define HTTP_CONN_KEEPALIVE  0x2
+#define HTTP_CONN_OTHER      0x4  /* names other hop-by-hop fields */
+
+struct http_req {
+    /* scanner state (http_req_reset zeroes it) */
+    uint32_t scan_pos;          /* next unexamined byte (a line start) */
+    uint32_t start;             /* first byte of the request line */
+    uint32_t nlines;            /* lines seen, request line included */
+    uint32_t head_len;          /* set on HTTP_OK: start .. blank line end */
+    http_parser parser;
+    http_body_sink sink;        /* valid during http_req_body only */
+    void    *sink_arg;
+    const char *base;           /* head start (after leading blank lines) */
+    int      method;            /* enum http_method, or HTTP_M_PUSH */
+    uint16_t major, minor;
+    uint32_t target, target_len;
+    int      nfields;
+    struct http_field fields[HTTP_MAX_FIELDS];
+    int      f_host;            /* index of Host, -1 when absent */
+    int64_t  content_length;    /* -1 when absent */
+    int      chunked;
+    unsigned conn_tokens;       /* HTTP_CONN_* */
+    int      expect_continue;
+    int      keep_alive;        /* by the RFC rules for this version */
+    int      absolute;          /* absolute-form target */
+    /* the authority and path used for remap, offsets into the head */
+    int      https;
+    uint32_t host, host_len;
+    int      port;              /* explicit or the scheme's default */
+    uint32_t path, path_len;    /* path and query ("/" for "*") */
+    int      has_body;
+    int      body_done;         /* set by http_req_body at message end */
+    const char *reason;         /* why a request was refused */
+};
+
+/* Prepare r for a new request (cheap: clears the scalar state only). */
+void http_req_reset(struct http_req *r);
+
+/* Scan buf[0..len) (the request starts at buf[0]) for the end of the head,
+ * recording field offsets (relative to buf + r->start) as it goes.
+ * Returns HTTP_OK (r->start: where the request line begins, after any
+ * leading blank lines; r->head_len: its length up to and including the
+ * blank line), HTTP_AGAIN (need more bytes), or 400 / 414 / 431 with
+ * r->reason set. */
+int http_head_scan(struct http_req *r, const char *buf, size_t len,
+                   const struct http_limits *lim);
+
+/* Parse and check the complete head at head[0..r->head_len) (that is,
+ * buf + r->start).  PUSH is rewritten to POST in place for http-parser.
+ * Returns HTTP_OK, or the status to answer with (400, 501, 505) and
+ * r->reason.  After a refusal the connection must close. */
+int http_req_parse(struct http_req *r, char *head);
+
+/* Feed body bytes.  Consumes up to len bytes of this message's body and
+ * sets *used; payload bytes are passed to sink (may be NULL) in pieces.
+ * Returns HTTP_OK when the message is complete (r->body_done), HTTP_AGAIN
+ * when more is needed, or 400 for a framing error (bad chunk size...). */
+int http_req_body(struct http_req *r, const char *buf, size_t len,
+                  size_t *used, http_body_sink sink, void *arg);
+
+/* Field helpers. */
+int  http_field_is(const struct http_req *r, int i, const char *name);
+/* Index of the first field named name at or after index from, or -1. */
+int  http_field_find(const struct http_req *r, const char *name, int from);
+const char *http_method_name(int method);
+
+/* Case-insensitive token list search: does the comma-separated list
+ * p[0..n) contain token tok? */
+int  http_list_has(const char *p, size_t n, const char *tok);
+
+/* Reason phrase for a status code. */
+const char *http_status_text(int status);
+
+#endif /* CISTERN_HTTP_H */

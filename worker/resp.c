@@ -1,0 +1,67 @@
+/*
+ * worker/resp.c: responses Cistern writes itself (errors, redirects), and
+ * the cached Date header.
+ *
+ * Formatting a date costs more than the rest of a small response; the value
+ * changes once a second, so it is formatted once a second per worker, from
+ * libevent's cached loop time (no syscall).
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "worker/worker.h"
+
+static char   resp_date_buf[32];
+static time_t resp_date_sec = -1;
+
+const char *
+resp_date(void)
+{
+    static const char days[7][4] = { "Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat" };
+    static const char mons[12][4] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                      "Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
+    struct timeval tv;
+    struct tm tm;
+
+    if (wk == NULL || wk->base == NULL || event_base_gettimeofday_cached(wk->base, &tv) < 0)
+        tv.tv_sec = time(NULL);
+    if (tv.tv_sec != resp_date_sec) {
+        gmtime_r(&tv.tv_sec, &tm);
+        snprintf(resp_date_buf, sizeof(resp_date_buf),
+                 "%s, %02d %s %04d %02d:%02d:%02d GMT", days[tm.tm_wday],
+                 tm.tm_mday, mons[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour,
+                 tm.tm_min, tm.tm_sec);
+        resp_date_sec = tv.tv_sec;
+    }
+    return resp_date_buf;
+}
+
+int
+resp_simple(struct conn *c, int status, const char *conn_hdr,
+            const char *extra, const char *body, int head_only)
+{
+    size_t blen = body ? strlen(body) + 2 : 0;
+    size_t need = 512 + blen + (extra ? strlen(extra) : 0);
+    struct buf *b = &c->cn_out;
+    int n;
+
+    if (buf_alloc(b) < 0)
+        return -1;
+    if (b->size - b->end < need && buf_grow(b, need) < 0)
+        return -1;
+    n = snprintf(b->data + b->end, b->size - b->end,
+                 "HTTP/1.1 %d %s\r\nDate: %s\r\nServer: cistern\r\n"
+                 "Content-Type: text/plain; charset=utf-8\r\n"
+                 "Content-Length: %zu\r\n%s%s\r\n%s%s",
+                 status, http_status_text(status), resp_date(), blen,
+                 conn_hdr, extra ? extra : "",
+                 (body && !head_only) ? body : "",
+                 (body && !head_only) ? "\r\n" : "");
+    if (n < 0 || (size_t)n >= b->size - b->end)
+        return -1;
+    b->end += (size_t)n;
+    return 0;
+}

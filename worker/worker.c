@@ -1,0 +1,354 @@
+/*
+ * worker/worker.c: the worker process's life: event loop, accepting,
+ * signals, drain, and the per-worker buffer pool.
+ *
+ * Life of a worker:
+ *   forked by the master -> worker_main() -> event_base after fork (never
+ *   share one across fork) -> READY in its shm slot -> serve ->
+ *   SIGTERM: close everything, exit now;
+ *   SIGQUIT: stop accepting, finish in-flight responses, close keep-alive
+ *   connections at the next request boundary, exit when none is left or
+ *   at proxy.config.stop.shutdown_timeout.
+ * The master's death is noticed two ways: PR_SET_PDEATHSIG (SIGTERM) and
+ * EOF on a pipe whose write end only the master holds.
+ *
+ * The listening sockets belong to the master; a worker only closes its
+ * copies.  Closing the master's copy would drop the accept queue.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "master/log.h"
+#include "worker/worker.h"
+
+struct worker *wk;
+
+/* Accepts per readiness event: enough to empty a burst, small enough that
+ * one listener cannot starve established connections. */
+#define ACCEPT_BATCH 64
+
+/* ------------------------------------------------------------------ */
+/* Buffer pool: BUF_SIZE blocks recycled within the worker, so steady-state
+ * traffic never calls malloc.  The ASan build uses malloc/free directly so
+ * the sanitizer sees every overrun and use-after-release. */
+
+int
+buf_alloc(struct buf *b)
+{
+    if (b->data)
+        return 0;
+#ifndef CST_ASAN
+    if (wk->nfree_bufs > 0) {
+        b->data = wk->free_bufs[--wk->nfree_bufs];
+    } else
+#endif
+    {
+        b->data = malloc(BUF_SIZE);
+        if (b->data == NULL)
+            return -1;
+    }
+    b->size = BUF_SIZE;
+    b->start = b->end = 0;
+    b->pooled = 1;
+    return 0;
+}
+
+void
+buf_release(struct buf *b)
+{
+    if (b->data == NULL)
+        return;
+#ifndef CST_ASAN
+    /* Keep at most a few hundred idle blocks: a burst must not pin its
+     * peak memory forever. */
+    if (b->pooled && wk->nfree_bufs < 256) {
+        if (wk->nfree_bufs == wk->cap_free_bufs) {
+            unsigned cap = wk->cap_free_bufs ? wk->cap_free_bufs * 2 : 64;
+            char **n = realloc(wk->free_bufs, cap * sizeof(*n));
+            if (n) {
+                wk->free_bufs = n;
+                wk->cap_free_bufs = cap;
+            }
+        }
+        if (wk->nfree_bufs < wk->cap_free_bufs) {
+            wk->free_bufs[wk->nfree_bufs++] = b->data;
+            b->data = NULL;
+        }
+    }
+#endif
+    free(b->data);
+    b->data = NULL;
+    b->size = b->start = b->end = 0;
+    b->pooled = 0;
+}
+
+/* Make room for `need` more bytes after b->end: compact first, and grow
+ * (leaving the pool) only for the rare oversized head. */
+int
+buf_grow(struct buf *b, size_t need)
+{
+    if (b->start > 0 && b->size - b->end < need) {
+        memmove(b->data, b->data + b->start, b->end - b->start);
+        b->end -= b->start;
+        b->start = 0;
+    }
+    if (b->size - b->end >= need)
+        return 0;
+    size_t nsize = b->size;
+    while (nsize - b->end < need)
+        nsize *= 2;
+    char *n = malloc(nsize);
+    if (n == NULL)
+        return -1;
+    memcpy(n, b->data, b->end);
+    buf_release(b);
+    b->data = n;
+    b->size = nsize;
+    b->pooled = 0;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+
+static void
+worker_stop_accepting(struct worker *w)
+{
+    for (int i = 0; i < w->nlisten; i++) {
+        if (w->listen_ev[i]) {
+            event_free(w->listen_ev[i]);
+            w->listen_ev[i] = NULL;
+        }
+        if (w->listen_fd[i] >= 0) {
+            close(w->listen_fd[i]);
+            w->listen_fd[i] = -1;
+        }
+    }
+}
+
+static void
+worker_begin_drain(struct worker *w)
+{
+    struct timeval now;
+
+    if (w->draining)
+        return;
+    w->draining = 1;
+    w->slot->state = SHM_SLOT_DRAINING;
+    worker_stop_accepting(w);
+    event_base_gettimeofday_cached(w->base, &now);
+    w->drain_deadline = now;
+    w->drain_deadline.tv_sec += w->conf->rec.shutdown_timeout;
+    log_info("worker %u (generation %u) draining %u connection(s)",
+             w->index, w->generation, w->nconns);
+    conn_drain_all(w);
+    if (w->nconns == 0)
+        event_base_loopbreak(w->base);
+}
+
+static void
+worker_on_accept(evutil_socket_t lfd, short what, void *arg)
+{
+    struct worker *w = arg;
+
+    for (int i = 0; i < ACCEPT_BATCH; i++) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        int fd = accept4(lfd, (struct sockaddr *)&ss, &sl,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR
+                || errno == ECONNABORTED)
+                return;
+            if (errno == EMFILE || errno == ENFILE) {
+                log_warn("accept: %s (worker %u has %u connections)",
+                         strerror(errno), w->index, w->nconns);
+                return;
+            }
+            log_error("accept: %s", strerror(errno));
+            return;
+        }
+        if (w->conf->rec.connections_throttle > 0
+            && w->nconns >= (unsigned)w->conf->rec.connections_throttle) {
+            static const char busy[] =
+                "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+                "Connection: close\r\nRetry-After: 1\r\n\r\n";
+            /* Best effort: a full socket buffer just loses the courtesy. */
+            if (write(fd, busy, sizeof(busy) - 1) < 0) { /* ignore */ }
+            close(fd);
+            w->ctr->conns_refused++;
+            continue;
+        }
+        conn_accept(w, fd, (struct sockaddr *)&ss, sl);
+    }
+}
+
+static void
+worker_on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    struct worker *w = arg;
+
+    switch (sig) {
+    case SIGTERM:
+    case SIGINT:
+        event_base_loopbreak(w->base);
+        break;
+    case SIGQUIT:
+        worker_begin_drain(w);
+        break;
+    default:
+        /* SIGHUP / SIGUSR1 are the master's business. */
+        break;
+    }
+}
+
+static void
+worker_on_master(evutil_socket_t fd, short what, void *arg)
+{
+    struct worker *w = arg;
+    char b[64];
+    ssize_t n = read(fd, b, sizeof(b));
+
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        log_warn("worker %u: master went away; stopping", w->index);
+        event_base_loopbreak(w->base);
+        return;
+    }
+    /* The master writes 'q' to order a drain (a newer generation is up). */
+    for (ssize_t i = 0; i < n; i++)
+        if (b[i] == 'q')
+            worker_begin_drain(w);
+}
+
+static void
+worker_on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct worker *w = arg;
+    struct timeval now;
+
+    event_base_gettimeofday_cached(w->base, &now);
+    w->slot->heartbeat = (uint64_t)now.tv_sec;
+    if (w->draining) {
+        if (w->nconns == 0 || evutil_timercmp(&now, &w->drain_deadline, >=)) {
+            if (w->nconns)
+                log_notice("worker %u: drain deadline reached, closing %u connection(s)",
+                           w->index, w->nconns);
+            event_base_loopbreak(w->base);
+        }
+    }
+}
+
+static struct event *
+worker_signal(struct worker *w, int sig)
+{
+    struct event *ev = evsignal_new(w->base, sig, worker_on_signal, w);
+
+    if (ev == NULL || event_add(ev, NULL) < 0) {
+        log_crit("worker %u: cannot install the handler for signal %d",
+                 w->index, sig);
+        abort();
+    }
+    return ev;
+}
+
+int
+worker_main(const struct worker_args *a)
+{
+    static struct worker w0;
+    struct worker *w = &w0;
+    struct event_config *ecfg;
+    struct timeval one = { 1, 0 };
+
+    wk = w;
+    w->conf = a->conf;
+    w->shm = a->shm;
+    w->slot = &a->shm->slots[a->slot];
+    w->ctr = &w->slot->c;
+    w->index = a->index;
+    w->generation = a->generation;
+    w->nlisten = a->nlisten;
+    w->limits.line_max = (size_t)a->conf->rec.request_line_max_size;
+    w->limits.head_max = (size_t)a->conf->rec.request_header_max_size;
+    for (int i = 0; i < a->nlisten; i++)
+        w->listen_fd[i] = a->listen_fds[i];
+
+    /* The master's death must not leave us serving: SIGTERM on its exit. */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (fcntl(a->master_pipe, F_GETFD) < 0) {
+        log_crit("worker %u: no master pipe", w->index);
+        return 1;
+    }
+    /* PDEATHSIG is not retroactive: the master may already be gone. */
+    if (getppid() == 1)
+        return 0;
+
+    signal(SIGPIPE, SIG_IGN);
+    ecfg = event_config_new();
+    /* We never share the base between threads. */
+    event_config_set_flag(ecfg, EVENT_BASE_FLAG_NOLOCK);
+    w->base = event_base_new_with_config(ecfg);
+    event_config_free(ecfg);
+    if (w->base == NULL) {
+        log_crit("worker %u: event_base_new failed", w->index);
+        return 1;
+    }
+    w->sig_term = worker_signal(w, SIGTERM);
+    w->sig_int = worker_signal(w, SIGINT);
+    w->sig_quit = worker_signal(w, SIGQUIT);
+    w->sig_hup = worker_signal(w, SIGHUP);
+    w->sig_usr1 = worker_signal(w, SIGUSR1);
+    w->master_ev = event_new(w->base, a->master_pipe, EV_READ | EV_PERSIST,
+                             worker_on_master, w);
+    event_add(w->master_ev, NULL);
+    w->tick = event_new(w->base, -1, EV_PERSIST, worker_on_tick, w);
+    event_add(w->tick, &one);
+
+    for (int i = 0; i < w->nlisten; i++) {
+        w->listen_ev[i] = event_new(w->base, w->listen_fd[i],
+                                    EV_READ | EV_PERSIST, worker_on_accept, w);
+        if (w->listen_ev[i] == NULL || event_add(w->listen_ev[i], NULL) < 0) {
+            log_crit("worker %u: cannot watch listener %d", w->index, i);
+            return 1;
+        }
+    }
+
+    w->slot->heartbeat = (uint64_t)time(NULL);
+    w->slot->state = SHM_SLOT_READY;
+    event_base_dispatch(w->base);
+
+    /* Leaving: whatever is still open is cut (fast stop or deadline). */
+    worker_stop_accepting(w);
+    conn_close_all(w);
+    event_free(w->sig_term);
+    event_free(w->sig_int);
+    event_free(w->sig_quit);
+    event_free(w->sig_hup);
+    event_free(w->sig_usr1);
+    event_free(w->master_ev);
+    event_free(w->tick);
+    while (w->free_conns) {
+        struct conn *c = w->free_conns;
+        w->free_conns = c->cn_next;
+        free(c);
+    }
+    while (w->free_reqs) {
+        struct req_ctx *q = w->free_reqs;
+        w->free_reqs = q->next;
+        free(q);
+    }
+    while (w->nfree_bufs > 0)
+        free(w->free_bufs[--w->nfree_bufs]);
+    free(w->free_bufs);
+    event_base_free(w->base);
+    return 0;
+}
