@@ -278,6 +278,15 @@ master_spawn_worker(struct gen *g, int index)
         log_error("pipe: %s", strerror(errno));
         return -1;
     }
+    /* The slot says STARTING before the child exists: the child marks it
+     * READY as soon as it serves, and may do so before fork() returns here,
+     * so writing STARTING after the fork could overwrite READY and the
+     * worker would never count as ready. */
+    struct shm_slot *sl = &M.shm.slots[slot];
+    sl->generation = g->id;
+    sl->kind = SHM_KIND_WORKER;
+    sl->index = index;
+    sl->state = SHM_SLOT_STARTING;
     /* Block signals across fork so the child cannot run our handlers. */
     sigfillset(&all);
     sigprocmask(SIG_BLOCK, &all, &old);
@@ -285,6 +294,7 @@ master_spawn_worker(struct gen *g, int index)
     if (pid < 0) {
         sigprocmask(SIG_SETMASK, &old, NULL);
         log_error("fork: %s", strerror(errno));
+        memset(sl, 0, sizeof(*sl));
         close(pfd[0]);
         close(pfd[1]);
         return -1;
@@ -311,12 +321,7 @@ master_spawn_worker(struct gen *g, int index)
     }
     sigprocmask(SIG_SETMASK, &old, NULL);
     close(pfd[0]);
-    struct shm_slot *sl = &M.shm.slots[slot];
     sl->pid = pid;
-    sl->generation = g->id;
-    sl->kind = SHM_KIND_WORKER;
-    sl->index = index;
-    sl->state = SHM_SLOT_STARTING;
     M.procs[slot].pid = pid;
     M.procs[slot].index = index;
     M.procs[slot].gen = g;

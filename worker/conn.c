@@ -43,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "master/log.h"
@@ -61,7 +62,6 @@
 static void conn_on_read(evutil_socket_t fd, short what, void *arg);
 static void conn_on_write(evutil_socket_t fd, short what, void *arg);
 static int conn_process(struct conn *c);
-static int conn_flush(struct conn *c);
 static void conn_wait_read(struct conn *c);
 
 /* ------------------------------------------------------------------ */
@@ -105,6 +105,8 @@ conn_close(struct conn *c)
 
     if (c->cn_magic != CONN_MAGIC)
         abort();
+    if (c->cn_up)
+        proxy_abort(c);
     event_del(&c->cn_rev);
     event_del(&c->cn_wev);
     close(c->cn_fd);
@@ -217,6 +219,11 @@ conn_wait_read(struct conn *c)
     case CONN_SEND:
         tv.tv_sec = rec->txn_no_activity_in;
         break;
+    case CONN_PROXY:
+        /* Waiting for the origin, whose own timeouts apply; reading only
+         * to notice the client's close and buffer pipelined requests. */
+        event_add(&c->cn_rev, NULL);
+        return;
     case CONN_LINGER:
         tv.tv_sec = CONN_LINGER_MS / 1000;
         break;
@@ -230,16 +237,16 @@ conn_wait_read(struct conn *c)
     event_add(&c->cn_rev, &tv);
 }
 
-static const char *
-conn_connection_hdr(const struct http_req *r, int keep_alive)
+const char *
+conn_connection_hdr(int minor, int keep_alive)
 {
     if (!keep_alive)
         return "Connection: close\r\n";
-    return r->minor == 0 ? "Connection: keep-alive\r\n" : "";
+    return minor == 0 ? "Connection: keep-alive\r\n" : "";
 }
 
-static void
-conn_count_status(struct conn *c, int status)
+void
+conn_count_status(int status)
 {
     struct shm_counters *ctr = wk->ctr;
 
@@ -272,18 +279,25 @@ conn_refuse(struct conn *c, int status, const char *reason)
         wk->ctr->bad_requests++;
     if (status == 405)
         extra = "Allow: GET, HEAD, POST, PUT, DELETE, OPTIONS, PURGE\r\n";
-    conn_count_status(c, status);
+    if (c->cn_hold) {
+        /* The answer we held is void: the request turned out malformed. */
+        c->cn_out.end = c->cn_hold_mark;
+        c->cn_hold = 0;
+    }
+    conn_count_status(status);
     resp_simple(c, status, "Connection: close\r\n", extra,
                 reason ? reason : http_status_text(status),
                 r && r->method == HTTP_HEAD && status != 400);
     c->cn_close = 1;
+    c->cn_state = CONN_SEND;
 }
 
 /* ------------------------------------------------------------------ */
-/* Routing (until proxying lands: redirects, 404, and a 502 for map). */
+/* Routing: remap, then a redirect, a 404, or the origin. */
 
-static void
-conn_route(struct conn *c, int *keep_alive)
+/* Returns 1 when the request went to an origin (proxy.c owns the rest). */
+static int
+conn_route(struct conn *c, int keep_alive)
 {
     const struct conf *cf = wk->conf;
     struct http_req *r = &c->cn_req->r;
@@ -294,34 +308,42 @@ conn_route(struct conn *c, int *keep_alive)
     size_t pathlen = r->path_len;
     char loc[sizeof(res.path) + 512];
     int head = r->method == HTTP_HEAD;
-    const char *ch;
+    const char *ch = conn_connection_hdr(r->minor, keep_alive);
 
     if (r->method == HTTP_CONNECT) {
         conn_refuse(c, 405, "CONNECT is not supported");
-        return;
+        return 0;
     }
     if (r->method == HTTP_M_PUSH) {
         conn_refuse(c, 405, "PUSH is not enabled");
-        return;
+        return 0;
     }
-    if (pathlen == 0 || path[0] != '/') {
-        /* absolute-form without a path: "/" (plus any query) */
-        static char slash[] = "/";
-        if (pathlen == 0) {
-            path = slash;
-            pathlen = 1;
-        }
+    if (pathlen == 0) {
+        path = "/";
+        pathlen = 1;
     }
 
     rule = r->host_len == 0 ? NULL
          : conf_remap_find(&cf->remap, r->https ? "https" : "http",
                            base + r->host, r->host_len, r->port, path,
                            pathlen, &res);
-    ch = conn_connection_hdr(r, *keep_alive);
+    if (rule == NULL && r->absolute && !cf->rec.remap_required
+        && r->host_len < sizeof(res.host) && pathlen + 1 < sizeof(res.path)) {
+        /* Forward proxy: the target's own authority is the origin. */
+        memset(&res, 0, sizeof(res));
+        snprintf(res.scheme, sizeof(res.scheme), "%s", r->https ? "https" : "http");
+        memcpy(res.host, base + r->host, r->host_len);
+        res.port = r->port;
+        if (path[0] != '/')
+            res.path[res.pathlen++] = '/';
+        memcpy(res.path + res.pathlen, path, pathlen);
+        res.pathlen += pathlen;
+        return proxy_start(c, &res, NULL, keep_alive) == 0;
+    }
     if (rule == NULL) {
-        conn_count_status(c, 404);
+        conn_count_status(404);
         resp_simple(c, 404, ch, NULL, "no remap rule matches this request", head);
-        return;
+        return 0;
     }
     switch (rule->type) {
     case CONF_REMAP_REDIRECT:
@@ -334,15 +356,12 @@ conn_route(struct conn *c, int *keep_alive)
         else
             snprintf(loc, sizeof(loc), "Location: %s://%s:%d%s\r\n",
                      res.scheme, res.host, res.port, res.path);
-        conn_count_status(c, status);
+        conn_count_status(status);
         resp_simple(c, status, ch, loc, http_status_text(status), head);
-        return;
+        return 0;
     }
     default:
-        conn_count_status(c, 502);
-        resp_simple(c, 502, ch, NULL,
-                    "proxying to the origin is not built yet", head);
-        return;
+        return proxy_start(c, &res, rule, keep_alive) == 0;
     }
 }
 
@@ -352,15 +371,26 @@ conn_request(struct conn *c)
 {
     struct http_req *r = &c->cn_req->r;
     int keep_alive = r->keep_alive && !wk->draining;
+    int discard = r->has_body && !r->expect_continue
+                  && (r->chunked || r->content_length <= DISCARD_MAX);
+    size_t mark = c->cn_out.end;
 
     wk->ctr->requests++;
-    /* A body we are not going to read must not hold the connection: with
-     * Expect: 100-continue the client may never send it, and a large one
-     * is not worth swallowing. */
-    if (r->has_body && (r->expect_continue || r->chunked
-                        || r->content_length > DISCARD_MAX))
-        keep_alive = 0;
-    conn_route(c, &keep_alive);
+    if (r->has_body && !discard)
+        keep_alive = 0;     /* a body we will not read: answer and close */
+    if (conn_route(c, keep_alive)) {
+        if (c->cn_state == CONN_BODY || c->cn_state == CONN_PROXY)
+            return;         /* the origin transaction owns the request */
+        /* it failed at once and queued its own answer */
+    } else if (r->has_body && discard && !c->cn_close) {
+        /* Read the unwanted body before the answer goes out, so a
+         * malformed body still gets its 400 instead of our answer. */
+        c->cn_hold = 1;
+        c->cn_hold_mark = mark;
+        c->cn_discarded = 0;
+        c->cn_state = CONN_BODY;
+        return;
+    }
     if (!keep_alive)
         c->cn_close = 1;
 }
@@ -373,10 +403,13 @@ conn_process(struct conn *c)
     struct worker *w = wk;
     int rc;
 
-    while (!c->cn_close) {
+    if (c->cn_in_process)
+        return 0;
+    c->cn_in_process = 1;
+    while (!c->cn_close && !c->cn_abort) {
         size_t avail = c->cn_in.end - c->cn_in.start;
 
-        if (c->cn_out.end - c->cn_out.start > OUT_HIGH)
+        if (c->cn_out.end - c->cn_out.start > OUT_HIGH && !c->cn_hold)
             break;      /* let the client read first */
         if (c->cn_state == CONN_IDLE || c->cn_state == CONN_SEND) {
             if (avail == 0)
@@ -409,72 +442,149 @@ conn_process(struct conn *c)
                 conn_refuse(c, rc, r->reason);
                 break;
             }
+            c->cn_state = CONN_SEND;
             conn_request(c);
             c->cn_in.start += r->start + r->head_len;
             w->ctr->bytes_in += r->start + r->head_len;
-            if (r->has_body && !c->cn_close) {
-                c->cn_state = CONN_BODY;
-            } else {
+            if (c->cn_state == CONN_SEND)
                 http_req_reset(r);
-                c->cn_state = CONN_SEND;
-            }
             continue;
         }
         if (c->cn_state == CONN_BODY) {
             struct http_req *r = &c->cn_req->r;
             size_t used;
 
+            if (c->cn_up) {
+                rc = proxy_client_body(c);
+                if (rc == HTTP_AGAIN || rc == HTTP_OK)
+                    break;      /* more body later, or the response */
+                if (c->cn_up && c->cn_up->up_state == UP_BODY) {
+                    c->cn_abort = 1;
+                    break;
+                }
+                proxy_abort(c);
+                conn_refuse(c, rc, r->reason);
+                break;
+            }
             rc = http_req_body(r, c->cn_in.data + c->cn_in.start, avail,
                                &used, NULL, NULL);
             c->cn_in.start += used;
             w->ctr->bytes_in += used;
+            c->cn_discarded += used;
+            if (rc == HTTP_AGAIN && c->cn_discarded > DISCARD_MAX) {
+                /* Not worth swallowing: answer and close. */
+                c->cn_hold = 0;
+                c->cn_close = 1;
+                break;
+            }
             if (rc == HTTP_AGAIN)
                 break;
             if (rc != HTTP_OK) {
                 conn_refuse(c, rc, r->reason);
                 break;
             }
+            c->cn_hold = 0;
             http_req_reset(r);
             c->cn_state = CONN_SEND;
+            if (!r->keep_alive || w->draining)
+                c->cn_close = 1;
             continue;
         }
         break;
     }
     if (c->cn_in.start == c->cn_in.end)
         c->cn_in.start = c->cn_in.end = 0;
+    c->cn_in_process = 0;
     return conn_flush(c);
 }
 
-/* Write what is queued.  On completion: close, or go idle / keep reading.
+/* Write what is queued (our bytes, then body bytes lent by the origin
+ * transaction), let the transaction refill, and when all is done: close,
+ * go idle, or answer the next pipelined request.
  * Returns 0, or -1 when the connection was closed (c is gone). */
-static int
+int
 conn_flush(struct conn *c)
 {
     struct buf *o = &c->cn_out;
 
-    while (o->end > o->start) {
-        ssize_t n = write(c->cn_fd, o->data + o->start, o->end - o->start);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                struct timeval tv = { wk->conf->rec.txn_no_activity_in, 0 };
-                event_add(&c->cn_wev, &tv);
-                return 0;
-            }
-            conn_close(c);      /* the peer is gone: nothing to save */
+    if (c->cn_in_process)
+        return 0;       /* conn_process() flushes when it is done */
+    for (;;) {
+        if (c->cn_abort) {
+            conn_close(c);
             return -1;
         }
-        o->start += (size_t)n;
-        wk->ctr->bytes_out += (uint64_t)n;
+        while (!c->cn_hold && (o->end > o->start || c->cn_body_len > 0)) {
+            struct iovec iov[2];
+            int n = 0;
+            size_t head = o->end - o->start;
+            ssize_t k;
+
+            if (head) {
+                iov[n].iov_base = o->data + o->start;
+                iov[n++].iov_len = head;
+            }
+            if (c->cn_body_len) {
+                iov[n].iov_base = (void *)c->cn_body;
+                iov[n++].iov_len = c->cn_body_len;
+            }
+            k = writev(c->cn_fd, iov, n);
+            if (k < 0) {
+                if (errno == EINTR)
+                    continue;
+                if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                    struct timeval tv = { wk->conf->rec.txn_no_activity_in, 0 };
+                    event_add(&c->cn_wev, &tv);
+                    return 0;
+                }
+                conn_close(c);      /* the peer is gone: nothing to save */
+                return -1;
+            }
+            wk->ctr->bytes_out += (uint64_t)k;
+            if ((size_t)k <= head) {
+                o->start += (size_t)k;
+            } else {
+                o->start = o->end;
+                k -= (ssize_t)head;
+                c->cn_body += k;
+                c->cn_body_len -= (size_t)k;
+                proxy_client_sent(c, (size_t)k);
+            }
+        }
+        if (!c->cn_hold)
+            o->start = o->end = 0;
+        if (c->cn_up == NULL || c->cn_hold)
+            break;
+        switch (proxy_pump(c)) {
+        case PROXY_MORE:
+        case PROXY_DONE:
+            continue;
+        case PROXY_ABORT:
+            conn_close(c);
+            return -1;
+        case PROXY_WAIT:
+            event_del(&c->cn_wev);
+            if (!c->cn_in_eof)
+                conn_wait_read(c);
+            return 0;
+        }
     }
-    o->start = o->end = 0;
     event_del(&c->cn_wev);
+    if (!c->cn_close && (c->cn_hold || c->cn_state == CONN_BODY)) {
+        if (c->cn_in_eof) {
+            conn_close(c);
+            return -1;
+        }
+        conn_wait_read(c);
+        return 0;
+    }
     if (c->cn_close) {
         conn_linger(c);
         return c->cn_state == CONN_LINGER ? 0 : -1;
     }
-    if (c->cn_state == CONN_SEND && c->cn_in.end == c->cn_in.start) {
+    if (c->cn_state == CONN_SEND && c->cn_in.end > c->cn_in.start)
+        return conn_process(c);     /* pipelined requests behind a proxied one */
+    if (c->cn_state == CONN_SEND) {
         /* Between requests with nothing pending: give memory back. */
         c->cn_state = CONN_IDLE;
         buf_release(&c->cn_in);
@@ -486,8 +596,25 @@ conn_flush(struct conn *c)
         conn_close(c);
         return -1;
     }
+    if (c->cn_read_blocked) {
+        c->cn_read_blocked = 0;
+    }
     conn_wait_read(c);
     return 0;
+}
+
+/* The origin took the request body we had: read more from the client. */
+void
+conn_read_resume(struct conn *c)
+{
+    if (c->cn_in_process)
+        return;
+    if (c->cn_read_blocked) {
+        c->cn_read_blocked = 0;
+        conn_wait_read(c);
+    }
+    if (c->cn_in.end > c->cn_in.start)
+        conn_process(c);
 }
 
 static void
@@ -503,9 +630,13 @@ conn_timeout(struct conn *c)
         }
         break;
     case CONN_BODY:
-        conn_refuse(c, 408, "request body timeout");
-        conn_flush(c);
-        return;
+        if (c->cn_up == NULL || c->cn_up->up_state < UP_BODY) {
+            proxy_abort(c);
+            conn_refuse(c, 408, "request body timeout");
+            conn_flush(c);
+            return;
+        }
+        break;
     default:
         break;
     }
@@ -540,16 +671,17 @@ conn_on_read(evutil_socket_t fd, short what, void *arg)
     }
     if (in->end == in->size) {
         size_t limit = wk->limits.head_max + BUF_SIZE;
-        if (c->cn_state == CONN_HEAD && in->size < limit) {
+        if (in->start > 0) {
+            buf_grow(in, 1);    /* compacts; never grows */
+        } else if (c->cn_state == CONN_HEAD && in->size < limit) {
             if (buf_grow(in, BUF_SIZE) < 0) {
                 conn_close(c);
                 return;
             }
-        } else if (in->start > 0) {
-            buf_grow(in, 1);
         } else {
-            /* Full of pipelined input we cannot parse yet: stop reading
-             * until the output drains. */
+            /* Full of input we cannot take yet (pipelined requests behind
+             * a slow response, or a body the origin is slow to accept):
+             * stop reading until that changes. */
             event_del(&c->cn_rev);
             c->cn_read_blocked = 1;
             return;
@@ -565,19 +697,30 @@ conn_on_read(evutil_socket_t fd, short what, void *arg)
     if (n == 0) {
         c->cn_in_eof = 1;
         event_del(&c->cn_rev);
-        if (c->cn_state == CONN_IDLE
-            || (in->end == in->start && c->cn_out.end == c->cn_out.start
-                && c->cn_state != CONN_BODY)) {
+        switch (c->cn_state) {
+        case CONN_IDLE:
             conn_close(c);
             return;
-        }
-        if (c->cn_state == CONN_HEAD || c->cn_state == CONN_BODY) {
-            /* Mid-request EOF: the request can never complete. */
-            if (c->cn_out.end == c->cn_out.start) {
+        case CONN_HEAD:
+        case CONN_BODY:
+            /* Mid-request EOF: this request can never complete. */
+            if (c->cn_in.end == c->cn_in.start && c->cn_state == CONN_HEAD
+                && c->cn_out.end == c->cn_out.start && !c->cn_up) {
                 conn_close(c);
                 return;
             }
-            c->cn_close = 1;
+            if (c->cn_state == CONN_BODY || c->cn_in.end > c->cn_in.start) {
+                proxy_abort(c);
+                if (c->cn_hold) {
+                    c->cn_out.end = c->cn_hold_mark;
+                    c->cn_hold = 0;
+                }
+                c->cn_close = 1;
+            }
+            break;
+        default:
+            /* PROXY / SEND: finish the response, then close. */
+            break;
         }
         conn_flush(c);
         return;
@@ -598,14 +741,12 @@ conn_on_write(evutil_socket_t fd, short what, void *arg)
     }
     if (conn_flush(c) < 0 || c->cn_state == CONN_LINGER)
         return;
-    if (c->cn_out.end == c->cn_out.start) {
-        if (c->cn_read_blocked) {
-            c->cn_read_blocked = 0;
-            conn_wait_read(c);
-        }
-        /* More pipelined requests may be waiting in the input. */
+    if (c->cn_read_blocked && c->cn_out.end == c->cn_out.start) {
+        c->cn_read_blocked = 0;
         if (c->cn_in.end > c->cn_in.start)
             conn_process(c);
+        else
+            conn_wait_read(c);
     }
 }
 

@@ -344,7 +344,17 @@ http_cb_body(http_parser *p, const char *at, size_t n)
     return 0;
 }
 
+static int
+http_cb_headers_complete(http_parser *p)
+{
+    struct http_req *r = p->data;
+
+    /* 1: no body follows (responses to HEAD, 1xx, 204, 304). */
+    return r->skip_body ? 1 : 0;
+}
+
 static const http_parser_settings http_settings = {
+    .on_headers_complete = http_cb_headers_complete,
     .on_body = http_cb_body,
     .on_message_complete = http_cb_message_complete,
 };
@@ -549,6 +559,9 @@ http_req_parse(struct http_req *r, char *head)
     r->content_length = -1;
     r->chunked = 0;
     r->has_body = 0;
+    r->skip_body = 0;
+    r->until_close = 0;
+    r->status = 0;
     r->host = r->host_len = 0;
     r->port = 80;
 
@@ -611,6 +624,100 @@ http_req_parse(struct http_req *r, char *head)
     if (r->body_done != !r->has_body)
         return http_refuse(r, 400, "ambiguous message framing");
     return HTTP_OK;
+}
+
+/* Status line: HTTP-version SP 3DIGIT SP [reason-phrase] (RFC 9112 4). */
+static int
+http_resp_line(struct http_req *r, const char *head, size_t len)
+{
+    if (len < 12 || memcmp(head, "HTTP/1.", 7) != 0 || head[7] < '0'
+        || head[7] > '9' || head[8] != ' ' || head[9] < '1' || head[9] > '5'
+        || head[10] < '0' || head[10] > '9' || head[11] < '0' || head[11] > '9'
+        || (len > 12 && head[12] != ' '))
+        return http_refuse(r, 502, "invalid status line from the origin");
+    r->major = 1;
+    r->minor = (uint16_t)(head[7] - '0');
+    r->status = (head[9] - '0') * 100 + (head[10] - '0') * 10 + (head[11] - '0');
+    r->phrase = len > 13 ? 13 : (uint32_t)len;
+    r->phrase_len = len > 13 ? (uint32_t)(len - 13) : 0;
+    return HTTP_OK;
+}
+
+int
+http_resp_parse(struct http_req *r, char *head, int req_method)
+{
+    size_t line_len, n;
+    int rc;
+
+    r->base = head;
+    r->conn_tokens = 0;
+    r->content_length = -1;
+    r->chunked = 0;
+    r->until_close = 0;
+    r->f_host = -1;
+    r->method = req_method;
+    line_len = (size_t)((char *)memchr(head, '\n', r->head_len) - head);
+    if (line_len > 0 && head[line_len - 1] == '\r')
+        line_len--;
+    if ((rc = http_resp_line(r, head, line_len)) != HTTP_OK)
+        return rc;
+    for (int i = 0; i < r->nfields; i++) {
+        if (http_field_is(r, i, "connection")) {
+            const struct http_field *f = &r->fields[i];
+            const char *p = head + f->value, *end = p + f->value_len, *t;
+            size_t tl;
+            while (http_list_next(&p, end, &t, &tl)) {
+                if (tl == 5 && strncasecmp(t, "close", 5) == 0)
+                    r->conn_tokens |= HTTP_CONN_CLOSE;
+                else if (tl == 10 && strncasecmp(t, "keep-alive", 10) == 0)
+                    r->conn_tokens |= HTTP_CONN_KEEPALIVE;
+                else
+                    r->conn_tokens |= HTTP_CONN_OTHER;
+            }
+        }
+    }
+    r->skip_body = req_method == HTTP_HEAD || r->status < 200
+                   || r->status == 204 || r->status == 304;
+    if (!r->skip_body) {
+        /* Same smuggling rules as requests, except that a response without
+         * chunked last is read until close (RFC 9112 6.3 item 4). */
+        rc = http_req_framing(r);
+        if (rc == 501) {
+            r->until_close = 1;
+        } else if (rc != HTTP_OK) {
+            r->status = 0;
+            return http_refuse(r, 502, r->reason);
+        }
+        if (!r->chunked && r->content_length < 0)
+            r->until_close = 1;
+    }
+    r->keep_alive = !(r->conn_tokens & HTTP_CONN_CLOSE) && !r->until_close
+                    && (r->minor >= 1 || (r->conn_tokens & HTTP_CONN_KEEPALIVE));
+    r->has_body = !r->skip_body && (r->chunked || r->until_close || r->content_length > 0);
+
+    http_parser_init(&r->parser, HTTP_RESPONSE);
+    r->parser.data = r;
+    r->sink = NULL;
+    r->body_done = 0;
+    n = http_parser_execute(&r->parser, &http_settings, head, r->head_len);
+    if (HTTP_PARSER_ERRNO(&r->parser) == HPE_PAUSED)
+        http_parser_pause(&r->parser, 0);
+    else if (HTTP_PARSER_ERRNO(&r->parser) != HPE_OK || n != r->head_len)
+        return http_refuse(r, 502, "malformed response from the origin");
+    return HTTP_OK;
+}
+
+int
+http_body_eof(struct http_req *r)
+{
+    if (r->body_done)
+        return HTTP_OK;
+    if (!r->until_close)
+        return 400;
+    http_parser_execute(&r->parser, &http_settings, NULL, 0);
+    if (HTTP_PARSER_ERRNO(&r->parser) == HPE_PAUSED)
+        http_parser_pause(&r->parser, 0);
+    return r->body_done ? HTTP_OK : 400;
 }
 
 int

@@ -84,6 +84,11 @@ struct http_req {
     uint32_t path, path_len;    /* path and query ("/" for "*") */
     int      has_body;
     int      body_done;         /* set by http_req_body at message end */
+    /* responses (http_resp_parse) */
+    int      status;
+    uint32_t phrase, phrase_len;  /* reason phrase */
+    int      until_close;       /* body delimited by the origin's close */
+    int      skip_body;         /* HEAD, 1xx, 204, 304 */
     const char *reason;         /* why a request was refused */
 };
 
@@ -105,12 +110,21 @@ int http_head_scan(struct http_req *r, const char *buf, size_t len,
  * r->reason.  After a refusal the connection must close. */
 int http_req_parse(struct http_req *r, char *head);
 
-/* Feed body bytes.  Consumes up to len bytes of this message's body and
+/* Responses reuse struct http_req (scanner and field index): parse and
+ * check a complete response head at head[0..r->head_len) received for a
+ * request with method req_method.  Returns HTTP_OK, or 502 with r->reason
+ * (invalid status line, CL with TE, differing lengths...). */
+int http_resp_parse(struct http_req *r, char *head, int req_method);
+
+/* Feed body bytes (requests and responses alike).  Consumes up to len bytes of this message's body and
  * sets *used; payload bytes are passed to sink (may be NULL) in pieces.
  * Returns HTTP_OK when the message is complete (r->body_done), HTTP_AGAIN
  * when more is needed, or 400 for a framing error (bad chunk size...). */
 int http_req_body(struct http_req *r, const char *buf, size_t len,
                   size_t *used, http_body_sink sink, void *arg);
+/* The peer closed: for a close-delimited body this completes the message
+ * (HTTP_OK); otherwise the message is truncated (400). */
+int http_body_eof(struct http_req *r);
 
 /* Field helpers. */
 int  http_field_is(const struct http_req *r, int i, const char *name);

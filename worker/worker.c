@@ -22,6 +22,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -279,6 +280,9 @@ worker_main(const struct worker_args *a)
     w->nlisten = a->nlisten;
     w->limits.line_max = (size_t)a->conf->rec.request_line_max_size;
     w->limits.head_max = (size_t)a->conf->rec.request_header_max_size;
+    w->resp_limits.line_max = (size_t)a->conf->rec.response_header_max_size;
+    w->resp_limits.head_max = (size_t)a->conf->rec.response_header_max_size;
+    snprintf(w->via, sizeof(w->via), "1.1 %s", a->conf->rec.proxy_name);
     for (int i = 0; i < a->nlisten; i++)
         w->listen_fd[i] = a->listen_fds[i];
 
@@ -329,6 +333,8 @@ worker_main(const struct worker_args *a)
     /* Leaving: whatever is still open is cut (fast stop or deadline). */
     worker_stop_accepting(w);
     conn_close_all(w);
+    origin_pool_close_all(w);
+    proxy_free_pools(w);
     event_free(w->sig_term);
     event_free(w->sig_int);
     event_free(w->sig_quit);

@@ -25,6 +25,9 @@
 #include "shm/shm.h"
 #include "worker/http.h"
 
+struct origin_idle;
+struct evdns_getaddrinfo_request;
+
 /* What the master hands a worker. */
 struct worker_args {
     const struct conf *conf;
@@ -58,11 +61,13 @@ enum conn_state {
     CONN_IDLE = 0,                   /* keep-alive: waiting, no buffers */
     CONN_HEAD,                       /* reading a request head */
     CONN_BODY,                       /* reading (discarding) a request body */
+    CONN_PROXY,                      /* an origin transaction is running */
     CONN_SEND,                       /* flushing responses, then next */
     CONN_LINGER,                     /* SHUT_WR sent; draining input */
 };
 
 struct req_ctx;
+struct upstream;
 
 struct conn {
     uint32_t         cn_magic;
@@ -73,10 +78,19 @@ struct conn {
     struct buf       cn_in;           /* request bytes */
     struct buf       cn_out;          /* response bytes */
     struct req_ctx  *cn_req;          /* NULL while idle */
+    struct upstream *cn_up;           /* the origin transaction, if any */
+    const char      *cn_body;         /* body bytes to send after cn_out */
+    size_t           cn_body_len;     /* (owned by cn_up: its input buffer) */
     struct timeval   cn_head_start;   /* first byte of the current head */
     unsigned         cn_close:1;      /* close once cn_out is flushed */
     unsigned         cn_in_eof:1;
     unsigned         cn_read_blocked:1;
+    unsigned         cn_abort:1;      /* cut now: a response was truncated */
+    unsigned         cn_in_process:1; /* inside conn_process(): no re-entry */
+    unsigned         cn_hold:1;       /* cn_out waits until the request body
+                                         we are discarding has ended */
+    size_t           cn_hold_mark;    /* cn_out.end before the held answer */
+    size_t           cn_discarded;    /* body bytes dropped for it so far */
     struct sockaddr_storage cn_peer;
     struct conn     *cn_next;         /* free list / all-connections list */
     struct conn     *cn_prev;
@@ -85,6 +99,48 @@ struct conn {
 struct req_ctx {
     struct http_req  r;
     struct req_ctx  *next;            /* free list */
+};
+
+#define UP_MAGIC 0x55505354u           /* "UPST" */
+
+enum up_state {
+    UP_RESOLVING = 1,                 /* waiting for evdns */
+    UP_CONNECTING,                    /* non-blocking connect in progress */
+    UP_SENDING,                       /* request head (and body) going out */
+    UP_HEAD,                          /* reading the response head */
+    UP_BODY,                          /* streaming the response body */
+};
+
+/* One origin transaction, owned by its client connection (cn_up). */
+struct upstream {
+    uint32_t         up_magic;
+    enum up_state    up_state;
+    struct conn     *up_client;
+    int              up_fd;
+    struct event     up_rev, up_wev;
+    struct buf       up_in;           /* origin -> us; [start, parsed) is
+                                         body ready for the client */
+    struct buf       up_out;          /* us -> origin */
+    size_t           up_parsed;       /* offset in up_in parsed so far */
+    struct req_ctx  *up_resp;         /* response head index + parser */
+    struct evdns_getaddrinfo_request *up_dns;
+    char             up_host[256];    /* origin host (pool key with port) */
+    int              up_port;
+    struct sockaddr_storage up_addr;
+    socklen_t        up_addrlen;
+    int              up_method;       /* the client's request */
+    int              up_client_minor;
+    int              up_client_ka;    /* client keep-alive wanted */
+    uint64_t         up_req_body_left;/* client body bytes still to forward */
+    unsigned         up_reused:1;     /* connection came from the pool */
+    unsigned         up_retried:1;
+    unsigned         up_req_body:1;   /* the request has a body */
+    unsigned         up_req_done:1;   /* request fully written to origin */
+    unsigned         up_resp_bytes:1; /* any response byte received */
+    unsigned         up_eof:1;        /* origin closed */
+    unsigned         up_decode:1;     /* de-chunk for an HTTP/1.0 client */
+    unsigned         up_safe:1;       /* safe to retry on a fresh connection */
+    const struct conf_remap_rule *up_rule;
 };
 
 struct worker {
@@ -111,6 +167,13 @@ struct worker {
     char               **free_bufs;   /* stack of BUF_SIZE blocks */
     unsigned             nfree_bufs, cap_free_bufs;
     struct http_limits   limits;
+    struct http_limits   resp_limits;
+    struct evdns_base   *dns;
+    struct origin_idle  *idle;        /* pooled origin connections */
+    unsigned             nidle;
+    struct origin_idle  *free_idle;
+    struct upstream     *free_ups;
+    char                 via[300];    /* "1.1 NAME" */
 };
 
 extern struct worker *wk;            /* this process's worker */
@@ -120,6 +183,39 @@ void conn_accept(struct worker *w, int fd, const struct sockaddr *sa,
                  socklen_t salen);
 void conn_drain_all(struct worker *w);
 void conn_close_all(struct worker *w);
+
+/* origin.c: connections to origins (DNS, connect, the idle pool) */
+/* Start getting a connection for up (host/port set): from the pool when
+ * `pooled`, else a new one; calls proxy_origin_ready(up, err) when done
+ * (maybe before returning).  err is 0, or the status to answer (502/504). */
+void origin_get(struct upstream *up, int pooled);
+/* Return up's connection to the pool (or close it when the pool is full). */
+void origin_put(struct upstream *up);
+/* Cancel a pending resolve/connect and close the fd. */
+void origin_release(struct upstream *up);
+void origin_pool_close_all(struct worker *w);
+int  origin_connect_fresh(struct upstream *up);
+
+/* proxy.c: the origin transaction */
+/* Forward the current request of c to the origin chosen by res.  Returns
+ * 0, or -1 after queueing an error response itself. */
+int  proxy_start(struct conn *c, const struct conf_remap_result *res,
+                 const struct conf_remap_rule *rule, int keep_alive);
+void proxy_origin_ready(struct upstream *up, int err);
+/* Client side callbacks from conn.c */
+enum proxy_pump { PROXY_MORE, PROXY_WAIT, PROXY_DONE, PROXY_ABORT };
+enum proxy_pump proxy_pump(struct conn *c);
+void proxy_client_sent(struct conn *c, size_t n);
+/* Feed the client's request body; returns HTTP_OK / HTTP_AGAIN / status. */
+int  proxy_client_body(struct conn *c);
+void proxy_abort(struct conn *c);
+void proxy_free_pools(struct worker *w);
+
+/* conn.c, for proxy.c */
+int  conn_flush(struct conn *c);
+void conn_count_status(int status);
+const char *conn_connection_hdr(int minor, int keep_alive);
+void conn_read_resume(struct conn *c);
 
 /* resp.c */
 /* The current Date header value (29 bytes, RFC 9110 5.6.7), refreshed at

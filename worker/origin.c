@@ -1,0 +1,398 @@
+/*
+ * worker/origin.c: getting a connection to an origin.
+ *
+ * Resolution never blocks the loop: numeric hosts are parsed in place;
+ * names go through libevent's evdns (which reads /etc/resolv.conf and
+ * /etc/hosts), and answers are kept in a small per-worker cache for
+ * DNS_TTL seconds so a busy origin costs one lookup a minute, not one per
+ * connection.
+ *
+ * The idle pool holds keep-alive connections per (host, port), at most
+ * proxy.config.http.per_server.connection.max_idle per origin and
+ * POOL_MAX in all per worker.  An idle connection is watched for
+ * readability: anything arriving on it (the origin's close, or bytes it
+ * had no business sending) makes it unusable, and it is closed at once.
+ * It is also closed after keep_alive_no_activity_timeout_out.
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <event2/dns.h>
+
+#include "master/log.h"
+#include "worker/worker.h"
+
+#define POOL_MAX   1024
+#define DNS_TTL    60
+#define DNS_CACHE  64
+
+struct origin_idle {
+    int                 fd;
+    char                host[256];
+    int                 port;
+    struct event        ev;
+    struct origin_idle *next, *prev;
+};
+
+struct dns_entry {
+    char                    host[256];
+    struct sockaddr_storage addr;
+    socklen_t               len;
+    time_t                  expires;
+};
+
+static struct dns_entry dns_cache[DNS_CACHE];
+/* evdns may answer inside evdns_getaddrinfo() (hosts file, errors): then
+ * the result is parked here and origin_get() continues, so no callback
+ * runs into code that is still setting the request up. */
+static int dns_in_call, dns_sync_err;
+
+static void origin_idle_close(struct worker *w, struct origin_idle *e);
+
+/* ------------------------------------------------------------------ */
+
+static int
+origin_numeric(struct upstream *up)
+{
+    char h[256];
+    size_t n = strlen(up->up_host);
+    struct sockaddr_in *s4 = (struct sockaddr_in *)&up->up_addr;
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&up->up_addr;
+
+    memset(&up->up_addr, 0, sizeof(up->up_addr));
+    if (inet_pton(AF_INET, up->up_host, &s4->sin_addr) == 1) {
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons((uint16_t)up->up_port);
+        up->up_addrlen = sizeof(*s4);
+        return 1;
+    }
+    if (n > 2 && up->up_host[0] == '[' && n - 2 < sizeof(h)) {
+        memcpy(h, up->up_host + 1, n - 2);
+        h[n - 2] = '\0';
+        if (inet_pton(AF_INET6, h, &s6->sin6_addr) == 1) {
+            s6->sin6_family = AF_INET6;
+            s6->sin6_port = htons((uint16_t)up->up_port);
+            up->up_addrlen = sizeof(*s6);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int
+origin_dns_cached(struct upstream *up)
+{
+    time_t now = time(NULL);
+
+    for (int i = 0; i < DNS_CACHE; i++) {
+        struct dns_entry *d = &dns_cache[i];
+        if (d->expires > now && strcasecmp(d->host, up->up_host) == 0) {
+            memcpy(&up->up_addr, &d->addr, d->len);
+            up->up_addrlen = d->len;
+            if (up->up_addr.ss_family == AF_INET)
+                ((struct sockaddr_in *)&up->up_addr)->sin_port = htons((uint16_t)up->up_port);
+            else
+                ((struct sockaddr_in6 *)&up->up_addr)->sin6_port = htons((uint16_t)up->up_port);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void
+origin_dns_store(const char *host, const struct sockaddr *sa, socklen_t len)
+{
+    time_t now = time(NULL);
+    int victim = 0;
+
+    for (int i = 0; i < DNS_CACHE; i++) {
+        if (strcasecmp(dns_cache[i].host, host) == 0 || dns_cache[i].expires <= now) {
+            victim = i;
+            break;
+        }
+        if (dns_cache[i].expires < dns_cache[victim].expires)
+            victim = i;
+    }
+    struct dns_entry *d = &dns_cache[victim];
+    snprintf(d->host, sizeof(d->host), "%s", host);
+    memcpy(&d->addr, sa, len);
+    d->len = len;
+    d->expires = now + DNS_TTL;
+}
+
+static void
+origin_on_dns(int err, struct evutil_addrinfo *ai, void *arg)
+{
+    struct upstream *up = arg;
+
+    if (err == EVUTIL_EAI_CANCEL) {
+        if (ai)
+            evutil_freeaddrinfo(ai);
+        return;     /* origin_release() cancelled us; up may be gone */
+    }
+    if (dns_in_call) {
+        dns_sync_err = (err || ai == NULL) ? (err ? err : EVUTIL_EAI_FAIL) : 0;
+        if (ai && !err) {
+            memcpy(&up->up_addr, ai->ai_addr, ai->ai_addrlen);
+            up->up_addrlen = (socklen_t)ai->ai_addrlen;
+            origin_dns_store(up->up_host, ai->ai_addr, (socklen_t)ai->ai_addrlen);
+        }
+        if (ai)
+            evutil_freeaddrinfo(ai);
+        return;
+    }
+    up->up_dns = NULL;
+    if (err || ai == NULL) {
+        log_warn("conn %llu: cannot resolve origin %s: %s",
+                 (unsigned long long)up->up_client->cn_id, up->up_host,
+                 evutil_gai_strerror(err));
+        if (ai)
+            evutil_freeaddrinfo(ai);
+        proxy_origin_ready(up, 502);
+        return;
+    }
+    memcpy(&up->up_addr, ai->ai_addr, ai->ai_addrlen);
+    up->up_addrlen = (socklen_t)ai->ai_addrlen;
+    origin_dns_store(up->up_host, ai->ai_addr, (socklen_t)ai->ai_addrlen);
+    evutil_freeaddrinfo(ai);
+    if (up->up_addr.ss_family == AF_INET)
+        ((struct sockaddr_in *)&up->up_addr)->sin_port = htons((uint16_t)up->up_port);
+    else
+        ((struct sockaddr_in6 *)&up->up_addr)->sin6_port = htons((uint16_t)up->up_port);
+    if (origin_connect_fresh(up) < 0)
+        proxy_origin_ready(up, 502);
+}
+
+static void
+origin_on_connect(evutil_socket_t fd, short what, void *arg)
+{
+    struct upstream *up = arg;
+    int err = 0;
+    socklen_t len = sizeof(err);
+
+    event_del(&up->up_wev);
+    if (what & EV_TIMEOUT) {
+        log_warn("conn %llu: connect to origin %s:%d timed out",
+                 (unsigned long long)up->up_client->cn_id, up->up_host, up->up_port);
+        proxy_origin_ready(up, 504);
+        return;
+    }
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+        err = errno;
+    if (err) {
+        log_warn("conn %llu: connect to origin %s:%d: %s",
+                 (unsigned long long)up->up_client->cn_id, up->up_host,
+                 up->up_port, strerror(err));
+        proxy_origin_ready(up, 502);
+        return;
+    }
+    proxy_origin_ready(up, 0);
+}
+
+/* Open a new connection to up_addr; the result arrives through
+ * proxy_origin_ready().  Returns -1 when it failed at once. */
+int
+origin_connect_fresh(struct upstream *up)
+{
+    struct worker *w = wk;
+    struct timeval tv = { w->conf->rec.connect_timeout, 0 };
+    int fd, one = 1;
+
+    fd = socket(up->up_addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        log_warn("conn %llu: origin socket: %s",
+                 (unsigned long long)up->up_client->cn_id, strerror(errno));
+        return -1;
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    up->up_fd = fd;
+    up->up_reused = 0;
+    w->ctr->origin_conns_opened++;
+    up->up_state = UP_CONNECTING;
+    if (connect(fd, (struct sockaddr *)&up->up_addr, up->up_addrlen) == 0) {
+        proxy_origin_ready(up, 0);
+        return 0;
+    }
+    if (errno != EINPROGRESS) {
+        log_warn("conn %llu: connect to origin %s:%d: %s",
+                 (unsigned long long)up->up_client->cn_id, up->up_host,
+                 up->up_port, strerror(errno));
+        return -1;
+    }
+    event_assign(&up->up_wev, w->base, fd, EV_WRITE, origin_on_connect, up);
+    event_add(&up->up_wev, &tv);
+    return 0;
+}
+
+void
+origin_get(struct upstream *up, int pooled)
+{
+    struct worker *w = wk;
+
+    up->up_fd = -1;
+    for (struct origin_idle *e = pooled ? w->idle : NULL; e; e = e->next) {
+        if (e->port == up->up_port && strcasecmp(e->host, up->up_host) == 0) {
+            up->up_fd = e->fd;
+            e->fd = -1;
+            origin_idle_close(w, e);
+            up->up_reused = 1;
+            w->ctr->origin_conns_reused++;
+            proxy_origin_ready(up, 0);
+            return;
+        }
+    }
+    if (origin_numeric(up) || origin_dns_cached(up)) {
+        if (origin_connect_fresh(up) < 0)
+            proxy_origin_ready(up, 502);
+        return;
+    }
+    if (w->dns == NULL) {
+        w->dns = evdns_base_new(w->base, EVDNS_BASE_INITIALIZE_NAMESERVERS
+                                         | EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+        if (w->dns == NULL) {
+            log_error("cannot initialise the resolver");
+            proxy_origin_ready(up, 502);
+            return;
+        }
+    }
+    struct evutil_addrinfo hints;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = EVUTIL_AI_ADDRCONFIG;
+    up->up_state = UP_RESOLVING;
+    dns_in_call = 1;
+    dns_sync_err = -1;
+    up->up_dns = evdns_getaddrinfo(w->dns, up->up_host, NULL, &hints,
+                                   origin_on_dns, up);
+    dns_in_call = 0;
+    if (up->up_dns != NULL)
+        return;
+    if (dns_sync_err < 0)
+        dns_sync_err = EVUTIL_EAI_FAIL;
+    if (dns_sync_err != 0) {
+        log_warn("conn %llu: cannot resolve origin %s: %s",
+                 (unsigned long long)up->up_client->cn_id, up->up_host,
+                 evutil_gai_strerror(dns_sync_err));
+        proxy_origin_ready(up, 502);
+        return;
+    }
+    if (up->up_addr.ss_family == AF_INET)
+        ((struct sockaddr_in *)&up->up_addr)->sin_port = htons((uint16_t)up->up_port);
+    else
+        ((struct sockaddr_in6 *)&up->up_addr)->sin6_port = htons((uint16_t)up->up_port);
+    if (origin_connect_fresh(up) < 0)
+        proxy_origin_ready(up, 502);
+}
+
+void
+origin_release(struct upstream *up)
+{
+    if (up->up_dns) {
+        struct evdns_getaddrinfo_request *d = up->up_dns;
+        up->up_dns = NULL;
+        evdns_getaddrinfo_cancel(d);
+    }
+    if (up->up_fd >= 0) {
+        event_del(&up->up_rev);
+        event_del(&up->up_wev);
+        close(up->up_fd);
+        up->up_fd = -1;
+    }
+}
+
+/* ------------------------------------------------------------------ */
+
+static void
+origin_idle_close(struct worker *w, struct origin_idle *e)
+{
+    event_del(&e->ev);
+    if (e->fd >= 0)
+        close(e->fd);
+    if (e->prev)
+        e->prev->next = e->next;
+    else
+        w->idle = e->next;
+    if (e->next)
+        e->next->prev = e->prev;
+    w->nidle--;
+#ifdef CST_ASAN
+    free(e);
+#else
+    e->next = w->free_idle;
+    w->free_idle = e;
+#endif
+}
+
+static void
+origin_on_idle_event(evutil_socket_t fd, short what, void *arg)
+{
+    /* EOF, stray bytes or the idle timeout: the connection is done. */
+    origin_idle_close(wk, arg);
+}
+
+void
+origin_put(struct upstream *up)
+{
+    struct worker *w = wk;
+    struct timeval tv = { w->conf->rec.ka_no_activity_out, 0 };
+    struct origin_idle *e;
+    int same = 0;
+
+    event_del(&up->up_rev);
+    event_del(&up->up_wev);
+    for (e = w->idle; e; e = e->next)
+        if (e->port == up->up_port && strcasecmp(e->host, up->up_host) == 0)
+            same++;
+    if (w->draining || same >= w->conf->rec.origin_max_idle || w->nidle >= POOL_MAX
+        || w->conf->rec.ka_no_activity_out == 0) {
+        close(up->up_fd);
+        up->up_fd = -1;
+        return;
+    }
+    if (w->free_idle) {
+        e = w->free_idle;
+        w->free_idle = e->next;
+    } else if ((e = malloc(sizeof(*e))) == NULL) {
+        close(up->up_fd);
+        up->up_fd = -1;
+        return;
+    }
+    e->fd = up->up_fd;
+    up->up_fd = -1;
+    e->port = up->up_port;
+    memcpy(e->host, up->up_host, sizeof(e->host));
+    event_assign(&e->ev, w->base, e->fd, EV_READ, origin_on_idle_event, e);
+    event_add(&e->ev, &tv);
+    e->prev = NULL;
+    e->next = w->idle;
+    if (w->idle)
+        w->idle->prev = e;
+    w->idle = e;
+    w->nidle++;
+}
+
+void
+origin_pool_close_all(struct worker *w)
+{
+    while (w->idle)
+        origin_idle_close(w, w->idle);
+    while (w->free_idle) {
+        struct origin_idle *e = w->free_idle;
+        w->free_idle = e->next;
+        free(e);
+    }
+    if (w->dns) {
+        evdns_base_free(w->dns, 1);
+        w->dns = NULL;
+    }
+}

@@ -1,0 +1,681 @@
+/*
+ * worker/proxy.c: one origin transaction (a cache miss, later).
+ *
+ * Ownership: a struct upstream belongs to exactly one client connection
+ * (c->cn_up) and dies with the response: its connection goes back to the
+ * pool when the exchange ended cleanly, otherwise it is closed.
+ *
+ * Data flow, with back-pressure both ways and nothing buffered whole:
+ *
+ *   client --cn_in--> http_req_body() --raw bytes--> up_out --> origin
+ *   origin --> up_in --http-parser--> [start, parsed) --writev--> client
+ *
+ * Request bodies are forwarded as the client framed them (http-parser has
+ * validated that framing): at most one up_out buffer is in flight, and the
+ * client is not read while it is full.  Response bodies are parsed in
+ * place and the parsed span is handed to the client connection as
+ * cn_body, so body bytes are never copied inside Cistern; the origin is
+ * not read while up_in is full of bytes the client has not taken.  The
+ * one exception is a chunked response to an HTTP/1.0 client, which is
+ * de-chunked into the client's output buffer.
+ *
+ * Errors: before any response byte reached the client, a failure becomes
+ * a 502 (refused, reset, invalid response) or 504 (timeout) with one log
+ * line; after that, the client connection is closed, so a truncated
+ * response never looks complete.  A request without a body that is safe
+ * to repeat is retried once on a fresh connection when a pooled one turns
+ * out to be dead (the origin closed it while it sat idle).
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "master/log.h"
+#include "worker/worker.h"
+
+static void up_on_read(evutil_socket_t fd, short what, void *arg);
+static void up_on_write(evutil_socket_t fd, short what, void *arg);
+static void up_send(struct upstream *up);
+
+/* Fields that describe one connection, never forwarded (RFC 9110 7.6.1). */
+static int
+proxy_hop_by_hop(const struct http_req *r, int i)
+{
+    static const char *const hop[] = {
+        "connection", "keep-alive", "proxy-connection", "te", "trailer",
+        "transfer-encoding", "upgrade", "proxy-authenticate",
+    };
+
+    for (size_t k = 0; k < sizeof(hop) / sizeof(hop[0]); k++)
+        if (http_field_is(r, i, hop[k]))
+            return 1;
+    if (r->conn_tokens & HTTP_CONN_OTHER) {
+        const struct http_field *f = &r->fields[i];
+        for (int j = 0; j < r->nfields; j++) {
+            if (!http_field_is(r, j, "connection"))
+                continue;
+            const struct http_field *cf = &r->fields[j];
+            char name[128];
+            if (f->name_len >= sizeof(name))
+                continue;
+            memcpy(name, r->base + f->name, f->name_len);
+            name[f->name_len] = '\0';
+            if (http_list_has(r->base + cf->value, cf->value_len, name))
+                return 1;
+        }
+    }
+    return 0;
+}
+
+static int
+buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int
+buf_printf(struct buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    for (int tries = 0; tries < 2; tries++) {
+        va_start(ap, fmt);
+        n = vsnprintf(b->data + b->end, b->size - b->end, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return -1;
+        if ((size_t)n < b->size - b->end) {
+            b->end += (size_t)n;
+            return 0;
+        }
+        if (buf_grow(b, (size_t)n + 1) < 0)
+            return -1;
+    }
+    return -1;
+}
+
+static int
+buf_append(struct buf *b, const char *p, size_t n)
+{
+    if (b->size - b->end < n && buf_grow(b, n) < 0)
+        return -1;
+    memcpy(b->data + b->end, p, n);
+    b->end += n;
+    return 0;
+}
+
+static void
+proxy_peer_ip(const struct conn *c, char *out, size_t len)
+{
+    out[0] = '\0';
+    if (c->cn_peer.ss_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)&c->cn_peer)->sin_addr, out, (socklen_t)len);
+    else if (c->cn_peer.ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)&c->cn_peer)->sin6_addr, out, (socklen_t)len);
+}
+
+/* ------------------------------------------------------------------ */
+
+static struct upstream *
+up_get(void)
+{
+    struct upstream *up;
+
+    if (wk->free_ups) {
+        up = wk->free_ups;
+        wk->free_ups = *(struct upstream **)up;
+    } else if ((up = malloc(sizeof(*up))) == NULL) {
+        return NULL;
+    }
+    memset(up, 0, sizeof(*up));
+    up->up_magic = UP_MAGIC;
+    up->up_fd = -1;
+    return up;
+}
+
+static void
+up_free(struct conn *c)
+{
+    struct upstream *up = c->cn_up;
+
+    if (up == NULL)
+        return;
+    origin_release(up);
+    buf_release(&up->up_in);
+    buf_release(&up->up_out);
+    if (up->up_resp) {
+#ifdef CST_ASAN
+        free(up->up_resp);
+#else
+        up->up_resp->next = wk->free_reqs;
+        wk->free_reqs = up->up_resp;
+#endif
+    }
+    up->up_magic = 0;
+    c->cn_up = NULL;
+    c->cn_body = NULL;
+    c->cn_body_len = 0;
+#ifdef CST_ASAN
+    free(up);
+#else
+    *(struct upstream **)up = wk->free_ups;
+    wk->free_ups = up;
+#endif
+}
+
+void
+proxy_free_pools(struct worker *w)
+{
+    while (w->free_ups) {
+        struct upstream *up = w->free_ups;
+        w->free_ups = *(struct upstream **)up;
+        free(up);
+    }
+}
+
+/* Answer the client with an error of ours and drop the transaction.
+ * Only valid before any response byte went to the client. */
+static void
+proxy_error(struct conn *c, int status, const char *body)
+{
+    struct upstream *up = c->cn_up;
+    int ka = up->up_client_ka && !up->up_req_body && !wk->draining;
+
+    wk->ctr->origin_errors++;
+    conn_count_status(status);
+    up_free(c);
+    resp_simple(c, status, conn_connection_hdr(c->cn_req ? c->cn_req->r.minor : 1, ka),
+                NULL, body, 0);
+    if (!ka)
+        c->cn_close = 1;
+    c->cn_state = CONN_SEND;
+}
+
+int
+proxy_start(struct conn *c, const struct conf_remap_result *res,
+            const struct conf_remap_rule *rule, int keep_alive)
+{
+    struct http_req *r = &c->cn_req->r;
+    const struct conf_records *rec = &wk->conf->rec;
+    struct upstream *up;
+    struct buf *o;
+    char ip[64];
+    int xff = -1;
+
+    if (strcmp(res->scheme, "http") != 0) {
+        conn_count_status(502);
+        resp_simple(c, 502, "Connection: close\r\n", NULL,
+                    "TLS to origins is not supported yet", r->method == HTTP_HEAD);
+        c->cn_close = 1;
+        return -1;
+    }
+    if ((up = up_get()) == NULL || buf_alloc(&up->up_out) < 0) {
+        if (up)
+            free(up);
+        conn_count_status(503);
+        resp_simple(c, 503, "Connection: close\r\n", NULL, "out of memory", 0);
+        c->cn_close = 1;
+        return -1;
+    }
+    c->cn_up = up;
+    up->up_client = c;
+    up->up_rule = rule;
+    snprintf(up->up_host, sizeof(up->up_host), "%s", res->host);
+    up->up_port = res->port;
+    up->up_method = r->method;
+    up->up_client_minor = r->minor;
+    up->up_client_ka = keep_alive;
+    up->up_req_body = r->has_body;
+    up->up_safe = !r->has_body
+                  && (r->method == HTTP_GET || r->method == HTTP_HEAD
+                      || r->method == HTTP_OPTIONS || r->method == HTTP_TRACE
+                      || r->method == HTTP_PUT || r->method == HTTP_DELETE);
+
+    /* The request head, rewritten for the origin. */
+    o = &up->up_out;
+    buf_printf(o, "%s %s HTTP/1.1\r\n", http_method_name(r->method), res->path);
+    if (rec->pristine_host_hdr && r->f_host >= 0) {
+        const struct http_field *f = &r->fields[r->f_host];
+        buf_printf(o, "Host: %.*s\r\n", (int)f->value_len, r->base + f->value);
+    } else if (res->port == 80) {
+        buf_printf(o, "Host: %s\r\n", res->host);
+    } else {
+        buf_printf(o, "Host: %s:%d\r\n", res->host, res->port);
+    }
+    for (int i = 0; i < r->nfields; i++) {
+        const struct http_field *f = &r->fields[i];
+        if (i == r->f_host || http_field_is(r, i, "expect"))
+            continue;
+        if (http_field_is(r, i, "transfer-encoding")) {
+            /* The body goes out as the client framed it: chunked. */
+            continue;
+        }
+        if (proxy_hop_by_hop(r, i))
+            continue;
+        if (http_field_is(r, i, "x-forwarded-for")) {
+            xff = i;    /* merged below, with the client's address last */
+            continue;
+        }
+        buf_append(o, r->base + f->name, f->value + f->value_len - f->name);
+        buf_append(o, "\r\n", 2);
+    }
+    if (r->chunked)
+        buf_printf(o, "Transfer-Encoding: chunked\r\n");
+    proxy_peer_ip(c, ip, sizeof(ip));
+    if (xff >= 0) {
+        const struct http_field *f = &r->fields[xff];
+        buf_printf(o, "X-Forwarded-For: %.*s, %s\r\n", (int)f->value_len,
+                   r->base + f->value, ip);
+    } else {
+        buf_printf(o, "X-Forwarded-For: %s\r\n", ip);
+    }
+    if (buf_printf(o, "Via: %s\r\n\r\n", wk->via) < 0) {
+        proxy_error(c, 502, "request too large to forward");
+        return -1;
+    }
+    if (r->has_body && r->expect_continue) {
+        /* We read the body ourselves; the client may send it now. */
+        buf_alloc(&c->cn_out);
+        buf_append(&c->cn_out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+    }
+    wk->ctr->origin_requests++;
+    c->cn_state = r->has_body ? CONN_BODY : CONN_PROXY;
+    origin_get(up, 1);
+    return 0;
+}
+
+/* The connection is ready (err 0), or could not be had. */
+void
+proxy_origin_ready(struct upstream *up, int err)
+{
+    struct conn *c = up->up_client;
+    struct worker *w = wk;
+
+    if (err) {
+        origin_release(up);
+        proxy_error(c, err, err == 504 ? "origin connect timeout" : "origin unreachable");
+        conn_flush(c);
+        return;
+    }
+    event_assign(&up->up_rev, w->base, up->up_fd, EV_READ | EV_PERSIST, up_on_read, up);
+    event_assign(&up->up_wev, w->base, up->up_fd, EV_WRITE | EV_PERSIST, up_on_write, up);
+    up->up_state = UP_SENDING;
+    up_send(up);
+}
+
+/* A pooled connection died under us: try once more on a fresh one. */
+static int
+up_retry(struct upstream *up)
+{
+    if (!up->up_reused || !up->up_safe || up->up_retried || up->up_resp_bytes)
+        return 0;
+    log_debug("conn %llu: pooled origin connection to %s:%d was dead; retrying",
+              (unsigned long long)up->up_client->cn_id, up->up_host, up->up_port);
+    origin_release(up);
+    up->up_retried = 1;
+    up->up_out.start = 0;
+    up->up_req_done = 0;
+    up->up_eof = 0;
+    origin_get(up, 0);
+    return 1;
+}
+
+/* Origin failure: 502/504 if the client has seen nothing, else cut it. */
+static void
+up_fail(struct upstream *up, int status, const char *why)
+{
+    struct conn *c = up->up_client;
+
+    log_warn("conn %llu: origin %s:%d: %s", (unsigned long long)c->cn_id,
+             up->up_host, up->up_port, why);
+    if (up->up_state == UP_BODY) {
+        wk->ctr->origin_errors++;
+        c->cn_abort = 1;
+        conn_flush(c);
+        return;
+    }
+    proxy_error(c, status, status == 504 ? "origin timeout" : "bad gateway");
+    conn_flush(c);
+}
+
+static void
+up_send(struct upstream *up)
+{
+    struct buf *o = &up->up_out;
+    struct timeval tv = { wk->conf->rec.txn_no_activity_out, 0 };
+
+    while (o->end > o->start) {
+        ssize_t n = write(up->up_fd, o->data + o->start, o->end - o->start);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN) {
+                event_add(&up->up_wev, &tv);
+                event_add(&up->up_rev, &tv);
+                return;
+            }
+            if (up_retry(up))
+                return;
+            up_fail(up, 502, strerror(errno));
+            return;
+        }
+        o->start += (size_t)n;
+    }
+    event_del(&up->up_wev);
+    if (!up->up_req_body || up->up_client->cn_state != CONN_BODY) {
+        up->up_req_done = 1;
+        if (up->up_state == UP_SENDING)
+            up->up_state = UP_HEAD;
+    }
+    /* Keep the request bytes for a retry until the response begins. */
+    if (!up->up_safe)
+        o->start = o->end = 0;
+    event_add(&up->up_rev, &tv);
+    if (up->up_req_body && up->up_client->cn_state == CONN_BODY) {
+        o->start = o->end = 0;
+        conn_read_resume(up->up_client);
+    }
+}
+
+static void
+up_on_write(evutil_socket_t fd, short what, void *arg)
+{
+    struct upstream *up = arg;
+
+    if (what & EV_TIMEOUT) {
+        up_fail(up, 504, "timeout sending the request");
+        return;
+    }
+    up_send(up);
+}
+
+static void
+up_on_read(evutil_socket_t fd, short what, void *arg)
+{
+    struct upstream *up = arg;
+    struct conn *c = up->up_client;
+    struct buf *in = &up->up_in;
+    ssize_t n;
+
+    if (what & EV_TIMEOUT) {
+        up_fail(up, 504, "no response within transaction_no_activity_timeout_out");
+        return;
+    }
+    if (buf_alloc(in) < 0) {
+        up_fail(up, 502, "out of memory");
+        return;
+    }
+    if (in->end == in->size) {
+        if (in->start > 0 && c->cn_body_len == 0 && in->start == up->up_parsed) {
+            size_t keep = in->end - in->start;
+            memmove(in->data, in->data + in->start, keep);
+            in->end = keep;
+            up->up_parsed -= in->start;
+            in->start = 0;
+        } else if (up->up_state == UP_HEAD && in->start == 0
+                   && in->size < (size_t)wk->conf->rec.response_header_max_size + BUF_SIZE) {
+            buf_grow(in, BUF_SIZE);
+        }
+        if (in->end == in->size) {
+            /* The client has not taken what we have: stop reading. */
+            event_del(&up->up_rev);
+            return;
+        }
+    }
+    n = read(fd, in->data + in->end, in->size - in->end);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EINTR)
+            return;
+        if (up_retry(up))
+            return;
+        up_fail(up, 502, strerror(errno));
+        return;
+    }
+    if (n == 0) {
+        if (up_retry(up))
+            return;
+        up->up_eof = 1;
+        event_del(&up->up_rev);
+    } else {
+        in->end += (size_t)n;
+        up->up_resp_bytes = 1;
+        if (up->up_safe && up->up_out.end > 0)
+            up->up_out.start = up->up_out.end = 0;
+    }
+    conn_flush(c);
+}
+
+/* The response head for the client: hop-by-hop fields out, Via in,
+ * Location / Content-Location mapped back (reverse_map), framing chosen
+ * for this client. */
+static int
+proxy_client_head(struct conn *c, struct upstream *up, struct http_req *resp)
+{
+    struct buf *o = &c->cn_out;
+    char mapped[8192];
+    int has_date = 0, ka;
+
+    if (buf_alloc(o) < 0)
+        return -1;
+    up->up_decode = resp->chunked && up->up_client_minor == 0 && !resp->skip_body;
+    ka = up->up_client_ka && !resp->until_close && !up->up_decode && !wk->draining
+         && !(up->up_req_body && !up->up_req_done);
+    buf_printf(o, "HTTP/1.1 %d %.*s\r\n", resp->status, (int)resp->phrase_len,
+               resp->base + resp->phrase);
+    for (int i = 0; i < resp->nfields; i++) {
+        const struct http_field *f = &resp->fields[i];
+        const char *v = resp->base + f->value;
+
+        if (proxy_hop_by_hop(resp, i))
+            continue;
+        if (http_field_is(resp, i, "date"))
+            has_date = 1;
+        if ((http_field_is(resp, i, "location") || http_field_is(resp, i, "content-location"))
+            && conf_remap_reverse(&wk->conf->remap, v, f->value_len, mapped, sizeof(mapped))) {
+            buf_printf(o, "%.*s: %s\r\n", (int)f->name_len, resp->base + f->name, mapped);
+            continue;
+        }
+        buf_append(o, resp->base + f->name, f->value + f->value_len - f->name);
+        buf_append(o, "\r\n", 2);
+    }
+    if (resp->chunked && !up->up_decode && !resp->skip_body)
+        buf_printf(o, "Transfer-Encoding: chunked\r\n");
+    if (!has_date)
+        buf_printf(o, "Date: %s\r\n", resp_date());
+    if (buf_printf(o, "Via: %s\r\n%s\r\n", wk->via,
+                   conn_connection_hdr(up->up_client_minor, ka)) < 0)
+        return -1;
+    if (!ka)
+        up->up_client_ka = 0;
+    conn_count_status(resp->status);
+    return 0;
+}
+
+/* De-chunked body bytes for an HTTP/1.0 client (room was checked). */
+static void
+proxy_sink_client(void *arg, const char *p, size_t n)
+{
+    struct conn *c = arg;
+
+    buf_append(&c->cn_out, p, n);
+}
+
+int
+proxy_client_body(struct conn *c)
+{
+    struct upstream *up = c->cn_up;
+    struct http_req *r = &c->cn_req->r;
+    struct buf *in = &c->cn_in, *o = &up->up_out;
+    size_t avail = in->end - in->start, room, used;
+    int rc;
+
+    if (o->data == NULL && buf_alloc(o) < 0)
+        return 503;
+    room = o->size - o->end;
+    if (room == 0)
+        return HTTP_AGAIN;      /* the origin has not taken the last part */
+    rc = http_req_body(r, in->data + in->start, avail < room ? avail : room,
+                       &used, NULL, NULL);
+    /* Forward the bytes exactly as framed by the client (validated). */
+    memcpy(o->data + o->end, in->data + in->start, used);
+    o->end += used;
+    in->start += used;
+    wk->ctr->bytes_in += used;
+    if (rc == HTTP_OK)
+        c->cn_state = CONN_PROXY;
+    if (up->up_state >= UP_SENDING && up->up_fd >= 0
+        && !event_pending(&up->up_wev, EV_WRITE, NULL))
+        up_send(up);
+    return rc;
+}
+
+/* Called by conn.c when c's output is empty: move the response along. */
+enum proxy_pump
+proxy_pump(struct conn *c)
+{
+    struct upstream *up = c->cn_up;
+    struct buf *in = &up->up_in;
+    struct http_req *resp;
+    int rc;
+
+    if (up->up_state < UP_SENDING)
+        return PROXY_WAIT;
+    if (up->up_state != UP_BODY) {
+        size_t avail = in->end - in->start;
+
+        if (avail == 0) {
+            if (up->up_eof) {
+                up_fail(up, 502, "closed the connection without a response");
+                return c->cn_up ? PROXY_ABORT : PROXY_MORE;
+            }
+            return PROXY_WAIT;
+        }
+        if (up->up_resp == NULL) {
+            if (wk->free_reqs) {
+                up->up_resp = wk->free_reqs;
+                wk->free_reqs = up->up_resp->next;
+            } else if ((up->up_resp = malloc(sizeof(*up->up_resp))) == NULL) {
+                up_fail(up, 502, "out of memory");
+                return PROXY_MORE;
+            }
+            http_req_reset(&up->up_resp->r);
+        }
+        resp = &up->up_resp->r;
+        rc = http_head_scan(resp, in->data + in->start, avail, &wk->resp_limits);
+        if (rc == HTTP_AGAIN) {
+            if (up->up_eof) {
+                up_fail(up, 502, "closed the connection mid-head");
+                return PROXY_MORE;
+            }
+            return PROXY_WAIT;
+        }
+        if (rc == HTTP_OK)
+            rc = http_resp_parse(resp, in->data + in->start + resp->start, up->up_method);
+        if (rc != HTTP_OK) {
+            up_fail(up, 502, resp->reason ? resp->reason : "invalid response");
+            return PROXY_MORE;
+        }
+        if (resp->status < 200) {
+            /* Interim responses: we answered 100 ourselves; drop them. */
+            if (resp->status == 101) {
+                up_fail(up, 502, "protocol upgrade is not supported");
+                return PROXY_MORE;
+            }
+            in->start += resp->start + resp->head_len;
+            http_req_reset(resp);
+            return PROXY_MORE;
+        }
+        if (proxy_client_head(c, up, resp) < 0) {
+            up_fail(up, 502, "response head too large");
+            return PROXY_MORE;
+        }
+        in->start += resp->start + resp->head_len;
+        up->up_parsed = in->start;
+        up->up_state = UP_BODY;
+        if (!resp->has_body)
+            resp->body_done = 1;
+        return PROXY_MORE;
+    }
+
+    resp = &up->up_resp->r;
+    if (in->start == up->up_parsed && in->start == in->end) {
+        in->start = in->end = up->up_parsed = 0;
+        if (!up->up_eof)
+            event_add(&up->up_rev, NULL);
+    }
+    if (!resp->body_done && up->up_parsed < in->end) {
+        size_t used;
+        if (up->up_decode) {
+            struct buf *o = &c->cn_out;
+            /* de-chunk into the client's buffer, bounded by its room */
+            if (buf_alloc(o) < 0)
+                return PROXY_ABORT;
+            size_t room = o->size - o->end, feed = in->end - up->up_parsed;
+            if (feed > room)
+                feed = room;
+            rc = http_req_body(resp, in->data + up->up_parsed, feed, &used,
+                               proxy_sink_client, c);
+            up->up_parsed += used;
+            in->start = up->up_parsed;
+        } else {
+            rc = http_req_body(resp, in->data + up->up_parsed,
+                               in->end - up->up_parsed, &used, NULL, NULL);
+            c->cn_body = in->data + up->up_parsed;
+            c->cn_body_len = used;
+            up->up_parsed += used;
+        }
+        if (rc != HTTP_OK && rc != HTTP_AGAIN) {
+            log_warn("conn %llu: origin %s:%d: bad response body framing",
+                     (unsigned long long)c->cn_id, up->up_host, up->up_port);
+            wk->ctr->origin_errors++;
+            return PROXY_ABORT;
+        }
+        if (used > 0)
+            return PROXY_MORE;
+    }
+    if (!resp->body_done && up->up_eof) {
+        if (http_body_eof(resp) != HTTP_OK) {
+            log_warn("conn %llu: origin %s:%d closed mid-body; cutting the client",
+                     (unsigned long long)c->cn_id, up->up_host, up->up_port);
+            wk->ctr->origin_errors++;
+            return PROXY_ABORT;
+        }
+    }
+    if (!resp->body_done)
+        return PROXY_WAIT;
+
+    /* Complete: pool the connection if the exchange ended cleanly. */
+    int reuse = resp->keep_alive && up->up_req_done && !up->up_eof
+                && up->up_parsed == in->end;
+    int client_ka = up->up_client_ka && !resp->until_close && !up->up_decode
+                    && !wk->draining;
+    if (reuse)
+        origin_put(up);
+    if (!up->up_req_done)
+        client_ka = 0;  /* the rest of the request body is unread */
+    up_free(c);
+    if (!client_ka)
+        c->cn_close = 1;
+    c->cn_state = CONN_SEND;
+    return PROXY_DONE;
+}
+
+void
+proxy_client_sent(struct conn *c, size_t n)
+{
+    struct upstream *up = c->cn_up;
+
+    up->up_in.start += n;
+}
+
+void
+proxy_abort(struct conn *c)
+{
+    up_free(c);
+}
