@@ -1,0 +1,103 @@
+# shellcheck shell=bash
+# scripts/common.sh: helpers shared by test.sh, quickstart.sh, bench.sh and
+# .ci/run.  Sourced, never run.  Defines:
+#   CST_TOP            the source tree (absolute)
+#   CST_DEB_PACKAGES   every Debian package the build and the tests need
+#   cst_say MSG...     a progress line on stderr
+#   cst_die MSG...     an error line on stderr, exit 1
+#   cst_ensure_packages PKG...   install the missing ones (root) or die
+#   cst_autogen        run ./autogen.sh when configure is missing or stale
+#   cst_configure DIR [ARGS...]  out-of-tree configure into DIR, reused when
+#                      the arguments and ./configure are unchanged
+#   cst_make DIR [TARGET...]     make -j$(nproc) in DIR
+
+CST_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# Build: compiler, autotools, the libraries configure looks for.  Tests:
+# Check, python3 (end-to-end harness), curl/ab/wrk (clients), procps (ps,
+# pgrep), openssl, valgrind.  rsync/xz-utils are not needed: distcheck makes
+# a .tar.gz.
+# shellcheck disable=SC2034 # used by the scripts that source this file
+CST_DEB_PACKAGES=(
+    build-essential autoconf automake libtool pkg-config
+    libssl-dev libhttp-parser-dev liblmdb-dev libevent-dev check
+    python3 curl apache2-utils wrk procps ca-certificates openssl valgrind
+)
+
+cst_say() { printf '==> %s\n' "$*" >&2; }
+cst_die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# The packages among "$@" that are not installed (dpkg's view).
+cst_missing_packages() {
+    local p st
+    for p in "$@"; do
+        st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+        [[ $st == installed ]] || printf '%s\n' "$p"
+    done
+}
+
+# Install whichever of "$@" are missing.  As root: apt-get update (only when
+# something is missing) and apt-get install.  Not root: list them and fail.
+# Not Debian (no dpkg-query): say so and go on; configure will name what is
+# missing.
+cst_ensure_packages() {
+    local missing
+    if ! command -v dpkg-query >/dev/null 2>&1; then
+        cst_say "not a Debian system: not checking packages ($*)"
+        return 0
+    fi
+    mapfile -t missing < <(cst_missing_packages "$@")
+    ((${#missing[@]} == 0)) && return 0
+    if ((EUID != 0)); then
+        cst_die "missing Debian packages: ${missing[*]} (run as root, or: sudo apt-get install ${missing[*]})"
+    fi
+    cst_say "installing missing Debian packages: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update
+    apt-get install -y --no-install-recommends "${missing[@]}"
+}
+
+# Regenerate the build system when configure is missing or older than its
+# inputs.  (Once configured, make itself re-runs autoconf/automake/config.status
+# when configure.ac or Makefile.am change; this covers the very first run.)
+cst_autogen() {
+    local f stale=0
+    [[ -x $CST_TOP/configure ]] || stale=1
+    for f in configure.ac Makefile.am; do
+        [[ $CST_TOP/$f -nt $CST_TOP/configure ]] && stale=1
+    done
+    if ((stale)); then
+        cst_say "running ./autogen.sh"
+        (cd "$CST_TOP" && ./autogen.sh)
+    fi
+    if [[ -f $CST_TOP/config.status ]]; then
+        cst_die "the source tree is configured in place ($CST_TOP/config.status); out-of-tree builds need a clean tree: run 'make distclean' there first"
+    fi
+}
+
+# cst_configure DIR [CONFIGURE-ARGS...]: configure the tree into DIR (out of
+# tree).  Reuses DIR when it was configured with the same arguments by the
+# same ./configure; otherwise (re)configures.
+cst_configure() {
+    local dir=$1 stamp want have=''
+    shift
+    mkdir -p "$dir"
+    stamp=$dir/.cst-configure-args
+    want="$*"
+    [[ -f $stamp ]] && have=$(<"$stamp")
+    if [[ -f $dir/config.status && -f $dir/Makefile && $have == "$want" &&
+          ! $CST_TOP/configure -nt $dir/config.status ]]; then
+        return 0
+    fi
+    cst_say "configuring $dir: ./configure $want"
+    rm -f "$stamp"
+    (cd "$dir" && "$CST_TOP/configure" "$@")
+    printf '%s' "$want" >"$stamp"
+}
+
+# cst_make DIR [TARGET...]
+cst_make() {
+    local dir=$1
+    shift
+    (cd "$dir" && make -j"$(nproc)" "$@")
+}
