@@ -1,0 +1,258 @@
+/*
+ * cache/cache-int.h: what the files of cache/ share among themselves.
+ * Not for use outside cache/ (t/unit/check_cache.c includes it to build
+ * damaged stores on purpose).  Layouts are explained in cache/FORMAT.md;
+ * every struct that lives on disk or in shared memory starts with a magic
+ * and a version and is validated before use.
+ *
+ * Split:
+ *   record.c  hashing, checksums, the record format (encode, validate)
+ *   ring.c    the shared area: ring head, allocation mutex, pins, counters
+ *   index.c   LMDB: env, entries, ring meta, sweeps, eviction
+ *   store.c   store files, prepare/open/close, lookup, fills, manager
+ */
+#ifndef CISTERN_CACHE_INT_H
+#define CISTERN_CACHE_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <lmdb.h>
+
+#include "cache/cache.h"
+
+#define CACHE_HDR_SIZE     4096u        /* store header page at content offset 0 */
+#define CACHE_REC_ALIGN    64u          /* record starts: scan resync step */
+#define CACHE_SEG_MAX      (8u << 20)   /* 8 MiB: eviction granularity vs. largest object */
+#define CACHE_SEG_MIN      (64u << 10)
+#define CACHE_NSEG_MIN     4u
+#define CACHE_MAP_MIN      (1u << 20)
+
+/* ------------------------------------------------------------------ */
+/* Store header (content file, offset 0) */
+#define CACHE_STORE_MAGIC   0x43535452u /* "CSTR" */
+#define CACHE_STORE_VERSION 1u
+
+struct cache_store_hdr {
+    uint32_t magic;
+    uint32_t version;
+    uint64_t seg_size;
+    uint32_t nseg;
+    uint32_t clean;             /* 1 = shut down cleanly, 0 = in use / crashed */
+    uint64_t file_size;         /* CACHE_HDR_SIZE + nseg * seg_size */
+    uint64_t store_id;          /* random; the index must carry the same id */
+    uint32_t epoch;             /* bumped at every prepare */
+    uint32_t trust_epoch;       /* entries with epoch < this are verified before use */
+    uint64_t hsum;              /* checksum of the fields above */
+};
+
+/* ------------------------------------------------------------------ */
+/* Record (in a segment) */
+#define CACHE_REC_MAGIC   0x43524543u   /* "CREC" */
+#define CACHE_REC_VERSION 1u
+
+enum cache_rec_type {
+    CACHE_REC_OBJECT = 1,       /* header block + body */
+    CACHE_REC_HEADERS = 2,      /* header block only; body in another record (304 refresh) */
+    CACHE_REC_VARIANTS = 3,     /* list of variant key hashes (Vary) */
+    CACHE_REC_HOLE = 4,         /* dead space left by a fill; skip rec_len */
+};
+
+struct cache_rec {
+    uint32_t magic;
+    uint8_t  version;
+    uint8_t  type;
+    uint16_t flags;
+    uint16_t status;
+    uint16_t pad;
+    uint32_t key_len;
+    uint32_t hdr_len;
+    uint32_t rec_len;           /* whole record incl. padding to CACHE_REC_ALIGN */
+    uint64_t abs_off;           /* absolute ring offset it was written at */
+    uint64_t body_len;
+    int64_t  stored;
+    int64_t  expires;
+    uint8_t  key_hash[16];
+    uint64_t body_sum;          /* checksum of the body */
+    uint64_t head_sum;          /* this struct (head_sum = 0) + key + header block */
+};                              /* followed by key, header block, body */
+#define CACHE_REC_SIZE sizeof(struct cache_rec)
+
+/* ------------------------------------------------------------------ */
+/* Index value (LMDB "obj" DB; key = 16-byte key hash) */
+#define CACHE_ENT_MAGIC   0x43454e54u   /* "CENT" */
+#define CACHE_ENT_VERSION 1u
+
+enum cache_ent_type {
+    CACHE_ENT_OBJECT = 1,       /* off = header record, body_off = body record */
+    CACHE_ENT_VARIANTS = 2,     /* off = a CACHE_REC_VARIANTS record */
+};
+
+struct cache_ent {
+    uint32_t magic;
+    uint8_t  version;
+    uint8_t  type;
+    uint16_t flags;
+    uint16_t status;
+    uint16_t pad;
+    uint32_t epoch;             /* store epoch it was written or last verified in */
+    uint32_t rec_len;
+    uint32_t hdr_len;
+    uint32_t key_len;
+    uint64_t off;
+    uint64_t body_off;          /* == off while headers and body share a record */
+    uint64_t body_len;
+    int64_t  stored;
+    int64_t  expires;
+};
+
+/* Ring position (LMDB "meta" DB, key "ring"), committed with the entries */
+#define CACHE_RINGMETA_MAGIC 0x4352474du /* "CRGM" */
+struct cache_ringmeta {
+    uint32_t magic;
+    uint32_t version;
+    uint64_t store_id;
+    uint64_t cur_seg;           /* absolute number of the segment being written */
+    uint64_t head;              /* next free absolute byte, inside cur_seg */
+    uint64_t floor;             /* entries below this absolute offset are evicted */
+};
+
+/* ------------------------------------------------------------------ */
+/* Shared area */
+#define CACHE_SHM_MAGIC   0x4353484du   /* "CSHM" */
+#define CACHE_SHM_VERSION 1u
+
+struct cache_shm {
+    uint32_t magic;
+    uint32_t version;
+    uint32_t nslots;
+    uint32_t nseg;
+    uint64_t seg_size;
+    uint64_t len;
+    uint32_t pin_words;         /* uint64_t words per slot bitmap */
+    uint32_t pad;
+    uint64_t counters_off;      /* struct cache_counters [nslots] */
+    uint64_t pins_off;          /* uint64_t [nslots][pin_words] */
+    pthread_mutex_t alloc_mx;   /* robust, process-shared: ring allocation */
+    /* Ring control: written under alloc_mx, read lock-free (seq_cst). */
+    uint64_t cur_seg;
+    uint64_t head;
+    uint64_t floor;
+    uint64_t store_id;          /* which store they describe; 0 = not loaded yet */
+    uint32_t epoch;
+    uint32_t trust_epoch;
+    struct cache_counters retired;
+};
+
+/* ------------------------------------------------------------------ */
+struct cache_geom {
+    uint64_t seg_size;
+    uint32_t nseg;
+    uint64_t file_size;
+    size_t   mapsize;
+};
+
+#define CACHE_MAGIC      0x43414348u    /* "CACH" */
+#define CACHE_FILL_MAGIC 0x4346494cu    /* "CFIL" */
+
+enum cache_fill_state { FILL_FREE = 0, FILL_OPEN, FILL_DEAD };
+
+struct cache_fill {
+    uint32_t       magic;
+    int            state;
+    struct cache  *c;
+    uint8_t        hash[16];
+    struct cache_meta meta;
+    uint32_t       key_len;
+    uint32_t       hdr_len;
+    int64_t        want;        /* announced body length, -1 unknown */
+    uint64_t       body_len;    /* written so far */
+    uint64_t       off;         /* absolute offset of the record */
+    uint64_t       ext_len;     /* bytes reserved at off */
+    uint32_t       seg;         /* pinned segment (slot number) */
+    int            pinned;
+};
+
+struct cache {
+    uint32_t        magic;
+    int             slot;
+    struct cache_conf conf;
+    char           *dir;
+    struct cache_geom g;
+    struct cache_shm *shm;
+    struct cache_counters *ctr;
+    uint64_t       *mypins;     /* this slot's bitmap in shm */
+    uint32_t       *pincount;   /* this process's pins per segment */
+    int             fd;
+    uint8_t        *map;        /* whole content file */
+    size_t          maplen;
+    uint8_t        *ring;       /* map + CACHE_HDR_SIZE */
+    uint64_t        store_id;
+    uint32_t        epoch;
+    uint64_t        max_doc;
+    MDB_env        *env;
+    MDB_dbi         dbi_obj;
+    MDB_dbi         dbi_meta;
+    MDB_txn        *rtxn;       /* reset between uses */
+    uint8_t         sweep_key[16];
+    int             sweep_have_key;
+    unsigned        puts;       /* index puts by this process */
+    struct cache_fill *fills;
+    int             nfills;
+};
+
+/* ---- record.c ---- */
+uint64_t cache_hash64(const void *p, size_t n, uint64_t seed);
+uint64_t cache_rec_total(uint32_t key_len, uint32_t hdr_len, uint64_t body_len);
+void     cache_rec_seal(struct cache_rec *r, const uint8_t *tail, size_t taillen);
+int      cache_rec_check(const struct cache_rec *r, uint64_t abs_off, uint64_t room,
+                         const char *why[1]);
+uint64_t cache_store_hdr_sum(const struct cache_store_hdr *h);
+
+/* ---- ring.c ---- */
+int      cache_geom_compute(const struct cache_conf *cf, struct cache_geom *g);
+struct cache_shm *cache_shm_get(void *area);
+int      cache_ring_lock(struct cache_shm *s);
+void     cache_ring_unlock(struct cache_shm *s);
+int      cache_ring_reserve(struct cache *c, uint64_t len, uint64_t *off);
+int      cache_ring_extend(struct cache *c, uint64_t off, uint64_t old_len,
+                           uint64_t new_len);
+int      cache_ring_trim(struct cache *c, uint64_t off, uint64_t old_len,
+                         uint64_t new_len);
+int      cache_ring_alive(const struct cache_shm *s, uint64_t off);
+void     cache_pin(struct cache *c, uint32_t seg);
+void     cache_unpin(struct cache *c, uint32_t seg);
+uint64_t *cache_slot_pins(struct cache_shm *s, int slot);
+struct cache_counters *cache_slot_counters(struct cache_shm *s, int slot);
+
+static inline uint32_t
+cache_seg_of(const struct cache_shm *s, uint64_t abs_off)
+{
+    return (uint32_t)((abs_off / s->seg_size) % s->nseg);
+}
+
+#define CTR_ADD(c, field, n) \
+    __atomic_store_n(&(c)->ctr->field, (c)->ctr->field + (n), __ATOMIC_RELAXED)
+
+/* ---- index.c ---- */
+int      cache_index_open(struct cache *c, int create, char *err, size_t errlen);
+void     cache_index_close(struct cache *c);
+int      cache_index_get(struct cache *c, const uint8_t hash[16], struct cache_ent *e);
+int      cache_index_put(struct cache *c, const uint8_t hash[16],
+                         const struct cache_ent *e, int *replaced);
+int      cache_index_del(struct cache *c, const uint8_t hash[16],
+                         const struct cache_ent *only_if);
+int      cache_index_load_ring(struct cache *c, struct cache_ringmeta *m);
+int      cache_index_save_ring(struct cache *c);
+int      cache_index_sweep(struct cache *c, int budget);
+int      cache_index_evict(struct cache *c);
+int      cache_index_highwater(struct cache *c);
+int      cache_index_wipe(const char *dir);
+int      cache_ent_valid(const struct cache_ent *e);
+int      cache_ent_verify(struct cache *c, const struct cache_ent *e,
+                          const uint8_t hash[16], const char *key, size_t keylen,
+                          int want_body_sum, const struct cache_rec **rout);
+
+/* ---- logging: master/log.h in the daemon ---- */
+#include "master/log.h"
+
+#endif /* CISTERN_CACHE_INT_H */

@@ -1,0 +1,124 @@
+/*
+ * cache/cache.h: the shared object store (API).
+ *
+ * Who calls what:
+ *   master, before the first fork:  cache_shm_size(), cache_shm_init()
+ *   a short-lived child of master:  cache_store_prepare()
+ *   every worker and the manager:   cache_open() after fork, cache_close()
+ *   workers:                        cache_lookup()/cache_obj_release(),
+ *                                   cache_fill_*(), cache_remove()
+ *   the cache manager:              cache_manager_tick() on a timer,
+ *                                   cache_mark_clean_shutdown() last
+ *   master, after reaping a child:  cache_slot_reset()
+ *
+ * Nothing here blocks for long: the only locks are LMDB's writer lock
+ * (short write txns) and the ring allocation mutex (a few loads/stores).
+ * Page faults on the content mapping can block on disk I/O.
+ * Layouts and rules: cache/FORMAT.md.
+ */
+#ifndef CISTERN_CACHE_H
+#define CISTERN_CACHE_H
+
+#include "cache/cache-t.h"
+
+struct cache;
+struct cache_fill;
+
+/* Bytes of shared memory the cache needs for nslots process slots (every
+ * worker slot plus the cache manager's) and the store described by cf.
+ * Returns 0 when cf is unusable (store too small). */
+size_t cache_shm_size(const struct cache_conf *cf, int nslots);
+
+/* Lay out the shared area (len >= cache_shm_size()).  Called once by the
+ * master before forking; area must be MAP_SHARED and 64-byte aligned.  Returns CACHE_OK or
+ * CACHE_INVAL / CACHE_ERROR. */
+int cache_shm_init(void *area, size_t len, const struct cache_conf *cf,
+                   int nslots);
+
+/* Create, check and repair the store under cf->dir: re-initialise it (with a
+ * log line) when its layout version or geometry differs, re-extend a
+ * content file of the wrong size, rebuild a broken index, and note an
+ * unclean previous shutdown (entries written before it are then checksummed
+ * before being served).  Run in a child that exits afterwards: it opens
+ * LMDB.  Returns CACHE_OK, or CACHE_ERROR with a message in err. */
+int cache_store_prepare(const struct cache_conf *cf, char *err, size_t errlen);
+
+/* Open the prepared store in this process (after fork), using slot `slot`
+ * of the shared area.  Returns the handle, or NULL with a message in err. */
+struct cache *cache_open(const struct cache_conf *cf, void *shm_area, int slot,
+                         char *err, size_t errlen);
+
+/* Abort open fills, release the LMDB env and every mapping.  Objects still
+ * held (not released) by the caller must not be used afterwards. */
+void cache_close(struct cache *c);
+
+/* 128-bit hash of a cache key (the index key), seeded per store so that
+ * colliding keys cannot be prepared offline. */
+void cache_key_hash(const struct cache *c, const char *key, size_t len,
+                    uint8_t out[16]);
+
+/* The largest body cache_fill_begin() accepts with an empty header block. */
+int64_t cache_max_doc_size(const struct cache *c);
+
+/* Look key up.  CACHE_OK: *obj holds iovecs into the mapping and metadata,
+ * and stays valid (pinned) until cache_obj_release().  CACHE_MISS: nothing
+ * usable (absent, overwritten, damaged).  Never copies or allocates. */
+int cache_lookup(struct cache *c, const char *key, size_t keylen,
+                 struct cache_obj *obj);
+
+/* Unpin an object returned by cache_lookup().  Idempotent. */
+void cache_obj_release(struct cache *c, struct cache_obj *obj);
+
+/* Start storing an object: reserve ring space for the record (exactly, when
+ * body_len >= 0; a growing extent when body_len == -1) and copy key and
+ * header block in.  Returns CACHE_OK with *out set, or CACHE_TOOBIG,
+ * CACHE_FULL (no space now), CACHE_BUSY (no free fill slot), CACHE_INVAL. */
+int cache_fill_begin(struct cache *c, const char *key, size_t keylen,
+                     const struct cache_meta *meta, const void *hdr,
+                     size_t hdrlen, int64_t body_len, struct cache_fill **out);
+
+/* Append body bytes.  Returns CACHE_OK, or an error (CACHE_TOOBIG when the
+ * body outgrew the announced length or the largest object, CACHE_FULL, ...)
+ * after which the fill is dead: the caller must still call
+ * cache_fill_abort(). */
+int cache_fill_write(struct cache_fill *f, const void *data, size_t len);
+
+/* Check the written record and publish it in the index.  Returns CACHE_OK
+ * (the fill slot is released; *replaced, if given, says whether an older
+ * object was replaced), or an error, after which nothing became visible and
+ * the fill slot is released too. */
+int cache_fill_commit(struct cache_fill *f, int *replaced);
+
+/* Give up on a fill; nothing becomes visible.  Accepts a dead fill. */
+void cache_fill_abort(struct cache_fill *f);
+
+/* PURGE: remove key.  CACHE_OK if an entry was removed, CACHE_MISS if
+ * there was none, CACHE_ERROR. */
+int cache_remove(struct cache *c, const char *key, size_t keylen);
+
+/* Cache manager housekeeping, call about once a second: sync LMDB to disk,
+ * clear stale reader slots, evict at the index high-water mark, and sweep
+ * (bounded batch) index entries whose bytes were overwritten or which need
+ * verification after an unclean shutdown.  Returns the number of entries
+ * removed (>= 0) or CACHE_ERROR. */
+int cache_manager_tick(struct cache *c);
+
+/* Master, after reaping the process in `slot`: drop its pins, fold its
+ * counters into the retired totals and clear them. */
+void cache_slot_reset(void *shm_area, int slot);
+
+/* Sync everything and record a clean shutdown, so the next start trusts
+ * the index without verification.  Call from the last process with the
+ * store open, after every other has closed it.  Returns CACHE_OK or
+ * CACHE_ERROR. */
+int cache_mark_clean_shutdown(struct cache *c);
+
+/* Sum the counters of every slot plus the retired totals. */
+void cache_stats_sum(const void *shm_area, struct cache_stats *out);
+
+/* This process's counters (in shm). */
+struct cache_counters *cache_counters(struct cache *c);
+
+const char *cache_strerror(int rc);
+
+#endif /* CISTERN_CACHE_H */

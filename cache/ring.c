@@ -1,0 +1,394 @@
+/*
+ * cache/ring.c: the shared area, the segment ring's control words, pins.
+ *
+ * Shared area (laid out by the master before fork, see FORMAT.md):
+ *     struct cache_shm                 control words, robust mutex
+ *     struct cache_counters [nslots]   one per process slot
+ *     uint64_t pins[nslots][pin_words] one bit per segment per slot
+ *
+ * Ring.  Content space is nseg segments of seg_size bytes.  Positions are
+ * absolute 64-bit byte counts that only grow; absolute segment number
+ * A = off / seg_size lives in slot A % nseg.  cur_seg is the absolute
+ * segment the writers are filling and head the next free byte in it
+ * (cur_seg * seg_size <= head <= (cur_seg + 1) * seg_size).  A record at
+ * off is alive while  off / seg_size + nseg > cur_seg  (the writers have
+ * not re-entered its slot) and off >= floor (not evicted for index space).
+ * Records never span segments.
+ *
+ * Allocation runs under alloc_mx, a process-shared robust mutex; the
+ * critical section is a handful of loads and stores, plus a scan of one
+ * bitmap word per slot when a new segment is entered.  If its holder dies,
+ * the next locker marks the current segment full, so the next reservation
+ * enters a fresh segment with the full pin check (the dead holder may have
+ * been between entering a segment and checking its pins).
+ *
+ * Pins.  A reader (or a fill) sets its slot's bit for the segment before
+ * using bytes in it; the process keeps the real count privately and
+ * touches the shared bit only on 0<->1.  Entering a segment is Dekker's
+ * protocol with seq_cst atomics on both sides:
+ *     writer: store cur_seg = A;  load every slot's bit for A % nseg
+ *     reader: set own bit;        load cur_seg, check the record is alive
+ * Either the writer sees the bit (and skips the segment: it stays
+ * physically untouched for this lap, its old records count as evicted) or
+ * the reader sees the new cur_seg (and calls it a miss).  Writers skip,
+ * never wait: a slow client holding a pin costs one segment of capacity per
+ * lap, never a stalled worker.  Only the owner writes its bitmap; the
+ * master clears a dead slot's bitmap before the slot is reused.
+ */
+#include "config.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <string.h>
+
+#include "cache/cache-int.h"
+
+#define ALIGN64(x) (((x) + 63u) & ~(size_t)63u)
+
+int
+cache_geom_compute(const struct cache_conf *cf, struct cache_geom *g)
+{
+    uint64_t map, content, seg;
+
+    if (cf == NULL || cf->size <= 0)
+        return -1;
+    if (cf->index_mapsize) {
+        map = (cf->index_mapsize + 4095u) & ~(uint64_t)4095u;
+        if (map < 32u << 10)
+            map = 32u << 10;
+    } else {
+        map = (uint64_t)cf->size / 32;
+        if (map < CACHE_MAP_MIN)
+            map = CACHE_MAP_MIN;
+        map = (map + 65535u) & ~(uint64_t)65535u;
+    }
+    if ((uint64_t)cf->size <= map + CACHE_HDR_SIZE)
+        return -1;
+    content = (uint64_t)cf->size - map - CACHE_HDR_SIZE;
+    /* At least 8 segments when the store allows: fewer make eviction too
+     * coarse (each lap drops 1/nseg of the cache at once). */
+    seg = CACHE_SEG_MAX;
+    while (seg > CACHE_SEG_MIN && content / seg < 8)
+        seg /= 2;
+    if (content / seg < CACHE_NSEG_MIN || content / seg > UINT32_MAX)
+        return -1;
+    g->seg_size = seg;
+    g->nseg = (uint32_t)(content / seg);
+    g->file_size = CACHE_HDR_SIZE + (uint64_t)g->nseg * seg;
+    g->mapsize = (size_t)map;
+    return 0;
+}
+
+static size_t
+shm_layout(uint32_t nseg, int nslots, size_t *counters_off, size_t *pins_off,
+           uint32_t *pin_words)
+{
+    size_t off = ALIGN64(sizeof(struct cache_shm));
+    *pin_words = (nseg + 63) / 64;
+    *counters_off = off;
+    off += (size_t)nslots * sizeof(struct cache_counters);
+    *pins_off = off;
+    off += (size_t)nslots * *pin_words * sizeof(uint64_t);
+    return ALIGN64(off);
+}
+
+/*
+ * See cache.h.
+ */
+size_t
+cache_shm_size(const struct cache_conf *cf, int nslots)
+{
+    struct cache_geom g;
+    size_t co, po;
+    uint32_t pw;
+
+    if (nslots <= 0 || cache_geom_compute(cf, &g) < 0)
+        return 0;
+    return shm_layout(g.nseg, nslots, &co, &po, &pw);
+}
+
+/*
+ * See cache.h.
+ */
+int
+cache_shm_init(void *area, size_t len, const struct cache_conf *cf, int nslots)
+{
+    struct cache_geom g;
+    struct cache_shm *s = area;
+    pthread_mutexattr_t ma;
+    size_t co, po, need;
+    uint32_t pw;
+
+    if (area == NULL || (uintptr_t)area % _Alignof(struct cache_shm) != 0
+        || nslots <= 0 || cache_geom_compute(cf, &g) < 0)
+        return CACHE_INVAL;
+    need = shm_layout(g.nseg, nslots, &co, &po, &pw);
+    if (len < need)
+        return CACHE_INVAL;
+    memset(area, 0, need);
+    s->nslots = (uint32_t)nslots;
+    s->nseg = g.nseg;
+    s->seg_size = g.seg_size;
+    s->len = need;
+    s->pin_words = pw;
+    s->counters_off = co;
+    s->pins_off = po;
+    if (pthread_mutexattr_init(&ma) != 0)
+        return CACHE_ERROR;
+    if (pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED) != 0
+        || pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST) != 0
+        || pthread_mutex_init(&s->alloc_mx, &ma) != 0) {
+        pthread_mutexattr_destroy(&ma);
+        return CACHE_ERROR;
+    }
+    pthread_mutexattr_destroy(&ma);
+    s->version = CACHE_SHM_VERSION;
+    __atomic_store_n(&s->magic, CACHE_SHM_MAGIC, __ATOMIC_RELEASE);
+    return CACHE_OK;
+}
+
+/* The validated control block of area (64-byte aligned), or NULL. */
+struct cache_shm *
+cache_shm_get(void *area)
+{
+    struct cache_shm *s = area;
+
+    if (s == NULL || (uintptr_t)area % _Alignof(struct cache_shm) != 0)
+        return NULL;
+    if (__atomic_load_n(&s->magic, __ATOMIC_ACQUIRE) != CACHE_SHM_MAGIC
+        || s->version != CACHE_SHM_VERSION || s->nslots == 0 || s->nseg == 0
+        || s->pin_words != (s->nseg + 63) / 64)
+        return NULL;
+    return s;
+}
+
+uint64_t *
+cache_slot_pins(struct cache_shm *s, int slot)
+{
+    assert(slot >= 0 && (uint32_t)slot < s->nslots);
+    return (uint64_t *)((uint8_t *)s + s->pins_off) + (size_t)slot * s->pin_words;
+}
+
+struct cache_counters *
+cache_slot_counters(struct cache_shm *s, int slot)
+{
+    assert(slot >= 0 && (uint32_t)slot < s->nslots);
+    return (struct cache_counters *)((uint8_t *)s + s->counters_off) + slot;
+}
+
+/* Lock the ring; recover the control words if the last holder died.
+ * Returns 0 or -1 (mutex unusable). */
+int
+cache_ring_lock(struct cache_shm *s)
+{
+    int rc = pthread_mutex_lock(&s->alloc_mx);
+
+    if (rc == EOWNERDEAD) {
+        uint64_t cur = __atomic_load_n(&s->cur_seg, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&s->head, (cur + 1) * s->seg_size, __ATOMIC_SEQ_CST);
+        pthread_mutex_consistent(&s->alloc_mx);
+        log_warn("cache: a process died holding the ring lock; "
+                 "skipping to a fresh segment");
+        return 0;
+    }
+    return rc == 0 ? 0 : -1;
+}
+
+void
+cache_ring_unlock(struct cache_shm *s)
+{
+    int rc = pthread_mutex_unlock(&s->alloc_mx);
+    assert(rc == 0);
+    (void)rc;
+}
+
+static int
+seg_pinned(struct cache_shm *s, uint32_t seg)
+{
+    uint64_t bit = 1ull << (seg % 64);
+    for (uint32_t i = 0; i < s->nslots; i++) {
+        uint64_t *w = cache_slot_pins(s, (int)i) + seg / 64;
+        if (__atomic_load_n(w, __ATOMIC_SEQ_CST) & bit)
+            return 1;
+    }
+    return 0;
+}
+
+void
+cache_pin(struct cache *c, uint32_t seg)
+{
+    assert(seg < c->g.nseg);
+    if (c->pincount[seg]++ == 0)
+        __atomic_fetch_or(&c->mypins[seg / 64], 1ull << (seg % 64), __ATOMIC_SEQ_CST);
+}
+
+void
+cache_unpin(struct cache *c, uint32_t seg)
+{
+    assert(seg < c->g.nseg && c->pincount[seg] > 0);
+    if (--c->pincount[seg] == 0)
+        __atomic_fetch_and(&c->mypins[seg / 64], ~(1ull << (seg % 64)),
+                           __ATOMIC_SEQ_CST);
+}
+
+/* Is a record at absolute offset off still in the ring and not evicted? */
+int
+cache_ring_alive(const struct cache_shm *s, uint64_t off)
+{
+    uint64_t cur = __atomic_load_n(&s->cur_seg, __ATOMIC_SEQ_CST);
+    uint64_t a = off / s->seg_size;
+
+    return a <= cur && a + s->nseg > cur
+           && off >= __atomic_load_n(&s->floor, __ATOMIC_SEQ_CST);
+}
+
+/*
+ * Reserve len bytes (len <= seg_size) at the head; the segment holding
+ * them is pinned for the caller (cache_unpin() when done).  Returns
+ * CACHE_OK with *off set, CACHE_FULL when every segment is pinned,
+ * CACHE_TOOBIG, CACHE_ERROR.
+ */
+int
+cache_ring_reserve(struct cache *c, uint64_t len, uint64_t *off)
+{
+    struct cache_shm *s = c->shm;
+    uint64_t cur, h;
+
+    if (len > s->seg_size || len == 0)
+        return CACHE_TOOBIG;
+    if (cache_ring_lock(s) < 0)
+        return CACHE_ERROR;
+    cur = __atomic_load_n(&s->cur_seg, __ATOMIC_SEQ_CST);
+    h = __atomic_load_n(&s->head, __ATOMIC_SEQ_CST);
+    assert(h >= cur * s->seg_size && h <= (cur + 1) * s->seg_size);
+    if (h + len <= (cur + 1) * s->seg_size) {
+        __atomic_store_n(&s->head, h + len, __ATOMIC_SEQ_CST);
+        *off = h;
+        cache_pin(c, cache_seg_of(s, h));
+        cache_ring_unlock(s);
+        return CACHE_OK;
+    }
+    for (uint32_t i = 1; i <= s->nseg; i++) {
+        uint64_t a = cur + i;
+        uint32_t seg = (uint32_t)(a % s->nseg);
+
+        /* Full segment first, so a holder dying right here leaves head
+         * consistent with cur_seg. */
+        __atomic_store_n(&s->head, a * s->seg_size, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&s->cur_seg, a, __ATOMIC_SEQ_CST);
+        if (seg_pinned(s, seg)) {
+            __atomic_store_n(&s->head, (a + 1) * s->seg_size, __ATOMIC_SEQ_CST);
+            continue;
+        }
+        cache_pin(c, seg);
+        __atomic_store_n(&s->head, a * s->seg_size + len, __ATOMIC_SEQ_CST);
+        *off = a * s->seg_size;
+        cache_ring_unlock(s);
+        return CACHE_OK;
+    }
+    cache_ring_unlock(s);
+    return CACHE_FULL;
+}
+
+/*
+ * Grow the reservation [off, off + old_len) in place to new_len bytes.
+ * Possible only while nobody reserved after it and the segment has room.
+ * Returns CACHE_OK or CACHE_FULL (caller relocates).
+ */
+int
+cache_ring_extend(struct cache *c, uint64_t off, uint64_t old_len, uint64_t new_len)
+{
+    struct cache_shm *s = c->shm;
+    int rc = CACHE_FULL;
+
+    if (cache_ring_lock(s) < 0)
+        return CACHE_ERROR;
+    if (__atomic_load_n(&s->head, __ATOMIC_SEQ_CST) == off + old_len
+        && off / s->seg_size == __atomic_load_n(&s->cur_seg, __ATOMIC_SEQ_CST)
+        && off % s->seg_size + new_len <= s->seg_size) {
+        __atomic_store_n(&s->head, off + new_len, __ATOMIC_SEQ_CST);
+        rc = CACHE_OK;
+    }
+    cache_ring_unlock(s);
+    return rc;
+}
+
+/*
+ * Give back the tail of a reservation when it is the last one at the
+ * head.  Returns 1 when given back, 0 when someone reserved after it (the
+ * caller then marks the tail as a hole, see store.c).
+ */
+int
+cache_ring_trim(struct cache *c, uint64_t off, uint64_t old_len, uint64_t new_len)
+{
+    struct cache_shm *s = c->shm;
+    int done = 0;
+
+    assert(new_len <= old_len);
+    if (cache_ring_lock(s) < 0)
+        return 0;
+    if (__atomic_load_n(&s->head, __ATOMIC_SEQ_CST) == off + old_len
+        && off / s->seg_size == __atomic_load_n(&s->cur_seg, __ATOMIC_SEQ_CST)) {
+        __atomic_store_n(&s->head, off + new_len, __ATOMIC_SEQ_CST);
+        done = 1;
+    }
+    cache_ring_unlock(s);
+    return done;
+}
+
+/*
+ * See cache.h.  The dead process's private pin counts died with it; its
+ * shared bits are all there is to clear.
+ */
+void
+cache_slot_reset(void *shm_area, int slot)
+{
+    struct cache_shm *s = cache_shm_get(shm_area);
+    struct cache_counters *ctr;
+    uint64_t *pins, *src, *dst;
+
+    if (s == NULL || slot < 0 || (uint32_t)slot >= s->nslots)
+        return;
+    pins = cache_slot_pins(s, slot);
+    for (uint32_t i = 0; i < s->pin_words; i++)
+        __atomic_store_n(&pins[i], 0, __ATOMIC_SEQ_CST);
+    ctr = cache_slot_counters(s, slot);
+    src = (uint64_t *)ctr;
+    dst = (uint64_t *)&s->retired;
+    for (int i = 0; i < CACHE_NCOUNTERS; i++) {
+        __atomic_store_n(&dst[i], dst[i] + __atomic_load_n(&src[i], __ATOMIC_RELAXED),
+                         __ATOMIC_RELAXED);
+        __atomic_store_n(&src[i], 0, __ATOMIC_RELAXED);
+    }
+}
+
+/*
+ * See cache.h.
+ */
+void
+cache_stats_sum(const void *shm_area, struct cache_stats *out)
+{
+    struct cache_shm *s = cache_shm_get((void *)(uintptr_t)shm_area);
+    uint64_t *o = (uint64_t *)&out->c;
+    uint64_t cur, head, lo, fl;
+
+    memset(out, 0, sizeof(*out));
+    if (s == NULL)
+        return;
+    for (uint32_t slot = 0; slot <= s->nslots; slot++) {
+        const uint64_t *src = slot == s->nslots ? (const uint64_t *)&s->retired
+                              : (const uint64_t *)cache_slot_counters(s, (int)slot);
+        for (int i = 0; i < CACHE_NCOUNTERS; i++)
+            o[i] += __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+    }
+    cur = __atomic_load_n(&s->cur_seg, __ATOMIC_SEQ_CST);
+    head = __atomic_load_n(&s->head, __ATOMIC_SEQ_CST);
+    fl = __atomic_load_n(&s->floor, __ATOMIC_SEQ_CST);
+    lo = cur + 1 > s->nseg ? (cur + 1 - s->nseg) * s->seg_size : 0;
+    if (fl > lo)
+        lo = fl;
+    out->segments = s->nseg;
+    out->segment_size = s->seg_size;
+    out->store_bytes = (uint64_t)s->nseg * s->seg_size;
+    out->store_bytes_used = head > lo ? head - lo : 0;
+}

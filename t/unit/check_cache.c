@@ -1,0 +1,954 @@
+/*
+ * t/unit/check_cache.c: unit tests of the cache store (cache/).
+ *
+ * Each test builds a private store under a mkdtemp() directory, with its
+ * own MAP_SHARED anonymous area standing in for the master's region.
+ * Damage is done the way it happens in life: through the files, with the
+ * store closed (pwrite, ftruncate, or LMDB opened directly), then the
+ * store is prepared and opened again as a restarted daemon would.
+ */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <lmdb.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cache/cache.h"
+#include "cache/cache-int.h"
+
+#define MiB (1024 * 1024)
+#define NSLOTS 8
+
+struct env {
+    char              dir[64];
+    struct cache_conf cf;
+    void             *area;
+    size_t            arealen;
+    struct cache     *c;
+};
+
+static struct env E;
+
+static void
+env_shm(void)
+{
+    E.arealen = cache_shm_size(&E.cf, NSLOTS);
+    ck_assert_uint_gt(E.arealen, 0);
+    E.area = mmap(NULL, E.arealen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                  -1, 0);
+    ck_assert_ptr_ne(E.area, MAP_FAILED);
+    ck_assert_int_eq(cache_shm_init(E.area, E.arealen, &E.cf, NSLOTS), CACHE_OK);
+}
+
+static void
+env_open(void)
+{
+    char err[256] = "";
+
+    ck_assert_msg(cache_store_prepare(&E.cf, err, sizeof(err)) == CACHE_OK, "%s", err);
+    E.c = cache_open(&E.cf, E.area, 0, err, sizeof(err));
+    ck_assert_msg(E.c != NULL, "%s", err);
+}
+
+/* Close everything and start again as a restarted daemon: new shm. */
+static void
+env_restart(int clean)
+{
+    if (clean)
+        ck_assert_int_eq(cache_mark_clean_shutdown(E.c), CACHE_OK);
+    cache_close(E.c);
+    E.c = NULL;
+    munmap(E.area, E.arealen);
+    env_shm();
+    env_open();
+}
+
+static void
+env_setup_conf(int64_t size, size_t mapsize, int verify)
+{
+    memset(&E, 0, sizeof(E));
+    strcpy(E.dir, "/tmp/check_cache.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(E.dir));
+    E.cf.dir = E.dir;
+    E.cf.size = size;
+    E.cf.index_mapsize = mapsize;
+    E.cf.verify = verify;
+    env_shm();
+    env_open();
+}
+
+static void
+setup(void)
+{
+    setenv("CACHE_TEST_QUIET", "1", 0);
+    env_setup_conf(16 * MiB, 0, 0);
+}
+
+static int
+rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+static void
+teardown(void)
+{
+    if (E.c)
+        cache_close(E.c);
+    E.c = NULL;
+    if (E.area)
+        munmap(E.area, E.arealen);
+    E.area = NULL;
+    nftw(E.dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ------------------------------------------------------------------ */
+
+static uint8_t
+pat(unsigned seed, size_t i)
+{
+    return (uint8_t)((seed * 131u + i * 7u + (i >> 8)) & 0xff);
+}
+
+static void
+fill_pat(uint8_t *buf, size_t len, unsigned seed)
+{
+    for (size_t i = 0; i < len; i++)
+        buf[i] = pat(seed, i);
+}
+
+static int
+put_obj(struct cache *c, const char *key, size_t len, unsigned seed, int known)
+{
+    static uint8_t buf[2 * MiB];
+    struct cache_meta m = { 200, 0, 1000, 2000 };
+    struct cache_fill *f;
+    char hdr[64];
+    int rc, n = snprintf(hdr, sizeof(hdr), "X-Seed: %u\r\n", seed);
+
+    ck_assert_uint_le(len, sizeof(buf));
+    fill_pat(buf, len, seed);
+    rc = cache_fill_begin(c, key, strlen(key), &m, hdr, (size_t)n,
+                          known ? (int64_t)len : -1, &f);
+    if (rc != CACHE_OK)
+        return rc;
+    for (size_t o = 0; o < len;) {
+        size_t k = len - o > 7000 ? 7000 : len - o;
+        if ((rc = cache_fill_write(f, buf + o, k)) != CACHE_OK) {
+            cache_fill_abort(f);
+            return rc;
+        }
+        o += k;
+    }
+    return cache_fill_commit(f, NULL);
+}
+
+/* CACHE_OK when key is a hit with exactly the expected bytes. */
+static int
+get_obj(struct cache *c, const char *key, size_t len, unsigned seed)
+{
+    struct cache_obj o;
+    char hdr[64];
+    int n = snprintf(hdr, sizeof(hdr), "X-Seed: %u\r\n", seed);
+    int rc = cache_lookup(c, key, strlen(key), &o);
+
+    if (rc != CACHE_OK)
+        return rc;
+    ck_assert_uint_eq(o.iov[0].iov_len, (size_t)n);
+    ck_assert(memcmp(o.iov[0].iov_base, hdr, (size_t)n) == 0);
+    ck_assert_uint_eq(o.iov[1].iov_len, len);
+    for (size_t i = 0; i < len; i++)
+        if (((uint8_t *)o.iov[1].iov_base)[i] != pat(seed, i))
+            ck_abort_msg("%s: byte %zu differs", key, i);
+    ck_assert_int_eq(o.meta.status, 200);
+    ck_assert_int_eq(o.meta.stored, 1000);
+    ck_assert_int_eq(o.meta.expires, 2000);
+    cache_obj_release(c, &o);
+    return CACHE_OK;
+}
+
+/* File offset of key's record (object must be a hit). */
+static off_t
+rec_file_off(struct cache *c, const char *key)
+{
+    struct cache_obj o;
+    uint8_t *rec;
+
+    ck_assert_int_eq(cache_lookup(c, key, strlen(key), &o), CACHE_OK);
+    rec = (uint8_t *)o.iov[0].iov_base - strlen(key) - CACHE_REC_SIZE;
+    cache_obj_release(c, &o);
+    return (off_t)(rec - c->map);
+}
+
+static void
+content_pwrite(const void *p, size_t n, off_t off)
+{
+    char path[128];
+    int fd;
+
+    snprintf(path, sizeof(path), "%s/content", E.dir);
+    fd = open(path, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pwrite(fd, p, n, off), (ssize_t)n);
+    close(fd);
+}
+
+/* Open the index directly (store closed) and let fn edit entry `hash`. */
+static void
+raw_edit(const uint8_t hash[16], void (*fn)(MDB_txn *, MDB_dbi, const uint8_t *, void *),
+         void *arg, size_t mapsize)
+{
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    char path[128];
+
+    snprintf(path, sizeof(path), "%s/index", E.dir);
+    ck_assert_int_eq(mdb_env_create(&env), 0);
+    mdb_env_set_maxdbs(env, 2);
+    mdb_env_set_mapsize(env, mapsize);
+    ck_assert_int_eq(mdb_env_open(env, path, MDB_NOTLS, 0600), 0);
+    ck_assert_int_eq(mdb_txn_begin(env, NULL, 0, &txn), 0);
+    ck_assert_int_eq(mdb_dbi_open(txn, "obj", 0, &dbi), 0);
+    fn(txn, dbi, hash, arg);
+    ck_assert_int_eq(mdb_txn_commit(txn), 0);
+    mdb_env_close(env);
+}
+
+static void
+edit_copy_from(MDB_txn *txn, MDB_dbi dbi, const uint8_t *hash, void *arg)
+{
+    MDB_val k = { 16, (void *)arg }, v, k2 = { 16, (void *)hash };
+    ck_assert_int_eq(mdb_get(txn, dbi, &k, &v), 0);
+    ck_assert_int_eq(mdb_put(txn, dbi, &k2, &v, 0), 0);
+}
+
+static void
+edit_body_len(MDB_txn *txn, MDB_dbi dbi, const uint8_t *hash, void *arg)
+{
+    MDB_val k = { 16, (void *)hash }, v;
+    struct cache_ent e;
+    (void)arg;
+    ck_assert_int_eq(mdb_get(txn, dbi, &k, &v), 0);
+    memcpy(&e, v.mv_data, sizeof(e));
+    e.body_len += 1;
+    v.mv_data = &e;
+    ck_assert_int_eq(mdb_put(txn, dbi, &k, &v, 0), 0);
+}
+
+static void
+edit_rec_len(MDB_txn *txn, MDB_dbi dbi, const uint8_t *hash, void *arg)
+{
+    MDB_val k = { 16, (void *)hash }, v;
+    struct cache_ent e;
+    (void)arg;
+    ck_assert_int_eq(mdb_get(txn, dbi, &k, &v), 0);
+    memcpy(&e, v.mv_data, sizeof(e));
+    e.rec_len = 1u << 30;
+    v.mv_data = &e;
+    ck_assert_int_eq(mdb_put(txn, dbi, &k, &v, 0), 0);
+}
+
+/* ------------------------------------------------------------------ */
+
+START_TEST(test_geometry)
+{
+    struct cache_geom g;
+    struct cache_conf cf = { .dir = "/x", .size = 16 * MiB };
+
+    ck_assert_int_eq(cache_geom_compute(&cf, &g), 0);
+    ck_assert_uint_eq(g.seg_size, 1 * MiB);
+    ck_assert_uint_eq(g.nseg, 14);
+    ck_assert_uint_eq(g.mapsize, 1 * MiB);
+    cf.size = 100LL << 30;
+    ck_assert_int_eq(cache_geom_compute(&cf, &g), 0);
+    ck_assert_uint_eq(g.seg_size, 8 * MiB);
+    cf.size = 1 * MiB;
+    ck_assert_int_lt(cache_geom_compute(&cf, &g), 0);
+    ck_assert_uint_eq(cache_shm_size(&cf, 4), 0);
+    ck_assert_int_eq(cache_max_doc_size(E.c), (int64_t)(MiB - CACHE_REC_ALIGN * 2));
+}
+END_TEST
+
+START_TEST(test_roundtrip)
+{
+    struct cache_stats st;
+    int replaced = -1;
+    struct cache_fill *f;
+    struct cache_meta m = { 404, 3, 5, 6 };
+    struct cache_obj o;
+
+    ck_assert_int_eq(get_obj(E.c, "http://a/1", 10, 1), CACHE_MISS);
+    ck_assert_int_eq(put_obj(E.c, "http://a/1", 10, 1, 1), CACHE_OK);
+    ck_assert_int_eq(put_obj(E.c, "http://a/2", 100000, 2, 1), CACHE_OK);
+    ck_assert_int_eq(put_obj(E.c, "http://a/3", 0, 3, 1), CACHE_OK);
+    ck_assert_int_eq(get_obj(E.c, "http://a/1", 10, 1), CACHE_OK);
+    ck_assert_int_eq(get_obj(E.c, "http://a/2", 100000, 2), CACHE_OK);
+    ck_assert_int_eq(get_obj(E.c, "http://a/3", 0, 3), CACHE_OK);
+    ck_assert_int_eq(get_obj(E.c, "http://a/", 0, 3), CACHE_MISS);
+
+    /* replace: newest wins, commit reports it */
+    ck_assert_int_eq(cache_fill_begin(E.c, "http://a/1", 10, &m, "H", 1, 2, &f), CACHE_OK);
+    ck_assert_int_eq(cache_fill_write(f, "ok", 2), CACHE_OK);
+    ck_assert_int_eq(cache_fill_commit(f, &replaced), CACHE_OK);
+    ck_assert_int_eq(replaced, 1);
+    ck_assert_int_eq(cache_lookup(E.c, "http://a/1", 10, &o), CACHE_OK);
+    ck_assert_int_eq(o.meta.status, 404);
+    ck_assert_int_eq(o.meta.flags, 3);
+    ck_assert_uint_eq(o.iov[1].iov_len, 2);
+    ck_assert(memcmp(o.iov[1].iov_base, "ok", 2) == 0);
+    cache_obj_release(E.c, &o);
+    cache_obj_release(E.c, &o);         /* idempotent */
+
+    ck_assert_int_eq(cache_remove(E.c, "http://a/1", 10), CACHE_OK);
+    ck_assert_int_eq(cache_remove(E.c, "http://a/1", 10), CACHE_MISS);
+    ck_assert_int_eq(cache_lookup(E.c, "http://a/1", 10, &o), CACHE_MISS);
+
+    cache_stats_sum(E.area, &st);
+    ck_assert_uint_eq(st.c.fills, 4);
+    ck_assert_uint_ge(st.c.hits, 4);
+    ck_assert_uint_ge(st.c.misses, 3);
+    ck_assert_uint_gt(st.store_bytes_used, 100000);
+    ck_assert_str_eq(cache_strerror(CACHE_TOOBIG), "object too large for the cache");
+}
+END_TEST
+
+START_TEST(test_unknown_length_and_limits)
+{
+    struct cache_fill *f, *g;
+    struct cache_meta m = { 200, 0, 1000, 2000 };
+    uint8_t buf[5000];
+    int64_t max = cache_max_doc_size(E.c);
+
+    /* Two unknown-length fills growing at once: one must relocate. */
+    ck_assert_int_eq(cache_fill_begin(E.c, "u1", 2, &m, "X-Seed: 7\r\n", 11, -1, &f), CACHE_OK);
+    ck_assert_int_eq(cache_fill_begin(E.c, "u2", 2, &m, "X-Seed: 8\r\n", 11, -1, &g), CACHE_OK);
+    for (size_t o = 0; o < 300000; o += sizeof(buf)) {
+        for (size_t i = 0; i < sizeof(buf); i++)
+            buf[i] = pat(7, o + i);
+        ck_assert_int_eq(cache_fill_write(f, buf, sizeof(buf)), CACHE_OK);
+        for (size_t i = 0; i < sizeof(buf); i++)
+            buf[i] = pat(8, o + i);
+        ck_assert_int_eq(cache_fill_write(g, buf, sizeof(buf)), CACHE_OK);
+    }
+    ck_assert_int_eq(cache_fill_commit(g, NULL), CACHE_OK);
+    ck_assert_int_eq(cache_fill_commit(f, NULL), CACHE_OK);
+    ck_assert_int_eq(get_obj(E.c, "u1", 300000, 7), CACHE_OK);
+    ck_assert_int_eq(get_obj(E.c, "u2", 300000, 8), CACHE_OK);
+
+    /* too big, known and unknown */
+    ck_assert_int_eq(cache_fill_begin(E.c, "big", 3, &m, NULL, 0, max + 1, &f), CACHE_TOOBIG);
+    ck_assert_int_eq(put_obj(E.c, "big", (size_t)max + 100, 1, 0), CACHE_TOOBIG);
+    ck_assert_int_eq(get_obj(E.c, "big", 0, 1), CACHE_MISS);
+    ck_assert_int_eq(put_obj(E.c, "max", (size_t)max - 64, 9, 0), CACHE_OK);
+    ck_assert_int_eq(get_obj(E.c, "max", (size_t)max - 64, 9), CACHE_OK);
+
+    /* more than announced, short body, abort: never visible */
+    ck_assert_int_eq(cache_fill_begin(E.c, "k1", 2, &m, NULL, 0, 4, &f), CACHE_OK);
+    ck_assert_int_eq(cache_fill_write(f, "12345", 5), CACHE_TOOBIG);
+    ck_assert_int_eq(cache_fill_write(f, "1", 1), CACHE_ABORTED);
+    cache_fill_abort(f);
+    ck_assert_int_eq(cache_fill_begin(E.c, "k2", 2, &m, NULL, 0, 4, &f), CACHE_OK);
+    ck_assert_int_eq(cache_fill_write(f, "12", 2), CACHE_OK);
+    ck_assert_int_eq(cache_fill_commit(f, NULL), CACHE_ABORTED);
+    ck_assert_int_eq(cache_fill_begin(E.c, "k3", 2, &m, NULL, 0, -1, &f), CACHE_OK);
+    ck_assert_int_eq(cache_fill_write(f, "12", 2), CACHE_OK);
+    cache_fill_abort(f);
+    ck_assert_int_eq(get_obj(E.c, "k1", 0, 0), CACHE_MISS);
+    ck_assert_int_eq(get_obj(E.c, "k2", 0, 0), CACHE_MISS);
+    ck_assert_int_eq(get_obj(E.c, "k3", 0, 0), CACHE_MISS);
+    ck_assert_int_eq(cache_fill_begin(E.c, "", 0, &m, NULL, 0, 4, &f), CACHE_INVAL);
+}
+END_TEST
+
+START_TEST(test_fill_slots)
+{
+    struct cache_fill *f[300], *x;
+    struct cache_meta m = { 200, 0, 0, 0 };
+    char key[32];
+    int n = 0;
+
+    for (n = 0; n < 256; n++) {
+        snprintf(key, sizeof(key), "s%d", n);
+        ck_assert_int_eq(cache_fill_begin(E.c, key, strlen(key), &m, NULL, 0, 10, &f[n]),
+                         CACHE_OK);
+    }
+    ck_assert_int_eq(cache_fill_begin(E.c, "more", 4, &m, NULL, 0, 10, &x), CACHE_BUSY);
+    for (int i = 0; i < n; i++)
+        cache_fill_abort(f[i]);
+    ck_assert_int_eq(cache_fill_begin(E.c, "more", 4, &m, NULL, 0, 10, &x), CACHE_OK);
+    cache_fill_abort(x);
+}
+END_TEST
+
+START_TEST(test_wrap_and_lapping)
+{
+    char key[32];
+    size_t objsz = 200000;
+    int n = 0, first_hit = -1, removed;
+    struct cache_stats st;
+    uint64_t ring = (uint64_t)E.c->g.nseg * E.c->g.seg_size;
+
+    /* write 2.5 rings' worth */
+    for (n = 0; (uint64_t)n * objsz < ring * 5 / 2; n++) {
+        snprintf(key, sizeof(key), "w%d", n);
+        ck_assert_int_eq(put_obj(E.c, key, objsz, (unsigned)n, 1), CACHE_OK);
+    }
+    ck_assert_uint_gt(E.c->shm->cur_seg, 2 * E.c->g.nseg);
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "w%d", i);
+        int rc = get_obj(E.c, key, objsz, (unsigned)i);
+        if (rc == CACHE_OK && first_hit < 0)
+            first_hit = i;
+        if (first_hit >= 0)
+            ck_assert_msg(rc == CACHE_OK, "w%d missing after first hit w%d", i, first_hit);
+    }
+    /* all of the last ring minus one segment survives, nothing older */
+    ck_assert_int_gt(first_hit, 0);
+    ck_assert_int_ge(n - first_hit, (int)((ring - E.c->g.seg_size) / objsz) - 1);
+    ck_assert_int_le(n - first_hit, (int)(ring / objsz) + 1);
+    /* the manager sweeps the lapped entries out of the index */
+    removed = 0;
+    for (int i = 0; i < 4; i++)
+        removed += cache_manager_tick(E.c);
+    ck_assert_int_ge(removed, first_hit - 1);
+    cache_stats_sum(E.area, &st);
+    ck_assert_uint_ge(st.c.evictions, (uint64_t)first_hit - 1);
+    ck_assert_uint_le(st.store_bytes_used, st.store_bytes);
+}
+END_TEST
+
+START_TEST(test_pin_prevents_overwrite)
+{
+    struct cache_obj o;
+    uint8_t copy[50000];
+    char key[32];
+    uint64_t ring = (uint64_t)E.c->g.nseg * E.c->g.seg_size, first_seg;
+    int n;
+
+    ck_assert_int_eq(put_obj(E.c, "pinned", sizeof(copy), 42, 1), CACHE_OK);
+    ck_assert_int_eq(cache_lookup(E.c, "pinned", 6, &o), CACHE_OK);
+    memcpy(copy, o.iov[1].iov_base, sizeof(copy));
+    first_seg = E.c->shm->cur_seg;
+    for (n = 0; (uint64_t)n * 100000 < ring * 2; n++) {
+        snprintf(key, sizeof(key), "p%d", n);
+        ck_assert_int_eq(put_obj(E.c, key, 100000, (unsigned)n, 1), CACHE_OK);
+    }
+    ck_assert_uint_gt(E.c->shm->cur_seg, first_seg + E.c->g.nseg);
+    /* bytes under the pin untouched two laps later */
+    ck_assert(memcmp(copy, o.iov[1].iov_base, sizeof(copy)) == 0);
+    cache_obj_release(E.c, &o);
+    /* but the object is gone for new readers */
+    ck_assert_int_eq(cache_lookup(E.c, "pinned", 6, &o), CACHE_MISS);
+    /* and the recent ones are fine */
+    snprintf(key, sizeof(key), "p%d", n - 1);
+    ck_assert_int_eq(get_obj(E.c, key, 100000, (unsigned)n - 1), CACHE_OK);
+}
+END_TEST
+
+/* A worker dies holding a pin; the writer skips that segment until the
+ * master resets the slot. */
+START_TEST(test_dead_slot_pin_and_lock)
+{
+    char key[32], err[256];
+    pid_t pid;
+    int status, n;
+    uint64_t ring = (uint64_t)E.c->g.nseg * E.c->g.seg_size;
+    uint32_t seg;
+
+    ck_assert_int_eq(put_obj(E.c, "victim", 30000, 5, 1), CACHE_OK);
+    seg = cache_seg_of(E.c->shm, E.c->shm->head - 1);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct cache_obj o;
+        struct cache *c = cache_open(&E.cf, E.area, 3, err, sizeof(err));
+        if (c == NULL || cache_lookup(c, "victim", 6, &o) != CACHE_OK)
+            _exit(1);
+        /* die holding the pin and the ring lock */
+        if (cache_ring_lock(c->shm) < 0)
+            _exit(2);
+        _exit(0);
+    }
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_int_eq(WEXITSTATUS(status), 0);
+    ck_assert(cache_slot_pins(E.c->shm, 3)[seg / 64] & (1ull << (seg % 64)));
+    /* lock recovered (EOWNERDEAD), pinned segment skipped */
+    for (n = 0; (uint64_t)n * 100000 < ring * 3 / 2; n++) {
+        snprintf(key, sizeof(key), "d%d", n);
+        ck_assert_int_eq(put_obj(E.c, key, 100000, (unsigned)n, 1), CACHE_OK);
+    }
+    {
+        /* the victim's bytes are intact even though it is lapped */
+        struct cache_rec *r = (struct cache_rec *)(E.c->ring + (uint64_t)seg * E.c->g.seg_size);
+        ck_assert_uint_eq(r->magic, CACHE_REC_MAGIC);
+        ck_assert_uint_eq(r->body_len, 30000);
+    }
+    ck_assert_int_eq(get_obj(E.c, "victim", 30000, 5), CACHE_MISS);
+    cache_slot_reset(E.area, 3);
+    ck_assert_uint_eq(cache_slot_pins(E.c->shm, 3)[seg / 64], 0);
+    for (n = 0; (uint64_t)n * 100000 < ring; n++) {
+        snprintf(key, sizeof(key), "e%d", n);
+        ck_assert_int_eq(put_obj(E.c, key, 100000, (unsigned)n, 1), CACHE_OK);
+    }
+    {
+        struct cache_rec *r = (struct cache_rec *)(E.c->ring + (uint64_t)seg * E.c->g.seg_size);
+        ck_assert(r->magic != CACHE_REC_MAGIC || r->body_len != 30000);
+    }
+}
+END_TEST
+
+#define NCHILD 4
+#define PER_CHILD 120
+
+static size_t
+child_len(int ch, int i)
+{
+    return (size_t)((ch * 7919 + i * 104729) % 30000) + 1;
+}
+
+START_TEST(test_concurrent_fills)
+{
+    pid_t pids[NCHILD];
+    char key[32];
+    int hits = 0;
+
+    /* big enough that nothing laps: every object must come back intact */
+    teardown();
+    env_setup_conf(32 * MiB, 0, 0);
+
+    for (int ch = 0; ch < NCHILD; ch++) {
+        pids[ch] = fork();
+        ck_assert_int_ge(pids[ch], 0);
+        if (pids[ch] == 0) {
+            char err[256];
+            struct cache *c = cache_open(&E.cf, E.area, ch + 1, err, sizeof(err));
+            static uint8_t buf[40000];
+            struct cache_meta m = { 200, 0, 1000, 2000 };
+            if (c == NULL)
+                _exit(10);
+            /* two fills interleaved per process, half of unknown length */
+            for (int i = 0; i < PER_CHILD; i += 2) {
+                struct cache_fill *f[2];
+                size_t len[2], done[2] = { 0, 0 };
+                for (int j = 0; j < 2; j++) {
+                    char hdr[64];
+                    unsigned seed = (unsigned)(ch * 1000 + i + j);
+                    int n = snprintf(hdr, sizeof(hdr), "X-Seed: %u\r\n", seed);
+                    snprintf(key, sizeof(key), "c%d-%d", ch, i + j);
+                    len[j] = child_len(ch, i + j);
+                    if (cache_fill_begin(c, key, strlen(key), &m, hdr, (size_t)n,
+                                         (i / 2) % 2 ? (int64_t)len[j] : -1, &f[j]) != CACHE_OK)
+                        _exit(11);
+                }
+                while (done[0] < len[0] || done[1] < len[1]) {
+                    for (int j = 0; j < 2; j++) {
+                        size_t k = len[j] - done[j] > 1500 ? 1500 : len[j] - done[j];
+                        unsigned seed = (unsigned)(ch * 1000 + i + j);
+                        for (size_t b = 0; b < k; b++)
+                            buf[b] = pat(seed, done[j] + b);
+                        if (k && cache_fill_write(f[j], buf, k) != CACHE_OK)
+                            _exit(12);
+                        done[j] += k;
+                    }
+                }
+                for (int j = 0; j < 2; j++)
+                    if (cache_fill_commit(f[j], NULL) != CACHE_OK)
+                        _exit(13);
+            }
+            cache_close(c);
+            _exit(0);
+        }
+    }
+    for (int ch = 0; ch < NCHILD; ch++) {
+        int status;
+        ck_assert_int_eq(waitpid(pids[ch], &status, 0), pids[ch]);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child %d: %d", ch,
+                      status);
+    }
+    for (int ch = 0; ch < NCHILD; ch++)
+        for (int i = 0; i < PER_CHILD; i++) {
+            snprintf(key, sizeof(key), "c%d-%d", ch, i);
+            if (get_obj(E.c, key, child_len(ch, i), (unsigned)(ch * 1000 + i)) == CACHE_OK)
+                hits++;
+        }
+    /* 480 objects of ~15 KiB on average fit in the ring: all must be there */
+    ck_assert_int_eq(hits, NCHILD * PER_CHILD);
+    {
+        struct cache_stats st;
+        cache_stats_sum(E.area, &st);
+        ck_assert_uint_eq(st.c.fills, NCHILD * PER_CHILD);
+    }
+}
+END_TEST
+
+START_TEST(test_corrupt_magic_and_record)
+{
+    off_t a, b;
+    uint32_t bad = 0xdeadbeef;
+
+    ck_assert_int_eq(put_obj(E.c, "a", 1000, 1, 1), CACHE_OK);
+    ck_assert_int_eq(put_obj(E.c, "b", 1000, 2, 1), CACHE_OK);
+    ck_assert_int_eq(put_obj(E.c, "c", 1000, 3, 1), CACHE_OK);
+    a = rec_file_off(E.c, "a");
+    b = rec_file_off(E.c, "b");
+    env_restart(1);
+    content_pwrite(&bad, 4, a);                                    /* magic */
+    content_pwrite(&bad, 4, b + offsetof(struct cache_rec, hdr_len)); /* header field */
+    env_restart(1);
+    ck_assert_int_eq(get_obj(E.c, "a", 1000, 1), CACHE_MISS);
+    ck_assert_int_eq(get_obj(E.c, "b", 1000, 2), CACHE_MISS);
+    ck_assert_int_eq(get_obj(E.c, "c", 1000, 3), CACHE_OK);
+    /* damaged entries are dropped at once */
+    ck_assert_int_eq(cache_remove(E.c, "a", 1), CACHE_MISS);
+    {
+        struct cache_stats st;
+        cache_stats_sum(E.area, &st);
+        ck_assert_uint_eq(st.c.corrupt, 2);
+    }
+}
+END_TEST
+
+START_TEST(test_corrupt_wrong_key_and_lengths)
+{
+    uint8_t ha[16], hb[16], hc[16];
+    size_t mapsize = E.c->g.mapsize;
+
+    ck_assert_int_eq(put_obj(E.c, "a", 1000, 1, 1), CACHE_OK);
+    ck_assert_int_eq(put_obj(E.c, "b", 1000, 2, 1), CACHE_OK);
+    ck_assert_int_eq(put_obj(E.c, "c", 1000, 3, 1), CACHE_OK);
+    ck_assert_int_eq(put_obj(E.c, "d", 1000, 4, 1), CACHE_OK);
+    cache_key_hash(E.c, "a", 1, ha);
+    cache_key_hash(E.c, "b", 1, hb);
+    cache_key_hash(E.c, "c", 1, hc);
+    ck_assert_int_eq(cache_mark_clean_shutdown(E.c), CACHE_OK);
+    cache_close(E.c);
+    E.c = NULL;
+    raw_edit(ha, edit_copy_from, hb, mapsize);  /* a's entry now points at b's record */
+    raw_edit(hb, edit_body_len, NULL, mapsize);
+    raw_edit(hc, edit_rec_len, NULL, mapsize);
+    munmap(E.area, E.arealen);
+    env_shm();
+    env_open();
+    ck_assert_int_eq(get_obj(E.c, "a", 1000, 2), CACHE_MISS);
+    ck_assert_int_eq(get_obj(E.c, "b", 1000, 2), CACHE_MISS);
+    ck_assert_int_eq(get_obj(E.c, "c", 1000, 3), CACHE_MISS);
+    ck_assert_int_eq(get_obj(E.c, "d", 1000, 4), CACHE_OK);
+}
+END_TEST
+
+START_TEST(test_corrupt_body_checksum)
+{
+    off_t a;
+    uint8_t x = 0x55;
+
+    /* verify (debug) mode: every hit checks the body */
+    E.c->conf.verify = 1;
+    ck_assert_int_eq(put_obj(E.c, "a", 1000, 1, 1), CACHE_OK);
+    ck_assert_int_eq(put_obj(E.c, "b", 1000, 2, 1), CACHE_OK);
+    a = rec_file_off(E.c, "a");
+    E.c->map[a + CACHE_REC_SIZE + 1 + 12 + 500] ^= x;     /* key "a", 12-byte header */
+    ck_assert_int_eq(cache_lookup(E.c, "a", 1, &(struct cache_obj){ 0 }), CACHE_MISS);
+    ck_assert_int_eq(get_obj(E.c, "b", 1000, 2), CACHE_OK);
+}
+END_TEST
+
+START_TEST(test_unclean_shutdown)
+{
+    off_t b;
+    uint8_t x = 0x55;
+    struct cache_ent e;
+    uint8_t ha[16];
+
+    ck_assert_int_eq(put_obj(E.c, "a", 1000, 1, 1), CACHE_OK);
+    ck_assert_int_eq(put_obj(E.c, "b", 1000, 2, 1), CACHE_OK);
+    ck_assert_int_eq(put_obj(E.c, "c", 1000, 3, 1), CACHE_OK);
+    b = rec_file_off(E.c, "b");
+    /* crash: no clean-shutdown mark; a body byte lost */
+    cache_close(E.c);
+    E.c = NULL;
+    content_pwrite(&x, 1, b + CACHE_REC_SIZE + 1 + 12 + 10);
+    munmap(E.area, E.arealen);
+    env_shm();
+    env_open();
+    ck_assert_uint_gt(E.c->shm->trust_epoch, 0);
+    ck_assert_int_eq(get_obj(E.c, "a", 1000, 1), CACHE_OK);
+    ck_assert_int_eq(get_obj(E.c, "b", 1000, 2), CACHE_MISS);
+    /* the manager's sweep re-stamps verified entries */
+    cache_manager_tick(E.c);
+    cache_key_hash(E.c, "c", 1, ha);
+    ck_assert_int_eq(cache_index_get(E.c, ha, &e), CACHE_OK);
+    ck_assert_uint_eq(e.epoch, E.c->epoch);
+    ck_assert_int_eq(get_obj(E.c, "c", 1000, 3), CACHE_OK);
+    /* and a clean restart after that keeps everything */
+    env_restart(1);
+    ck_assert_int_eq(get_obj(E.c, "a", 1000, 1), CACHE_OK);
+    ck_assert_int_eq(get_obj(E.c, "c", 1000, 3), CACHE_OK);
+}
+END_TEST
+
+START_TEST(test_restart_persistence)
+{
+    uint64_t head, cur;
+    char key[32];
+    struct cache_obj o;
+
+    for (int i = 0; i < 40; i++) {
+        snprintf(key, sizeof(key), "r%d", i);
+        ck_assert_int_eq(put_obj(E.c, key, 50000, (unsigned)i, i & 1), CACHE_OK);
+    }
+    head = E.c->shm->head;
+    cur = E.c->shm->cur_seg;
+    ck_assert_uint_gt(cur, 0);
+    env_restart(1);
+    ck_assert_uint_eq(E.c->shm->cur_seg, cur);
+    ck_assert_uint_ge(E.c->shm->head, head);
+    for (int i = 0; i < 40; i++) {
+        snprintf(key, sizeof(key), "r%d", i);
+        ck_assert_int_eq(get_obj(E.c, key, 50000, (unsigned)i), CACHE_OK);
+    }
+    /* new writes land after the old head: the old objects survive */
+    ck_assert_int_eq(put_obj(E.c, "after", 50000, 99, 1), CACHE_OK);
+    ck_assert_int_eq(cache_lookup(E.c, "after", 5, &o), CACHE_OK);
+    cache_obj_release(E.c, &o);
+    ck_assert_uint_ge(E.c->shm->head, head + 50000);
+    for (int i = 0; i < 40; i++) {
+        snprintf(key, sizeof(key), "r%d", i);
+        ck_assert_int_eq(get_obj(E.c, key, 50000, (unsigned)i), CACHE_OK);
+    }
+    /* a crash restart (no mark) keeps them too: only verification differs */
+    cache_close(E.c);
+    E.c = NULL;
+    munmap(E.area, E.arealen);
+    env_shm();
+    env_open();
+    ck_assert_int_eq(get_obj(E.c, "after", 50000, 99), CACHE_OK);
+    ck_assert_int_eq(get_obj(E.c, "r0", 50000, 0), CACHE_OK);
+}
+END_TEST
+
+START_TEST(test_layout_version_reinit)
+{
+    struct cache_store_hdr h;
+    char path[128];
+    int fd;
+
+    ck_assert_int_eq(put_obj(E.c, "a", 1000, 1, 1), CACHE_OK);
+    ck_assert_int_eq(cache_mark_clean_shutdown(E.c), CACHE_OK);
+    cache_close(E.c);
+    E.c = NULL;
+    snprintf(path, sizeof(path), "%s/content", E.dir);
+    fd = open(path, O_RDWR);
+    ck_assert_int_eq(pread(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
+    h.version = 99;
+    h.hsum = cache_store_hdr_sum(&h);
+    ck_assert_int_eq(pwrite(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
+    close(fd);
+    /* cache_open refuses an unprepared store */
+    {
+        char err[256];
+        ck_assert_ptr_null(cache_open(&E.cf, E.area, 0, err, sizeof(err)));
+        ck_assert_ptr_nonnull(strstr(err, "layout version"));
+    }
+    munmap(E.area, E.arealen);
+    env_shm();
+    env_open();
+    ck_assert_int_eq(get_obj(E.c, "a", 1000, 1), CACHE_MISS);
+    ck_assert_int_eq(put_obj(E.c, "a", 1000, 5, 1), CACHE_OK);
+    ck_assert_int_eq(get_obj(E.c, "a", 1000, 5), CACHE_OK);
+
+    /* another geometry (storage size changed) re-initialises too */
+    cache_close(E.c);
+    E.c = NULL;
+    munmap(E.area, E.arealen);
+    E.cf.size = 32 * MiB;
+    env_shm();
+    env_open();
+    ck_assert_uint_eq(E.c->g.seg_size, 2 * MiB);
+    ck_assert_int_eq(get_obj(E.c, "a", 1000, 5), CACHE_MISS);
+}
+END_TEST
+
+START_TEST(test_wrong_size_content)
+{
+    char path[128], key[32];
+    struct stat st;
+    uint64_t fsz = E.c->g.file_size;
+    int hits = 0, n;
+
+    for (n = 0; n < 100; n++) {
+        snprintf(key, sizeof(key), "t%d", n);
+        ck_assert_int_eq(put_obj(E.c, key, 100000, (unsigned)n, 1), CACHE_OK);
+    }
+    ck_assert_int_eq(cache_mark_clean_shutdown(E.c), CACHE_OK);
+    cache_close(E.c);
+    E.c = NULL;
+    snprintf(path, sizeof(path), "%s/content", E.dir);
+    /* too long: cut back, nothing lost */
+    ck_assert_int_eq(truncate(path, (off_t)fsz + 12345), 0);
+    munmap(E.area, E.arealen);
+    env_shm();
+    env_open();
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_uint_eq((uint64_t)st.st_size, fsz);
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "t%d", i);
+        ck_assert_int_eq(get_obj(E.c, key, 100000, (unsigned)i), CACHE_OK);
+    }
+    /* truncated: re-extended, the lost records dropped, the rest served */
+    ck_assert_int_eq(cache_mark_clean_shutdown(E.c), CACHE_OK);
+    cache_close(E.c);
+    E.c = NULL;
+    ck_assert_int_eq(truncate(path, (off_t)(fsz / 2)), 0);
+    munmap(E.area, E.arealen);
+    env_shm();
+    env_open();
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_uint_eq((uint64_t)st.st_size, fsz);
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "t%d", i);
+        if (get_obj(E.c, key, 100000, (unsigned)i) == CACHE_OK)
+            hits++;
+    }
+    ck_assert_int_gt(hits, 10);
+    ck_assert_int_lt(hits, n);
+    ck_assert_int_eq(put_obj(E.c, "new", 1000, 1, 1), CACHE_OK);
+    ck_assert_int_eq(get_obj(E.c, "new", 1000, 1), CACHE_OK);
+}
+END_TEST
+
+START_TEST(test_map_full)
+{
+    char key[32];
+    int ok = 0, full = 0, rc;
+
+    /* a 256 KiB index (64 pages) holds a couple of thousand entries */
+    teardown();
+    env_setup_conf(16 * MiB, 256 * 1024, 0);
+    for (int i = 0; i < 3000; i++) {
+        snprintf(key, sizeof(key), "m%d", i);
+        rc = put_obj(E.c, key, 100, (unsigned)i, 1);
+        ck_assert_msg(rc == CACHE_OK || rc == CACHE_FULL, "%d: %s", i, cache_strerror(rc));
+        if (rc == CACHE_OK)
+            ok++;
+        else
+            full++;
+        if (i % 500 == 0)
+            ck_assert_int_ne(cache_manager_tick(E.c), CACHE_ERROR);
+    }
+    ck_assert_int_gt(ok, 2000);
+    {
+        struct cache_stats st;
+        cache_stats_sum(E.area, &st);
+        ck_assert_uint_gt(st.c.evictions, 0);     /* the backstop ran */
+    }
+    ck_assert_int_eq(get_obj(E.c, "m2999", 100, 2999), rc == CACHE_OK ? CACHE_OK : CACHE_MISS);
+    ck_assert_int_eq(put_obj(E.c, "last", 100, 1, 1), CACHE_OK);
+    ck_assert_int_eq(get_obj(E.c, "last", 100, 1), CACHE_OK);
+    env_restart(1);
+    ck_assert_int_eq(get_obj(E.c, "last", 100, 1), CACHE_OK);
+
+    /* Without the writers' high-water check, MDB_MAP_FULL itself is hit:
+     * every put is OK or CACHE_FULL, never an error or a crash. */
+    for (int i = 0; i < 2000; i++) {
+        snprintf(key, sizeof(key), "n%d", i);
+        E.c->puts = 1;
+        rc = put_obj(E.c, key, 100, (unsigned)i, 1);
+        ck_assert_msg(rc == CACHE_OK || rc == CACHE_FULL, "%d: %s", i, cache_strerror(rc));
+    }
+    ck_assert_int_eq(get_obj(E.c, "last", 100, 1) == CACHE_OK
+                     || get_obj(E.c, "last", 100, 1) == CACHE_MISS, 1);
+}
+END_TEST
+
+START_TEST(test_damaged_index_rebuilt)
+{
+    char path[128];
+
+    ck_assert_int_eq(put_obj(E.c, "a", 1000, 1, 1), CACHE_OK);
+    ck_assert_int_eq(cache_mark_clean_shutdown(E.c), CACHE_OK);
+    cache_close(E.c);
+    E.c = NULL;
+    snprintf(path, sizeof(path), "%s/index/data.mdb", E.dir);
+    {
+        int fd = open(path, O_RDWR | O_TRUNC);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(write(fd, "garbage garbage garbage", 23), 23);
+        close(fd);
+    }
+    munmap(E.area, E.arealen);
+    env_shm();
+    env_open();
+    ck_assert_int_eq(get_obj(E.c, "a", 1000, 1), CACHE_MISS);
+    ck_assert_int_eq(put_obj(E.c, "a", 1000, 2, 1), CACHE_OK);
+    ck_assert_int_eq(get_obj(E.c, "a", 1000, 2), CACHE_OK);
+}
+END_TEST
+
+START_TEST(test_shm_validation)
+{
+    char err[256];
+    uint8_t junk[4096];
+
+    memset(junk, 0, sizeof(junk));
+    ck_assert_ptr_null(cache_open(&E.cf, junk, 0, err, sizeof(err)));
+    ck_assert_ptr_null(cache_open(&E.cf, E.area, NSLOTS, err, sizeof(err)));
+    ck_assert_int_eq(cache_shm_init(E.area, 10, &E.cf, NSLOTS), CACHE_INVAL);
+}
+END_TEST
+
+static Suite *
+cache_suite(void)
+{
+    Suite *s = suite_create("cache");
+    TCase *tc = tcase_create("store");
+
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_geometry);
+    tcase_add_test(tc, test_roundtrip);
+    tcase_add_test(tc, test_unknown_length_and_limits);
+    tcase_add_test(tc, test_fill_slots);
+    tcase_add_test(tc, test_wrap_and_lapping);
+    tcase_add_test(tc, test_pin_prevents_overwrite);
+    tcase_add_test(tc, test_dead_slot_pin_and_lock);
+    tcase_add_test(tc, test_concurrent_fills);
+    tcase_add_test(tc, test_corrupt_magic_and_record);
+    tcase_add_test(tc, test_corrupt_wrong_key_and_lengths);
+    tcase_add_test(tc, test_corrupt_body_checksum);
+    tcase_add_test(tc, test_unclean_shutdown);
+    tcase_add_test(tc, test_restart_persistence);
+    tcase_add_test(tc, test_layout_version_reinit);
+    tcase_add_test(tc, test_wrong_size_content);
+    tcase_add_test(tc, test_map_full);
+    tcase_add_test(tc, test_damaged_index_rebuilt);
+    tcase_add_test(tc, test_shm_validation);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int
+main(void)
+{
+    SRunner *sr = srunner_create(cache_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
