@@ -74,6 +74,8 @@ struct conf_records {
     int      connections_throttle;    /* proxy.config.net.connections_throttle (per worker) */
     int64_t  max_doc_size;            /* proxy.config.cache.max_doc_size */
     int      debug_headers;           /* proxy.config.cistern.debug_headers */
+    int      heuristic_min_lifetime;  /* proxy.config.http.cache.heuristic_min_lifetime */
+    int      heuristic_max_lifetime;  /* proxy.config.http.cache.heuristic_max_lifetime */
     char    *logfile_dir;             /* proxy.config.log.logfile_dir (absolute) */
     char    *run_dir;                 /* proxy.config.cistern.run_dir (absolute) */
     char    *proxy_name;              /* proxy.config.proxy_name (Via) */

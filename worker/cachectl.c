@@ -1,0 +1,461 @@
+/*
+ * worker/cachectl.c: RFC 9111 rules (see cachectl.h).
+ *
+ * Deliberate choices, where the RFC leaves room or peers differ:
+ *  - An invalid Expires (or Expires: 0) means "already stale" (RFC 9111
+ *    5.3); ATS accepts some invalid dates, we do not.
+ *  - A malformed max-age / s-maxage value makes the response stale rather
+ *    than falling back to Expires (4.2.1: "invalid ... SHOULD be treated
+ *    as stale").
+ *  - Age values that do not parse are ignored; values that overflow are
+ *    clamped to 2^31 (RFC 9111 1.2.2).
+ *  - A request with Authorization is stored only when the response says
+ *    public, s-maxage or must-revalidate (3.5).
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "worker/cachectl.h"
+
+#define DELTA_MAX 2147483648LL      /* RFC 9111 1.2.2 */
+
+/* Parse delta-seconds (1*DIGIT), clamping overflow.  -1 when invalid. */
+static int64_t
+cc_delta(const char *p, size_t n)
+{
+    int64_t v = 0;
+
+    if (n >= 2 && p[0] == '"' && p[n - 1] == '"') {
+        p++;
+        n -= 2;     /* the quoted form is tolerated (RFC 9111 5.2) */
+    }
+    if (n == 0)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return -1;
+        if (v < DELTA_MAX)
+            v = v * 10 + (p[i] - '0');
+    }
+    return v > DELTA_MAX ? DELTA_MAX : v;
+}
+
+/* Walk the directives of every Cache-Control field: calls fn with the
+ * name and the (unquoted-as-given) value of each. */
+typedef void (*cc_fn)(void *arg, const char *name, size_t nl, const char *val,
+                      size_t vl, int has_val);
+
+static void
+cc_walk(const struct http_req *r, const char *field, cc_fn fn, void *arg)
+{
+    for (int i = 0; i < r->nfields; i++) {
+        if (!http_field_is(r, i, field))
+            continue;
+        const char *p = r->base + r->fields[i].value;
+        const char *end = p + r->fields[i].value_len;
+
+        while (p < end) {
+            while (p < end && (*p == ' ' || *p == '\t' || *p == ','))
+                p++;
+            const char *ns = p;
+            while (p < end && *p != '=' && *p != ',' && *p != ' ' && *p != '\t')
+                p++;
+            size_t nl = (size_t)(p - ns);
+            while (p < end && (*p == ' ' || *p == '\t'))
+                p++;
+            const char *vs = NULL;
+            size_t vl = 0;
+            int has_val = 0;
+            if (p < end && *p == '=') {
+                p++;
+                while (p < end && (*p == ' ' || *p == '\t'))
+                    p++;
+                vs = p;
+                has_val = 1;
+                if (p < end && *p == '"') {
+                    p++;
+                    while (p < end && *p != '"') {
+                        if (*p == '\\' && p + 1 < end)
+                            p++;
+                        p++;
+                    }
+                    if (p < end)
+                        p++;
+                } else {
+                    while (p < end && *p != ',' && *p != ' ' && *p != '\t')
+                        p++;
+                }
+                vl = (size_t)(p - vs);
+            }
+            while (p < end && *p != ',')
+                p++;
+            if (nl)
+                fn(arg, ns, nl, vs, vl, has_val);
+        }
+    }
+}
+
+#define IS(lit) (nl == sizeof(lit) - 1 && strncasecmp(name, lit, nl) == 0)
+
+static void
+cc_resp_one(void *arg, const char *name, size_t nl, const char *val, size_t vl,
+            int has_val)
+{
+    struct cc_resp *cc = arg;
+
+    if (IS("no-store")) {
+        cc->no_store = 1;
+    } else if (IS("no-cache")) {
+        /* no-cache="field" only forbids reusing those fields without
+         * revalidation; treating it as plain no-cache is the safe side. */
+        cc->no_cache = 1;
+    } else if (IS("private")) {
+        cc->private_ = 1;
+    } else if (IS("public")) {
+        cc->public_ = 1;
+    } else if (IS("must-revalidate")) {
+        cc->must_revalidate = 1;
+    } else if (IS("proxy-revalidate")) {
+        cc->proxy_revalidate = 1;
+    } else if (IS("immutable")) {
+        cc->immutable = 1;
+    } else if (IS("no-transform")) {
+        cc->no_transform = 1;
+    } else if (IS("max-age")) {
+        int64_t d = has_val ? cc_delta(val, vl) : -1;
+        if (d < 0)
+            cc->invalid = 1;
+        else if (cc->max_age < 0)
+            cc->max_age = d;
+        else if (d != cc->max_age)
+            cc->invalid = 1;    /* conflicting duplicates: trust neither */
+    } else if (IS("s-maxage")) {
+        int64_t d = has_val ? cc_delta(val, vl) : -1;
+        if (d < 0)
+            cc->invalid = 1;
+        else if (cc->s_maxage < 0)
+            cc->s_maxage = d;
+        else if (d != cc->s_maxage)
+            cc->invalid = 1;
+    } else if (IS("stale-while-revalidate")) {
+        int64_t d = has_val ? cc_delta(val, vl) : -1;
+        if (d >= 0)
+            cc->stale_while_revalidate = d;
+    } else if (IS("stale-if-error")) {
+        int64_t d = has_val ? cc_delta(val, vl) : -1;
+        if (d >= 0)
+            cc->stale_if_error = d;
+    }
+}
+
+static void
+cc_req_one(void *arg, const char *name, size_t nl, const char *val, size_t vl,
+           int has_val)
+{
+    struct cc_req *cc = arg;
+
+    if (IS("no-store")) {
+        cc->no_store = 1;
+    } else if (IS("no-cache")) {
+        cc->no_cache = 1;
+    } else if (IS("only-if-cached")) {
+        cc->only_if_cached = 1;
+    } else if (IS("max-age")) {
+        int64_t d = has_val ? cc_delta(val, vl) : -1;
+        if (d >= 0)
+            cc->max_age = d;
+    } else if (IS("max-stale")) {
+        if (!has_val) {
+            cc->max_stale_any = 1;
+        } else {
+            int64_t d = cc_delta(val, vl);
+            if (d >= 0)
+                cc->max_stale = d;
+        }
+    } else if (IS("min-fresh")) {
+        int64_t d = has_val ? cc_delta(val, vl) : -1;
+        if (d >= 0)
+            cc->min_fresh = d;
+    }
+}
+
+static void
+cc_pragma_one(void *arg, const char *name, size_t nl, const char *val, size_t vl,
+              int has_val)
+{
+    struct cc_req *cc = arg;
+
+    if (IS("no-cache"))
+        cc->no_cache = 1;
+}
+
+#undef IS
+
+void
+cachectl_parse_resp(const struct http_req *r, struct cc_resp *cc)
+{
+    memset(cc, 0, sizeof(*cc));
+    cc->max_age = cc->s_maxage = -1;
+    cc->stale_while_revalidate = cc->stale_if_error = -1;
+    cc_walk(r, "cache-control", cc_resp_one, cc);
+}
+
+void
+cachectl_parse_req(const struct http_req *r, struct cc_req *cc)
+{
+    memset(cc, 0, sizeof(*cc));
+    cc->max_age = cc->max_stale = cc->min_fresh = -1;
+    if (http_field_find(r, "cache-control", 0) >= 0)
+        cc_walk(r, "cache-control", cc_req_one, cc);
+    else
+        cc_walk(r, "pragma", cc_pragma_one, cc);    /* RFC 9111 5.4 */
+}
+
+/* ------------------------------------------------------------------ */
+/* Dates (RFC 9110 5.6.7) */
+
+static int
+cc_month(const char *p)
+{
+    static const char m[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
+
+    for (int i = 0; i < 12; i++)
+        if (strncmp(p, m + 3 * i, 3) == 0)
+            return i;
+    return -1;
+}
+
+static int
+cc_num(const char *p, int n)
+{
+    int v = 0;
+
+    for (int i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return -1;
+        v = v * 10 + (p[i] - '0');
+    }
+    return v;
+}
+
+/* Days from 1970-01-01 to y-m-d (proleptic Gregorian). */
+static int64_t
+cc_days(int y, int m, int d)
+{
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+static time_t
+cc_mktime(int y, int mon, int d, int h, int mi, int s)
+{
+    static const int mdays[12] = { 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
+
+    if (mon < 0 || d < 1 || d > mdays[mon] || h > 23 || mi > 59 || s > 60 || y < 1900)
+        return -1;
+    return (time_t)(cc_days(y, mon + 1, d) * 86400 + h * 3600 + mi * 60 + s);
+}
+
+time_t
+cachectl_date(const char *p, size_t n)
+{
+    char b[64];
+    int d, y, h, mi, s, mon;
+
+    while (n && (*p == ' ' || *p == '\t')) {
+        p++;
+        n--;
+    }
+    while (n && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+        n--;
+    if (n >= sizeof(b) || n < 20)
+        return -1;
+    memcpy(b, p, n);
+    b[n] = '\0';
+
+    /* IMF-fixdate: "Sun, 06 Nov 1994 08:49:37 GMT" */
+    if (n == 29 && b[3] == ',' && b[4] == ' ' && b[7] == ' ' && b[11] == ' '
+        && b[16] == ' ' && b[19] == ':' && b[22] == ':' && strcmp(b + 25, " GMT") == 0) {
+        d = cc_num(b + 5, 2);
+        mon = cc_month(b + 8);
+        y = cc_num(b + 12, 4);
+        h = cc_num(b + 17, 2);
+        mi = cc_num(b + 20, 2);
+        s = cc_num(b + 23, 2);
+        if (d < 0 || y < 0 || h < 0 || mi < 0 || s < 0)
+            return -1;
+        return cc_mktime(y, mon, d, h, mi, s);
+    }
+    /* asctime: "Sun Nov  6 08:49:37 1994" */
+    if (n == 24 && b[3] == ' ' && b[7] == ' ' && b[10] == ' ' && b[13] == ':'
+        && b[16] == ':' && b[19] == ' ') {
+        mon = cc_month(b + 4);
+        d = b[8] == ' ' ? cc_num(b + 9, 1) : cc_num(b + 8, 2);
+        h = cc_num(b + 11, 2);
+        mi = cc_num(b + 14, 2);
+        s = cc_num(b + 17, 2);
+        y = cc_num(b + 20, 4);
+        if (d < 0 || y < 0 || h < 0 || mi < 0 || s < 0)
+            return -1;
+        return cc_mktime(y, mon, d, h, mi, s);
+    }
+    /* RFC 850: "Sunday, 06-Nov-94 08:49:37 GMT" */
+    const char *c = strchr(b, ',');
+    if (c && strlen(c) == 24 && c[1] == ' ' && c[4] == '-' && c[8] == '-'
+        && c[11] == ' ' && c[14] == ':' && c[17] == ':' && strcmp(c + 20, " GMT") == 0) {
+        d = cc_num(c + 2, 2);
+        mon = cc_month(c + 5);
+        y = cc_num(c + 9, 2);
+        h = cc_num(c + 12, 2);
+        mi = cc_num(c + 15, 2);
+        s = cc_num(c + 18, 2);
+        if (d < 0 || y < 0 || h < 0 || mi < 0 || s < 0)
+            return -1;
+        /* RFC 9110 5.6.7: a two-digit year more than 50 years in the
+         * future is in the past century. */
+        y += y < 70 ? 2000 : 1900;
+        return cc_mktime(y, mon, d, h, mi, s);
+    }
+    return -1;
+}
+
+void
+cachectl_fmt_date(time_t t, char out[32])
+{
+    static const char days[7][4] = { "Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat" };
+    static const char mons[12][4] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                      "Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
+    struct tm tm;
+
+    gmtime_r(&t, &tm);
+    snprintf(out, 32, "%s, %02d %s %04d %02d:%02d:%02d GMT", days[tm.tm_wday],
+             tm.tm_mday, mons[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour,
+             tm.tm_min, tm.tm_sec);
+}
+
+time_t
+cachectl_field_date(const struct http_req *r, const char *name)
+{
+    int i = http_field_find(r, name, 0);
+
+    if (i < 0)
+        return -1;
+    return cachectl_date(r->base + r->fields[i].value, r->fields[i].value_len);
+}
+
+/* ------------------------------------------------------------------ */
+
+int
+cachectl_status_heuristic(int status)
+{
+    switch (status) {
+    case 200: case 203: case 204: case 206: case 300: case 301: case 308:
+    case 404: case 405: case 410: case 414: case 501:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+int64_t
+cachectl_lifetime(const struct http_req *resp, const struct cc_resp *cc,
+                  time_t response_time, int required_headers, int64_t hmin,
+                  int64_t hmax)
+{
+    time_t date, expires, lm;
+    int ei;
+
+    if (cc->invalid)
+        return 0;
+    if (cc->s_maxage >= 0)
+        return cc->s_maxage;
+    if (cc->max_age >= 0)
+        return cc->max_age;
+    ei = http_field_find(resp, "expires", 0);
+    if (ei >= 0) {
+        expires = cachectl_date(resp->base + resp->fields[ei].value,
+                                resp->fields[ei].value_len);
+        if (expires < 0)
+            return 0;           /* invalid Expires: already stale */
+        date = cachectl_field_date(resp, "date");
+        if (date < 0)
+            date = response_time;
+        return expires > date ? (int64_t)(expires - date) : 0;
+    }
+    if (required_headers >= 2)
+        return -1;
+    if (!cachectl_status_heuristic(resp->status) && !cc->public_)
+        return -1;
+    lm = cachectl_field_date(resp, "last-modified");
+    if (lm < 0) {
+        if (required_headers >= 1)
+            return -1;
+        return hmin;
+    }
+    date = cachectl_field_date(resp, "date");
+    if (date < 0)
+        date = response_time;
+    int64_t h = date > lm ? (int64_t)(date - lm) / 10 : 0;
+    if (h < hmin)
+        h = hmin;
+    if (h > hmax)
+        h = hmax;
+    return h;
+}
+
+int64_t
+cachectl_initial_age(const struct http_req *resp, time_t request_time,
+                     time_t response_time)
+{
+    int ai = http_field_find(resp, "age", 0);
+    int64_t age_value = 0, apparent, corrected, delay;
+    time_t date = cachectl_field_date(resp, "date");
+
+    if (ai >= 0) {
+        int64_t a = cc_delta(resp->base + resp->fields[ai].value,
+                             resp->fields[ai].value_len);
+        if (a > 0)
+            age_value = a;
+    }
+    apparent = date >= 0 && response_time > date ? (int64_t)(response_time - date) : 0;
+    delay = response_time > request_time ? (int64_t)(response_time - request_time) : 0;
+    corrected = age_value + delay;
+    return apparent > corrected ? apparent : corrected;
+}
+
+const char *
+cachectl_storable(const struct http_req *req, const struct cc_req *rcc,
+                  const struct http_req *resp, const struct cc_resp *cc,
+                  int64_t lifetime)
+{
+    if (req->method != HTTP_GET)
+        return "method";
+    if (rcc->no_store)
+        return "request no-store";
+    if (cc->no_store)
+        return "no-store";
+    if (cc->private_)
+        return "private";
+    if (resp->status < 200 || resp->status == 206 || resp->status == 304)
+        return "status";
+    if (http_field_find(req, "authorization", 0) >= 0
+        && !cc->public_ && cc->s_maxage < 0 && !cc->must_revalidate)
+        return "authorization";
+    int vi = http_field_find(resp, "vary", 0);
+    if (vi >= 0 && http_list_has(resp->base + resp->fields[vi].value,
+                                 resp->fields[vi].value_len, "*"))
+        return "vary *";
+    /* Something must let us reuse it: explicit freshness, a heuristic
+     * the configuration allows, or no-cache (stored, always validated). */
+    if (lifetime < 0 && !cc->no_cache)
+        return "no freshness";
+    return NULL;
+}

@@ -1,0 +1,73 @@
+/*
+ * worker/cachectl.h: HTTP caching rules (RFC 9111) as pure functions.
+ *
+ * Everything here reads parsed heads (struct http_req, used for responses
+ * too) and numbers; nothing touches the store or the network, so every
+ * rule is unit-testable.  conn.c and proxy.c ask three questions:
+ *   - may this response be stored?            cachectl_storable()
+ *   - for how long is it fresh?               cachectl_lifetime()
+ *   - may this stored response serve this request now?  cachectl_usable()
+ */
+#ifndef CISTERN_CACHECTL_H
+#define CISTERN_CACHECTL_H
+
+#include <stdint.h>
+#include <time.h>
+
+#include "worker/http.h"
+
+/* Response directives (RFC 9111 5.2.2).  Deltas are -1 when absent. */
+struct cc_resp {
+    unsigned no_store:1, no_cache:1, private_:1, public_:1,
+             must_revalidate:1, proxy_revalidate:1, immutable:1,
+             no_transform:1, invalid:1;
+    int64_t  max_age, s_maxage;
+    int64_t  stale_while_revalidate, stale_if_error;
+};
+
+/* Request directives (RFC 9111 5.2.1). */
+struct cc_req {
+    unsigned no_store:1, no_cache:1, only_if_cached:1, max_stale_any:1;
+    int64_t  max_age, max_stale, min_fresh;
+};
+
+/* Parse every Cache-Control field of r (names case-insensitive, values
+ * token or quoted-string; a malformed delta makes the directive count as
+ * invalid, which for max-age means "stale", RFC 9111 4.2.1). */
+void cachectl_parse_resp(const struct http_req *r, struct cc_resp *cc);
+/* Also honours `Pragma: no-cache` when there is no Cache-Control. */
+void cachectl_parse_req(const struct http_req *r, struct cc_req *cc);
+
+/* Parse an HTTP-date (IMF-fixdate, obsolete RFC 850 and asctime forms).
+ * Returns the time, or -1 when invalid. */
+time_t cachectl_date(const char *p, size_t n);
+/* Format an IMF-fixdate (29 characters) into out[32]. */
+void   cachectl_fmt_date(time_t t, char out[32]);
+
+/* Value of the first field named `name` as a date, or -1. */
+time_t cachectl_field_date(const struct http_req *r, const char *name);
+
+/* Freshness lifetime in seconds (RFC 9111 4.2.1): s-maxage, max-age,
+ * Expires - Date (invalid Expires: 0), else heuristic per
+ * required_headers (0: none needed, heuristic or a default of
+ * heuristic_min; 1: Last-Modified suffices; 2: explicit only): 10% of
+ * (Date - Last-Modified) clamped to [hmin, hmax].  Returns -1 when the
+ * response has no usable freshness under those rules. */
+int64_t cachectl_lifetime(const struct http_req *resp, const struct cc_resp *cc,
+                          time_t response_time, int required_headers,
+                          int64_t hmin, int64_t hmax);
+
+/* Corrected initial age (RFC 9111 4.2.3) at the time of storing. */
+int64_t cachectl_initial_age(const struct http_req *resp, time_t request_time,
+                             time_t response_time);
+
+/* May this response be stored (RFC 9111 3)?  Returns NULL when yes, else a
+ * short reason ("no-store", "private", "status", "no freshness", ...). */
+const char *cachectl_storable(const struct http_req *req, const struct cc_req *rcc,
+                              const struct http_req *resp, const struct cc_resp *cc,
+                              int64_t lifetime);
+
+/* Cacheable by default (RFC 9110 15.1). */
+int cachectl_status_heuristic(int status);
+
+#endif /* CISTERN_CACHECTL_H */
