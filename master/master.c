@@ -44,6 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cache/cache.h"
 #include "master/log.h"
 #include "master/master.h"
 #include "shm/shm.h"
@@ -93,7 +94,16 @@ static struct {
     int              ready_fd;        /* daemon parent's status pipe, or -1 */
     char            *run_dir;
     uint32_t         reload_seq;
-} M = { .lock_fd = -1, .ready_fd = -1 };
+    int              failed;          /* the start failed: exit 1 */
+    /* the store (NULL cache_cf: running without a cache) */
+    struct cache_conf ccf;
+    const struct cache_conf *cache_cf;
+    pid_t            mgr_pid;
+    int              mgr_pipe;        /* write end: 't' tick, 'q' quit */
+    int64_t          mgr_started_ms;
+    int64_t          mgr_respawn_at;
+    int              mgr_quit_sent;
+} M = { .lock_fd = -1, .ready_fd = -1, .mgr_pipe = -1 };
 
 static int sigpipe_fd[2] = { -1, -1 };
 static volatile sig_atomic_t sig_hup, sig_term, sig_quit, sig_usr1, sig_chld;
@@ -234,7 +244,8 @@ master_reload_status(int ok, const char *msg)
 static int
 master_free_slot(void)
 {
-    for (unsigned i = 0; i < M.nslots; i++)
+    /* The last slot is the cache manager's. */
+    for (unsigned i = 0; i + 1 < M.nslots; i++)
         if (M.procs[i].pid == 0 && M.shm.slots[i].pid == 0)
             return (int)i;
     return -1;
@@ -246,6 +257,9 @@ master_child_cleanup(int keep_index)
 {
     for (size_t i = 0; i < sizeof(master_signals) / sizeof(master_signals[0]); i++)
         signal(master_signals[i], SIG_DFL);
+    /* The master forwards SIGUSR1 (reopen logs) to its workers; one that
+     * arrives before the worker has its own handler must not kill it. */
+    signal(SIGUSR1, SIG_IGN);
     close(sigpipe_fd[0]);
     close(sigpipe_fd[1]);
     for (unsigned i = 0; i < M.nslots; i++)
@@ -255,7 +269,9 @@ master_child_cleanup(int keep_index)
         close(M.ready_fd);
     if (M.lock_fd >= 0)
         close(M.lock_fd);
-    for (int p = 0; p < M.lis.nports; p++)
+    if (M.mgr_pipe >= 0)
+        close(M.mgr_pipe);
+    for (int p = 0; M.lis.fd && p < M.lis.nports; p++)
         for (int w = 0; w < M.lis.nworkers; w++)
             if (w != keep_index) {
                 close(M.lis.fd[p * M.lis.nworkers + w]);
@@ -270,6 +286,8 @@ master_spawn_worker(struct gen *g, int index)
     sigset_t all, old;
     pid_t pid;
 
+    if (M.lis.fd == NULL)
+        return -1;      /* stopping: the listening sockets are closed */
     if (slot < 0) {
         log_error("no free worker slot for worker %d (generation %u)", index, g->id);
         return -1;
@@ -317,6 +335,7 @@ master_spawn_worker(struct gen *g, int index)
         a.listen_fds = fds;
         a.nlisten = M.lis.nports;
         a.master_pipe = pfd[0];
+        a.cache_cf = M.cache_cf;
         exit(worker_main(&a));
     }
     sigprocmask(SIG_SETMASK, &old, NULL);
@@ -329,6 +348,73 @@ master_spawn_worker(struct gen *g, int index)
     M.procs[slot].started_ms = now_ms();
     g->live++;
     return 0;
+}
+
+/* The cache manager lives in the last slot; see master/manager.c. */
+static int
+master_spawn_manager(void)
+{
+    int slot = (int)M.nslots - 1, pfd[2];
+    struct shm_slot *sl = &M.shm.slots[slot];
+    sigset_t all, old;
+    pid_t pid;
+
+    if (pipe2(pfd, O_CLOEXEC) < 0) {
+        log_error("pipe: %s", strerror(errno));
+        return -1;
+    }
+    memset(&sl->c, 0, sizeof(sl->c));
+    sl->panic[0] = '\0';
+    sl->kind = SHM_KIND_MANAGER;
+    sl->index = -1;
+    sl->state = SHM_SLOT_READY;
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, &old);
+    pid = fork();
+    if (pid < 0) {
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        log_error("fork: %s", strerror(errno));
+        close(pfd[0]);
+        close(pfd[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        close(pfd[1]);
+        master_child_cleanup(-1);
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        sl->pid = getpid();
+        exit(manager_main(M.cache_cf, M.shm.cache_area, slot, pfd[0]));
+    }
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    close(pfd[0]);
+    sl->pid = pid;
+    M.procs[slot].pid = pid;
+    M.procs[slot].index = -1;
+    M.procs[slot].gen = NULL;
+    M.procs[slot].pipe_w = -1;
+    M.procs[slot].started_ms = now_ms();
+    M.mgr_pid = pid;
+    M.mgr_pipe = pfd[1];
+    M.mgr_started_ms = M.procs[slot].started_ms;
+    M.mgr_quit_sent = 0;
+    return 0;
+}
+
+static void
+master_tell_manager(char what)
+{
+    if (M.mgr_pid && M.mgr_pipe >= 0 && write(M.mgr_pipe, &what, 1) < 0)
+        log_warn("cannot reach the cache manager: %s", strerror(errno));
+}
+
+static int
+master_live_workers(void)
+{
+    int n = 0;
+
+    for (unsigned i = 0; i < M.nslots; i++)
+        n += M.procs[i].pid != 0 && M.procs[i].gen != NULL;
+    return n;
 }
 
 static void
@@ -429,20 +515,52 @@ master_reap(void)
 
         struct proc *p = &M.procs[i];
         struct gen *g = p->gen;
+
+        if (M.cache_cf)
+            cache_slot_reset(M.shm.cache_area, (int)i);
+        if (g == NULL) {
+            /* the cache manager */
+            char how[128];
+            describe_status(status, how, sizeof(how));
+            if (M.stopping && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+                log_info("cache manager (pid %d) %s", (int)pid, how);
+            else
+                log_error("cache manager (pid %d) %s", (int)pid, how);
+            shm_slot_retire(&M.shm, i);
+            memset(p, 0, sizeof(*p));
+            p->pipe_w = -1;
+            if (M.mgr_pipe >= 0)
+                close(M.mgr_pipe);
+            M.mgr_pipe = -1;
+            M.mgr_pid = 0;
+            if (!M.stopping)
+                M.mgr_respawn_at = now_ms()
+                    + (now_ms() - M.mgr_started_ms < QUICK_DEATH_MS ? BACKOFF_MAX_MS : 1);
+            continue;
+        }
         struct shm_slot *sl = &M.shm.slots[i];
+        int idx = p->index;     /* *p is cleared below */
         char how[128];
         int clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
         int64_t age = now_ms() - p->started_ms;
 
+        /* Our own SIGTERM (fast stop, a failed generation) can land after
+         * the worker left its loop and dropped its handler: that death is
+         * what we asked for, not a failure. */
+        if (WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM
+            && (M.stopping == 1 || g->state == GEN_FAILED))
+            clean = 1;
+
         describe_status(status, how, sizeof(how));
         if (clean && (g->state != GEN_ACTIVE || M.stopping))
-            log_info("worker %d (pid %d, generation %u) %s", p->index, (int)pid, g->id, how);
+            log_info("worker %d (pid %d, generation %u) %s", idx, (int)pid, g->id, how);
         else
-            log_error("worker %d (pid %d, generation %u) %s%s%s", p->index,
+            log_error("worker %d (pid %d, generation %u) %s%s%s", idx,
                       (int)pid, g->id, how, sl->panic[0] ? ": " : "", sl->panic);
 
         close(p->pipe_w);
         shm_slot_retire(&M.shm, i);
+        master_tell_manager('t');   /* free the dead worker's LMDB reader */
         memset(p, 0, sizeof(*p));
         p->pipe_w = -1;
         g->live--;
@@ -458,6 +576,7 @@ master_reap(void)
                 master_fail_gen(g, why);
             } else {
                 log_crit("start failed: %s", why);
+                M.failed = 1;
                 g->state = GEN_FAILED;
                 master_signal_gen(g, SIGTERM);
                 M.stopping = 1;
@@ -466,7 +585,6 @@ master_reap(void)
             continue;
         }
         if (g->state == GEN_ACTIVE) {
-            int idx = p->index;
             if (age < QUICK_DEATH_MS) {
                 M.backoff_ms[idx] = M.backoff_ms[idx] ? M.backoff_ms[idx] * 2 : BACKOFF_MIN_MS;
                 if (M.backoff_ms[idx] > BACKOFF_MAX_MS)
@@ -633,6 +751,7 @@ master_check_starting(void)
                 master_fail_gen(g, "the new workers did not become ready in time");
             } else {
                 log_crit("start failed: the workers did not become ready in time");
+                M.failed = 1;
                 g->state = GEN_FAILED;
                 master_signal_gen(g, SIGTERM);
                 M.stopping = 1;
@@ -652,6 +771,11 @@ master_stop(int graceful)
     if (M.stopping == 1 || (M.stopping == 2 && graceful))
         return;
     M.stopping = graceful ? 2 : 1;
+    /* Nothing will accept again: close our copies of the listening
+     * sockets (the workers close theirs when they stop accepting), so new
+     * clients are refused now instead of waiting in an accept queue until
+     * we exit and then being reset.  No worker is forked after this. */
+    listen_close(&M.lis);
     if (graceful) {
         int timeout = M.active ? M.active->conf->rec.shutdown_timeout : 30;
         log_notice("graceful stop (SIGQUIT): draining for up to %d s", timeout);
@@ -718,10 +842,17 @@ master_loop(void)
         }
         if (sig_usr1) {
             sig_usr1 = 0;
-            if (M.active && log_open(M.active->conf->rec.logfile_dir) < 0)
+            if (M.active && log_open(M.active->conf->rec.logfile_dir) < 0) {
                 log_error("reopening the error log: %s", strerror(errno));
-            else
+            } else {
                 log_notice("log files reopened");
+                /* Workers write the log through their own copy of the
+                 * descriptor: each must reopen too.  Workers forked from
+                 * now on inherit the new file. */
+                for (unsigned i = 0; i < M.nslots; i++)
+                    if (M.procs[i].pid)
+                        kill(M.procs[i].pid, SIGUSR1);
+            }
         }
         if (sig_hup) {
             sig_hup = 0;
@@ -729,6 +860,12 @@ master_loop(void)
                 master_reload();
         }
         if (M.stopping) {
+            /* The manager goes last: it records the clean shutdown once
+             * no worker has the store open. */
+            if (master_live_workers() == 0 && M.mgr_pid && !M.mgr_quit_sent) {
+                master_tell_manager('q');
+                M.mgr_quit_sent = 1;
+            }
             if (master_live_procs() == 0)
                 return;
             if (now_ms() >= M.stop_deadline_ms) {
@@ -742,6 +879,13 @@ master_loop(void)
         }
         master_check_starting();
         master_respawn_due();
+        if (M.mgr_respawn_at && now_ms() >= M.mgr_respawn_at) {
+            M.mgr_respawn_at = 0;
+            if (master_spawn_manager() == 0)
+                log_notice("cache manager respawned");
+            else
+                M.mgr_respawn_at = now_ms() + BACKOFF_MAX_MS;
+        }
         /* draining generations past their deadline are cut */
         for (int i = 0; i < GEN_MAX; i++)
             if (M.gens[i].state == GEN_DRAINING && M.gens[i].live
@@ -894,10 +1038,30 @@ master_run(const char *confdir, int foreground)
         goto out_conf;
     }
     M.nslots = (unsigned)(M.nworkers * GEN_MAX + 1);
-    if (shm_create(&M.shm, M.nslots, 0) < 0) {
+    size_t cache_len = 0;
+    if (c->storage.nspans > 0) {
+        memset(&M.ccf, 0, sizeof(M.ccf));
+        M.ccf.dir = strdup(c->storage.spans[0].path);
+        M.ccf.size = c->storage.spans[0].size;
+        M.ccf.max_doc_size = c->rec.max_doc_size;
+        cache_len = cache_shm_size(&M.ccf, (int)M.nslots);
+        if (cache_len == 0)
+            log_error("cache disabled: the store of %s is too small", M.ccf.dir);
+    } else {
+        log_notice("no storage.config spans: running as a plain proxy, without a cache");
+    }
+    if (shm_create(&M.shm, M.nslots, cache_len) < 0) {
         fprintf(stderr, "cistern: shared memory: %s\n", strerror(errno));
         rc = 1;
         goto out_listen;
+    }
+    if (cache_len) {
+        if (cache_shm_init(M.shm.cache_area, cache_len, &M.ccf, (int)M.nslots) != CACHE_OK)
+            log_error("cache disabled: cannot lay out its shared memory");
+        else if (manager_prepare(&M.ccf, err, sizeof(err)) < 0)
+            log_error("cache disabled: store %s: %s", M.ccf.dir, err);
+        else
+            M.cache_cf = &M.ccf;
     }
     M.procs = calloc(M.nslots, sizeof(*M.procs));
     if (M.procs == NULL || master_signals_install() < 0) {
@@ -929,15 +1093,18 @@ master_run(const char *confdir, int foreground)
 
     g = master_gen_new(c);
     c = NULL;       /* owned by the generation now */
+    if (M.cache_cf && master_spawn_manager() < 0)
+        log_error("cannot start the cache manager; the store is not synced");
     for (int i = 0; i < M.nworkers; i++)
         if (master_spawn_worker(g, i) < 0) {
+            M.failed = 1;
             M.stopping = 1;
             M.stop_deadline_ms = now_ms() + KILL_GRACE_MS;
             master_signal_gen(g, SIGTERM);
             break;
         }
     master_loop();
-    rc = M.active ? 0 : 1;
+    rc = M.failed ? 1 : 0;
     log_notice("cistern stopped");
 
 out_files:
@@ -961,6 +1128,7 @@ out_conf:
         close(M.ready_fd);
     close(M.lock_fd);
     free(M.run_dir);
+    free((char *)M.ccf.dir);
     log_close();
     return rc;
 }

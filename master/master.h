@@ -23,6 +23,14 @@ void listen_close(struct listeners *l);
 /* The fds of worker `index`, one per port, into out[nports]. */
 void listen_fds_for(const struct listeners *l, int index, int *out);
 
+struct cache_conf;
+/* manager.c: run cache_store_prepare() in a short-lived child.  Returns 0,
+ * or -1 with the reason in err. */
+int manager_prepare(const struct cache_conf *cf, char *err, size_t errlen);
+/* The cache manager process's body; returns its exit status. */
+int manager_main(const struct cache_conf *cf, void *shm_area, int slot,
+                 int pipe_r);
+
 /* Print every message of *e to stderr ("file:line: message"). */
 void master_print_errors(const struct conf_errors *e);
 

@@ -82,6 +82,7 @@ conn_req_get(struct conn *c)
             return;
     }
     http_req_reset(&c->cn_req->r);
+    c->cn_req->obj_held = 0;
 }
 
 static void
@@ -89,6 +90,7 @@ conn_req_put(struct conn *c)
 {
     if (c->cn_req == NULL)
         return;
+    store_release(c);
 #ifdef CST_ASAN
     free(c->cn_req);
 #else
@@ -338,7 +340,7 @@ conn_route(struct conn *c, int keep_alive)
             res.path[res.pathlen++] = '/';
         memcpy(res.path + res.pathlen, path, pathlen);
         res.pathlen += pathlen;
-        return proxy_start(c, &res, NULL, keep_alive) == 0;
+        return proxy_start(c, &res, NULL, keep_alive, NULL, 0, "bypass") == 0;
     }
     if (rule == NULL) {
         conn_count_status(404);
@@ -361,8 +363,21 @@ conn_route(struct conn *c, int keep_alive)
         return 0;
     }
     default:
-        return proxy_start(c, &res, rule, keep_alive) == 0;
+        break;
     }
+
+    /* A mapped request: from the cache when we can, else the origin. */
+    char key[STORE_KEY_MAX];
+    size_t keylen = 0;
+    const char *fwd = wk->cache ? "method" : "bypass";
+    if (wk->cache && (r->method == HTTP_GET || r->method == HTTP_HEAD)) {
+        keylen = store_key(key, sizeof(key), res.scheme, res.host, res.port, res.path);
+        if (keylen && store_serve(c, key, keylen, keep_alive, &fwd))
+            return 0;
+        if (!keylen)
+            fwd = "bypass";
+    }
+    return proxy_start(c, &res, rule, keep_alive, keylen ? key : NULL, keylen, fwd) == 0;
 }
 
 /* A complete, checked head: decide and queue the answer. */
@@ -409,7 +424,8 @@ conn_process(struct conn *c)
     while (!c->cn_close && !c->cn_abort) {
         size_t avail = c->cn_in.end - c->cn_in.start;
 
-        if (c->cn_out.end - c->cn_out.start > OUT_HIGH && !c->cn_hold)
+        if ((c->cn_out.end - c->cn_out.start > OUT_HIGH || c->cn_body_len)
+            && !c->cn_hold)
             break;      /* let the client read first */
         if (c->cn_state == CONN_IDLE || c->cn_state == CONN_SEND) {
             if (avail == 0)
@@ -548,9 +564,12 @@ conn_flush(struct conn *c)
                 k -= (ssize_t)head;
                 c->cn_body += k;
                 c->cn_body_len -= (size_t)k;
-                proxy_client_sent(c, (size_t)k);
+                if (c->cn_up)
+                    proxy_client_sent(c, (size_t)k);
             }
         }
+        if (c->cn_up == NULL && c->cn_body_len == 0)
+            store_release(c);       /* a hit's body is out: unpin */
         if (!c->cn_hold)
             o->start = o->end = 0;
         if (c->cn_up == NULL || c->cn_hold)

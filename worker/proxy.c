@@ -147,6 +147,7 @@ up_free(struct conn *c)
     if (up == NULL)
         return;
     origin_release(up);
+    store_fill_end(up, 0);
     buf_release(&up->up_in);
     buf_release(&up->up_out);
     if (up->up_resp) {
@@ -199,7 +200,8 @@ proxy_error(struct conn *c, int status, const char *body)
 
 int
 proxy_start(struct conn *c, const struct conf_remap_result *res,
-            const struct conf_remap_rule *rule, int keep_alive)
+            const struct conf_remap_rule *rule, int keep_alive,
+            const char *key, size_t keylen, const char *fwd)
 {
     struct http_req *r = &c->cn_req->r;
     const struct conf_records *rec = &wk->conf->rec;
@@ -232,6 +234,23 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
     up->up_client_minor = r->minor;
     up->up_client_ka = keep_alive;
     up->up_req_body = r->has_body;
+    up->up_cstatus = fwd;
+    if (key && r->method == HTTP_GET && keylen <= sizeof(up->up_key)) {
+        struct timeval now;
+        memcpy(up->up_key, key, keylen);
+        up->up_keylen = keylen;
+        up->up_store = 1;
+        up->up_req_auth = http_field_find(r, "authorization", 0) >= 0;
+        event_base_gettimeofday_cached(wk->base, &now);
+        up->up_req_time = now.tv_sec;
+        /* The request forbids storing what answers it (RFC 9111 5.2.1.5). */
+        int cci = http_field_find(r, "cache-control", 0);
+        if (cci >= 0 && http_list_has(r->base + r->fields[cci].value,
+                                      r->fields[cci].value_len, "no-store")) {
+            up->up_store = 0;
+            up->up_cdetail = "request-no-store";
+        }
+    }
     up->up_safe = !r->has_body
                   && (r->method == HTTP_GET || r->method == HTTP_HEAD
                       || r->method == HTTP_OPTIONS || r->method == HTTP_TRACE
@@ -488,6 +507,19 @@ proxy_client_head(struct conn *c, struct upstream *up, struct http_req *resp)
         buf_printf(o, "Transfer-Encoding: chunked\r\n");
     if (!has_date)
         buf_printf(o, "Date: %s\r\n", resp_date());
+    if (up->up_cstatus) {
+        if (up->up_fill)
+            buf_printf(o, "Cache-Status: cistern; fwd=%s; fwd-status=%d; stored\r\n",
+                       up->up_cstatus, resp->status);
+        else if (up->up_cdetail)
+            buf_printf(o, "Cache-Status: cistern; fwd=%s; fwd-status=%d; detail=%s\r\n",
+                       up->up_cstatus, resp->status, up->up_cdetail);
+        else
+            buf_printf(o, "Cache-Status: cistern; fwd=%s; fwd-status=%d\r\n",
+                       up->up_cstatus, resp->status);
+    }
+    if (wk->debug_hdr[0])
+        buf_printf(o, "%s", wk->debug_hdr);
     if (buf_printf(o, "Via: %s\r\n%s\r\n", wk->via,
                    conn_connection_hdr(up->up_client_minor, ka)) < 0)
         return -1;
@@ -504,6 +536,14 @@ proxy_sink_client(void *arg, const char *p, size_t n)
     struct conn *c = arg;
 
     buf_append(&c->cn_out, p, n);
+    store_fill_data(c->cn_up, p, n);
+}
+
+/* Decoded body bytes for the cache (the client gets them raw). */
+static void
+proxy_sink_fill(void *arg, const char *p, size_t n)
+{
+    store_fill_data(arg, p, n);
 }
 
 int
@@ -591,6 +631,8 @@ proxy_pump(struct conn *c)
             http_req_reset(resp);
             return PROXY_MORE;
         }
+        if (up->up_store && wk->cache)
+            up->up_cdetail = store_fill_begin(up, resp);
         if (proxy_client_head(c, up, resp) < 0) {
             up_fail(up, 502, "response head too large");
             return PROXY_MORE;
@@ -625,7 +667,8 @@ proxy_pump(struct conn *c)
             in->start = up->up_parsed;
         } else {
             rc = http_req_body(resp, in->data + up->up_parsed,
-                               in->end - up->up_parsed, &used, NULL, NULL);
+                               in->end - up->up_parsed, &used,
+                               up->up_fill ? proxy_sink_fill : NULL, up);
             c->cn_body = in->data + up->up_parsed;
             c->cn_body_len = used;
             up->up_parsed += used;
@@ -655,6 +698,7 @@ proxy_pump(struct conn *c)
                 && up->up_parsed == in->end;
     int client_ka = up->up_client_ka && !resp->until_close && !up->up_decode
                     && !wk->draining;
+    store_fill_end(up, 1);
     if (reuse)
         origin_put(up);
     if (!up->up_req_done)

@@ -326,6 +326,17 @@ worker_main(const struct worker_args *a)
         }
     }
 
+    if (a->cache_cf) {
+        char err[512];
+        w->cache = cache_open(a->cache_cf, a->shm->cache_area, (int)a->slot,
+                              err, sizeof(err));
+        if (w->cache == NULL)
+            log_error("worker %u: cache unavailable, proxying uncached: %s",
+                      w->index, err);
+    }
+    if (a->conf->rec.debug_headers)
+        snprintf(w->debug_hdr, sizeof(w->debug_hdr),
+                 "X-Cistern-Worker: %u; pid=%d\r\n", w->index, (int)getpid());
     w->slot->heartbeat = (uint64_t)time(NULL);
     w->slot->state = SHM_SLOT_READY;
     event_base_dispatch(w->base);
@@ -335,6 +346,8 @@ worker_main(const struct worker_args *a)
     conn_close_all(w);
     origin_pool_close_all(w);
     proxy_free_pools(w);
+    if (w->cache)
+        cache_close(w->cache);
     event_free(w->sig_term);
     event_free(w->sig_int);
     event_free(w->sig_quit);

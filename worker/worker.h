@@ -24,6 +24,12 @@
 #include "conf/conf.h"
 #include "shm/shm.h"
 #include "worker/http.h"
+#include "cache/cache.h"
+
+#define STORE_KEY_MAX 4096
+/* cache_meta.flags of ours */
+#define STORE_F_NO_CACHE        0x1   /* always revalidate */
+#define STORE_F_MUST_REVALIDATE 0x2
 
 struct origin_idle;
 struct evdns_getaddrinfo_request;
@@ -38,6 +44,7 @@ struct worker_args {
     const int         *listen_fds;   /* [nports] for this index */
     int                nlisten;
     int                master_pipe;  /* read end; EOF = master died */
+    const struct cache_conf *cache_cf; /* NULL: run without a cache */
 };
 
 /* Run the worker; returns the process exit status. */
@@ -98,6 +105,8 @@ struct conn {
 
 struct req_ctx {
     struct http_req  r;
+    struct cache_obj obj;             /* a hit being sent (pinned) */
+    int              obj_held;
     struct req_ctx  *next;            /* free list */
 };
 
@@ -141,6 +150,15 @@ struct upstream {
     unsigned         up_decode:1;     /* de-chunk for an HTTP/1.0 client */
     unsigned         up_safe:1;       /* safe to retry on a fresh connection */
     const struct conf_remap_rule *up_rule;
+    /* caching */
+    unsigned         up_store:1;      /* GET with a key: may fill */
+    unsigned         up_req_auth:1;   /* the request had Authorization */
+    int64_t          up_req_time;     /* when we sent the request */
+    const char      *up_cstatus;      /* Cache-Status fwd= value */
+    const char      *up_cdetail;      /* why not stored, or NULL */
+    struct cache_fill *up_fill;
+    size_t           up_keylen;
+    char             up_key[STORE_KEY_MAX];
 };
 
 struct worker {
@@ -174,6 +192,8 @@ struct worker {
     struct origin_idle  *free_idle;
     struct upstream     *free_ups;
     char                 via[300];    /* "1.1 NAME" */
+    char                 debug_hdr[96];/* "X-Cistern-Worker: ..." or "" */
+    struct cache        *cache;       /* NULL: no store */
 };
 
 extern struct worker *wk;            /* this process's worker */
@@ -197,10 +217,12 @@ void origin_pool_close_all(struct worker *w);
 int  origin_connect_fresh(struct upstream *up);
 
 /* proxy.c: the origin transaction */
-/* Forward the current request of c to the origin chosen by res.  Returns
- * 0, or -1 after queueing an error response itself. */
+/* Forward the current request of c to the origin chosen by res; key (or
+ * NULL) is the cache key a GET may fill, fwd the Cache-Status reason.
+ * Returns 0, or -1 after queueing an error response itself. */
 int  proxy_start(struct conn *c, const struct conf_remap_result *res,
-                 const struct conf_remap_rule *rule, int keep_alive);
+                 const struct conf_remap_rule *rule, int keep_alive,
+                 const char *key, size_t keylen, const char *fwd);
 void proxy_origin_ready(struct upstream *up, int err);
 /* Client side callbacks from conn.c */
 enum proxy_pump { PROXY_MORE, PROXY_WAIT, PROXY_DONE, PROXY_ABORT };
@@ -210,6 +232,21 @@ void proxy_client_sent(struct conn *c, size_t n);
 int  proxy_client_body(struct conn *c);
 void proxy_abort(struct conn *c);
 void proxy_free_pools(struct worker *w);
+
+/* store.c: keys, hits and fills */
+size_t store_key(char *out, size_t outlen, const char *scheme,
+                 const char *host, int port, const char *path);
+/* Serve the current request of c from the cache.  Returns 1 when a
+ * response was queued (body lent from the pinned mapping), else 0 with
+ * *why the Cache-Status fwd= reason. */
+int  store_serve(struct conn *c, const char *key, size_t keylen,
+                 int keep_alive, const char **why);
+void store_release(struct conn *c);
+/* Start a fill for the response head resp; NULL when started, else why
+ * not (a Cache-Status detail). */
+const char *store_fill_begin(struct upstream *up, const struct http_req *resp);
+void store_fill_data(struct upstream *up, const char *p, size_t n);
+void store_fill_end(struct upstream *up, int complete);
 
 /* conn.c, for proxy.c */
 int  conn_flush(struct conn *c);
