@@ -274,6 +274,10 @@ conf_cross_check(struct conf *c, const char *recfile, struct conf_errors *e)
     if (r->nports < 1)
         conf_error(e, recfile, 0,
                    "proxy.config.http.server_ports: no ports to listen on");
+    const char *why = NULL;
+    if (r->admin_allow && conf_ip_list_parse(&c->admin_allow, r->admin_allow, &why) < 0)
+        conf_error(e, recfile, 0, "proxy.config.cistern.admin.allow: %s in \"%s\"",
+                   why, r->admin_allow);
     /* The request line is part of the header block, so a longer line limit
      * than header limit can never take effect. */
     if (r->request_line_max_size > r->request_header_max_size)
@@ -354,6 +358,7 @@ conf_free(struct conf *c)
     conf_records_free(&c->rec);
     conf_remap_free(&c->remap);
     conf_ip_allow_free(&c->ip_allow);
+    conf_ip_allow_free(&c->admin_allow);
     conf_storage_free(&c->storage);
     free(c->confdir);
     free(c);

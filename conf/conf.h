@@ -80,6 +80,7 @@ struct conf_records {
     char    *run_dir;                 /* proxy.config.cistern.run_dir (absolute) */
     char    *proxy_name;              /* proxy.config.proxy_name (Via) */
     char    *error_log_level;         /* proxy.config.cistern.log_level */
+    char    *admin_allow;             /* proxy.config.cistern.admin.allow */
 };
 
 /* ---------------------------------------------------------------------
@@ -190,6 +191,11 @@ struct conf_ip_allow {
     int      nrules;
 };
 
+/* Parse a space/comma separated list of addresses, ranges or CIDRs into
+ * allow-everything rules appended to ia.  Returns 0, or -1 with *why. */
+int conf_ip_list_parse(struct conf_ip_allow *ia, const char *list,
+                       const char **why);
+
 /* Map a method name to its CONF_METHOD_* bit (unknown -> CONF_METHOD_OTHER). */
 unsigned conf_method_bit(const char *name, size_t len);
 
@@ -222,6 +228,7 @@ struct conf {
     struct conf_remap    remap;
     struct conf_ip_allow ip_allow;
     struct conf_storages storage;
+    struct conf_ip_allow admin_allow; /* from proxy.config.cistern.admin.allow */
 };
 
 /* Load and validate everything under confdir.  Returns the new config, or

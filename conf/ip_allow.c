@@ -182,6 +182,34 @@ ip_parse_range(char *s, struct conf_ip_range *r, const char **why)
     return 0;
 }
 
+int
+conf_ip_list_parse(struct conf_ip_allow *ia, const char *list, const char **why)
+{
+    char buf[1024], *save = NULL;
+
+    if (strlen(list) >= sizeof(buf)) {
+        *why = "list too long";
+        return -1;
+    }
+    strcpy(buf, list);
+    for (char *t = strtok_r(buf, " \t,", &save); t; t = strtok_r(NULL, " \t,", &save)) {
+        struct conf_ip_rule rule;
+        memset(&rule, 0, sizeof(rule));
+        if (ip_parse_range(t, &rule.range, why) < 0)
+            return -1;
+        rule.allow = 1;
+        rule.methods = CONF_METHOD_ALL;
+        struct conf_ip_rule *n = realloc(ia->rules, sizeof(*n) * (size_t)(ia->nrules + 1));
+        if (n == NULL) {
+            *why = "out of memory";
+            return -1;
+        }
+        ia->rules = n;
+        ia->rules[ia->nrules++] = rule;
+    }
+    return 0;
+}
+
 /* ---------------------------------------------------------------------
  * The file
  */

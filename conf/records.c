@@ -135,6 +135,8 @@ static const struct rec_directive rec_table[] = {
       REC_FIELD(max_doc_size), "64M", 0, INT64_MAX },
     { "proxy.config.cistern.debug_headers", REC_INT, rec_set_int,
       REC_FIELD(debug_headers), "0", 0, 1 },
+    { "proxy.config.cistern.admin.allow", REC_STRING, rec_set_string,
+      REC_FIELD(admin_allow), "127.0.0.1 ::1", 0, 0 },
     { "proxy.config.http.cache.heuristic_min_lifetime", REC_INT, rec_set_int,
       REC_FIELD(heuristic_min_lifetime), "3600", 0, 31536000 },
     { "proxy.config.http.cache.heuristic_max_lifetime", REC_INT, rec_set_int,

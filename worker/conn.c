@@ -261,20 +261,27 @@ conn_count_status(int status)
     }
 }
 
+void
+conn_peer_str(const struct conn *c, char *out, size_t len)
+{
+    snprintf(out, len, "?");
+    if (c->cn_peer.ss_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)&c->cn_peer)->sin_addr,
+                  out, (socklen_t)len);
+    else if (c->cn_peer.ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)&c->cn_peer)->sin6_addr,
+                  out, (socklen_t)len);
+}
+
 /* Refuse a request we cannot trust: answer, then close. */
 static void
 conn_refuse(struct conn *c, int status, const char *reason)
 {
     const struct http_req *r = c->cn_req ? &c->cn_req->r : NULL;
-    char peer[64] = "?";
+    char peer[64];
     const char *extra = NULL;
 
-    if (c->cn_peer.ss_family == AF_INET)
-        inet_ntop(AF_INET, &((struct sockaddr_in *)&c->cn_peer)->sin_addr,
-                  peer, sizeof(peer));
-    else if (c->cn_peer.ss_family == AF_INET6)
-        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&c->cn_peer)->sin6_addr,
-                  peer, sizeof(peer));
+    conn_peer_str(c, peer, sizeof(peer));
     log_info("conn %llu from %s: %d %s: %s", (unsigned long long)c->cn_id,
              peer, status, http_status_text(status), reason ? reason : "");
     if (status < 500 && status != 405)
@@ -393,7 +400,22 @@ conn_request(struct conn *c)
     wk->ctr->requests++;
     if (r->has_body && !discard)
         keep_alive = 0;     /* a body we will not read: answer and close */
-    if (conn_route(c, keep_alive)) {
+    if (!conf_ip_allowed(&wk->conf->ip_allow, (struct sockaddr *)&c->cn_peer,
+                         conf_method_bit(http_method_name(r->method),
+                                         strlen(http_method_name(r->method))))) {
+        char peer[64];
+        conn_peer_str(c, peer, sizeof(peer));
+        log_notice("conn %llu from %s: %s denied by ip_allow.config",
+                   (unsigned long long)c->cn_id, peer, http_method_name(r->method));
+        conn_count_status(403);
+        resp_simple(c, 403, "Connection: close\r\n", NULL,
+                    "access denied by ip_allow.config", r->method == HTTP_HEAD);
+        c->cn_close = 1;
+        return;
+    }
+    if (admin_handle(c, keep_alive)) {
+        /* answered */
+    } else if (conn_route(c, keep_alive)) {
         if (c->cn_state == CONN_BODY || c->cn_state == CONN_PROXY)
             return;         /* the origin transaction owns the request */
         /* it failed at once and queued its own answer */

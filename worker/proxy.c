@@ -110,15 +110,6 @@ buf_append(struct buf *b, const char *p, size_t n)
     return 0;
 }
 
-static void
-proxy_peer_ip(const struct conn *c, char *out, size_t len)
-{
-    out[0] = '\0';
-    if (c->cn_peer.ss_family == AF_INET)
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)&c->cn_peer)->sin_addr, out, (socklen_t)len);
-    else if (c->cn_peer.ss_family == AF_INET6)
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)&c->cn_peer)->sin6_addr, out, (socklen_t)len);
-}
 
 /* ------------------------------------------------------------------ */
 
@@ -286,7 +277,7 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
     }
     if (r->chunked)
         buf_printf(o, "Transfer-Encoding: chunked\r\n");
-    proxy_peer_ip(c, ip, sizeof(ip));
+    conn_peer_str(c, ip, sizeof(ip));
     if (xff >= 0) {
         const struct http_field *f = &r->fields[xff];
         buf_printf(o, "X-Forwarded-For: %.*s, %s\r\n", (int)f->value_len,

@@ -65,3 +65,27 @@ resp_simple(struct conn *c, int status, const char *conn_hdr,
     b->end += (size_t)n;
     return 0;
 }
+
+int
+resp_body(struct conn *c, int status, const char *conn_hdr, const char *ctype,
+          const char *body, size_t blen, int head_only)
+{
+    struct buf *b = &c->cn_out;
+    int n;
+
+    if (buf_alloc(b) < 0 || buf_grow(b, 512 + blen) < 0)
+        return -1;
+    n = snprintf(b->data + b->end, b->size - b->end,
+                 "HTTP/1.1 %d %s\r\nDate: %s\r\nServer: cistern\r\n"
+                 "Content-Type: %s\r\nContent-Length: %zu\r\n"
+                 "Cache-Control: no-store\r\n%s\r\n",
+                 status, http_status_text(status), resp_date(), ctype, blen, conn_hdr);
+    if (n < 0 || (size_t)n >= b->size - b->end)
+        return -1;
+    b->end += (size_t)n;
+    if (!head_only) {
+        memcpy(b->data + b->end, body, blen);
+        b->end += blen;
+    }
+    return 0;
+}

@@ -326,6 +326,7 @@ worker_main(const struct worker_args *a)
         }
     }
 
+    w->cache_area_ok = a->cache_cf != NULL;
     if (a->cache_cf) {
         char err[512];
         w->cache = cache_open(a->cache_cf, a->shm->cache_area, (int)a->slot,

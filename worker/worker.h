@@ -194,6 +194,7 @@ struct worker {
     char                 via[300];    /* "1.1 NAME" */
     char                 debug_hdr[96];/* "X-Cistern-Worker: ..." or "" */
     struct cache        *cache;       /* NULL: no store */
+    int                  cache_area_ok;/* the shm cache area is laid out */
 };
 
 extern struct worker *wk;            /* this process's worker */
@@ -249,6 +250,7 @@ void store_fill_data(struct upstream *up, const char *p, size_t n);
 void store_fill_end(struct upstream *up, int complete);
 
 /* conn.c, for proxy.c */
+void conn_peer_str(const struct conn *c, char *out, size_t len);
 int  conn_flush(struct conn *c);
 void conn_count_status(int status);
 const char *conn_connection_hdr(int minor, int keep_alive);
@@ -265,6 +267,13 @@ const char *resp_date(void);
  * kept).  Returns 0, or -1 when it does not fit. */
 int resp_simple(struct conn *c, int status, const char *conn_hdr,
                 const char *extra, const char *body, int head_only);
+
+/* The same with a body of our own (may hold any bytes) and its type. */
+int resp_body(struct conn *c, int status, const char *conn_hdr,
+              const char *ctype, const char *body, size_t blen, int head_only);
+
+/* admin.c: /_stats and /_metrics; returns 1 when it answered. */
+int admin_handle(struct conn *c, int keep_alive);
 
 /* buffers (worker.c) */
 int  buf_alloc(struct buf *b);

@@ -1,0 +1,180 @@
+/*
+ * worker/admin.c: the stats endpoints, served by every worker.
+ *
+ *   /_stats    JSON in the layout of ATS's stats_over_http plugin:
+ *              {"global": {"name": "value", ...}} (values as strings, as
+ *              ATS writes them), ATS names where ATS has the counter
+ *   /_metrics  Prometheus text format, with labels
+ *
+ * Counters are summed over every worker slot in shm plus the totals the
+ * master folded in from reaped slots, so they never go backwards across
+ * reloads and restarts.  Access is decided by
+ * proxy.config.cistern.admin.allow, not by ip_allow.config: reading
+ * counters is not a method question.
+ */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "master/log.h"
+#include "worker/worker.h"
+
+#define ADMIN_BODY_MAX 16384
+
+struct admin_out {
+    char   buf[ADMIN_BODY_MAX];
+    size_t len;
+};
+
+static void
+admin_printf(struct admin_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void
+admin_printf(struct admin_out *o, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(o->buf + o->len, sizeof(o->buf) - o->len, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        o->len += (size_t)n < sizeof(o->buf) - o->len ? (size_t)n : sizeof(o->buf) - o->len - 1;
+}
+
+struct admin_stat {
+    const char *ats;            /* JSON name */
+    const char *prom;           /* Prometheus name */
+    const char *labels;         /* Prometheus labels, or "" */
+    const char *type;           /* counter / gauge */
+    uint64_t    v;
+};
+
+/* Everything we report, in one table both formats walk. */
+static int
+admin_collect(struct admin_stat *st, int max)
+{
+    struct shm_counters t;
+    struct cache_stats cs;
+    const struct shm_hdr *h = wk->shm->hdr;
+    int n = 0;
+
+    shm_sum(wk->shm, &t);
+    memset(&cs, 0, sizeof(cs));
+    if (wk->cache_area_ok)
+        cache_stats_sum(wk->shm->cache_area, &cs);
+
+#define S(a, p, l, ty, val) \
+    do { if (n < max) st[n++] = (struct admin_stat){ a, p, l, ty, (uint64_t)(val) }; } while (0)
+    S("proxy.process.http.incoming_requests", "cistern_requests_total", "", "counter", t.requests);
+    S("proxy.process.http.total_incoming_connections", "cistern_connections_accepted_total", "", "counter", t.conns_accepted);
+    S("proxy.process.http.current_client_connections", "cistern_connections_open", "", "gauge", t.conns_open);
+    S("proxy.process.http.1xx_responses", "cistern_responses_total", "{class=\"1xx\"}", "counter", t.resp_1xx);
+    S("proxy.process.http.2xx_responses", "cistern_responses_total", "{class=\"2xx\"}", "counter", t.resp_2xx);
+    S("proxy.process.http.3xx_responses", "cistern_responses_total", "{class=\"3xx\"}", "counter", t.resp_3xx);
+    S("proxy.process.http.4xx_responses", "cistern_responses_total", "{class=\"4xx\"}", "counter", t.resp_4xx);
+    S("proxy.process.http.5xx_responses", "cistern_responses_total", "{class=\"5xx\"}", "counter", t.resp_5xx);
+    S("proxy.process.cistern.bad_requests", "cistern_bad_requests_total", "", "counter", t.bad_requests);
+    S("proxy.process.cistern.timeouts", "cistern_timeouts_total", "", "counter", t.timeouts);
+    S("proxy.process.cistern.connections_refused", "cistern_connections_refused_total", "", "counter", t.conns_refused);
+    S("proxy.process.cistern.client_bytes_in", "cistern_client_bytes_total", "{direction=\"in\"}", "counter", t.bytes_in);
+    S("proxy.process.cistern.client_bytes_out", "cistern_client_bytes_total", "{direction=\"out\"}", "counter", t.bytes_out);
+    S("proxy.process.http.outgoing_requests", "cistern_origin_requests_total", "", "counter", t.origin_requests);
+    S("proxy.process.cistern.origin_errors", "cistern_origin_errors_total", "", "counter", t.origin_errors);
+    S("proxy.process.http.total_server_connections", "cistern_origin_connections_total", "{kind=\"new\"}", "counter", t.origin_conns_opened);
+    S("proxy.process.cistern.origin_connections_reused", "cistern_origin_connections_total", "{kind=\"reused\"}", "counter", t.origin_conns_reused);
+    S("proxy.process.cache.hits", "cistern_cache_results_total", "{result=\"hit\"}", "counter", cs.c.hits);
+    S("proxy.process.cache.misses", "cistern_cache_results_total", "{result=\"miss\"}", "counter", cs.c.misses);
+    S("proxy.process.cache.bytes_served", "cistern_cache_bytes_served_total", "", "counter", cs.c.bytes_served);
+    S("proxy.process.cache.fills", "cistern_cache_fills_total", "{result=\"ok\"}", "counter", cs.c.fills);
+    S("proxy.process.cache.fill_failures", "cistern_cache_fills_total", "{result=\"failed\"}", "counter", cs.c.fill_failures);
+    S("proxy.process.cache.evictions", "cistern_cache_evictions_total", "", "counter", cs.c.evictions);
+    S("proxy.process.cache.corrupt", "cistern_cache_corrupt_total", "", "counter", cs.c.corrupt);
+    S("proxy.process.cache.bytes_total", "cistern_store_bytes", "", "gauge", cs.store_bytes);
+    S("proxy.process.cache.bytes_used", "cistern_store_bytes_used", "", "gauge", cs.store_bytes_used);
+    S("proxy.process.cistern.reloads_ok", "cistern_reloads_total", "{result=\"ok\"}", "counter", h->reloads_ok);
+    S("proxy.process.cistern.reloads_failed", "cistern_reloads_total", "{result=\"failed\"}", "counter", h->reloads_failed);
+    S("proxy.process.cistern.generation", "cistern_generation", "", "gauge", h->generation);
+    S("proxy.process.cistern.worker_restarts", "cistern_worker_restarts_total", "", "counter", h->worker_restarts);
+#undef S
+    return n;
+}
+
+static void
+admin_json_string(struct admin_out *o, const char *s)
+{
+    admin_printf(o, "\"");
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            admin_printf(o, "\\%c", ch);
+        else if (ch < 0x20)
+            admin_printf(o, "\\u%04x", ch);
+        else
+            admin_printf(o, "%c", ch);
+    }
+    admin_printf(o, "\"");
+}
+
+int
+admin_handle(struct conn *c, int keep_alive)
+{
+    static struct admin_out out;
+    struct http_req *r = &c->cn_req->r;
+    const char *path = r->base + r->path;
+    size_t plen = r->path_len, q;
+    struct admin_stat st[64];
+    int json, n;
+
+    for (q = 0; q < plen && path[q] != '?'; q++)
+        ;
+    if (q == 7 && memcmp(path, "/_stats", 7) == 0)
+        json = 1;
+    else if (q == 9 && memcmp(path, "/_metrics", 9) == 0)
+        json = 0;
+    else
+        return 0;
+    if (!conf_ip_allowed(&wk->conf->admin_allow, (struct sockaddr *)&c->cn_peer,
+                         CONF_METHOD_ALL)) {
+        conn_count_status(403);
+        resp_simple(c, 403, conn_connection_hdr(r->minor, keep_alive), NULL,
+                    "the stats are not available to this address", r->method == HTTP_HEAD);
+        return 1;
+    }
+    if (r->method != HTTP_GET && r->method != HTTP_HEAD) {
+        conn_count_status(405);
+        resp_simple(c, 405, conn_connection_hdr(r->minor, keep_alive),
+                    "Allow: GET, HEAD\r\n", "use GET", r->method == HTTP_HEAD);
+        return 1;
+    }
+
+    n = admin_collect(st, (int)(sizeof(st) / sizeof(st[0])));
+    out.len = 0;
+    if (json) {
+        admin_printf(&out, "{\"global\": {\n");
+        for (int i = 0; i < n; i++)
+            admin_printf(&out, "  \"%s\": \"%llu\",\n", st[i].ats,
+                         (unsigned long long)st[i].v);
+        admin_printf(&out, "  \"proxy.process.cistern.last_reload_failure\": ");
+        admin_json_string(&out, wk->shm->hdr->last_reload_msg);
+        admin_printf(&out, ",\n  \"proxy.node.version.manager.short\": \"%s\"\n}}\n",
+                     PACKAGE_VERSION);
+    } else {
+        const char *last = "";
+        for (int i = 0; i < n; i++) {
+            if (strcmp(last, st[i].prom) != 0) {
+                admin_printf(&out, "# TYPE %s %s\n", st[i].prom, st[i].type);
+                last = st[i].prom;
+            }
+            admin_printf(&out, "%s%s %llu\n", st[i].prom, st[i].labels,
+                         (unsigned long long)st[i].v);
+        }
+    }
+    conn_count_status(200);
+    resp_body(c, 200, conn_connection_hdr(r->minor, keep_alive),
+              json ? "application/json" : "text/plain; version=0.0.4",
+              out.buf, out.len, r->method == HTTP_HEAD);
+    return 1;
+}
