@@ -109,6 +109,7 @@ conn_close(struct conn *c)
         abort();
     if (c->cn_up)
         proxy_abort(c);
+    push_free(c);
     event_del(&c->cn_rev);
     event_del(&c->cn_wev);
     close(c->cn_fd);
@@ -304,7 +305,19 @@ conn_refuse(struct conn *c, int status, const char *reason)
 /* ------------------------------------------------------------------ */
 /* Routing: remap, then a redirect, a 404, or the origin. */
 
-/* Returns 1 when the request went to an origin (proxy.c owns the rest). */
+/* A body we answer without: small ones are read and dropped (so the
+ * connection survives); with Expect: 100-continue the client may never
+ * send it, and a large one is not worth swallowing, so those close. */
+static int
+conn_body_discardable(const struct http_req *r)
+{
+    return !r->has_body || (!r->expect_continue
+                            && (r->chunked || r->content_length <= DISCARD_MAX));
+}
+
+/* Decide and queue the answer for a complete head.  Returns 1 when the
+ * request's body (if any) now belongs to someone else (an origin
+ * transaction or a PUSH), 0 when the answer is local. */
 static int
 conn_route(struct conn *c, int keep_alive)
 {
@@ -317,14 +330,17 @@ conn_route(struct conn *c, int keep_alive)
     size_t pathlen = r->path_len;
     char loc[sizeof(res.path) + 512];
     int head = r->method == HTTP_HEAD;
-    const char *ch = conn_connection_hdr(r->minor, keep_alive);
+    int local_ka = keep_alive && conn_body_discardable(r);
+    const char *ch = conn_connection_hdr(r->minor, local_ka);
 
     if (r->method == HTTP_CONNECT) {
         conn_refuse(c, 405, "CONNECT is not supported");
         return 0;
     }
-    if (r->method == HTTP_M_PUSH) {
-        conn_refuse(c, 405, "PUSH is not enabled");
+    if (r->method == HTTP_M_PUSH && !cf->rec.push_method_enabled) {
+        conn_count_status(403);
+        resp_simple(c, 403, ch, NULL,
+                    "PUSH is disabled (proxy.config.http.push_method_enabled)", 0);
         return 0;
     }
     if (pathlen == 0) {
@@ -347,18 +363,20 @@ conn_route(struct conn *c, int keep_alive)
             res.path[res.pathlen++] = '/';
         memcpy(res.path + res.pathlen, path, pathlen);
         res.pathlen += pathlen;
-        return proxy_start(c, &res, NULL, keep_alive, NULL, 0, "bypass") == 0;
-    }
-    if (rule == NULL) {
+        rule = NULL;
+    } else if (rule == NULL) {
         conn_count_status(404);
         resp_simple(c, 404, ch, NULL, "no remap rule matches this request", head);
         return 0;
-    }
-    switch (rule->type) {
-    case CONF_REMAP_REDIRECT:
-    case CONF_REMAP_REDIRECT_TEMPORARY: {
+    } else if (rule->type == CONF_REMAP_REDIRECT
+               || rule->type == CONF_REMAP_REDIRECT_TEMPORARY) {
         int def = strcmp(res.scheme, "https") == 0 ? 443 : 80;
         int status = rule->type == CONF_REMAP_REDIRECT ? 301 : 307;
+        if (r->method == HTTP_M_PUSH || r->method == HTTP_PURGE) {
+            conn_count_status(404);
+            resp_simple(c, 404, ch, NULL, "a redirect rule holds no cached object", 0);
+            return 0;
+        }
         if (res.port == def)
             snprintf(loc, sizeof(loc), "Location: %s://%s%s\r\n", res.scheme,
                      res.host, res.path);
@@ -369,22 +387,40 @@ conn_route(struct conn *c, int keep_alive)
         resp_simple(c, status, ch, loc, http_status_text(status), head);
         return 0;
     }
-    default:
-        break;
-    }
 
-    /* A mapped request: from the cache when we can, else the origin. */
+    /* A mapped request: the cache's business first, then the origin. */
     char key[STORE_KEY_MAX];
-    size_t keylen = 0;
+    size_t keylen = store_key(key, sizeof(key), res.scheme, res.host, res.port, res.path);
     const char *fwd = wk->cache ? "method" : "bypass";
+
+    if (r->method == HTTP_PURGE) {
+        if (keylen)
+            purge_handle(c, key, keylen, local_ka);
+        else
+            resp_simple(c, 404, ch, NULL, "not cached", 0);
+        return 0;
+    }
+    if (r->method == HTTP_M_PUSH) {
+        if (wk->cache == NULL || keylen == 0) {
+            conn_count_status(503);
+            resp_simple(c, 503, "Connection: close\r\n", NULL,
+                        wk->cache ? "URL too long to cache" : "no cache is configured", 0);
+            c->cn_close = 1;
+            return 0;
+        }
+        push_start(c, key, keylen, keep_alive);
+        return c->cn_state == CONN_BODY;
+    }
     if (wk->cache && (r->method == HTTP_GET || r->method == HTTP_HEAD)) {
-        keylen = store_key(key, sizeof(key), res.scheme, res.host, res.port, res.path);
-        if (keylen && store_serve(c, key, keylen, keep_alive, &fwd))
+        if (keylen && store_serve(c, key, keylen, local_ka, &fwd))
             return 0;
         if (!keylen)
             fwd = "bypass";
     }
-    return proxy_start(c, &res, rule, keep_alive, keylen ? key : NULL, keylen, fwd) == 0;
+    if (rule == NULL)
+        fwd = "bypass";     /* forward proxying is not cached */
+    return proxy_start(c, &res, rule, keep_alive, (keylen && rule) ? key : NULL,
+                       keylen, fwd) == 0;
 }
 
 /* A complete, checked head: decide and queue the answer. */
@@ -393,13 +429,9 @@ conn_request(struct conn *c)
 {
     struct http_req *r = &c->cn_req->r;
     int keep_alive = r->keep_alive && !wk->draining;
-    int discard = r->has_body && !r->expect_continue
-                  && (r->chunked || r->content_length <= DISCARD_MAX);
     size_t mark = c->cn_out.end;
 
     wk->ctr->requests++;
-    if (r->has_body && !discard)
-        keep_alive = 0;     /* a body we will not read: answer and close */
     if (!conf_ip_allowed(&wk->conf->ip_allow, (struct sockaddr *)&c->cn_peer,
                          conf_method_bit(http_method_name(r->method),
                                          strlen(http_method_name(r->method))))) {
@@ -413,13 +445,16 @@ conn_request(struct conn *c)
         c->cn_close = 1;
         return;
     }
-    if (admin_handle(c, keep_alive)) {
-        /* answered */
-    } else if (conn_route(c, keep_alive)) {
+    if (!admin_handle(c, keep_alive && conn_body_discardable(r))
+        && conn_route(c, keep_alive)) {
         if (c->cn_state == CONN_BODY || c->cn_state == CONN_PROXY)
-            return;         /* the origin transaction owns the request */
+            return;         /* the body belongs to the transaction / PUSH */
         /* it failed at once and queued its own answer */
-    } else if (r->has_body && discard && !c->cn_close) {
+        if (!keep_alive || r->has_body)
+            c->cn_close = 1;
+        return;
+    }
+    if (r->has_body && conn_body_discardable(r) && !c->cn_close) {
         /* Read the unwanted body before the answer goes out, so a
          * malformed body still gets its 400 instead of our answer. */
         c->cn_hold = 1;
@@ -428,7 +463,7 @@ conn_request(struct conn *c)
         c->cn_state = CONN_BODY;
         return;
     }
-    if (!keep_alive)
+    if (!keep_alive || !conn_body_discardable(r))
         c->cn_close = 1;
 }
 
@@ -492,6 +527,17 @@ conn_process(struct conn *c)
             struct http_req *r = &c->cn_req->r;
             size_t used;
 
+            if (c->cn_push) {
+                rc = push_body(c);
+                if (rc == HTTP_AGAIN)
+                    break;
+                if (rc != HTTP_OK) {
+                    conn_refuse(c, rc, r->reason);
+                    break;
+                }
+                http_req_reset(r);
+                continue;
+            }
             if (c->cn_up) {
                 rc = proxy_client_body(c);
                 if (rc == HTTP_AGAIN || rc == HTTP_OK)

@@ -138,7 +138,7 @@ up_free(struct conn *c)
     if (up == NULL)
         return;
     origin_release(up);
-    store_fill_end(up, 0);
+    store_fill_end(&up->up_fill, 0, NULL);
     buf_release(&up->up_in);
     buf_release(&up->up_out);
     if (up->up_resp) {
@@ -527,14 +527,16 @@ proxy_sink_client(void *arg, const char *p, size_t n)
     struct conn *c = arg;
 
     buf_append(&c->cn_out, p, n);
-    store_fill_data(c->cn_up, p, n);
+    store_fill_data(&c->cn_up->up_fill, p, n);
 }
 
 /* Decoded body bytes for the cache (the client gets them raw). */
 static void
 proxy_sink_fill(void *arg, const char *p, size_t n)
 {
-    store_fill_data(arg, p, n);
+    struct upstream *up = arg;
+
+    store_fill_data(&up->up_fill, p, n);
 }
 
 int
@@ -623,7 +625,9 @@ proxy_pump(struct conn *c)
             return PROXY_MORE;
         }
         if (up->up_store && wk->cache)
-            up->up_cdetail = store_fill_begin(up, resp);
+            up->up_cdetail = store_fill_begin(up->up_key, up->up_keylen, resp,
+                                              up->up_req_auth, up->up_req_time,
+                                              &up->up_fill);
         if (proxy_client_head(c, up, resp) < 0) {
             up_fail(up, 502, "response head too large");
             return PROXY_MORE;
@@ -689,7 +693,12 @@ proxy_pump(struct conn *c)
                 && up->up_parsed == in->end;
     int client_ka = up->up_client_ka && !resp->until_close && !up->up_decode
                     && !wk->draining;
-    store_fill_end(up, 1);
+    if (up->up_fill) {
+        int frc = store_fill_end(&up->up_fill, 1, NULL);
+        if (frc != CACHE_OK)
+            log_debug("conn %llu: %.*s not stored: %s", (unsigned long long)c->cn_id,
+                      (int)up->up_keylen, up->up_key, cache_strerror(frc));
+    }
     if (reuse)
         origin_put(up);
     if (!up->up_req_done)

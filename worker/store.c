@@ -166,7 +166,8 @@ store_skip_field(const struct http_req *resp, int i)
 }
 
 const char *
-store_fill_begin(struct upstream *up, const struct http_req *resp)
+store_fill_begin(const char *key, size_t keylen, const struct http_req *resp,
+                 int req_auth, int64_t req_time, struct cache_fill **out)
 {
     static char hdr[STORE_HDR_MAX];
     struct cc_resp cc;
@@ -181,7 +182,8 @@ store_fill_begin(struct upstream *up, const struct http_req *resp)
     cachectl_parse_resp(resp, &cc);
     lifetime = cachectl_lifetime(resp, &cc, now.tv_sec, rec->required_headers,
                                  rec->heuristic_min_lifetime, rec->heuristic_max_lifetime);
-    if (up->up_req_auth && !cc.public_ && cc.s_maxage < 0 && !cc.must_revalidate)
+    *out = NULL;
+    if (req_auth && !cc.public_ && cc.s_maxage < 0 && !cc.must_revalidate)
         return "authorization";
     if (cc.no_store)
         return "no-store";
@@ -226,7 +228,7 @@ store_fill_begin(struct upstream *up, const struct http_req *resp)
         return "header-too-large";
     len += (size_t)n;
 
-    initial_age = cachectl_initial_age(resp, up->up_req_time, now.tv_sec);
+    initial_age = cachectl_initial_age(resp, req_time, now.tv_sec);
     memset(&meta, 0, sizeof(meta));
     meta.status = (uint16_t)resp->status;
     meta.flags = (cc.no_cache ? STORE_F_NO_CACHE : 0)
@@ -237,38 +239,40 @@ store_fill_begin(struct upstream *up, const struct http_req *resp)
              : (resp->chunked || resp->until_close) ? -1 : resp->content_length;
     if (body_len < -1)
         body_len = -1;
-    rc = cache_fill_begin(wk->cache, up->up_key, up->up_keylen, &meta, hdr, len,
-                          body_len, &up->up_fill);
+    rc = cache_fill_begin(wk->cache, key, keylen, &meta, hdr, len, body_len, out);
     if (rc != CACHE_OK) {
-        up->up_fill = NULL;
+        *out = NULL;
         return rc == CACHE_TOOBIG ? "too-big" : "store-busy";
     }
     return NULL;
 }
 
-void
-store_fill_data(struct upstream *up, const char *p, size_t n)
+int
+store_fill_data(struct cache_fill **f, const char *p, size_t n)
 {
-    if (up->up_fill == NULL || n == 0)
-        return;
-    if (cache_fill_write(up->up_fill, p, n) != CACHE_OK) {
-        cache_fill_abort(up->up_fill);
-        up->up_fill = NULL;
+    int rc;
+
+    if (*f == NULL || n == 0)
+        return CACHE_OK;
+    rc = cache_fill_write(*f, p, n);
+    if (rc != CACHE_OK) {
+        cache_fill_abort(*f);
+        *f = NULL;
     }
+    return rc;
 }
 
-void
-store_fill_end(struct upstream *up, int complete)
+int
+store_fill_end(struct cache_fill **f, int complete, int *replaced)
 {
-    if (up->up_fill == NULL)
-        return;
-    if (complete) {
-        int rc = cache_fill_commit(up->up_fill, NULL);
-        if (rc != CACHE_OK)
-            log_debug("cache fill of %.*s not stored: %s", (int)up->up_keylen,
-                      up->up_key, cache_strerror(rc));
-    } else {
-        cache_fill_abort(up->up_fill);
-    }
-    up->up_fill = NULL;
+    int rc = CACHE_ABORTED;
+
+    if (*f == NULL)
+        return rc;
+    if (complete)
+        rc = cache_fill_commit(*f, replaced);
+    else
+        cache_fill_abort(*f);
+    *f = NULL;
+    return rc;
 }

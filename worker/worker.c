@@ -207,8 +207,15 @@ worker_on_signal(evutil_socket_t sig, short what, void *arg)
     case SIGQUIT:
         worker_begin_drain(w);
         break;
+    case SIGUSR1:
+        /* The master reopened the error log; our descriptor still points
+         * at the old file. */
+        if (log_open(w->conf->rec.logfile_dir) < 0)
+            log_error("worker %u: reopening the error log: %s", w->index,
+                      strerror(errno));
+        break;
     default:
-        /* SIGHUP / SIGUSR1 are the master's business. */
+        /* SIGHUP is the master's business. */
         break;
     }
 }
@@ -342,7 +349,15 @@ worker_main(const struct worker_args *a)
     w->slot->state = SHM_SLOT_READY;
     event_base_dispatch(w->base);
 
-    /* Leaving: whatever is still open is cut (fast stop or deadline). */
+    /* Leaving: whatever is still open is cut (fast stop or deadline).
+     * The master's stop signals may still arrive while we clean up; they
+     * must not turn a clean exit into a death by signal. */
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGQUIT);
+    sigprocmask(SIG_BLOCK, &stop, NULL);
     worker_stop_accepting(w);
     conn_close_all(w);
     origin_pool_close_all(w);

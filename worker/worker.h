@@ -75,6 +75,7 @@ enum conn_state {
 
 struct req_ctx;
 struct upstream;
+struct push;
 
 struct conn {
     uint32_t         cn_magic;
@@ -86,6 +87,7 @@ struct conn {
     struct buf       cn_out;          /* response bytes */
     struct req_ctx  *cn_req;          /* NULL while idle */
     struct upstream *cn_up;           /* the origin transaction, if any */
+    struct push     *cn_push;         /* a PUSH being received, if any */
     const char      *cn_body;         /* body bytes to send after cn_out */
     size_t           cn_body_len;     /* (owned by cn_up: its input buffer) */
     struct timeval   cn_head_start;   /* first byte of the current head */
@@ -243,11 +245,26 @@ size_t store_key(char *out, size_t outlen, const char *scheme,
 int  store_serve(struct conn *c, const char *key, size_t keylen,
                  int keep_alive, const char **why);
 void store_release(struct conn *c);
-/* Start a fill for the response head resp; NULL when started, else why
- * not (a Cache-Status detail). */
-const char *store_fill_begin(struct upstream *up, const struct http_req *resp);
-void store_fill_data(struct upstream *up, const char *p, size_t n);
-void store_fill_end(struct upstream *up, int complete);
+/* Start storing the response whose head is resp (for a request sent at
+ * req_time, with Authorization when req_auth) under key.  Returns NULL
+ * with *out set, or why it is not stored (a Cache-Status detail). */
+const char *store_fill_begin(const char *key, size_t keylen,
+                             const struct http_req *resp, int req_auth,
+                             int64_t req_time, struct cache_fill **out);
+/* Append body bytes; on failure the fill is dropped (*f = NULL) and the
+ * cache's code returned. */
+int  store_fill_data(struct cache_fill **f, const char *p, size_t n);
+/* Commit (complete) or abort *f; returns the cache's code. */
+int  store_fill_end(struct cache_fill **f, int complete, int *replaced);
+
+/* push.c: PUSH and PURGE (never forwarded) */
+/* Start receiving a PUSH body for key; 0, or -1 after queueing an answer. */
+int  push_start(struct conn *c, const char *key, size_t keylen, int keep_alive);
+/* Feed the request body; HTTP_AGAIN, HTTP_OK (answer queued), or a status
+ * for a malformed request body. */
+int  push_body(struct conn *c);
+void push_free(struct conn *c);
+void purge_handle(struct conn *c, const char *key, size_t keylen, int keep_alive);
 
 /* conn.c, for proxy.c */
 void conn_peer_str(const struct conn *c, char *out, size_t len);

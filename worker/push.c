@@ -1,0 +1,297 @@
+/*
+ * worker/push.c: PUSH (ATS semantics) and PURGE.
+ *
+ * PUSH stores the request body, itself a complete HTTP response, under the
+ * request URL after remap: exactly the object a GET to that URL would be
+ * served from.  The pushed response is parsed as strictly as an origin's
+ * (the same scanner and checks: CL with TE, differing lengths, obs-fold
+ * are refused), judged storable by the same rules (no-store, no freshness
+ * under required_headers: 400 with the reason), and written through the
+ * normal fill path while the request body streams in, so a 10 MB push is
+ * never held in memory and is as crash-safe as any fill: the object
+ * becomes visible only when the request body ended exactly where the
+ * pushed response ends.  201 when the URL was new, 200 when it replaced
+ * an object.  Any failure leaves the cache as it was.
+ *
+ * PURGE removes the object; 200 when something was removed, 404 when
+ * nothing was cached.  Neither method ever reaches an origin.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "master/log.h"
+#include "worker/worker.h"
+
+#define PUSH_MAGIC 0x50555348u      /* "PUSH" */
+
+enum push_state { PUSH_HEAD = 1, PUSH_BODY, PUSH_DONE, PUSH_FAILED };
+
+struct push {
+    uint32_t          magic;
+    enum push_state   state;
+    struct buf        head;          /* the pushed response head, growing */
+    struct req_ctx   *resp;
+    struct cache_fill *fill;
+    const char       *why;           /* reason for the 400 */
+    int64_t           req_time;
+    int               keep_alive;
+    size_t            keylen;
+    char              key[STORE_KEY_MAX];
+};
+
+static void
+push_fail(struct push *p, const char *why)
+{
+    if (p->state != PUSH_FAILED) {
+        p->state = PUSH_FAILED;
+        p->why = why;
+        store_fill_end(&p->fill, 0, NULL);
+    }
+}
+
+void
+push_free(struct conn *c)
+{
+    struct push *p = c->cn_push;
+
+    if (p == NULL)
+        return;
+    store_fill_end(&p->fill, 0, NULL);
+    buf_release(&p->head);
+    free(p->resp);
+    p->magic = 0;
+    free(p);
+    c->cn_push = NULL;
+}
+
+/* The pushed response's own body bytes (decoded). */
+static void
+push_sink_body(void *arg, const char *data, size_t n)
+{
+    struct push *p = arg;
+
+    if (p->state == PUSH_BODY && store_fill_data(&p->fill, data, n) != CACHE_OK)
+        push_fail(p, "the pushed object is larger than the cache can hold "
+                     "(proxy.config.cache.max_doc_size)");
+}
+
+/* Feed bytes that follow the pushed head through its framing. */
+static void
+push_body_bytes(struct push *p, const char *data, size_t n)
+{
+    struct http_req *resp = &p->resp->r;
+
+    while (n > 0 && p->state == PUSH_BODY) {
+        size_t used;
+        int rc;
+
+        if (resp->body_done) {
+            push_fail(p, "bytes after the end of the pushed response");
+            return;
+        }
+        rc = http_req_body(resp, data, n, &used, push_sink_body, p);
+        if (rc != HTTP_OK && rc != HTTP_AGAIN) {
+            push_fail(p, "bad body framing in the pushed response");
+            return;
+        }
+        data += used;
+        n -= used;
+        if (used == 0 && rc == HTTP_AGAIN)
+            return;
+    }
+}
+
+/* Decoded request-body bytes: the pushed message itself. */
+static void
+push_sink(void *arg, const char *data, size_t n)
+{
+    struct push *p = arg;
+    struct http_req *resp = &p->resp->r;
+    struct buf *h = &p->head;
+    int rc;
+
+    if (p->state == PUSH_BODY) {
+        push_body_bytes(p, data, n);
+        return;
+    }
+    if (p->state != PUSH_HEAD)
+        return;
+    /* Collect the head; cap at the response header limit. */
+    size_t limit = (size_t)wk->conf->rec.response_header_max_size;
+    size_t take = n;
+    if (h->end + take > limit + 4)
+        take = limit + 4 - h->end;
+    if (h->size - h->end < take && buf_grow(h, take) < 0) {
+        push_fail(p, "out of memory");
+        return;
+    }
+    memcpy(h->data + h->end, data, take);
+    h->end += take;
+    rc = http_head_scan(resp, h->data, h->end, &wk->resp_limits);
+    if (rc == HTTP_AGAIN) {
+        if (take < n || h->end > limit)
+            push_fail(p, "the pushed response head is too large");
+        return;
+    }
+    if (rc != HTTP_OK) {
+        push_fail(p, "the body is not an HTTP response (bad head)");
+        return;
+    }
+    if (resp->start != 0) {
+        push_fail(p, "the body is not an HTTP response");
+        return;
+    }
+    rc = http_resp_parse(resp, h->data, HTTP_GET);
+    if (rc != HTTP_OK) {
+        push_fail(p, resp->reason ? resp->reason : "invalid pushed response");
+        return;
+    }
+    if (resp->status < 200) {
+        push_fail(p, "a pushed response must be final (status 200 or more)");
+        return;
+    }
+    const char *why = store_fill_begin(p->key, p->keylen, resp, 0, p->req_time,
+                                       &p->fill);
+    if (why) {
+        static char msg[128];
+        snprintf(msg, sizeof(msg), "the pushed response is not storable: %s", why);
+        push_fail(p, msg);
+        return;
+    }
+    p->state = PUSH_BODY;
+    if (!resp->has_body)
+        resp->body_done = 1;
+    /* Bytes of this piece beyond the head are body. */
+    size_t head_in_piece = resp->head_len - (h->end - take);
+    if (head_in_piece < n)
+        push_body_bytes(p, data + head_in_piece, n - head_in_piece);
+}
+
+int
+push_start(struct conn *c, const char *key, size_t keylen, int keep_alive)
+{
+    struct http_req *r = &c->cn_req->r;
+    struct timeval now;
+    struct push *p;
+
+    if (!r->has_body) {
+        conn_count_status(400);
+        resp_simple(c, 400, conn_connection_hdr(r->minor, keep_alive), NULL,
+                    "PUSH needs a body: the response to store", 0);
+        return -1;
+    }
+    if ((p = calloc(1, sizeof(*p))) == NULL
+        || (p->resp = malloc(sizeof(*p->resp))) == NULL || buf_alloc(&p->head) < 0) {
+        if (p) {
+            free(p->resp);
+            buf_release(&p->head);
+            free(p);
+        }
+        conn_count_status(503);
+        resp_simple(c, 503, "Connection: close\r\n", NULL, "out of memory", 0);
+        c->cn_close = 1;
+        return -1;
+    }
+    p->magic = PUSH_MAGIC;
+    p->state = PUSH_HEAD;
+    http_req_reset(&p->resp->r);
+    memcpy(p->key, key, keylen);
+    p->keylen = keylen;
+    p->keep_alive = keep_alive;
+    event_base_gettimeofday_cached(wk->base, &now);
+    p->req_time = now.tv_sec;
+    c->cn_push = p;
+    if (r->expect_continue) {
+        buf_alloc(&c->cn_out);
+        if (c->cn_out.size - c->cn_out.end >= 25) {
+            memcpy(c->cn_out.data + c->cn_out.end, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+            c->cn_out.end += 25;
+        }
+    }
+    c->cn_state = CONN_BODY;
+    return 0;
+}
+
+int
+push_body(struct conn *c)
+{
+    struct push *p = c->cn_push;
+    struct http_req *r = &c->cn_req->r;
+    struct buf *in = &c->cn_in;
+    size_t used;
+    int rc, replaced = 0;
+
+    rc = http_req_body(r, in->data + in->start, in->end - in->start, &used,
+                       push_sink, p);
+    in->start += used;
+    wk->ctr->bytes_in += used;
+    if (rc == HTTP_AGAIN)
+        return HTTP_AGAIN;
+    if (rc != HTTP_OK) {
+        push_free(c);
+        return rc;      /* the request itself is malformed: 400 and close */
+    }
+
+    /* The request body ended: so must the pushed response. */
+    struct http_req *resp = &p->resp->r;
+    if (p->state == PUSH_HEAD)
+        push_fail(p, "the body is not a complete HTTP response");
+    else if (p->state == PUSH_BODY && !resp->body_done
+             && http_body_eof(resp) != HTTP_OK)
+        push_fail(p, "the pushed response is truncated (its length disagrees)");
+    if (p->state == PUSH_BODY && p->fill == NULL)
+        push_fail(p, "the pushed object could not be stored");
+
+    int ka = p->keep_alive && !wk->draining;
+    const char *ch = conn_connection_hdr(r->minor, ka);
+    if (p->state != PUSH_FAILED) {
+        rc = store_fill_end(&p->fill, 1, &replaced);
+        if (rc != CACHE_OK) {
+            log_warn("conn %llu: PUSH %.*s not stored: %s", (unsigned long long)c->cn_id,
+                     (int)p->keylen, p->key, cache_strerror(rc));
+            conn_count_status(503);
+            resp_simple(c, 503, ch, NULL, "the cache could not store the object", 0);
+        } else {
+            log_info("conn %llu: PUSH stored %.*s (%s)", (unsigned long long)c->cn_id,
+                     (int)p->keylen, p->key, replaced ? "replaced" : "new");
+            conn_count_status(replaced ? 200 : 201);
+            resp_simple(c, replaced ? 200 : 201, ch, NULL,
+                        replaced ? "replaced" : "created", 0);
+        }
+    } else {
+        log_info("conn %llu: PUSH %.*s refused: %s", (unsigned long long)c->cn_id,
+                 (int)p->keylen, p->key, p->why);
+        conn_count_status(400);
+        wk->ctr->bad_requests++;
+        resp_simple(c, 400, ch, NULL, p->why, 0);
+    }
+    if (!ka)
+        c->cn_close = 1;
+    push_free(c);
+    c->cn_state = CONN_SEND;
+    return HTTP_OK;
+}
+
+void
+purge_handle(struct conn *c, const char *key, size_t keylen, int keep_alive)
+{
+    struct http_req *r = &c->cn_req->r;
+    const char *ch = conn_connection_hdr(r->minor, keep_alive);
+    int rc = wk->cache ? cache_remove(wk->cache, key, keylen) : CACHE_MISS;
+
+    if (rc == CACHE_OK) {
+        log_info("conn %llu: PURGE removed %.*s", (unsigned long long)c->cn_id,
+                 (int)keylen, key);
+        conn_count_status(200);
+        resp_simple(c, 200, ch, NULL, "purged", 0);
+    } else if (rc == CACHE_MISS) {
+        conn_count_status(404);
+        resp_simple(c, 404, ch, NULL, "not cached", 0);
+    } else {
+        conn_count_status(500);
+        resp_simple(c, 500, ch, NULL, "the cache could not remove the object", 0);
+    }
+}
