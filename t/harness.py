@@ -35,7 +35,7 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
-from origin import pattern  # noqa: E402,F401  (re-exported for tests)
+from origin import pattern, seeded  # noqa: E402,F401  (re-exported)
 
 PYTHON = sys.executable or "/usr/bin/python3"
 START_TIMEOUT = 10.0

@@ -42,6 +42,11 @@ Response selection, first match wins:
                         If-Modified-Since >= T
       echo              body: JSON of the request as recorded
       100-continue      (no-op directive; 100-continue is always honoured)
+      seed/S            body bytes come from seeded(S, N) instead of
+                        pattern(N) (for bytes/, chunked/, no-length/,
+                        slow-body/, close-mid-body/, stall/): objects of the
+                        same size then differ, so a body served for the
+                        wrong URL, or spliced from two objects, is caught
       hang              read the request, send nothing, and wait (up to
                         120 s) for the peer to close the connection
       stall/N           announce Content-Length N, send N/2 bytes, then wait
@@ -97,6 +102,7 @@ import base64
 import hashlib
 import json
 import os
+import random
 import socket
 import sys
 import threading
@@ -119,6 +125,13 @@ def pattern(n, offset=0):
     out += rot * reps
     out += rot[:rem]
     return bytes(out)
+
+
+def seeded(seed, n):
+    """n deterministic pseudo-random bytes derived from the string seed
+    (the same in every process and run: random.Random seeds a str through
+    SHA-512).  Used by the seed/S directive."""
+    return random.Random("cistern-seed:" + str(seed)).randbytes(n)
 
 
 class BadRequest(Exception):
@@ -536,11 +549,15 @@ class Origin:
         stream_n = 0
         idle_close_ms = None
         extra = []
+        seed = None
         i = 0
         while i < len(segs):
             d = segs[i]
             arg = segs[i + 1] if i + 1 < len(segs) else None
-            if d == "status" and num(arg) is not None:
+            if d == "seed" and arg is not None:
+                seed = arg
+                i += 1
+            elif d == "status" and num(arg) is not None:
                 status = num(arg)
                 i += 1
             elif d == "bytes" and num(arg) is not None:
@@ -622,6 +639,10 @@ class Origin:
         if body is None:
             body = ("%s %s\n" % (rec["method"], rec["target"])).encode(
                 "latin-1")
+        elif seed is not None and mode in ("length", "chunked", "no-length",
+                                           "slow", "mid", "stall") \
+                and body == pattern(len(body)):
+            body = seeded(seed, len(body))
         bodyless = status in (204, 304) or 100 <= status < 200
         headers = base + [["Content-Type", "text/plain"]]
         names = {k.lower() for k, v in extra}

@@ -661,6 +661,12 @@ def test_sigquit_drains_every_generation():
                     expect(c.hup()[0], "reload failed")
             c.signal(signal.SIGQUIT)
             c.wait_log(r"graceful stop", 3)
+            # The drain order reaches each worker through its own pipe: wait
+            # until every worker of generation 2 has it, or a request could
+            # be answered just before (keep-alive, correctly).
+            wait_for(lambda: len(re.findall(r"\(generation 2\) draining",
+                                            c.error_log())) >= 2,
+                     3, what="generation 2 draining")
             for version, k in zip((1, 2), held):
                 k.send(b"st: r.test\r\n\r\n")
                 r = k.response()

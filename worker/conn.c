@@ -135,6 +135,23 @@ conn_close(struct conn *c)
         event_base_loopbreak(w->base);
 }
 
+/* Close with a reset: the response we were sending is incomplete, and an
+ * orderly close could make a close-delimited (or de-chunked) body look
+ * whole.  A reset is the one signal every client reads as "truncated". */
+static void
+conn_reset(struct conn *c)
+{
+    struct linger lg = { 1, 0 };
+
+    /* Framing that shows the truncation by itself (Content-Length, or
+     * chunked without its last chunk) is better served by a plain close:
+     * a reset can destroy the bytes the client has not read yet. */
+    if (c->cn_up == NULL || c->cn_up->up_resp == NULL
+        || c->cn_up->up_resp->r.until_close || c->cn_up->up_decode)
+        setsockopt(c->cn_fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    conn_close(c);
+}
+
 /* Half-close and drain what the client still sends; see the essay. */
 static void
 conn_linger(struct conn *c)
@@ -487,6 +504,10 @@ conn_process(struct conn *c)
         if (c->cn_state == CONN_IDLE || c->cn_state == CONN_SEND) {
             if (avail == 0)
                 break;
+            /* A new request: whatever answered the last one (a proxy, a
+             * PUSH, a refusal) may have left the parser mid-state. */
+            if (c->cn_req)
+                http_req_reset(&c->cn_req->r);
             c->cn_state = CONN_HEAD;
             event_base_gettimeofday_cached(w->base, &c->cn_head_start);
         }
@@ -595,7 +616,7 @@ conn_flush(struct conn *c)
         return 0;       /* conn_process() flushes when it is done */
     for (;;) {
         if (c->cn_abort) {
-            conn_close(c);
+            conn_reset(c);
             return -1;
         }
         while (!c->cn_hold && (o->end > o->start || c->cn_body_len > 0)) {
@@ -647,7 +668,7 @@ conn_flush(struct conn *c)
         case PROXY_DONE:
             continue;
         case PROXY_ABORT:
-            conn_close(c);
+            conn_reset(c);
             return -1;
         case PROXY_WAIT:
             event_del(&c->cn_wev);

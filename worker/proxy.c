@@ -183,7 +183,7 @@ proxy_error(struct conn *c, int status, const char *body)
     conn_count_status(status);
     up_free(c);
     resp_simple(c, status, conn_connection_hdr(c->cn_req ? c->cn_req->r.minor : 1, ka),
-                NULL, body, 0);
+                NULL, body, c->cn_req && c->cn_req->r.method == HTTP_HEAD);
     if (!ka)
         c->cn_close = 1;
     c->cn_state = CONN_SEND;
@@ -199,7 +199,7 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
     struct upstream *up;
     struct buf *o;
     char ip[64];
-    int xff = -1;
+    int xff = 0;
 
     if (strcmp(res->scheme, "http") != 0) {
         conn_count_status(502);
@@ -269,7 +269,7 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
         if (proxy_hop_by_hop(r, i))
             continue;
         if (http_field_is(r, i, "x-forwarded-for")) {
-            xff = i;    /* merged below, with the client's address last */
+            xff = 1;    /* merged below, with the client's address last */
             continue;
         }
         buf_append(o, r->base + f->name, f->value + f->value_len - f->name);
@@ -278,13 +278,14 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
     if (r->chunked)
         buf_printf(o, "Transfer-Encoding: chunked\r\n");
     conn_peer_str(c, ip, sizeof(ip));
-    if (xff >= 0) {
-        const struct http_field *f = &r->fields[xff];
-        buf_printf(o, "X-Forwarded-For: %.*s, %s\r\n", (int)f->value_len,
-                   r->base + f->value, ip);
-    } else {
-        buf_printf(o, "X-Forwarded-For: %s\r\n", ip);
+    /* Every X-Forwarded-For line, in order, then the client (one line). */
+    buf_printf(o, "X-Forwarded-For: ");
+    for (int i = 0; xff && i < r->nfields; i++) {
+        const struct http_field *f = &r->fields[i];
+        if (http_field_is(r, i, "x-forwarded-for") && f->value_len > 0)
+            buf_printf(o, "%.*s, ", (int)f->value_len, r->base + f->value);
     }
+    buf_printf(o, "%s\r\n", ip);
     if (buf_printf(o, "Via: %s\r\n\r\n", wk->via) < 0) {
         proxy_error(c, 502, "request too large to forward");
         return -1;

@@ -112,10 +112,13 @@ buf_grow(struct buf *b, size_t need)
     char *n = malloc(nsize);
     if (n == NULL)
         return -1;
-    memcpy(n, b->data, b->end);
-    buf_release(b);
+    size_t start = b->start, end = b->end;
+    memcpy(n, b->data, end);
+    buf_release(b);     /* resets the offsets: restore them */
     b->data = n;
     b->size = nsize;
+    b->start = start;
+    b->end = end;
     b->pooled = 0;
     return 0;
 }
