@@ -16,6 +16,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 #include <lmdb.h>
 
 #include "cache/cache.h"
@@ -77,13 +78,43 @@ struct cache_rec {
 };                              /* followed by key, header block, body */
 #define CACHE_REC_SIZE sizeof(struct cache_rec)
 
+/* A HEADERS record's "body" area (unaligned: read it with
+ * cache_rec_link_get): where the body it describes lives.  The
+ * record's own body_len and body_sum are those of that body (they describe
+ * the object); its rec_len counts the link instead.  head_sum covers the
+ * link too, so a HEADERS record is checked by head_sum alone. */
+struct cache_rec_link {
+    uint64_t body_off;          /* absolute offset of the OBJECT record (older) */
+    uint32_t body_rec_len;      /* that record's rec_len */
+    uint32_t pad;
+};
+#define CACHE_LINK_SIZE sizeof(struct cache_rec_link)
+
+/* Copy out the link of HEADERS record r (it follows key and header block:
+ * unaligned). */
+static inline void
+cache_rec_link_get(const struct cache_rec *r, struct cache_rec_link *l)
+{
+    memcpy(l, (const uint8_t *)(r + 1) + r->key_len + r->hdr_len, sizeof(*l));
+}
+
+/* Bytes after struct cache_rec that head_sum covers. */
+static inline size_t
+cache_rec_sumlen(const struct cache_rec *r)
+{
+    return (size_t)r->key_len + r->hdr_len
+           + (r->type == CACHE_REC_HEADERS ? CACHE_LINK_SIZE : 0);
+}
+
 /* ------------------------------------------------------------------ */
 /* Index value (LMDB "obj" DB; key = 16-byte key hash) */
 #define CACHE_ENT_MAGIC   0x43454e54u   /* "CENT" */
 #define CACHE_ENT_VERSION 1u
 
 enum cache_ent_type {
-    CACHE_ENT_OBJECT = 1,       /* off = header record, body_off = body record */
+    CACHE_ENT_OBJECT = 1,       /* off = header record, body_off = body record;
+                                 * off != body_off: off is a HEADERS record
+                                 * (rec_len, hdr_len are its own) */
     CACHE_ENT_VARIANTS = 2,     /* off = a CACHE_REC_VARIANTS record */
 };
 
@@ -99,7 +130,8 @@ struct cache_ent {
     uint32_t hdr_len;
     uint32_t key_len;
     uint64_t off;
-    uint64_t body_off;          /* == off while headers and body share a record */
+    uint64_t body_off;          /* == off while headers and body share a record,
+                                 * else the older OBJECT record (< off) */
     uint64_t body_len;
     int64_t  stored;
     int64_t  expires;
@@ -239,6 +271,8 @@ void     cache_index_close(struct cache *c);
 int      cache_index_get(struct cache *c, const uint8_t hash[16], struct cache_ent *e);
 int      cache_index_put(struct cache *c, const uint8_t hash[16],
                          const struct cache_ent *e, int *replaced);
+int      cache_index_put_if(struct cache *c, const uint8_t hash[16],
+                            const struct cache_ent *e, uint64_t body_off);
 int      cache_index_del(struct cache *c, const uint8_t hash[16],
                          const struct cache_ent *only_if);
 int      cache_index_load_ring(struct cache *c, struct cache_ringmeta *m);
@@ -250,7 +284,10 @@ int      cache_index_wipe(const char *dir);
 int      cache_ent_valid(const struct cache_ent *e);
 int      cache_ent_verify(struct cache *c, const struct cache_ent *e,
                           const uint8_t hash[16], const char *key, size_t keylen,
-                          int want_body_sum, const struct cache_rec **rout);
+                          int want_body_sum, const struct cache_rec **hout,
+                          const struct cache_rec **bout);
+int      cache_ent_pin(struct cache *c, const struct cache_ent *e);
+void     cache_ent_unpin(struct cache *c, const struct cache_ent *e);
 
 /* ---- logging: master/log.h in the daemon ---- */
 #include "master/log.h"

@@ -53,9 +53,11 @@ struct cache_meta {
 #define CACHE_OBJ_MAGIC 0x434f424au      /* "COBJ" */
 
 /* A hit.  While it is held (between cache_lookup() == CACHE_OK and
- * cache_obj_release()) the segment holding the bytes is pinned: no writer
- * enters it, so iov[] may be handed to writev() across event-loop turns.
- * iov[0] is the stored header block, iov[1] the body. */
+ * cache_obj_release()) the segments holding the bytes are pinned: no writer
+ * enters them, so iov[] may be handed to writev() across event-loop turns.
+ * iov[0] is the stored header block, iov[1] the body.  After a header
+ * refresh (cache_update_headers) the two live in different records, and
+ * possibly different segments: both are pinned. */
 struct cache_obj {
     uint32_t          magic;
     struct iovec      iov[2];
@@ -64,8 +66,10 @@ struct cache_obj {
     uint32_t          hdr_len;
     uint8_t           key_hash[16];
     /* private to cache/ */
-    uint32_t          co_seg;
-    int               co_pinned;
+    uint32_t          co_seg;       /* segment of the header record */
+    uint32_t          co_body_seg;  /* segment of the body record */
+    int               co_pinned;    /* pins held: 0, 1 (one record), 2 */
+    uint64_t          co_body_off;  /* body record: which body a refresh applies to */
 };
 
 /* Per-slot counters, written only by the process in the slot. */

@@ -6,7 +6,8 @@
  *   a short-lived child of master:  cache_store_prepare()
  *   every worker and the manager:   cache_open() after fork, cache_close()
  *   workers:                        cache_lookup()/cache_obj_release(),
- *                                   cache_fill_*(), cache_remove()
+ *                                   cache_fill_*(), cache_remove(),
+ *                                   cache_[obj_]update_headers()
  *   the cache manager:              cache_manager_tick() on a timer,
  *                                   cache_mark_clean_shutdown() last
  *   master, after reaping a child:  cache_slot_reset()
@@ -91,6 +92,32 @@ int cache_fill_commit(struct cache_fill *f, int *replaced);
 
 /* Give up on a fill; nothing becomes visible.  Accepts a dead fill. */
 void cache_fill_abort(struct cache_fill *f);
+
+/* Replace the header block (and meta: status, flags, stored, expires) of
+ * the object stored under key, keeping its body where it is (RFC 9111
+ * 4.3.4: a 304 refreshes the stored headers).  The body stays valid while
+ * it is not lapped; the new header record is written at the head like any
+ * record (checked before the index entry is updated).  A later lookup
+ * returns the new header block and meta with the old body, both pinned.
+ * Objects the caller holds stay valid (their bytes are never rewritten)
+ * until released.  The entry is replaced only if it still serves the body
+ * this call validated: never resurrects a removed object.  Returns
+ * CACHE_OK, CACHE_MISS (no such object, or its body was lapped / damaged
+ * or replaced meanwhile), CACHE_FULL, CACHE_TOOBIG, CACHE_INVAL,
+ * CACHE_ERROR. */
+int cache_update_headers(struct cache *c, const char *key, size_t keylen,
+                         const struct cache_meta *meta, const void *hdr, size_t hdrlen);
+
+/* The same, tied to the object the caller looked up and still holds
+ * (held, from cache_lookup() of key): CACHE_MISS if the key no longer
+ * serves held's body (a fill replaced it since the lookup), so headers
+ * merged from held's 304 never land on another body.  What a worker
+ * revalidating a held object should call.  CACHE_INVAL if held is not a
+ * held object of key. */
+int cache_obj_update_headers(struct cache *c, const struct cache_obj *held,
+                             const char *key, size_t keylen,
+                             const struct cache_meta *meta, const void *hdr,
+                             size_t hdrlen);
 
 /* PURGE: remove key.  CACHE_OK if an entry was removed, CACHE_MISS if
  * there was none, CACHE_ERROR. */

@@ -271,16 +271,21 @@ fail:
 }
 
 /*
- * Store e under hash (with the ring position).  *replaced (if not NULL)
- * says whether an entry was there.  Returns CACHE_OK, CACHE_FULL (the map
- * stayed full after two evictions), CACHE_ERROR.
+ * Store e under hash (with the ring position).  With expect_body, only
+ * while the stored entry is a valid OBJECT entry whose body record is at
+ * *expect_body (compare-and-swap inside the write txn: a header refresh
+ * must not resurrect a removed object nor land on a body filled since).
+ * *replaced (if not NULL) says whether an entry was there.  Returns
+ * CACHE_OK, CACHE_MISS (condition failed), CACHE_FULL (the map stayed full
+ * after two evictions), CACHE_ERROR.
  */
-int
-cache_index_put(struct cache *c, const uint8_t hash[16], const struct cache_ent *e,
-                int *replaced)
+static int
+index_put(struct cache *c, const uint8_t hash[16], const struct cache_ent *e,
+          int *replaced, const uint64_t *expect_body)
 {
     MDB_val k = { 16, (void *)(uintptr_t)hash }, v, old;
     MDB_txn *txn;
+    struct cache_ent cur;
     int rc;
 
     /* Second line behind the manager's high-water eviction: a burst of
@@ -291,8 +296,20 @@ cache_index_put(struct cache *c, const uint8_t hash[16], const struct cache_ent 
     for (int attempt = 0; attempt < 3; attempt++) {
         if ((rc = mdb_txn_begin(c->env, NULL, 0, &txn)) != 0)
             break;
+        rc = mdb_get(txn, c->dbi_obj, &k, &old);
         if (replaced)
-            *replaced = mdb_get(txn, c->dbi_obj, &k, &old) == 0;
+            *replaced = rc == 0;
+        if (expect_body) {
+            if (rc == 0 && old.mv_size == sizeof(cur))
+                memcpy(&cur, old.mv_data, sizeof(cur));
+            if (rc != 0 || old.mv_size != sizeof(cur) || !cache_ent_valid(&cur)
+                || cur.type != CACHE_ENT_OBJECT || cur.body_off != *expect_body) {
+                mdb_txn_abort(txn);
+                if (rc != 0 && rc != MDB_NOTFOUND)
+                    break;
+                return CACHE_MISS;
+            }
+        }
         v.mv_size = sizeof(*e);
         v.mv_data = (void *)(uintptr_t)e;
         rc = mdb_put(txn, c->dbi_obj, &k, &v, 0);
@@ -315,6 +332,22 @@ cache_index_put(struct cache *c, const uint8_t hash[16], const struct cache_ent 
         return CACHE_FULL;
     log_error("cache: index put: %s", mdb_strerror(rc));
     return CACHE_ERROR;
+}
+
+int
+cache_index_put(struct cache *c, const uint8_t hash[16], const struct cache_ent *e,
+                int *replaced)
+{
+    return index_put(c, hash, e, replaced, NULL);
+}
+
+/* Put e only while the entry for hash still serves the body record at
+ * body_off (see index_put).  CACHE_OK, CACHE_MISS, CACHE_FULL, CACHE_ERROR. */
+int
+cache_index_put_if(struct cache *c, const uint8_t hash[16], const struct cache_ent *e,
+                   uint64_t body_off)
+{
+    return index_put(c, hash, e, NULL, &body_off);
 }
 
 /*
@@ -445,18 +478,24 @@ sweep_scan(struct cache *c, int budget, int random_evict, struct sweep_dec *d)
             memset(&e, 0, sizeof(e));
         } else {
             memcpy(&e, v.mv_data, sizeof(e));
+            /* Lapped if either record is: a refreshed entry's header and
+             * body records (off, body_off) may sit in different segments. */
             if (!cache_ent_valid(&e) || !cache_ring_alive(c->shm, e.off)
                 || !cache_ring_alive(c->shm, e.body_off)) {
                 act = ACT_DEL;
             } else if (e.epoch < trust && verified < SWEEP_VERIFY_BYTES) {
-                const struct cache_rec *r;
-                uint32_t seg = cache_seg_of(c->shm, e.off);
+                const struct cache_rec *h, *b;
 
-                cache_pin(c, seg);
-                act = cache_ent_verify(c, &e, k.mv_data, NULL, 0, 1, &r) == 0
-                      ? ACT_TOUCH : ACT_DEL;
-                cache_unpin(c, seg);
-                verified += e.rec_len;
+                /* Pin, then re-check alive (Dekker, ring.c): verify only
+                 * bytes no writer can be rewriting. */
+                if (cache_ent_pin(c, &e) < 0)
+                    act = ACT_DEL;
+                else {
+                    act = cache_ent_verify(c, &e, k.mv_data, NULL, 0, 1, &h, &b) == 0
+                          ? ACT_TOUCH : ACT_DEL;
+                    cache_ent_unpin(c, &e);
+                }
+                verified += e.rec_len + e.body_len;
             } else if (random_evict > 0) {
                 act = ACT_DEL;
                 random_evict--;

@@ -3,7 +3,10 @@
  *
  * A record is self-describing: struct cache_rec, then the full cache key,
  * then the stored response header block, then the body, padded to
- * CACHE_REC_ALIGN.  Two checksums guard it:
+ * CACHE_REC_ALIGN.  A HEADERS record (a header refresh after a 304) has a
+ * struct cache_rec_link in place of the body, naming the older OBJECT
+ * record whose body it serves; its body_len and body_sum are that body's.
+ * Two checksums guard a record:
  *   head_sum  covers the fixed header, the key and the header block.  It is
  *             verified on every hit: a few hundred bytes, cheap, and it
  *             catches a scribbled or overwritten record before any of its
@@ -90,8 +93,9 @@ rec_head_sum(const struct cache_rec *r, const uint8_t *tail, size_t taillen)
 }
 
 /*
- * Fill in head_sum of r, whose key and header block (tail, taillen bytes)
- * follow it.  Every other field must be final, body_sum included.
+ * Fill in head_sum of r, whose key and header block (tail, taillen bytes;
+ * for a HEADERS record the link too, see cache_rec_sumlen) follow it.
+ * Every other field must be final, body_sum included.
  */
 void
 cache_rec_seal(struct cache_rec *r, const uint8_t *tail, size_t taillen)
@@ -132,8 +136,25 @@ cache_rec_check(const struct cache_rec *r, uint64_t abs_off, uint64_t room,
         return -1;
     }
     switch (r->type) {
+    case CACHE_REC_HEADERS: {
+        /* Lengths first: the link is read only once it is inside room. */
+        struct cache_rec_link l;
+
+        if (cache_rec_total(r->key_len, r->hdr_len, CACHE_LINK_SIZE) != r->rec_len) {
+            *why = "record lengths disagree";
+            return -1;
+        }
+        cache_rec_link_get(r, &l);
+        if (l.body_off >= abs_off || l.body_off % CACHE_REC_ALIGN != 0
+            || l.body_rec_len % CACHE_REC_ALIGN != 0
+            || l.body_rec_len < CACHE_REC_SIZE
+            || r->body_len > l.body_rec_len - CACHE_REC_SIZE) {
+            *why = "bad body link";
+            return -1;
+        }
+        break;
+    }
     case CACHE_REC_OBJECT:
-    case CACHE_REC_HEADERS:
     case CACHE_REC_VARIANTS:
         if (r->body_len > room
             || cache_rec_total(r->key_len, r->hdr_len, r->body_len) != r->rec_len) {
@@ -151,8 +172,7 @@ cache_rec_check(const struct cache_rec *r, uint64_t abs_off, uint64_t room,
         *why = "unknown record type";
         return -1;
     }
-    if (rec_head_sum(r, (const uint8_t *)(r + 1), (size_t)r->key_len + r->hdr_len)
-        != r->head_sum) {
+    if (rec_head_sum(r, (const uint8_t *)(r + 1), cache_rec_sumlen(r)) != r->head_sum) {
         *why = "record header checksum";
         return -1;
     }

@@ -26,6 +26,15 @@
  * Read path: one LMDB read, pin, check alive against the ring, validate
  * the record (head checksum, place, key, lengths; body checksum when
  * needed), hand out iovecs into the mapping.  No copy, no allocation.
+ * After a header refresh an entry names two records, a HEADERS record
+ * (off: header block, meta) and the older OBJECT record it links to
+ * (body_off: body); a hit pins both segments, checks both alive, validates
+ * both, and serves iov[0] from the first and iov[1] from the second.
+ * Either lapped or damaged is a miss.
+ *
+ * Header refresh (a 304, RFC 9111 4.3.4): a HEADERS record written at the
+ * head like a fill, checked, then an index put that is a compare-and-swap
+ * on the body record; the body is never copied (update_headers).
  *
  * Fill slots are preallocated per process (conf.max_fills); a struct
  * cache_fill belongs to the process that began it and must not cross
@@ -455,50 +464,128 @@ cache_counters(struct cache *c)
 /* Read path */
 
 /*
- * Validate the record e points at against e itself (and key / hash).  The
- * caller holds a pin on e's segment and checked it alive.  Returns 0 with
- * *rout set, or -1 (logged).
+ * Pin the segments of e's records (one or two), then check both are alive
+ * (in that order: Dekker with the writers, ring.c).  Returns 0 with the
+ * pins held, or -1 (lapped; nothing held).
+ */
+int
+cache_ent_pin(struct cache *c, const struct cache_ent *e)
+{
+    cache_pin(c, cache_seg_of(c->shm, e->off));
+    if (e->body_off != e->off)
+        cache_pin(c, cache_seg_of(c->shm, e->body_off));
+    if (cache_ring_alive(c->shm, e->off)
+        && (e->body_off == e->off || cache_ring_alive(c->shm, e->body_off)))
+        return 0;
+    cache_ent_unpin(c, e);
+    return -1;
+}
+
+void
+cache_ent_unpin(struct cache *c, const struct cache_ent *e)
+{
+    if (e->body_off != e->off)
+        cache_unpin(c, cache_seg_of(c->shm, e->body_off));
+    cache_unpin(c, cache_seg_of(c->shm, e->off));
+}
+
+/* Check the record at off (inside its segment) and that it belongs to key
+ * hash / key.  Returns the record, or NULL with *why set. */
+static const struct cache_rec *
+rec_at(struct cache *c, uint64_t off, unsigned type, const uint8_t hash[16],
+       const char *key, size_t keylen, const char **why)
+{
+    uint64_t so = off % c->g.seg_size;
+    const struct cache_rec *r;
+
+    if (so % CACHE_REC_ALIGN) {
+        *why = "entry offset not aligned";
+        return NULL;
+    }
+    r = (const struct cache_rec *)ring_ptr(c, off);
+    if (cache_rec_check(r, off, c->g.seg_size - so, why) < 0)
+        return NULL;
+    if (r->type != type || memcmp(r->key_hash, hash, 16) != 0) {
+        *why = "record of another object";
+        return NULL;
+    }
+    if (key && (r->key_len != keylen || memcmp(r + 1, key, keylen) != 0)) {
+        *why = "key differs (hash collision)";
+        return NULL;
+    }
+    return r;
+}
+
+static int
+body_sum_ok(const struct cache_rec *b)
+{
+    return cache_hash64((const uint8_t *)(b + 1) + b->key_len + b->hdr_len, b->body_len,
+                        BODY_SEED) == b->body_sum;
+}
+
+/*
+ * Validate the records e points at against e itself (and key / hash): the
+ * header record at off (served: header block and meta) and the body
+ * record at body_off (served: body), which are one OBJECT record until a
+ * header refresh, then a HEADERS record and the older OBJECT record it
+ * links to.  That OBJECT record keeps its own (original) header block and
+ * head_sum: it is checked whole but its header block is not served.  The
+ * caller holds the pins (cache_ent_pin).  Returns 0 with *hout, *bout set,
+ * or -1 (logged).
  */
 int
 cache_ent_verify(struct cache *c, const struct cache_ent *e, const uint8_t hash[16],
                  const char *key, size_t keylen, int want_body_sum,
-                 const struct cache_rec **rout)
+                 const struct cache_rec **hout, const struct cache_rec **bout)
 {
-    uint64_t so = e->off % c->g.seg_size;
-    const struct cache_rec *r;
+    const struct cache_rec *h, *b;
+    struct cache_rec_link l;
     const char *why = NULL;
 
-    if (e->type != CACHE_ENT_OBJECT || e->body_off != e->off) {
+    if (e->type != CACHE_ENT_OBJECT) {
         why = "entry type not supported yet";
         goto bad;
     }
-    if (so + e->rec_len > c->g.seg_size || so % CACHE_REC_ALIGN) {
+    if (e->body_off > e->off) {
+        why = "body record newer than its header record";
+        goto bad;
+    }
+    if (e->off % c->g.seg_size + e->rec_len > c->g.seg_size) {
         why = "entry lengths out of the segment";
         goto bad;
     }
-    r = (const struct cache_rec *)ring_ptr(c, e->off);
-    if (cache_rec_check(r, e->off, c->g.seg_size - so, &why) < 0)
+    h = rec_at(c, e->off, e->body_off == e->off ? CACHE_REC_OBJECT : CACHE_REC_HEADERS,
+               hash, key, keylen, &why);
+    if (h == NULL)
         goto bad;
-    if (r->type != CACHE_REC_OBJECT || memcmp(r->key_hash, hash, 16) != 0) {
-        why = "record of another object";
-        goto bad;
-    }
-    if (key && (r->key_len != keylen || memcmp(r + 1, key, keylen) != 0)) {
-        why = "key differs (hash collision)";
-        goto bad;
-    }
-    if (r->hdr_len != e->hdr_len || r->body_len != e->body_len || r->rec_len != e->rec_len
-        || r->key_len != e->key_len) {
+    if (h->hdr_len != e->hdr_len || h->body_len != e->body_len || h->rec_len != e->rec_len
+        || h->key_len != e->key_len) {
         why = "entry and record lengths differ";
         goto bad;
     }
-    if (want_body_sum
-        && cache_hash64((const uint8_t *)(r + 1) + r->key_len + r->hdr_len, r->body_len,
-                        BODY_SEED) != r->body_sum) {
+    b = h;
+    if (e->body_off != e->off) {
+        cache_rec_link_get(h, &l);
+        if (l.body_off != e->body_off) {
+            why = "header record links another body";
+            goto bad;
+        }
+        b = rec_at(c, e->body_off, CACHE_REC_OBJECT, hash, key, keylen, &why);
+        if (b == NULL)
+            goto bad;
+        /* body_sum equal too: the very body the refresh was made for. */
+        if (b->rec_len != l.body_rec_len || b->body_len != h->body_len
+            || b->key_len != h->key_len || b->body_sum != h->body_sum) {
+            why = "body record differs from its link";
+            goto bad;
+        }
+    }
+    if (want_body_sum && !body_sum_ok(b)) {
         why = "body checksum";
         goto bad;
     }
-    *rout = r;
+    *hout = h;
+    *bout = b;
     return 0;
 bad:
     log_warn("cache: dropping object at %llu: %s", (unsigned long long)e->off, why);
@@ -506,15 +593,15 @@ bad:
 }
 
 /*
- * See cache.h.
+ * See cache.h.  The hit path: one LMDB read, one or two pins (a private
+ * counter, the shared bit only on 0 -> 1), one or two head checksums.
  */
 int
 cache_lookup(struct cache *c, const char *key, size_t keylen, struct cache_obj *obj)
 {
     struct cache_ent e;
-    const struct cache_rec *r;
+    const struct cache_rec *h, *b;
     uint8_t hash[16];
-    uint32_t seg;
     int rc, want_sum;
 
     assert(c && c->magic == CACHE_MAGIC);
@@ -524,39 +611,37 @@ cache_lookup(struct cache *c, const char *key, size_t keylen, struct cache_obj *
     rc = cache_index_get(c, hash, &e);
     if (rc != CACHE_OK)
         goto miss;
-    if (e.type != CACHE_ENT_OBJECT || e.body_off != e.off)
-        goto miss;           /* variants / split records: not served by this version */
-    seg = cache_seg_of(c->shm, e.off);
-    cache_pin(c, seg);
-    if (!cache_ring_alive(c->shm, e.off)) {
-        cache_unpin(c, seg);
+    if (e.type != CACHE_ENT_OBJECT)
+        goto miss;           /* variants: not served by this version */
+    if (cache_ent_pin(c, &e) < 0)
         goto miss;           /* overwritten; the manager's sweep drops the entry */
-    }
     want_sum = c->conf.verify
                || e.epoch < __atomic_load_n(&c->shm->trust_epoch, __ATOMIC_RELAXED);
-    if (cache_ent_verify(c, &e, hash, key, keylen, want_sum, &r) < 0) {
-        cache_unpin(c, seg);
+    if (cache_ent_verify(c, &e, hash, key, keylen, want_sum, &h, &b) < 0) {
+        cache_ent_unpin(c, &e);
         CTR_ADD(c, corrupt, 1);
         if (cache_index_del(c, hash, &e) == CACHE_OK)
             CTR_ADD(c, evictions, 1);
         goto miss;
     }
     obj->magic = CACHE_OBJ_MAGIC;
-    obj->iov[0].iov_base = (uint8_t *)(uintptr_t)(r + 1) + r->key_len;
-    obj->iov[0].iov_len = r->hdr_len;
-    obj->iov[1].iov_base = (uint8_t *)obj->iov[0].iov_base + r->hdr_len;
-    obj->iov[1].iov_len = r->body_len;
-    obj->meta.status = r->status;
-    obj->meta.flags = r->flags;
-    obj->meta.stored = r->stored;
-    obj->meta.expires = r->expires;
-    obj->body_len = r->body_len;
-    obj->hdr_len = r->hdr_len;
+    obj->iov[0].iov_base = (uint8_t *)(uintptr_t)(h + 1) + h->key_len;
+    obj->iov[0].iov_len = h->hdr_len;
+    obj->iov[1].iov_base = (uint8_t *)(uintptr_t)(b + 1) + b->key_len + b->hdr_len;
+    obj->iov[1].iov_len = b->body_len;
+    obj->meta.status = h->status;
+    obj->meta.flags = h->flags;
+    obj->meta.stored = h->stored;
+    obj->meta.expires = h->expires;
+    obj->body_len = b->body_len;
+    obj->hdr_len = h->hdr_len;
     memcpy(obj->key_hash, hash, 16);
-    obj->co_seg = seg;
-    obj->co_pinned = 1;
+    obj->co_seg = cache_seg_of(c->shm, e.off);
+    obj->co_body_seg = cache_seg_of(c->shm, e.body_off);
+    obj->co_body_off = e.body_off;
+    obj->co_pinned = e.body_off == e.off ? 1 : 2;
     CTR_ADD(c, hits, 1);
-    CTR_ADD(c, bytes_served, r->hdr_len + r->body_len);
+    CTR_ADD(c, bytes_served, h->hdr_len + b->body_len);
     return CACHE_OK;
 miss:
     CTR_ADD(c, misses, 1);
@@ -571,6 +656,8 @@ cache_obj_release(struct cache *c, struct cache_obj *obj)
 {
     if (obj->magic != CACHE_OBJ_MAGIC || !obj->co_pinned)
         return;
+    if (obj->co_pinned == 2)
+        cache_unpin(c, obj->co_body_seg);
     cache_unpin(c, obj->co_seg);
     obj->co_pinned = 0;
     obj->magic = 0;
@@ -859,6 +946,178 @@ cache_fill_abort(struct cache_fill *f)
             write_hole(f->c, f->off, f->ext_len);
     }
     fill_release(f);
+}
+
+/* ------------------------------------------------------------------ */
+/* Header refresh (RFC 9111 4.3.4: a 304 updates the stored headers) */
+
+/*
+ * Write a HEADERS record at the head that links to the body record of the
+ * entry stored under key, and point the entry at both.  The body is never
+ * copied: it stays in its OBJECT record until the ring laps it.  Order is
+ * the fills' order: record written, sealed and read back through the
+ * validator, then the index put, which is conditional (compare-and-swap
+ * in the write txn) on the entry still serving the same body record: a
+ * refresh never resurrects a removed object and never lands on a body
+ * filled meanwhile.  held_body (optional) pins the refresh to the body the
+ * caller revalidated.
+ *
+ * Pins: the entry's records are pinned (on top of whatever the caller
+ * holds: counts, never waits) from before they are validated until the
+ * entry is committed, and the new record's segment is pinned by its
+ * reservation.  A reservation can lap the body's segment only in the
+ * sense of the alive rule (writers skip pinned segments), so the body is
+ * re-checked alive after it.
+ */
+static int
+update_headers(struct cache *c, const char *key, size_t keylen, const uint64_t *held_body,
+               const struct cache_meta *meta, const void *hdr, size_t hdrlen)
+{
+    struct cache_ent e, ne;
+    const struct cache_rec *h, *b;
+    struct cache_rec r;
+    struct cache_rec_link l;
+    uint8_t hash[16], *p;
+    uint64_t len, off;
+    uint32_t seg;
+    const char *why = NULL;
+    int rc, want_sum;
+
+    if (key == NULL || keylen == 0 || meta == NULL || (hdrlen && hdr == NULL))
+        return CACHE_INVAL;
+    if (keylen > c->g.seg_size || hdrlen > c->g.seg_size)
+        return CACHE_TOOBIG;
+    len = cache_rec_total((uint32_t)keylen, (uint32_t)hdrlen, CACHE_LINK_SIZE);
+    if (len > c->g.seg_size)
+        return CACHE_TOOBIG;
+    cache_key_hash(c, key, keylen, hash);
+    if ((rc = cache_index_get(c, hash, &e)) != CACHE_OK)
+        return rc;
+    if (e.type != CACHE_ENT_OBJECT || (held_body && e.body_off != *held_body))
+        return CACHE_MISS;
+    if (cache_ent_pin(c, &e) < 0)
+        return CACHE_MISS;
+    /* The new entry is stamped with this epoch: a body from before an
+     * unclean shutdown must be verified now, or the refresh would launder
+     * it into a trusted entry. */
+    want_sum = c->conf.verify
+               || e.epoch < __atomic_load_n(&c->shm->trust_epoch, __ATOMIC_RELAXED);
+    if (cache_ent_verify(c, &e, hash, key, keylen, want_sum, &h, &b) < 0) {
+        cache_ent_unpin(c, &e);
+        CTR_ADD(c, corrupt, 1);
+        if (cache_index_del(c, hash, &e) == CACHE_OK)
+            CTR_ADD(c, evictions, 1);
+        return CACHE_MISS;
+    }
+    memset(&l, 0, sizeof(l));
+    l.body_off = e.body_off;
+    l.body_rec_len = b->rec_len;
+    memset(&r, 0, sizeof(r));
+    r.magic = CACHE_REC_MAGIC;
+    r.version = CACHE_REC_VERSION;
+    r.type = CACHE_REC_HEADERS;
+    r.flags = meta->flags & (uint16_t)~CACHE_F_STORE_MASK;
+    r.status = meta->status;
+    r.key_len = (uint32_t)keylen;
+    r.hdr_len = (uint32_t)hdrlen;
+    r.rec_len = (uint32_t)len;
+    r.body_len = b->body_len;
+    r.stored = meta->stored;
+    r.expires = meta->expires;
+    memcpy(r.key_hash, hash, 16);
+    r.body_sum = b->body_sum;
+    if ((rc = cache_ring_reserve(c, len, &off)) != CACHE_OK) {
+        cache_ent_unpin(c, &e);
+        CTR_ADD(c, fill_failures, 1);
+        return rc;
+    }
+    seg = cache_seg_of(c->shm, off);
+    p = ring_ptr(c, off);
+    if (!cache_ring_alive(c->shm, e.body_off)) {
+        rc = CACHE_MISS;                /* lapped meanwhile (maybe by us) */
+        goto drop;
+    }
+    /* Header struct last, as in a fill: until then the bytes validate as
+     * nothing. */
+    memset(p, 0, CACHE_REC_SIZE);
+    memcpy(p + CACHE_REC_SIZE, key, keylen);
+    if (hdrlen)
+        memcpy(p + CACHE_REC_SIZE + keylen, hdr, hdrlen);
+    memcpy(p + CACHE_REC_SIZE + keylen + hdrlen, &l, sizeof(l));
+    r.abs_off = off;
+    cache_rec_seal(&r, p + CACHE_REC_SIZE, keylen + hdrlen + CACHE_LINK_SIZE);
+    memcpy(p, &r, sizeof(r));
+    if (cache_rec_check((const struct cache_rec *)p, off, c->g.seg_size - off % c->g.seg_size,
+                        &why) < 0) {
+        log_error("cache: header record failed its own check after writing: %s", why);
+        rc = CACHE_ERROR;
+        goto drop;
+    }
+    memset(&ne, 0, sizeof(ne));
+    ne.magic = CACHE_ENT_MAGIC;
+    ne.version = CACHE_ENT_VERSION;
+    ne.type = CACHE_ENT_OBJECT;
+    ne.flags = r.flags;
+    ne.status = r.status;
+    ne.epoch = c->epoch;
+    ne.rec_len = r.rec_len;
+    ne.hdr_len = r.hdr_len;
+    ne.key_len = r.key_len;
+    ne.off = off;
+    ne.body_off = e.body_off;
+    ne.body_len = r.body_len;
+    ne.stored = r.stored;
+    ne.expires = r.expires;
+    /* The record's bytes must be visible before the entry that points at them. */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    rc = cache_index_put_if(c, hash, &ne, e.body_off);
+    if (rc != CACHE_OK)
+        goto drop;
+    CTR_ADD(c, bytes_written, r.rec_len);
+    cache_unpin(c, seg);
+    cache_ent_unpin(c, &e);
+    return CACHE_OK;
+
+drop:
+    /* Nothing points at it: unseal it so no scan mistakes it for live. */
+    memset(p, 0, CACHE_REC_SIZE);
+    if (!cache_ring_trim(c, off, len, 0))
+        write_hole(c, off, len);
+    cache_unpin(c, seg);
+    cache_ent_unpin(c, &e);
+    if (rc != CACHE_MISS)
+        CTR_ADD(c, fill_failures, 1);
+    return rc;
+}
+
+/*
+ * See cache.h.
+ */
+int
+cache_update_headers(struct cache *c, const char *key, size_t keylen,
+                     const struct cache_meta *meta, const void *hdr, size_t hdrlen)
+{
+    assert(c && c->magic == CACHE_MAGIC);
+    return update_headers(c, key, keylen, NULL, meta, hdr, hdrlen);
+}
+
+/*
+ * See cache.h.
+ */
+int
+cache_obj_update_headers(struct cache *c, const struct cache_obj *held, const char *key,
+                         size_t keylen, const struct cache_meta *meta, const void *hdr,
+                         size_t hdrlen)
+{
+    uint8_t hash[16];
+
+    assert(c && c->magic == CACHE_MAGIC);
+    if (held == NULL || held->magic != CACHE_OBJ_MAGIC || !held->co_pinned || key == NULL)
+        return CACHE_INVAL;
+    cache_key_hash(c, key, keylen, hash);
+    if (memcmp(hash, held->key_hash, 16) != 0)
+        return CACHE_INVAL;
+    return update_headers(c, key, keylen, &held->co_body_off, meta, hdr, hdrlen);
 }
 
 /* ------------------------------------------------------------------ */

@@ -911,6 +911,536 @@ START_TEST(test_shm_validation)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* Header refresh (cache_update_headers) */
+
+static const struct cache_meta upd_meta = { 203, 0x11, 3000, 4000 };
+
+/* Look key up, expect header block hdr, meta m, and body pat(seed) of len
+ * bytes; return the body pointer (object released). */
+static const uint8_t *
+get_upd(struct cache *c, const char *key, const char *hdr, const struct cache_meta *m,
+        size_t len, unsigned seed)
+{
+    struct cache_obj o;
+    const uint8_t *body;
+
+    ck_assert_int_eq(cache_lookup(c, key, strlen(key), &o), CACHE_OK);
+    ck_assert_uint_eq(o.iov[0].iov_len, strlen(hdr));
+    ck_assert_uint_eq(o.hdr_len, strlen(hdr));
+    ck_assert(memcmp(o.iov[0].iov_base, hdr, strlen(hdr)) == 0);
+    ck_assert_uint_eq(o.iov[1].iov_len, len);
+    ck_assert_uint_eq(o.body_len, len);
+    for (size_t i = 0; i < len; i++)
+        if (((uint8_t *)o.iov[1].iov_base)[i] != pat(seed, i))
+            ck_abort_msg("%s: body byte %zu differs", key, i);
+    ck_assert_int_eq(o.meta.status, m->status);
+    ck_assert_int_eq(o.meta.flags, m->flags);
+    ck_assert_int_eq(o.meta.stored, m->stored);
+    ck_assert_int_eq(o.meta.expires, m->expires);
+    body = o.iov[1].iov_base;
+    cache_obj_release(c, &o);
+    return body;
+}
+
+static int
+upd(struct cache *c, const char *key, const char *hdr)
+{
+    return cache_update_headers(c, key, strlen(key), &upd_meta, hdr, strlen(hdr));
+}
+
+static uint64_t
+obj_entries(struct cache *c)
+{
+    MDB_stat st;
+
+    ck_assert_int_eq(mdb_txn_renew(c->rtxn), 0);
+    ck_assert_int_eq(mdb_stat(c->rtxn, c->dbi_obj, &st), 0);
+    mdb_txn_reset(c->rtxn);
+    return st.ms_entries;
+}
+
+START_TEST(test_update_headers)
+{
+    struct cache_obj old, o;
+    const uint8_t *body, *b2;
+    char big[600];
+    uint8_t *oldhdr;
+    struct cache_meta m = { 200, 0, 1000, 2000 };
+
+    ck_assert_int_eq(put_obj(E.c, "u", 50000, 3, 1), CACHE_OK);
+    ck_assert_int_eq(cache_lookup(E.c, "u", 1, &old), CACHE_OK);   /* the worker holds it */
+    oldhdr = old.iov[0].iov_base;
+    body = old.iov[1].iov_base;
+    ck_assert_int_eq(upd(E.c, "u", "X-New: 1\r\n"), CACHE_OK);
+    /* the held object is untouched: same bytes, still pinned */
+    ck_assert(memcmp(old.iov[0].iov_base, "X-Seed: 3\r\n", 11) == 0);
+    ck_assert_int_eq(old.meta.status, 200);
+    b2 = get_upd(E.c, "u", "X-New: 1\r\n", &upd_meta, 50000, 3);
+    ck_assert_ptr_eq(b2, body);                    /* the body was not rewritten */
+    cache_obj_release(E.c, &old);
+
+    /* both records pinned while held, both released after */
+    ck_assert_int_eq(cache_lookup(E.c, "u", 1, &o), CACHE_OK);
+    ck_assert_int_eq(o.co_pinned, 2);
+    ck_assert_ptr_ne(o.iov[0].iov_base, oldhdr);
+    ck_assert_uint_gt(E.c->pincount[o.co_seg], 0);
+    ck_assert_uint_gt(E.c->pincount[o.co_body_seg], 0);
+    cache_obj_release(E.c, &o);
+    for (uint32_t i = 0; i < E.c->g.nseg; i++)
+        ck_assert_uint_eq(E.c->pincount[i], 0);
+    ck_assert_uint_eq(E.c->mypins[0], 0);
+
+    /* header blocks longer and shorter (empty) than the body record's own */
+    memset(big, 'h', sizeof(big));
+    big[sizeof(big) - 1] = 0;
+    ck_assert_int_eq(upd(E.c, "u", big), CACHE_OK);
+    ck_assert_ptr_eq(get_upd(E.c, "u", big, &upd_meta, 50000, 3), body);
+    ck_assert_int_eq(upd(E.c, "u", ""), CACHE_OK);
+    ck_assert_ptr_eq(get_upd(E.c, "u", "", &upd_meta, 50000, 3), body);
+    /* the old header blocks are never served again */
+    ck_assert_int_eq(upd(E.c, "u", "X-Last: 1\r\n"), CACHE_OK);
+    ck_assert_int_eq(cache_lookup(E.c, "u", 1, &o), CACHE_OK);
+    ck_assert_uint_eq(o.iov[0].iov_len, 11);
+    ck_assert(memcmp(o.iov[0].iov_base, "X-Last: 1\r\n", 11) == 0);
+    ck_assert_ptr_ne(o.iov[0].iov_base, oldhdr);
+    cache_obj_release(E.c, &o);
+
+    /* missing key, bad arguments, too big */
+    ck_assert_int_eq(upd(E.c, "nope", "X: 1\r\n"), CACHE_MISS);
+    ck_assert_int_eq(cache_lookup(E.c, "nope", 4, &o), CACHE_MISS);
+    ck_assert_int_eq(cache_update_headers(E.c, "u", 1, NULL, "", 0), CACHE_INVAL);
+    ck_assert_int_eq(cache_update_headers(E.c, "u", 1, &upd_meta, NULL, 5), CACHE_INVAL);
+    ck_assert_int_eq(cache_update_headers(E.c, "u", 1, &upd_meta, big,
+                                          E.c->g.seg_size), CACHE_TOOBIG);
+
+    /* a fill replaced the object after the lookup: the held refresh misses,
+     * the plain one applies to the new body */
+    ck_assert_int_eq(cache_lookup(E.c, "u", 1, &old), CACHE_OK);
+    ck_assert_int_eq(put_obj(E.c, "u", 700, 4, 1), CACHE_OK);
+    ck_assert_int_eq(cache_obj_update_headers(E.c, &old, "u", 1, &upd_meta, "A\r\n", 3),
+                     CACHE_MISS);
+    ck_assert_int_eq(get_obj(E.c, "u", 700, 4), CACHE_OK);
+    ck_assert_int_eq(cache_obj_update_headers(E.c, &old, "v", 1, &upd_meta, "A\r\n", 3),
+                     CACHE_INVAL);
+    cache_obj_release(E.c, &old);
+    ck_assert_int_eq(cache_obj_update_headers(E.c, &old, "u", 1, &upd_meta, "A\r\n", 3),
+                     CACHE_INVAL);                 /* released */
+    ck_assert_int_eq(cache_lookup(E.c, "u", 1, &old), CACHE_OK);
+    ck_assert_int_eq(cache_obj_update_headers(E.c, &old, "u", 1, &upd_meta, "B\r\n", 3),
+                     CACHE_OK);
+    cache_obj_release(E.c, &old);
+    get_upd(E.c, "u", "B\r\n", &upd_meta, 700, 4);
+    /* and a refresh of a refreshed object, held */
+    ck_assert_int_eq(cache_lookup(E.c, "u", 1, &old), CACHE_OK);
+    ck_assert_int_eq(cache_obj_update_headers(E.c, &old, "u", 1, &m, "C\r\n", 3), CACHE_OK);
+    cache_obj_release(E.c, &old);
+    get_upd(E.c, "u", "C\r\n", &m, 700, 4);
+    ck_assert_uint_eq(obj_entries(E.c), 1);
+}
+END_TEST
+
+START_TEST(test_update_repeated)
+{
+    const uint8_t *body;
+    char hdr[64];
+    struct cache_ent e;
+    uint8_t h[16];
+    uint64_t off0, prev = 0;
+
+    ck_assert_int_eq(put_obj(E.c, "other", 1000, 9, 1), CACHE_OK);
+    ck_assert_int_eq(put_obj(E.c, "r", 20000, 5, 0), CACHE_OK);
+    cache_key_hash(E.c, "r", 1, h);
+    ck_assert_int_eq(cache_index_get(E.c, h, &e), CACHE_OK);
+    off0 = e.off;
+    body = get_upd(E.c, "r", "X-Seed: 5\r\n", &(struct cache_meta){ 200, 0, 1000, 2000 },
+                   20000, 5);
+    for (int i = 0; i < 10; i++) {
+        snprintf(hdr, sizeof(hdr), "X-Refresh: %d\r\n", i);
+        ck_assert_int_eq(upd(E.c, "r", hdr), CACHE_OK);
+        ck_assert_ptr_eq(get_upd(E.c, "r", hdr, &upd_meta, 20000, 5), body);
+        ck_assert_int_eq(cache_index_get(E.c, h, &e), CACHE_OK);
+        ck_assert_uint_eq(e.body_off, off0);
+        ck_assert_uint_gt(e.off, prev > off0 ? prev : off0);
+        prev = e.off;
+    }
+    ck_assert_uint_eq(obj_entries(E.c), 2);
+    ck_assert_int_eq(get_obj(E.c, "other", 1000, 9), CACHE_OK);
+    {
+        struct cache_stats st;
+        cache_stats_sum(E.area, &st);
+        ck_assert_uint_eq(st.c.fills, 2);
+        ck_assert_uint_eq(st.c.corrupt, 0);
+    }
+}
+END_TEST
+
+START_TEST(test_update_remove)
+{
+    struct cache_obj o;
+
+    ck_assert_int_eq(put_obj(E.c, "p", 3000, 1, 1), CACHE_OK);
+    ck_assert_int_eq(upd(E.c, "p", "X: 1\r\n"), CACHE_OK);
+    ck_assert_int_eq(cache_lookup(E.c, "p", 1, &o), CACHE_OK);      /* held across PURGE */
+    ck_assert_int_eq(cache_remove(E.c, "p", 1), CACHE_OK);
+    ck_assert_int_eq(cache_remove(E.c, "p", 1), CACHE_MISS);
+    ck_assert_int_eq(get_obj(E.c, "p", 3000, 1), CACHE_MISS);
+    /* a refresh never resurrects a removed object */
+    ck_assert_int_eq(upd(E.c, "p", "X: 2\r\n"), CACHE_MISS);
+    ck_assert_int_eq(cache_obj_update_headers(E.c, &o, "p", 1, &upd_meta, "X\r\n", 3),
+                     CACHE_MISS);
+    ck_assert(memcmp(o.iov[0].iov_base, "X: 1\r\n", 6) == 0);
+    cache_obj_release(E.c, &o);
+    ck_assert_int_eq(cache_lookup(E.c, "p", 1, &o), CACHE_MISS);
+    ck_assert_uint_eq(obj_entries(E.c), 0);
+
+    /* The refresh's index put is a compare-and-swap on the body record,
+     * inside the write txn: what closes the window between its read of
+     * the entry and its put against a PURGE or a fill (too narrow for a
+     * race test to hit reliably). */
+    {
+        struct cache_ent e, e2;
+        uint8_t h[16];
+
+        ck_assert_int_eq(put_obj(E.c, "p", 3000, 2, 1), CACHE_OK);
+        cache_key_hash(E.c, "p", 1, h);
+        ck_assert_int_eq(cache_index_get(E.c, h, &e), CACHE_OK);
+        e2 = e;
+        e2.expires = 4242;
+        ck_assert_int_eq(cache_index_put_if(E.c, h, &e2, e.body_off + 64), CACHE_MISS);
+        ck_assert_int_eq(cache_index_put_if(E.c, h, &e2, e.body_off), CACHE_OK);
+        ck_assert_int_eq(cache_index_get(E.c, h, &e), CACHE_OK);
+        ck_assert_int_eq(e.expires, 4242);
+        ck_assert_int_eq(cache_remove(E.c, "p", 1), CACHE_OK);
+        ck_assert_int_eq(cache_index_put_if(E.c, h, &e2, e.body_off), CACHE_MISS);
+        ck_assert_int_eq(cache_index_get(E.c, h, &e), CACHE_MISS);
+    }
+}
+END_TEST
+
+/* Fill until the ring has written `bytes` more, in objects of 100000. */
+static void
+churn(const char *prefix, uint64_t bytes)
+{
+    char key[32];
+
+    for (int n = 0; (uint64_t)n * 100000 < bytes; n++) {
+        snprintf(key, sizeof(key), "%s%d", prefix, n);
+        ck_assert_int_eq(put_obj(E.c, key, 100000, (unsigned)n, 1), CACHE_OK);
+    }
+}
+
+START_TEST(test_update_lapping)
+{
+    uint64_t seg = E.c->g.seg_size, ring = (uint64_t)E.c->g.nseg * seg;
+    struct cache_ent e;
+    struct cache_obj held;
+    uint8_t h[16], copy[11];
+
+    /* Body lapped while its header record is alive: a miss, and the sweep
+     * drops the entry although its header record is alive. */
+    ck_assert_int_eq(put_obj(E.c, "b", 1000, 1, 1), CACHE_OK);
+    churn("f", ring - 2 * seg);
+    ck_assert_int_eq(upd(E.c, "b", "X-B: 1\r\n"), CACHE_OK);
+    get_upd(E.c, "b", "X-B: 1\r\n", &upd_meta, 1000, 1);
+    ck_assert_int_eq(cache_lookup(E.c, "b", 1, &held), CACHE_OK);
+    memcpy(copy, held.iov[0].iov_base, 8);
+    churn("g", 3 * seg);
+    cache_key_hash(E.c, "b", 1, h);
+    ck_assert_int_eq(cache_index_get(E.c, h, &e), CACHE_OK);
+    ck_assert(cache_ring_alive(E.c->shm, e.off));
+    ck_assert(!cache_ring_alive(E.c->shm, e.body_off));
+    ck_assert_int_eq(cache_lookup(E.c, "b", 1, &(struct cache_obj){ 0 }), CACHE_MISS);
+    ck_assert_int_eq(upd(E.c, "b", "X-B: 2\r\n"), CACHE_MISS);
+    /* the held object's bytes (both segments pinned) were left alone */
+    ck_assert(memcmp(held.iov[0].iov_base, copy, 8) == 0);
+    for (size_t i = 0; i < 1000; i++)
+        ck_assert_uint_eq(((uint8_t *)held.iov[1].iov_base)[i], pat(1, i));
+    cache_obj_release(E.c, &held);
+    for (int i = 0; i < 8 && cache_index_get(E.c, h, &e) == CACHE_OK; i++)
+        cache_manager_tick(E.c);
+    ck_assert_int_eq(cache_index_get(E.c, h, &e), CACHE_MISS);
+
+    /* Header record lapped (and with it the older body): a miss too. */
+    ck_assert_int_eq(put_obj(E.c, "c", 1000, 2, 1), CACHE_OK);
+    churn("k", seg);
+    ck_assert_int_eq(upd(E.c, "c", "X-C: 1\r\n"), CACHE_OK);
+    get_upd(E.c, "c", "X-C: 1\r\n", &upd_meta, 1000, 2);
+    cache_key_hash(E.c, "c", 1, h);
+    ck_assert_int_eq(cache_index_get(E.c, h, &e), CACHE_OK);
+    churn("l", ring + seg);
+    ck_assert(!cache_ring_alive(E.c->shm, e.off));
+    ck_assert_int_eq(cache_lookup(E.c, "c", 1, &(struct cache_obj){ 0 }), CACHE_MISS);
+    for (int i = 0; i < 8 && cache_index_get(E.c, h, &e) == CACHE_OK; i++)
+        cache_manager_tick(E.c);
+    ck_assert_int_eq(cache_index_get(E.c, h, &e), CACHE_MISS);
+
+    /* Header record's bytes overwritten in place (what a lap does to a
+     * stale entry): a miss, counted as damage. */
+    ck_assert_int_eq(put_obj(E.c, "d", 1000, 3, 1), CACHE_OK);
+    ck_assert_int_eq(upd(E.c, "d", "X-D: 1\r\n"), CACHE_OK);
+    cache_key_hash(E.c, "d", 1, h);
+    ck_assert_int_eq(cache_index_get(E.c, h, &e), CACHE_OK);
+    {
+        struct cache_rec *r = (struct cache_rec *)(E.c->ring
+                                                   + cache_seg_of(E.c->shm, e.off) * seg
+                                                   + e.off % seg);
+        r->abs_off += (uint64_t)E.c->g.nseg * seg;      /* "written one lap later" */
+    }
+    ck_assert_int_eq(cache_lookup(E.c, "d", 1, &(struct cache_obj){ 0 }), CACHE_MISS);
+    ck_assert_int_eq(cache_index_get(E.c, h, &e), CACHE_MISS);   /* dropped at once */
+}
+END_TEST
+
+START_TEST(test_update_restart)
+{
+    const uint8_t *body;
+    off_t boff;
+    uint8_t x = 0x55, h[16];
+    struct cache_ent e;
+
+    ck_assert_int_eq(put_obj(E.c, "s", 40000, 7, 1), CACHE_OK);
+    ck_assert_int_eq(put_obj(E.c, "t", 40000, 8, 1), CACHE_OK);
+    ck_assert_int_eq(upd(E.c, "s", "X-S: 1\r\n"), CACHE_OK);
+    ck_assert_int_eq(upd(E.c, "t", "X-T: 1\r\n"), CACHE_OK);
+    body = get_upd(E.c, "s", "X-S: 1\r\n", &upd_meta, 40000, 7);
+    boff = (off_t)(body - E.c->map);
+    env_restart(1);
+    get_upd(E.c, "s", "X-S: 1\r\n", &upd_meta, 40000, 7);
+    get_upd(E.c, "t", "X-T: 1\r\n", &upd_meta, 40000, 8);
+    /* refresh after the restart, then a crash (no mark): both kept, the
+     * body verified (its checksum) before the first hit */
+    ck_assert_int_eq(upd(E.c, "s", "X-S: 2\r\n"), CACHE_OK);
+    cache_close(E.c);
+    E.c = NULL;
+    munmap(E.area, E.arealen);
+    env_shm();
+    env_open();
+    ck_assert_uint_gt(E.c->shm->trust_epoch, 0);
+    get_upd(E.c, "s", "X-S: 2\r\n", &upd_meta, 40000, 7);
+    /* the manager's sweep verifies and re-stamps a refreshed entry */
+    cache_manager_tick(E.c);
+    cache_key_hash(E.c, "t", 1, h);
+    ck_assert_int_eq(cache_index_get(E.c, h, &e), CACHE_OK);
+    ck_assert_uint_eq(e.epoch, E.c->epoch);
+    ck_assert_uint_ne(e.off, e.body_off);
+    get_upd(E.c, "t", "X-T: 1\r\n", &upd_meta, 40000, 8);
+
+    /* a body byte lost in a crash: the refreshed entry is not served, and
+     * a refresh does not launder it into a trusted entry */
+    cache_close(E.c);
+    E.c = NULL;
+    content_pwrite(&x, 1, boff + 100);
+    munmap(E.area, E.arealen);
+    env_shm();
+    env_open();
+    ck_assert_int_eq(upd(E.c, "s", "X-S: 3\r\n"), CACHE_MISS);
+    ck_assert_int_eq(cache_lookup(E.c, "s", 1, &(struct cache_obj){ 0 }), CACHE_MISS);
+    get_upd(E.c, "t", "X-T: 1\r\n", &upd_meta, 40000, 8);
+}
+END_TEST
+
+START_TEST(test_update_corrupt)
+{
+    struct cache_obj o;
+    off_t hrec, link;
+    uint8_t x;
+    struct cache_stats st;
+
+    ck_assert_int_eq(put_obj(E.c, "a", 1000, 1, 1), CACHE_OK);
+    ck_assert_int_eq(put_obj(E.c, "b", 1000, 2, 1), CACHE_OK);
+    ck_assert_int_eq(put_obj(E.c, "c", 1000, 3, 1), CACHE_OK);
+    ck_assert_int_eq(put_obj(E.c, "d", 1000, 4, 1), CACHE_OK);
+    ck_assert_int_eq(upd(E.c, "a", "X-A: 1\r\n"), CACHE_OK);
+    ck_assert_int_eq(upd(E.c, "b", "X-B: 1\r\n"), CACHE_OK);
+    ck_assert_int_eq(upd(E.c, "c", "X-C: 1\r\n"), CACHE_OK);
+    ck_assert_int_eq(upd(E.c, "d", "X-D: 1\r\n"), CACHE_OK);
+    /* a: a byte of the new header block */
+    ck_assert_int_eq(cache_lookup(E.c, "a", 1, &o), CACHE_OK);
+    hrec = (off_t)((uint8_t *)o.iov[0].iov_base - E.c->map);
+    cache_obj_release(E.c, &o);
+    /* b: the link to the body */
+    ck_assert_int_eq(cache_lookup(E.c, "b", 1, &o), CACHE_OK);
+    link = (off_t)((uint8_t *)o.iov[0].iov_base + o.iov[0].iov_len - E.c->map);
+    cache_obj_release(E.c, &o);
+    env_restart(1);
+    x = 'Y';
+    content_pwrite(&x, 1, hrec);
+    {
+        uint64_t other = 64;
+        content_pwrite(&other, 8, link);
+    }
+    /* c: the body record's own (unserved) header block, seen through the
+     * OBJECT record's head_sum */
+    {
+        struct cache_ent e;
+        uint8_t h[16];
+        cache_key_hash(E.c, "c", 1, h);
+        ck_assert_int_eq(cache_index_get(E.c, h, &e), CACHE_OK);
+        x = 'Z';
+        content_pwrite(&x, 1, (off_t)(CACHE_HDR_SIZE
+                                      + cache_seg_of(E.c->shm, e.body_off) * E.c->g.seg_size
+                                      + e.body_off % E.c->g.seg_size + CACHE_REC_SIZE + 1));
+    }
+    env_restart(1);
+    ck_assert_int_eq(cache_lookup(E.c, "a", 1, &o), CACHE_MISS);
+    ck_assert_int_eq(cache_lookup(E.c, "b", 1, &o), CACHE_MISS);
+    ck_assert_int_eq(cache_lookup(E.c, "c", 1, &o), CACHE_MISS);
+    get_upd(E.c, "d", "X-D: 1\r\n", &upd_meta, 1000, 4);
+    ck_assert_int_eq(cache_remove(E.c, "a", 1), CACHE_MISS);   /* dropped at once */
+    ck_assert_int_eq(cache_remove(E.c, "b", 1), CACHE_MISS);
+    cache_stats_sum(E.area, &st);
+    ck_assert_uint_eq(st.c.corrupt, 3);
+
+    /* verify mode: a damaged body under a refreshed header is caught */
+    E.c->conf.verify = 1;
+    ck_assert_int_eq(cache_lookup(E.c, "d", 1, &o), CACHE_OK);
+    ((uint8_t *)o.iov[1].iov_base)[10] ^= 1;
+    cache_obj_release(E.c, &o);
+    ck_assert_int_eq(cache_lookup(E.c, "d", 1, &o), CACHE_MISS);
+}
+END_TEST
+
+/* Body length identifies the fill that wrote it (seed 1..). */
+static size_t
+race_len(unsigned seed)
+{
+    return 1000 + (size_t)seed * 37;
+}
+
+/* A hit on "race" must be one object: header block, meta and body from
+ * writers that agree.  Returns the seed its body belongs to. */
+static unsigned
+race_check(const struct cache_obj *o)
+{
+    char hdr[128];
+    unsigned seed, hseed, upd_n;
+    size_t len = o->iov[1].iov_len;
+
+    ck_assert_uint_gt(len, 1000);
+    ck_assert_uint_eq((len - 1000) % 37, 0);
+    seed = (unsigned)((len - 1000) / 37);
+    for (size_t i = 0; i < len; i++)
+        if (((uint8_t *)o->iov[1].iov_base)[i] != pat(seed, i))
+            ck_abort_msg("race: body of seed %u has byte %zu of another", seed, i);
+    ck_assert_uint_lt(o->iov[0].iov_len, sizeof(hdr));
+    memcpy(hdr, o->iov[0].iov_base, o->iov[0].iov_len);
+    hdr[o->iov[0].iov_len] = 0;
+    if (sscanf(hdr, "X-Plain: %u\r\n", &upd_n) == 1) {
+        ck_assert_int_eq(o->meta.status, 204);
+        ck_assert_int_eq(o->meta.stored, -1);
+        ck_assert_int_eq(o->meta.expires, 200000 + (int64_t)upd_n);
+    } else if (sscanf(hdr, "X-Seed: %u\r\nX-Upd: %u\r\n", &hseed, &upd_n) == 2) {
+        ck_assert_uint_eq(hseed, seed);               /* refresh of this very body */
+        ck_assert_int_eq(o->meta.status, 203);
+        ck_assert_int_eq(o->meta.stored, (int64_t)seed);
+        ck_assert_int_eq(o->meta.expires, 100000 + (int64_t)upd_n);
+    } else {
+        ck_assert_int_eq(sscanf(hdr, "X-Seed: %u\r\n", &hseed), 1);
+        ck_assert_uint_eq(hseed, seed);
+        ck_assert_int_eq(o->meta.status, 200);
+        ck_assert_int_eq(o->meta.stored, (int64_t)seed);
+    }
+    return seed;
+}
+
+START_TEST(test_update_race_fill)
+{
+    const unsigned NFILL = 300;
+    struct cache_meta m;
+    struct cache_obj o;
+    int status, hits = 0, refreshed = 0, lost = 0;
+    pid_t pid;
+
+    /* seed 1 first, so the parent has something to refresh from the start */
+    {
+        static uint8_t buf[16384];
+        struct cache_fill *f;
+        struct cache_meta fm = { 200, 0, 1, 2000 };
+        fill_pat(buf, race_len(1), 1);
+        ck_assert_int_eq(cache_fill_begin(E.c, "race", 4, &fm, "X-Seed: 1\r\n", 11,
+                                          (int64_t)race_len(1), &f), CACHE_OK);
+        ck_assert_int_eq(cache_fill_write(f, buf, race_len(1)), CACHE_OK);
+        ck_assert_int_eq(cache_fill_commit(f, NULL), CACHE_OK);
+    }
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        char err[256], hdr[64];
+        static uint8_t buf[16384];
+        struct cache *c = cache_open(&E.cf, E.area, 1, err, sizeof(err));
+        if (c == NULL)
+            _exit(10);
+        for (unsigned s = 2; s <= NFILL; s++) {
+            struct cache_fill *f;
+            struct cache_meta fm = { 200, 0, (int64_t)s, 2000 };
+            size_t len = race_len(s);
+            int n = snprintf(hdr, sizeof(hdr), "X-Seed: %u\r\n", s);
+            fill_pat(buf, len, s);
+            if (cache_fill_begin(c, "race", 4, &fm, hdr, (size_t)n,
+                                 s % 2 ? (int64_t)len : -1, &f) != CACHE_OK)
+                _exit(11);
+            for (size_t off = 0; off < len; off += 1024)
+                if (cache_fill_write(f, buf + off, len - off > 1024 ? 1024 : len - off)
+                    != CACHE_OK)
+                    _exit(12);
+            if (cache_fill_commit(f, NULL) != CACHE_OK)
+                _exit(13);
+        }
+        cache_close(c);
+        _exit(0);
+    }
+    /* parent: a worker revalidating what it holds, as fast as it can */
+    for (unsigned n = 0;; n++) {
+        char hdr[64];
+        unsigned seed;
+        int len, rc;
+
+        if (n >= 1000 && waitpid(pid, &status, WNOHANG) == pid)
+            break;
+        if (cache_lookup(E.c, "race", 4, &o) != CACHE_OK)
+            continue;
+        hits++;
+        seed = race_check(&o);
+        len = snprintf(hdr, sizeof(hdr), "X-Seed: %u\r\nX-Upd: %u\r\n", seed, n);
+        m = (struct cache_meta){ 203, 0, (int64_t)seed, 100000 + (int64_t)n };
+        rc = cache_obj_update_headers(E.c, &o, "race", 4, &m, hdr, (size_t)len);
+        ck_assert_msg(rc == CACHE_OK || rc == CACHE_MISS, "%s", cache_strerror(rc));
+        if (rc == CACHE_OK)
+            refreshed++;
+        else
+            lost++;
+        race_check(&o);                 /* still intact under our pins */
+        cache_obj_release(E.c, &o);
+        if (n % 4 == 0) {
+            /* the plain call refreshes whatever body is there now: its
+             * header block names no body, only itself (meta agrees) */
+            len = snprintf(hdr, sizeof(hdr), "X-Plain: %u\r\n", n);
+            m = (struct cache_meta){ 204, 0, -1, 200000 + (int64_t)n };
+            rc = cache_update_headers(E.c, "race", 4, &m, hdr, (size_t)len);
+            ck_assert_msg(rc == CACHE_OK || rc == CACHE_MISS, "%s", cache_strerror(rc));
+        }
+    }
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: %d", status);
+    ck_assert_int_gt(hits, 0);
+    ck_assert_int_gt(refreshed, 0);
+    /* the end state: one consistent object, the last fill or a refresh of
+     * it; and it still refreshes */
+    ck_assert_int_eq(cache_lookup(E.c, "race", 4, &o), CACHE_OK);
+    ck_assert_uint_eq(race_check(&o), NFILL);
+    m = (struct cache_meta){ 203, 0, NFILL, 100000 + 7 };
+    ck_assert_int_eq(cache_obj_update_headers(E.c, &o, "race", 4, &m,
+                                              "X-Seed: 300\r\nX-Upd: 7\r\n", 24), CACHE_OK);
+    cache_obj_release(E.c, &o);
+    ck_assert_int_eq(cache_lookup(E.c, "race", 4, &o), CACHE_OK);
+    ck_assert_uint_eq(race_check(&o), NFILL);
+    ck_assert_int_eq(o.meta.expires, 100007);
+    cache_obj_release(E.c, &o);
+    ck_assert_uint_eq(obj_entries(E.c), 1);
+    ck_assert_int_eq(refreshed + lost, hits);
+}
+END_TEST
+
 static Suite *
 cache_suite(void)
 {
@@ -937,6 +1467,13 @@ cache_suite(void)
     tcase_add_test(tc, test_map_full);
     tcase_add_test(tc, test_damaged_index_rebuilt);
     tcase_add_test(tc, test_shm_validation);
+    tcase_add_test(tc, test_update_headers);
+    tcase_add_test(tc, test_update_repeated);
+    tcase_add_test(tc, test_update_remove);
+    tcase_add_test(tc, test_update_lapping);
+    tcase_add_test(tc, test_update_restart);
+    tcase_add_test(tc, test_update_corrupt);
+    tcase_add_test(tc, test_update_race_fill);
     suite_add_tcase(s, tc);
     return s;
 }
