@@ -76,6 +76,9 @@ struct conf_records {
     int      debug_headers;           /* proxy.config.cistern.debug_headers */
     int      heuristic_min_lifetime;  /* proxy.config.http.cache.heuristic_min_lifetime */
     int      heuristic_max_lifetime;  /* proxy.config.http.cache.heuristic_max_lifetime */
+    int      normalize_ae;            /* proxy.config.http.normalize_ae */
+    int      range_write;             /* proxy.config.http.cache.range.write */
+    int      cdn_cache_control;       /* proxy.config.cistern.cdn_cache_control */
     char    *logfile_dir;             /* proxy.config.log.logfile_dir (absolute) */
     char    *run_dir;                 /* proxy.config.cistern.run_dir (absolute) */
     char    *proxy_name;              /* proxy.config.proxy_name (Via) */

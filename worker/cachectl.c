@@ -196,12 +196,17 @@ cc_pragma_one(void *arg, const char *name, size_t nl, const char *val, size_t vl
 #undef IS
 
 void
-cachectl_parse_resp(const struct http_req *r, struct cc_resp *cc)
+cachectl_parse_resp(const struct http_req *r, struct cc_resp *cc, int cdn)
 {
     memset(cc, 0, sizeof(*cc));
     cc->max_age = cc->s_maxage = -1;
     cc->stale_while_revalidate = cc->stale_if_error = -1;
-    cc_walk(r, "cache-control", cc_resp_one, cc);
+    /* RFC 9213: a targeted field, when present, replaces Cache-Control
+     * for this cache's decisions. */
+    if (cdn && http_field_find(r, "cdn-cache-control", 0) >= 0)
+        cc_walk(r, "cdn-cache-control", cc_resp_one, cc);
+    else
+        cc_walk(r, "cache-control", cc_resp_one, cc);
 }
 
 void

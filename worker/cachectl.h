@@ -33,8 +33,9 @@ struct cc_req {
 
 /* Parse every Cache-Control field of r (names case-insensitive, values
  * token or quoted-string; a malformed delta makes the directive count as
- * invalid, which for max-age means "stale", RFC 9111 4.2.1). */
-void cachectl_parse_resp(const struct http_req *r, struct cc_resp *cc);
+ * invalid, which for max-age means "stale", RFC 9111 4.2.1).  With cdn
+ * set, a CDN-Cache-Control field (RFC 9213) is read instead when present. */
+void cachectl_parse_resp(const struct http_req *r, struct cc_resp *cc, int cdn);
 /* Also honours `Pragma: no-cache` when there is no Cache-Control. */
 void cachectl_parse_req(const struct http_req *r, struct cc_req *cc);
 

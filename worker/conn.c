@@ -429,7 +429,7 @@ conn_route(struct conn *c, int keep_alive)
         return c->cn_state == CONN_BODY;
     }
     if (wk->cache && (r->method == HTTP_GET || r->method == HTTP_HEAD)) {
-        if (keylen && store_serve(c, key, keylen, local_ka, &fwd))
+        if (keylen && store_serve(c, key, keylen, local_ka, &fwd) == STORE_HIT)
             return 0;
         if (!keylen)
             fwd = "bypass";

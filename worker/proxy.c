@@ -75,10 +75,7 @@ proxy_hop_by_hop(const struct http_req *r, int i)
     return 0;
 }
 
-static int
-buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static int
+int
 buf_printf(struct buf *b, const char *fmt, ...)
 {
     va_list ap;
@@ -173,10 +170,18 @@ proxy_free_pools(struct worker *w)
 
 /* Answer the client with an error of ours and drop the transaction.
  * Only valid before any response byte went to the client. */
+static enum proxy_pump proxy_serve_stale(struct conn *c, struct upstream *up, int status);
+
 static void
 proxy_error(struct conn *c, int status, const char *body)
 {
     struct upstream *up = c->cn_up;
+
+    if (store_stale_on_error(c)) {
+        wk->ctr->origin_errors++;
+        proxy_serve_stale(c, up, 0);
+        return;
+    }
     int ka = up->up_client_ka && !up->up_req_body && !wk->draining;
 
     wk->ctr->origin_errors++;
@@ -226,14 +231,19 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
     up->up_client_ka = keep_alive;
     up->up_req_body = r->has_body;
     up->up_cstatus = fwd;
-    if (key && r->method == HTTP_GET && keylen <= sizeof(up->up_key)) {
-        struct timeval now;
+    store_cond_from(&up->up_cond, r);
+    struct timeval now;
+    event_base_gettimeofday_cached(wk->base, &now);
+    up->up_req_time = now.tv_sec;
+    if (key && keylen <= sizeof(up->up_key)) {
+        /* kept for every method: an unsafe one invalidates the URL */
         memcpy(up->up_key, key, keylen);
         up->up_keylen = keylen;
+    }
+    int range_pass = http_field_find(r, "range", 0) >= 0 && !rec->range_write;
+    if (key && r->method == HTTP_GET && keylen <= sizeof(up->up_key) && !range_pass) {
         up->up_store = 1;
         up->up_req_auth = http_field_find(r, "authorization", 0) >= 0;
-        event_base_gettimeofday_cached(wk->base, &now);
-        up->up_req_time = now.tv_sec;
         /* The request forbids storing what answers it (RFC 9111 5.2.1.5). */
         int cci = http_field_find(r, "cache-control", 0);
         if (cci >= 0 && http_list_has(r->base + r->fields[cci].value,
@@ -258,10 +268,27 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
     } else {
         buf_printf(o, "Host: %s:%d\r\n", res->host, res->port);
     }
+    up->up_reval = c->cn_req->obj_held && r->method == HTTP_GET;
     for (int i = 0; i < r->nfields; i++) {
         const struct http_field *f = &r->fields[i];
         if (i == r->f_host || http_field_is(r, i, "expect"))
             continue;
+        /* Revalidating: our validators replace the client's (its own
+         * conditions are answered by us from the refreshed object). */
+        if (up->up_reval && (http_field_is(r, i, "if-none-match")
+                             || http_field_is(r, i, "if-modified-since")))
+            continue;
+        /* A range we will store whole is asked for whole. */
+        if (up->up_store && (http_field_is(r, i, "range") || http_field_is(r, i, "if-range")))
+            continue;
+        if (rec->normalize_ae && http_field_is(r, i, "accept-encoding")
+            && (r->method == HTTP_GET || r->method == HTTP_HEAD)) {
+            const char *ae = store_norm_ae(r->base + f->value, f->value_len,
+                                           rec->normalize_ae);
+            if (*ae)
+                buf_printf(o, "Accept-Encoding: %s\r\n", ae);
+            continue;
+        }
         if (http_field_is(r, i, "transfer-encoding")) {
             /* The body goes out as the client framed it: chunked. */
             continue;
@@ -277,6 +304,8 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
     }
     if (r->chunked)
         buf_printf(o, "Transfer-Encoding: chunked\r\n");
+    if (up->up_reval && !store_validators(c, o))
+        up->up_reval = 0;   /* nothing to validate with: a plain fetch */
     conn_peer_str(c, ip, sizeof(ip));
     /* Every X-Forwarded-For line, in order, then the client (one line). */
     buf_printf(o, "X-Forwarded-For: ");
@@ -456,8 +485,6 @@ up_on_read(evutil_socket_t fd, short what, void *arg)
     } else {
         in->end += (size_t)n;
         up->up_resp_bytes = 1;
-        if (up->up_safe && up->up_out.end > 0)
-            up->up_out.start = up->up_out.end = 0;
     }
     conn_flush(c);
 }
@@ -569,6 +596,76 @@ proxy_client_body(struct conn *c)
     return rc;
 }
 
+/* The request as we forwarded it (for Vary: the field values the origin
+ * saw), parsed from up_out, which is kept until the response head. */
+static const struct http_req *
+proxy_forwarded_req(struct upstream *up)
+{
+    static struct http_req fr;
+
+    http_req_reset(&fr);
+    if (up->up_out.end == 0
+        || http_head_scan(&fr, up->up_out.data, up->up_out.end, &wk->limits) != HTTP_OK)
+        return NULL;
+    fr.base = up->up_out.data + fr.start;
+    return &fr;
+}
+
+/* The origin answered 304 to our validators: refresh the stored headers
+ * and answer the client from the object we hold. */
+static enum proxy_pump
+proxy_revalidated(struct conn *c, struct upstream *up, struct http_req *resp)
+{
+    static char merged[32768];
+    struct store_cond cond = up->up_cond;
+    struct buf *in = &up->up_in;
+    int ka = up->up_client_ka && !wk->draining;
+    size_t len = store_refresh(c, resp, up->up_req_time, merged, sizeof(merged));
+
+    in->start += resp->start + resp->head_len;
+    if (resp->keep_alive && up->up_req_done && !up->up_eof && in->start == in->end)
+        origin_put(up);
+    up_free(c);
+    if (store_send(c, &cond, ka, len ? "cistern; fwd=stale; fwd-status=304"
+                                     : "cistern; fwd=stale; fwd-status=304; detail=not-refreshed",
+                   len ? merged : NULL, len) < 0) {
+        store_release(c);
+        conn_count_status(502);
+        resp_simple(c, 502, "Connection: close\r\n", NULL, "cannot build the answer", 0);
+        ka = 0;
+    }
+    if (!ka)
+        c->cn_close = 1;
+    c->cn_state = CONN_SEND;
+    return PROXY_DONE;
+}
+
+/* The origin failed (status, or 0: no answer) and the held stale object
+ * may stand in for it (stale-if-error). */
+static enum proxy_pump
+proxy_serve_stale(struct conn *c, struct upstream *up, int status)
+{
+    struct store_cond cond = up->up_cond;
+    int ka = up->up_client_ka && !wk->draining && !(up->up_req_body && !up->up_req_done);
+    char cs[128];
+
+    if (status)
+        snprintf(cs, sizeof(cs), "cistern; hit; fwd=stale; fwd-status=%d; detail=stale-if-error", status);
+    else
+        snprintf(cs, sizeof(cs), "cistern; hit; fwd=stale; detail=stale-if-error");
+    up_free(c);     /* the origin's answer is not wanted: close it */
+    if (store_send(c, &cond, ka, cs, NULL, 0) < 0) {
+        store_release(c);
+        conn_count_status(502);
+        resp_simple(c, 502, "Connection: close\r\n", NULL, "bad gateway", 0);
+        ka = 0;
+    }
+    if (!ka)
+        c->cn_close = 1;
+    c->cn_state = CONN_SEND;
+    return PROXY_DONE;
+}
+
 /* Called by conn.c when c's output is empty: move the response along. */
 enum proxy_pump
 proxy_pump(struct conn *c)
@@ -625,10 +722,24 @@ proxy_pump(struct conn *c)
             http_req_reset(resp);
             return PROXY_MORE;
         }
+        if (up->up_reval) {
+            /* The origin's verdict on the stale object we hold. */
+            if (resp->status == 304)
+                return proxy_revalidated(c, up, resp);
+            if (resp->status >= 500 && store_stale_on_error(c))
+                return proxy_serve_stale(c, up, resp->status);
+        }
+        store_release(c);   /* whatever we held, this answer replaces it */
+        if (wk->cache && up->up_keylen && resp->status >= 200 && resp->status < 400
+            && up->up_method != HTTP_GET && up->up_method != HTTP_HEAD
+            && up->up_method != HTTP_OPTIONS && up->up_method != HTTP_TRACE)
+            store_invalidate(up->up_key, up->up_keylen, resp, "http", up->up_host, up->up_port);
         if (up->up_store && wk->cache)
             up->up_cdetail = store_fill_begin(up->up_key, up->up_keylen, resp,
-                                              up->up_req_auth, up->up_req_time,
-                                              &up->up_fill);
+                                              proxy_forwarded_req(up), up->up_req_auth,
+                                              up->up_req_time, &up->up_fill);
+        /* the request is answered: no retry will need its bytes */
+        up->up_out.start = up->up_out.end = 0;
         if (proxy_client_head(c, up, resp) < 0) {
             up_fail(up, 502, "response head too large");
             return PROXY_MORE;

@@ -153,8 +153,8 @@ push_sink(void *arg, const char *data, size_t n)
         push_fail(p, "a pushed response must be final (status 200 or more)");
         return;
     }
-    const char *why = store_fill_begin(p->key, p->keylen, resp, 0, p->req_time,
-                                       &p->fill);
+    const char *why = store_fill_begin(p->key, p->keylen, resp, NULL, 0,
+                                       p->req_time, &p->fill);
     if (why) {
         static char msg[128];
         snprintf(msg, sizeof(msg), "the pushed response is not storable: %s", why);

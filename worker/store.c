@@ -1,34 +1,48 @@
 /*
- * worker/store.c: the HTTP side of the cache: keys, hits, fills.
+ * worker/store.c: the HTTP side of the cache: keys, hits, fills, Vary,
+ * validation, ranges.
  *
- * The cache key is the request URL after remap, normalised: scheme and
- * host lowercase, the scheme's default port dropped, path and query as
- * sent (RFC 9111 4.1 leaves normalisation beyond that to the cache; more
- * would merge URLs an origin may treat differently).
+ * Keys.  The cache key is the request URL after remap, normalised: scheme
+ * and host lowercase, the scheme's default port dropped, path and query as
+ * sent (RFC 9111 4.1 leaves more to the cache; more would merge URLs an
+ * origin may treat differently).
  *
  * What a stored object holds (the store itself is cache/):
  *   header block  the status line and the end-to-end fields of the
- *                 response as we forwarded it, minus Age, Content-Length,
- *                 Transfer-Encoding (a hit re-frames with the length it
- *                 knows), without the blank line;
+ *                 response as we forwarded it, minus Age, Content-Length
+ *                 and Transfer-Encoding (a hit re-frames with the length
+ *                 it knows), without the blank line;
  *   body          the decoded payload;
- *   meta          status, flags (no-cache, must-revalidate), `stored` =
- *                 the moment the response's age was 0 (so age at any later
- *                 time is now - stored, RFC 9111 4.2.3), `expires` =
- *                 stored + freshness lifetime.
+ *   meta          status, flags, `stored` = the moment the response's age
+ *                 was 0 (so its age at any later time is now - stored,
+ *                 RFC 9111 4.2.3), `expires` = stored + freshness lifetime.
  *
- * The hit path: one LMDB lookup, the header block copied into the
- * connection's output buffer (a few hundred bytes) followed by Content-
- * Length, Age and Cache-Status, and the body handed to writev straight
- * from the pinned mapping.  No allocation: the cache_obj lives in the
- * request context, which is pooled.
+ * Vary (RFC 9111 4.1).  A response with Vary is stored under a secondary
+ * key: the URL key, a variant-set id, and the normalised values of the
+ * request fields it names.  Under the URL key itself sits a marker object
+ * (flag STORE_F_VARY_MARKER, no body) whose header block carries the Vary
+ * field names and the id.  A lookup that finds a marker computes the
+ * secondary key from the request and looks again.  PURGE removes the
+ * marker, which orphans every variant at once; a new marker gets a new id,
+ * so an old variant can never resurface.  `Vary: *` is never stored.
+ * Accept-Encoding is normalised as ATS's proxy.config.http.normalize_ae
+ * says, both in the key and in the request sent to the origin.
+ *
+ * The hit path: one LMDB lookup (two with Vary), the header block copied
+ * into the connection's output buffer (a few hundred bytes) followed by
+ * Content-Length, Age and Cache-Status, and the body handed to writev
+ * straight from the pinned mapping.  No allocation: the cache_obj lives in
+ * the request context, which is pooled.
  */
 #include "config.h"
 
 #include <ctype.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "cache/cache.h"
 #include "master/log.h"
@@ -37,6 +51,8 @@
 
 /* A stored header block larger than this is not worth caching. */
 #define STORE_HDR_MAX 32768
+/* A Vary marker outlives its variants: they expire on their own. */
+#define STORE_MARKER_TTL (365 * 86400)
 
 size_t
 store_key(char *out, size_t outlen, const char *scheme, const char *host,
@@ -71,6 +87,479 @@ store_release(struct conn *c)
     }
 }
 
+/* The value of field `name` in a stored header block (lines "Name: v\r\n",
+ * the status line first), or NULL. */
+const char *
+store_hdr_get(const char *blk, size_t len, const char *name, size_t *vlen)
+{
+    size_t nl = strlen(name);
+    const char *p = memchr(blk, '\n', len), *end = blk + len;
+
+    while (p && ++p < end) {
+        const char *e = memchr(p, '\n', (size_t)(end - p));
+        size_t ll = e ? (size_t)(e - p) : (size_t)(end - p);
+        if (ll > 0 && p[ll - 1] == '\r')
+            ll--;
+        if (ll > nl && p[nl] == ':' && strncasecmp(p, name, nl) == 0) {
+            const char *v = p + nl + 1, *ve = p + ll;
+            while (v < ve && (*v == ' ' || *v == '\t'))
+                v++;
+            *vlen = (size_t)(ve - v);
+            return v;
+        }
+        p = e;
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Request conditions, copied out of the request head (which may be gone
+ * by the time an answer is built after a revalidation). */
+
+static void
+store_copy_field(const struct http_req *r, const char *name, char *out, size_t outlen)
+{
+    int i = http_field_find(r, name, 0);
+
+    out[0] = '\0';
+    if (i >= 0 && r->fields[i].value_len < outlen) {
+        memcpy(out, r->base + r->fields[i].value, r->fields[i].value_len);
+        out[r->fields[i].value_len] = '\0';
+    }
+}
+
+void
+store_cond_from(struct store_cond *sc, const struct http_req *r)
+{
+    sc->method = r->method;
+    sc->minor = r->minor;
+    store_copy_field(r, "if-none-match", sc->inm, sizeof(sc->inm));
+    store_copy_field(r, "if-modified-since", sc->ims, sizeof(sc->ims));
+    store_copy_field(r, "range", sc->range, sizeof(sc->range));
+    store_copy_field(r, "if-range", sc->if_range, sizeof(sc->if_range));
+}
+
+/* Weak comparison (RFC 9110 8.8.3.2): W/ ignored, opaque tags equal. */
+static int
+store_etag_weak_eq(const char *a, size_t al, const char *b, size_t bl)
+{
+    if (al >= 2 && a[0] == 'W' && a[1] == '/') {
+        a += 2;
+        al -= 2;
+    }
+    if (bl >= 2 && b[0] == 'W' && b[1] == '/') {
+        b += 2;
+        bl -= 2;
+    }
+    return al == bl && al >= 2 && memcmp(a, b, al) == 0;
+}
+
+/* If-None-Match list against the stored ETag. */
+static int
+store_inm_matches(const char *inm, const char *etag, size_t etl)
+{
+    const char *p = inm;
+
+    while (*p) {
+        while (*p == ' ' || *p == '\t' || *p == ',')
+            p++;
+        if (*p == '\0')
+            break;
+        if (*p == '*')
+            return 1;
+        const char *s = p;
+        if (p[0] == 'W' && p[1] == '/')
+            p += 2;
+        if (*p != '"')
+            return 0;       /* malformed: no match (send the full answer) */
+        p++;
+        while (*p && *p != '"')
+            p++;
+        if (*p != '"')
+            return 0;
+        p++;
+        if (etag && store_etag_weak_eq(s, (size_t)(p - s), etag, etl))
+            return 1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Vary */
+
+/* Accept-Encoding as ATS's normalize_ae: 1 "gzip" or "", 2 "br", "gzip"
+ * or "".  A coding counts when listed with q > 0. */
+const char *
+store_norm_ae(const char *v, size_t n, int mode)
+{
+    int gzip = 0, br = 0;
+    const char *p = v, *end = v + n;
+
+    while (p < end) {
+        while (p < end && (*p == ' ' || *p == '\t' || *p == ','))
+            p++;
+        const char *s = p;
+        while (p < end && *p != ',' && *p != ';' && *p != ' ')
+            p++;
+        size_t tl = (size_t)(p - s);
+        int q0 = 0;
+        while (p < end && *p != ',') {
+            if (*p == 'q' && p + 1 < end && p[1] == '=') {
+                const char *qv = p + 2;
+                q0 = qv < end && *qv == '0';
+                for (qv++; q0 && qv < end && *qv != ',' && *qv != ' '; qv++)
+                    if (*qv != '.' && *qv != '0')
+                        q0 = 0;
+            }
+            p++;
+        }
+        if (q0)
+            continue;
+        if (tl == 4 && strncasecmp(s, "gzip", 4) == 0)
+            gzip = 1;
+        else if (tl == 2 && strncasecmp(s, "br", 2) == 0)
+            br = 1;
+        else if (tl == 1 && *s == '*')
+            gzip = br = 1;
+    }
+    if (mode >= 2 && br)
+        return "br";
+    return gzip ? "gzip" : "";
+}
+
+/* The normalised value of a varying field in request r: every line of it,
+ * joined by ", ", OWS trimmed.  Writes into out; returns the length, or -1
+ * when it does not fit. */
+static int
+store_vary_value(const struct http_req *r, const char *name, size_t nl,
+                 char *out, size_t outlen)
+{
+    size_t len = 0;
+    char nm[64];
+
+    if (nl >= sizeof(nm))
+        return -1;
+    memcpy(nm, name, nl);
+    nm[nl] = '\0';
+    for (int i = r ? http_field_find(r, nm, 0) : -1; i >= 0; i = http_field_find(r, nm, i + 1)) {
+        const char *v = r->base + r->fields[i].value;
+        size_t vl = r->fields[i].value_len;
+        if (nl == 15 && strncasecmp(nm, "accept-encoding", 15) == 0 && wk->conf->rec.normalize_ae) {
+            /* normalised once, over the first line (clients send one) */
+            const char *ae = store_norm_ae(v, vl, wk->conf->rec.normalize_ae);
+            size_t al = strlen(ae);
+            if (al >= outlen)
+                return -1;
+            memcpy(out, ae, al);
+            return (int)al;
+        }
+        if (len + vl + 2 >= outlen)
+            return -1;
+        if (len) {
+            memcpy(out + len, ", ", 2);
+            len += 2;
+        }
+        memcpy(out + len, v, vl);
+        len += vl;
+    }
+    return (int)len;
+}
+
+/* Secondary key: URL key, \x01, set id, then \x01name=value per Vary name. */
+static size_t
+store_variant_key(const char *key, size_t keylen, const char *vary, size_t vlen,
+                  const char *id, size_t idlen, const struct http_req *r,
+                  char *out, size_t outlen)
+{
+    size_t len;
+    const char *p = vary, *end = vary + vlen;
+
+    if (keylen + idlen + 2 >= outlen)
+        return 0;
+    memcpy(out, key, keylen);
+    len = keylen;
+    out[len++] = '\x01';
+    memcpy(out + len, id, idlen);
+    len += idlen;
+    while (p < end) {
+        while (p < end && (*p == ' ' || *p == '\t' || *p == ','))
+            p++;
+        const char *s = p;
+        while (p < end && *p != ',' && *p != ' ' && *p != '\t')
+            p++;
+        size_t nl = (size_t)(p - s);
+        if (nl == 0)
+            continue;
+        if (len + nl + 3 >= outlen)
+            return 0;
+        out[len++] = '\x01';
+        for (size_t k = 0; k < nl; k++)
+            out[len++] = (char)tolower((unsigned char)s[k]);
+        out[len++] = '=';
+        int vl = store_vary_value(r, s, nl, out + len, outlen - len);
+        if (vl < 0)
+            return 0;
+        len += (size_t)vl;
+    }
+    return len;
+}
+
+/* Resolve a Vary marker just looked up into o: the variant for r, whose
+ * key goes to vkey (STORE_KEY_MAX bytes) and *vkeylen.  Returns CACHE_OK
+ * with *o the variant, or CACHE_MISS (o released). */
+static int
+store_follow_marker(const char *key, size_t keylen, const struct http_req *r,
+                    struct cache_obj *o, char *vkey, size_t *vkeylen)
+{
+    size_t vl, il, n;
+    const char *blk = o->iov[0].iov_base;
+    const char *vary = store_hdr_get(blk, o->hdr_len, "vary", &vl);
+    const char *id = store_hdr_get(blk, o->hdr_len, "x-cistern-variants", &il);
+
+    n = (vary && id) ? store_variant_key(key, keylen, vary, vl, id, il, r, vkey, STORE_KEY_MAX) : 0;
+    cache_obj_release(wk->cache, o);
+    *vkeylen = n;
+    if (n == 0)
+        return CACHE_MISS;
+    return cache_lookup(wk->cache, vkey, n, o);
+}
+
+/* ------------------------------------------------------------------ */
+/* Answering from a held object */
+
+/* Parse "bytes=a-b" (one range) against a body of len bytes.  Returns 1
+ * with [*from, *to] inclusive, 0 when the field is not a single byte range
+ * we serve (answer with the whole object), -1 when unsatisfiable. */
+static int
+store_range(const char *v, uint64_t len, uint64_t *from, uint64_t *to)
+{
+    unsigned long long a, b;
+    char *e;
+
+    if (strncasecmp(v, "bytes=", 6) != 0)
+        return 0;
+    v += 6;
+    while (*v == ' ')
+        v++;
+    if (strchr(v, ','))
+        return 0;       /* several ranges: the whole object is allowed */
+    if (*v == '-') {
+        b = strtoull(v + 1, &e, 10);
+        if (e == v + 1 || *e != '\0')
+            return 0;
+        if (b == 0 || len == 0)
+            return -1;
+        *from = b >= len ? 0 : len - b;
+        *to = len - 1;
+        return 1;
+    }
+    if (*v < '0' || *v > '9')
+        return 0;
+    a = strtoull(v, &e, 10);
+    if (*e != '-')
+        return 0;
+    v = e + 1;
+    if (*v == '\0') {
+        b = len ? len - 1 : 0;
+    } else {
+        b = strtoull(v, &e, 10);
+        if (*e != '\0' || b < a)
+            return 0;
+        if (b >= len)
+            b = len - 1;
+    }
+    if (a >= len)
+        return -1;
+    *from = a;
+    *to = b;
+    return 1;
+}
+
+/* Copy the header block minus fields named in skip (NULL-terminated). */
+static int
+store_copy_head(struct buf *b, const char *blk, size_t len, int status304)
+{
+    if (!status304) {
+        memcpy(b->data + b->end, blk, len);
+        b->end += len;
+        return 0;
+    }
+    /* A 304 carries the status line of its own and the fields a 200 would
+     * have had that matter for caches (RFC 9110 15.4.5). */
+    static const char *const keep[] = {
+        "cache-control", "content-location", "date", "etag", "expires",
+        "vary", "last-modified", "via", NULL,
+    };
+    int n = snprintf(b->data + b->end, b->size - b->end, "HTTP/1.1 304 Not Modified\r\n");
+    b->end += (size_t)n;
+    const char *p = memchr(blk, '\n', len), *end = blk + len;
+    while (p && ++p < end) {
+        const char *e = memchr(p, '\n', (size_t)(end - p));
+        size_t ll = e ? (size_t)(e - p) + 1 : (size_t)(end - p);
+        for (int k = 0; keep[k]; k++) {
+            size_t kl = strlen(keep[k]);
+            if (ll > kl && p[kl] == ':' && strncasecmp(p, keep[k], kl) == 0) {
+                memcpy(b->data + b->end, p, ll);
+                b->end += ll;
+                break;
+            }
+        }
+        p = e;
+    }
+    return 0;
+}
+
+int
+store_send(struct conn *c, const struct store_cond *sc, int keep_alive,
+           const char *cstatus, const char *hdr, size_t hdrlen)
+{
+    struct cache_obj *o = &c->cn_req->obj;
+    struct buf *b = &c->cn_out;
+    struct timeval now;
+    int64_t age;
+    uint64_t from = 0, to = 0;
+    int status = o->meta.status, part = 0, n;
+    size_t etl = 0, lml = 0;
+    const char *etag, *lm;
+
+    if (hdr == NULL) {
+        hdr = o->iov[0].iov_base;
+        hdrlen = o->hdr_len;
+    }
+    event_base_gettimeofday_cached(wk->base, &now);
+    age = (int64_t)now.tv_sec - o->meta.stored;
+    if (age < 0)
+        age = 0;
+
+    /* Conditional requests (RFC 9110 13.2.2): If-None-Match wins over
+     * If-Modified-Since; only for GET/HEAD and a 200 we could send. */
+    etag = store_hdr_get(hdr, hdrlen, "etag", &etl);
+    if ((sc->method == HTTP_GET || sc->method == HTTP_HEAD) && status == 200) {
+        if (sc->inm[0]) {
+            if (store_inm_matches(sc->inm, etag, etl))
+                status = 304;
+        } else if (sc->ims[0]) {
+            time_t ims = cachectl_date(sc->ims, strlen(sc->ims)), t = -1;
+            lm = store_hdr_get(hdr, hdrlen, "last-modified", &lml);
+            if (lm)
+                t = cachectl_date(lm, lml);
+            if (t < 0) {
+                const char *d = store_hdr_get(hdr, hdrlen, "date", &lml);
+                if (d)
+                    t = cachectl_date(d, lml);
+            }
+            if (ims >= 0 && t >= 0 && t <= ims && ims <= now.tv_sec)
+                status = 304;
+        }
+    }
+    /* Range (RFC 9110 14.2): one range of a stored 200, If-Range honoured. */
+    if (status == 200 && sc->method == HTTP_GET && sc->range[0]) {
+        int ok = 1;
+        if (sc->if_range[0]) {
+            if (sc->if_range[0] == '"') {
+                /* strong comparison */
+                ok = etag && etl == strlen(sc->if_range)
+                     && memcmp(etag, sc->if_range, etl) == 0;
+            } else {
+                lm = store_hdr_get(hdr, hdrlen, "last-modified", &lml);
+                ok = lm && lml == strlen(sc->if_range)
+                     && memcmp(lm, sc->if_range, lml) == 0;
+            }
+        }
+        if (ok)
+            part = store_range(sc->range, o->body_len, &from, &to);
+    }
+
+    if (buf_alloc(b) < 0 || buf_grow(b, hdrlen + 640) < 0)
+        return -1;
+    if (part < 0) {
+        /* 416 keeps the representation's validators out; say why. */
+        char cr[64];
+        snprintf(cr, sizeof(cr), "Content-Range: bytes */%llu\r\n",
+                 (unsigned long long)o->body_len);
+        conn_count_status(416);
+        resp_simple(c, 416, conn_connection_hdr(sc->minor, keep_alive), cr,
+                    "range not satisfiable", sc->method == HTTP_HEAD);
+        store_release(c);
+        return 0;
+    }
+    if (part > 0) {
+        n = snprintf(b->data + b->end, b->size - b->end, "HTTP/1.1 206 Partial Content\r\n");
+        b->end += (size_t)n;
+        const char *nl = memchr(hdr, '\n', hdrlen);
+        size_t skip = nl ? (size_t)(nl - hdr) + 1 : hdrlen;
+        memcpy(b->data + b->end, hdr + skip, hdrlen - skip);
+        b->end += hdrlen - skip;
+        n = snprintf(b->data + b->end, b->size - b->end,
+                     "Content-Range: bytes %llu-%llu/%llu\r\nContent-Length: %llu\r\n",
+                     (unsigned long long)from, (unsigned long long)to,
+                     (unsigned long long)o->body_len,
+                     (unsigned long long)(to - from + 1));
+        b->end += (size_t)n;
+        status = 206;
+    } else {
+        store_copy_head(b, hdr, hdrlen, status == 304);
+        if (status != 304) {
+            n = snprintf(b->data + b->end, b->size - b->end, "Content-Length: %llu\r\n",
+                         (unsigned long long)o->body_len);
+            b->end += (size_t)n;
+        }
+    }
+    n = snprintf(b->data + b->end, b->size - b->end, "Age: %lld\r\nCache-Status: %s\r\n%s%s\r\n",
+                 (long long)age, cstatus, wk->debug_hdr,
+                 conn_connection_hdr(sc->minor, keep_alive));
+    if (n < 0 || (size_t)n >= b->size - b->end)
+        return -1;
+    b->end += (size_t)n;
+    conn_count_status(status);
+    if (sc->method == HTTP_HEAD || status == 304 || o->body_len == 0) {
+        store_release(c);
+    } else if (status == 206) {
+        c->cn_body = (const char *)o->iov[1].iov_base + from;
+        c->cn_body_len = (size_t)(to - from + 1);
+    } else {
+        c->cn_body = o->iov[1].iov_base;
+        c->cn_body_len = o->iov[1].iov_len;
+    }
+    return 0;
+}
+
+/* Case-insensitive search for needle in p[0..n). */
+static const char *
+store_strcasestr_n(const char *p, size_t n, const char *needle)
+{
+    size_t nl = strlen(needle);
+
+    for (size_t i = 0; i + nl <= n; i++)
+        if (strncasecmp(p + i, needle, nl) == 0)
+            return p + i;
+    return NULL;
+}
+
+/* stale-if-error (RFC 5861): may the held stale object answer an error? */
+int
+store_stale_on_error(struct conn *c)
+{
+    struct req_ctx *q = c->cn_req;
+    struct timeval now;
+    size_t vl;
+
+    if (q == NULL || !q->obj_held)
+        return 0;
+    const char *cc = store_hdr_get(q->obj.iov[0].iov_base, q->obj.hdr_len,
+                                   "cache-control", &vl);
+    if (cc == NULL)
+        return 0;
+    const char *p = store_strcasestr_n(cc, vl, "stale-if-error=");
+    if (p == NULL)
+        return 0;
+    long long w = strtoll(p + 15, NULL, 10);
+    event_base_gettimeofday_cached(wk->base, &now);
+    return w > 0 && (int64_t)now.tv_sec < q->obj.meta.expires + w;
+}
+
+/* ------------------------------------------------------------------ */
+
 int
 store_serve(struct conn *c, const char *key, size_t keylen, int keep_alive,
             const char **why)
@@ -80,57 +569,67 @@ store_serve(struct conn *c, const char *key, size_t keylen, int keep_alive,
     struct cache_obj *o = &q->obj;
     struct cc_req rcc;
     struct timeval now;
-    struct buf *b = &c->cn_out;
+    struct store_cond sc;
+    char cs[96];
     int64_t age, ttl;
-    int n;
+    int fresh;
 
     *why = "uri-miss";
     cachectl_parse_req(r, &rcc);
-    if (rcc.no_cache) {
-        *why = "request";
-        return 0;
-    }
     if (cache_lookup(wk->cache, key, keylen, o) != CACHE_OK)
-        return 0;
+        goto miss;
+    if (o->meta.flags & STORE_F_VARY_MARKER) {
+        if (store_follow_marker(key, keylen, r, o, q->obj_key, &q->obj_keylen) != CACHE_OK) {
+            *why = "vary-miss";
+            goto miss;
+        }
+    } else {
+        memcpy(q->obj_key, key, keylen);
+        q->obj_keylen = keylen;
+    }
+    q->obj_held = 1;
     event_base_gettimeofday_cached(wk->base, &now);
     age = (int64_t)now.tv_sec - o->meta.stored;
     if (age < 0)
         age = 0;
     ttl = o->meta.expires - (int64_t)now.tv_sec;
-    /* Fresh enough for this request (RFC 9111 4.2, 5.2.1)? */
-    if (ttl <= 0 || (o->meta.flags & STORE_F_NO_CACHE)
-        || (rcc.max_age >= 0 && age > rcc.max_age)
-        || (rcc.min_fresh >= 0 && ttl < rcc.min_fresh)) {
-        cache_obj_release(wk->cache, o);
-        *why = "stale";
-        return 0;
+
+    /* Usable without asking the origin (RFC 9111 4.2, 5.2.1)? */
+    fresh = ttl > 0 && !(o->meta.flags & STORE_F_NO_CACHE) && !rcc.no_cache
+            && !(rcc.max_age >= 0 && age > rcc.max_age)
+            && !(rcc.min_fresh >= 0 && ttl < rcc.min_fresh);
+    if (!fresh && ttl <= 0 && !(o->meta.flags & (STORE_F_NO_CACHE | STORE_F_MUST_REVALIDATE))
+        && !rcc.no_cache && (rcc.max_stale_any || (rcc.max_stale >= 0 && -ttl <= rcc.max_stale))
+        && !(rcc.max_age >= 0 && age > rcc.max_age))
+        fresh = 1;      /* the client accepts it this stale */
+    if (fresh) {
+        store_cond_from(&sc, r);
+        snprintf(cs, sizeof(cs), "cistern; hit; ttl=%lld", (long long)ttl);
+        if (store_send(c, &sc, keep_alive, cs, NULL, 0) < 0) {
+            store_release(c);
+            goto miss;
+        }
+        return STORE_HIT;
     }
-    q->obj_held = 1;
-    if (buf_alloc(b) < 0 || buf_grow(b, o->hdr_len + 512) < 0) {
+    *why = rcc.no_cache ? "request" : "stale";
+    if (rcc.only_if_cached) {
         store_release(c);
-        return 0;
+        goto miss;
     }
-    memcpy(b->data + b->end, o->iov[0].iov_base, o->hdr_len);
-    b->end += o->hdr_len;
-    n = snprintf(b->data + b->end, b->size - b->end,
-                 "Content-Length: %llu\r\nAge: %lld\r\n"
-                 "Cache-Status: cistern; hit; ttl=%lld\r\n%s%s\r\n",
-                 (unsigned long long)o->body_len, (long long)age, (long long)ttl,
-                 wk->debug_hdr, conn_connection_hdr(r->minor, keep_alive));
-    if (n < 0 || (size_t)n >= b->size - b->end) {
-        b->end -= o->hdr_len;
+    /* Keep it: the origin may say it is still good (304), or fail. */
+    if (r->method != HTTP_GET)
         store_release(c);
-        return 0;
+    return STORE_REVALIDATE;
+
+miss:
+    if (rcc.only_if_cached) {
+        conn_count_status(504);
+        resp_simple(c, 504, conn_connection_hdr(r->minor, keep_alive),
+                    "Cache-Status: cistern; fwd=miss; detail=only-if-cached\r\n",
+                    "not in cache (only-if-cached)", r->method == HTTP_HEAD);
+        return STORE_HIT;
     }
-    b->end += (size_t)n;
-    conn_count_status(o->meta.status);
-    if (r->method == HTTP_HEAD || o->body_len == 0) {
-        store_release(c);
-    } else {
-        c->cn_body = o->iov[1].iov_base;
-        c->cn_body_len = o->iov[1].iov_len;
-    }
-    return 1;
+    return STORE_MISS;
 }
 
 /* ------------------------------------------------------------------ */
@@ -142,7 +641,7 @@ store_skip_field(const struct http_req *resp, int i)
     static const char *const skip[] = {
         "age", "content-length", "transfer-encoding", "connection",
         "keep-alive", "proxy-connection", "te", "trailer", "upgrade",
-        "proxy-authenticate", "via",
+        "proxy-authenticate", "via", "cache-status",
     };
 
     for (size_t k = 0; k < sizeof(skip) / sizeof(skip[0]); k++)
@@ -165,9 +664,64 @@ store_skip_field(const struct http_req *resp, int i)
     return 0;
 }
 
+static uint64_t
+store_new_id(void)
+{
+    static uint64_t seed, ctr;
+
+    if (seed == 0) {
+        int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || read(fd, &seed, sizeof(seed)) != sizeof(seed))
+            seed = (uint64_t)getpid() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)time(NULL);
+        if (fd >= 0)
+            close(fd);
+    }
+    return seed ^ (++ctr * 0x9e3779b97f4a7c15ULL);
+}
+
+/* The variant-set id for key with this Vary list: the marker's when it
+ * has the same list, else a new marker is written.  Returns the id length
+ * (written to id), or 0. */
+static size_t
+store_marker(const char *key, size_t keylen, const char *vary, size_t vlen,
+             char *id, size_t idlen, int64_t now)
+{
+    struct cache_obj o;
+    size_t l1, l2;
+
+    if (cache_lookup(wk->cache, key, keylen, &o) == CACHE_OK) {
+        const char *v = NULL, *i = NULL;
+        if (o.meta.flags & STORE_F_VARY_MARKER) {
+            v = store_hdr_get(o.iov[0].iov_base, o.hdr_len, "vary", &l1);
+            i = store_hdr_get(o.iov[0].iov_base, o.hdr_len, "x-cistern-variants", &l2);
+        }
+        if (v && i && l1 == vlen && strncasecmp(v, vary, vlen) == 0 && l2 < idlen) {
+            memcpy(id, i, l2);
+            cache_obj_release(wk->cache, &o);
+            return l2;
+        }
+        cache_obj_release(wk->cache, &o);
+    }
+    char hdr[1024];
+    int n = snprintf(id, idlen, "%016llx", (unsigned long long)store_new_id());
+    int hn = snprintf(hdr, sizeof(hdr), "HTTP/1.1 200 Variants\r\nVary: %.*s\r\n"
+                      "X-Cistern-Variants: %s\r\n", (int)vlen, vary, id);
+    if (n <= 0 || hn <= 0 || (size_t)hn >= sizeof(hdr))
+        return 0;
+    struct cache_meta meta = { .status = 200, .flags = STORE_F_VARY_MARKER,
+                               .stored = now, .expires = now + STORE_MARKER_TTL };
+    struct cache_fill *f;
+    if (cache_fill_begin(wk->cache, key, keylen, &meta, hdr, (size_t)hn, 0, &f) != CACHE_OK)
+        return 0;
+    if (cache_fill_commit(f, NULL) != CACHE_OK)
+        return 0;
+    return (size_t)n;
+}
+
 const char *
 store_fill_begin(const char *key, size_t keylen, const struct http_req *resp,
-                 int req_auth, int64_t req_time, struct cache_fill **out)
+                 const struct http_req *req, int req_auth, int64_t req_time,
+                 struct cache_fill **out)
 {
     static char hdr[STORE_HDR_MAX];
     struct cc_resp cc;
@@ -176,13 +730,14 @@ store_fill_begin(const char *key, size_t keylen, const struct http_req *resp,
     const struct conf_records *rec = &wk->conf->rec;
     int64_t lifetime, initial_age, body_len;
     size_t len = 0;
+    char vkey[STORE_KEY_MAX];
     int n, rc;
 
+    *out = NULL;
     event_base_gettimeofday_cached(wk->base, &now);
-    cachectl_parse_resp(resp, &cc);
+    cachectl_parse_resp(resp, &cc, rec->cdn_cache_control);
     lifetime = cachectl_lifetime(resp, &cc, now.tv_sec, rec->required_headers,
                                  rec->heuristic_min_lifetime, rec->heuristic_max_lifetime);
-    *out = NULL;
     if (req_auth && !cc.public_ && cc.s_maxage < 0 && !cc.must_revalidate)
         return "authorization";
     if (cc.no_store)
@@ -191,13 +746,30 @@ store_fill_begin(const char *key, size_t keylen, const struct http_req *resp,
         return "private";
     if (resp->status < 200 || resp->status == 206 || resp->status == 304)
         return "status";
-    int vi = http_field_find(resp, "vary", 0);
-    if (vi >= 0)
-        return "vary";      /* variants are not stored yet */
     if (lifetime < 0 && !cc.no_cache)
         return "no-freshness";
-    if (lifetime <= 0 && !cc.no_cache && !cc.must_revalidate)
-        return "stale-on-arrival";
+    if (lifetime <= 0 && !cc.no_cache && !cc.must_revalidate
+        && http_field_find(resp, "etag", 0) < 0 && http_field_find(resp, "last-modified", 0) < 0)
+        return "stale-on-arrival";    /* and no validator to make it useful */
+
+    /* Vary: store under the variant's key, behind a marker. */
+    int vi = http_field_find(resp, "vary", 0);
+    if (vi >= 0) {
+        const char *v = resp->base + resp->fields[vi].value;
+        size_t vl = resp->fields[vi].value_len;
+        char id[32];
+        size_t il, kl;
+        if (http_field_find(resp, "vary", vi + 1) >= 0)
+            return "vary-several-lines";
+        if (http_list_has(v, vl, "*"))
+            return "vary-star";
+        il = store_marker(key, keylen, v, vl, id, sizeof(id), now.tv_sec);
+        kl = il ? store_variant_key(key, keylen, v, vl, id, il, req, vkey, sizeof(vkey)) : 0;
+        if (kl == 0)
+            return "vary-key";
+        key = vkey;
+        keylen = kl;
+    }
 
     n = snprintf(hdr, sizeof(hdr), "HTTP/1.1 %d %.*s\r\n", resp->status,
                  (int)resp->phrase_len, resp->base + resp->phrase);
@@ -232,7 +804,8 @@ store_fill_begin(const char *key, size_t keylen, const struct http_req *resp,
     memset(&meta, 0, sizeof(meta));
     meta.status = (uint16_t)resp->status;
     meta.flags = (cc.no_cache ? STORE_F_NO_CACHE : 0)
-                 | (cc.must_revalidate || cc.proxy_revalidate ? STORE_F_MUST_REVALIDATE : 0);
+                 | (cc.must_revalidate || cc.proxy_revalidate || cc.s_maxage >= 0
+                    ? STORE_F_MUST_REVALIDATE : 0);
     meta.stored = (int64_t)now.tv_sec - initial_age;
     meta.expires = meta.stored + (lifetime > 0 ? lifetime : 0);
     body_len = resp->skip_body ? 0
@@ -275,4 +848,168 @@ store_fill_end(struct cache_fill **f, int complete, int *replaced)
         cache_fill_abort(*f);
     *f = NULL;
     return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Validation (RFC 9111 4.3) */
+
+/* Add If-None-Match / If-Modified-Since for the held object to b.
+ * Returns 1 when the object has a validator. */
+int
+store_validators(struct conn *c, struct buf *b)
+{
+    struct cache_obj *o = &c->cn_req->obj;
+    size_t l;
+    const char *v;
+    int any = 0;
+
+    if (!c->cn_req->obj_held)
+        return 0;
+    if ((v = store_hdr_get(o->iov[0].iov_base, o->hdr_len, "etag", &l)) != NULL) {
+        buf_printf(b, "If-None-Match: %.*s\r\n", (int)l, v);
+        any = 1;
+    }
+    if ((v = store_hdr_get(o->iov[0].iov_base, o->hdr_len, "last-modified", &l)) != NULL) {
+        buf_printf(b, "If-Modified-Since: %.*s\r\n", (int)l, v);
+        any = 1;
+    }
+    return any;
+}
+
+/* The origin said 304 for the held object: merge its fields into the
+ * stored header block (RFC 9111 3.2: every field of the 304 replaces the
+ * stored ones of that name, except the framing), store that, and build
+ * the merged block into out.  Returns its length, or 0. */
+size_t
+store_refresh(struct conn *c, const struct http_req *resp, int64_t req_time,
+              char *out, size_t outlen)
+{
+    struct cache_obj *o = &c->cn_req->obj;
+    const char *key = c->cn_req->obj_key;
+    size_t keylen = c->cn_req->obj_keylen;
+    const char *blk = o->iov[0].iov_base, *end = blk + o->hdr_len;
+    const char *p = memchr(blk, '\n', o->hdr_len);
+    size_t len;
+    struct cc_resp cc;
+    struct timeval now;
+    int64_t lifetime, initial_age;
+
+    if (p == NULL)
+        return 0;
+    p++;
+    len = (size_t)(p - blk);
+    if (len >= outlen)
+        return 0;
+    memcpy(out, blk, len);
+    /* the stored fields the 304 does not replace */
+    while (p < end) {
+        const char *e = memchr(p, '\n', (size_t)(end - p));
+        size_t ll = e ? (size_t)(e - p) + 1 : (size_t)(end - p);
+        const char *colon = memchr(p, ':', ll);
+        int replaced = 0;
+        if (colon) {
+            for (int i = 0; i < resp->nfields && !replaced; i++) {
+                const struct http_field *f = &resp->fields[i];
+                replaced = f->name_len == (size_t)(colon - p)
+                           && strncasecmp(resp->base + f->name, p, f->name_len) == 0
+                           && !store_skip_field(resp, i);
+            }
+        }
+        if (!replaced) {
+            if (len + ll >= outlen)
+                return 0;
+            memcpy(out + len, p, ll);
+            len += ll;
+        }
+        p += ll;
+    }
+    for (int i = 0; i < resp->nfields; i++) {
+        const struct http_field *f = &resp->fields[i];
+        size_t fl = f->value + f->value_len - f->name;
+        if (store_skip_field(resp, i))
+            continue;
+        if (len + fl + 2 >= outlen)
+            return 0;
+        memcpy(out + len, resp->base + f->name, fl);
+        len += fl;
+        memcpy(out + len, "\r\n", 2);
+        len += 2;
+    }
+
+    /* New freshness from the merged fields. */
+    static struct http_req merged;
+    http_req_reset(&merged);
+    if (len + 2 >= outlen)
+        return 0;
+    memcpy(out + len, "\r\n", 2);
+    if (http_head_scan(&merged, out, len + 2, &wk->resp_limits) != HTTP_OK
+        || http_resp_parse(&merged, out, HTTP_GET) != HTTP_OK)
+        return 0;
+    event_base_gettimeofday_cached(wk->base, &now);
+    cachectl_parse_resp(&merged, &cc, wk->conf->rec.cdn_cache_control);
+    lifetime = cachectl_lifetime(&merged, &cc, now.tv_sec, wk->conf->rec.required_headers,
+                                 wk->conf->rec.heuristic_min_lifetime,
+                                 wk->conf->rec.heuristic_max_lifetime);
+    initial_age = cachectl_initial_age(resp, req_time, now.tv_sec);
+    struct cache_meta meta = o->meta;
+    meta.stored = (int64_t)now.tv_sec - initial_age;
+    meta.expires = meta.stored + (lifetime > 0 ? lifetime : 0);
+    meta.flags = (meta.flags & ~(STORE_F_NO_CACHE | STORE_F_MUST_REVALIDATE))
+                 | (cc.no_cache ? STORE_F_NO_CACHE : 0)
+                 | (cc.must_revalidate || cc.proxy_revalidate || cc.s_maxage >= 0
+                    ? STORE_F_MUST_REVALIDATE : 0);
+    /* The body stays where it is (RFC 9111 4.3.4): only headers move. */
+    if (!cc.no_store
+        && cache_obj_update_headers(wk->cache, o, key, keylen, &meta, out, len) != CACHE_OK)
+        log_debug("conn %llu: refreshed headers of %.*s not stored",
+                  (unsigned long long)c->cn_id, (int)keylen, key);
+    o->meta.stored = meta.stored;       /* what this answer reports as Age */
+    o->meta.expires = meta.expires;
+    return len;
+}
+
+/* Unsafe methods (RFC 9111 4.4): a non-error answer invalidates the URL
+ * and the same-host Location / Content-Location URLs. */
+void
+store_invalidate(const char *key, size_t keylen, const struct http_req *resp,
+                 const char *scheme, const char *host, int port)
+{
+    static const char *const hdrs[] = { "location", "content-location" };
+    char k2[STORE_KEY_MAX], path[STORE_KEY_MAX];
+
+    cache_remove(wk->cache, key, keylen);
+    for (size_t h = 0; h < 2; h++) {
+        int i = http_field_find(resp, hdrs[h], 0);
+        if (i < 0)
+            continue;
+        const char *v = resp->base + resp->fields[i].value;
+        size_t vl = resp->fields[i].value_len;
+        size_t kl = 0;
+        if (vl > 0 && v[0] == '/' && vl < sizeof(path)) {
+            memcpy(path, v, vl);
+            path[vl] = '\0';
+            kl = store_key(k2, sizeof(k2), scheme, host, port, path);
+        } else {
+            struct http_parser_url u;
+            http_parser_url_init(&u);
+            if (http_parser_parse_url(v, vl, 0, &u) == 0 && (u.field_set & (1 << UF_HOST))) {
+                char h2[256];
+                size_t hl = u.field_data[UF_HOST].len;
+                int p2 = (u.field_set & (1 << UF_PORT)) ? u.port
+                         : (u.field_data[UF_SCHEMA].len == 5 ? 443 : 80);
+                if (hl < sizeof(h2) && hl == strlen(host)
+                    && strncasecmp(v + u.field_data[UF_HOST].off, host, hl) == 0 && p2 == port) {
+                    size_t po = (u.field_set & (1 << UF_PATH)) ? u.field_data[UF_PATH].off : vl;
+                    if (vl - po < sizeof(path)) {
+                        memcpy(path, v + po, vl - po);
+                        path[vl - po] = '\0';
+                        kl = store_key(k2, sizeof(k2), scheme, host, port,
+                                       path[0] ? path : "/");
+                    }
+                }
+            }
+        }
+        if (kl)
+            cache_remove(wk->cache, k2, kl);
+    }
 }

@@ -29,7 +29,19 @@
 #define STORE_KEY_MAX 4096
 /* cache_meta.flags of ours */
 #define STORE_F_NO_CACHE        0x1   /* always revalidate */
-#define STORE_F_MUST_REVALIDATE 0x2
+#define STORE_F_MUST_REVALIDATE 0x2   /* never served stale */
+#define STORE_F_VARY_MARKER     0x4   /* lists the Vary fields of a URL */
+
+/* What an answer from the cache must honour, copied out of the request. */
+struct store_cond {
+    int      method;
+    int      minor;
+    char     inm[512];                /* If-None-Match */
+    char     ims[64];                 /* If-Modified-Since */
+    char     range[128];
+    char     if_range[128];
+};
+enum store_verdict { STORE_MISS = 0, STORE_HIT, STORE_REVALIDATE };
 
 struct origin_idle;
 struct evdns_getaddrinfo_request;
@@ -109,6 +121,8 @@ struct req_ctx {
     struct http_req  r;
     struct cache_obj obj;             /* a hit being sent (pinned) */
     int              obj_held;
+    size_t           obj_keylen;      /* its key (a variant's, with Vary) */
+    char             obj_key[STORE_KEY_MAX];
     struct req_ctx  *next;            /* free list */
 };
 
@@ -158,6 +172,8 @@ struct upstream {
     int64_t          up_req_time;     /* when we sent the request */
     const char      *up_cstatus;      /* Cache-Status fwd= value */
     const char      *up_cdetail;      /* why not stored, or NULL */
+    unsigned         up_reval:1;      /* conditional on a held stale object */
+    struct store_cond up_cond;        /* the client's conditions */
     struct cache_fill *up_fill;
     size_t           up_keylen;
     char             up_key[STORE_KEY_MAX];
@@ -239,17 +255,37 @@ void proxy_free_pools(struct worker *w);
 /* store.c: keys, hits and fills */
 size_t store_key(char *out, size_t outlen, const char *scheme,
                  const char *host, int port, const char *path);
-/* Serve the current request of c from the cache.  Returns 1 when a
- * response was queued (body lent from the pinned mapping), else 0 with
- * *why the Cache-Status fwd= reason. */
+/* Answer the current request of c from the cache if it can.  STORE_HIT:
+ * an answer is queued (a body lent from the pinned mapping, or a 504 for
+ * only-if-cached).  STORE_REVALIDATE: a stale object is held (c->cn_req->
+ * obj) for a conditional request.  STORE_MISS.  *why: Cache-Status fwd=. */
 int  store_serve(struct conn *c, const char *key, size_t keylen,
                  int keep_alive, const char **why);
 void store_release(struct conn *c);
+void store_cond_from(struct store_cond *sc, const struct http_req *r);
+/* Queue the answer for the held object (conditionals, Range honoured);
+ * hdr/hdrlen replace its stored header block when not NULL. */
+int  store_send(struct conn *c, const struct store_cond *sc, int keep_alive,
+                const char *cstatus, const char *hdr, size_t hdrlen);
+const char *store_hdr_get(const char *blk, size_t len, const char *name,
+                          size_t *vlen);
+/* Validators of the held object as request fields into b; 1 if any. */
+int  store_validators(struct conn *c, struct buf *b);
+/* Merge a 304 into the held object's headers and store them; the merged
+ * block goes to out.  Returns its length or 0. */
+size_t store_refresh(struct conn *c, const struct http_req *resp,
+                     int64_t req_time, char *out, size_t outlen);
+int  store_stale_on_error(struct conn *c);
+/* Accept-Encoding normalised per proxy.config.http.normalize_ae mode. */
+const char *store_norm_ae(const char *v, size_t n, int mode);
+void store_invalidate(const char *key, size_t keylen, const struct http_req *resp,
+                      const char *scheme, const char *host, int port);
 /* Start storing the response whose head is resp (for a request sent at
  * req_time, with Authorization when req_auth) under key.  Returns NULL
  * with *out set, or why it is not stored (a Cache-Status detail). */
 const char *store_fill_begin(const char *key, size_t keylen,
-                             const struct http_req *resp, int req_auth,
+                             const struct http_req *resp,
+                             const struct http_req *req, int req_auth,
                              int64_t req_time, struct cache_fill **out);
 /* Append body bytes; on failure the fill is dropped (*f = NULL) and the
  * cache's code returned. */
@@ -265,6 +301,9 @@ int  push_start(struct conn *c, const char *key, size_t keylen, int keep_alive);
 int  push_body(struct conn *c);
 void push_free(struct conn *c);
 void purge_handle(struct conn *c, const char *key, size_t keylen, int keep_alive);
+
+/* proxy.c */
+int  buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* conn.c, for proxy.c */
 void conn_peer_str(const struct conn *c, char *out, size_t len);
