@@ -23,7 +23,9 @@
 
 #define CACHE_HDR_SIZE     4096u        /* store header page at content offset 0 */
 #define CACHE_REC_ALIGN    64u          /* record starts: scan resync step */
-#define CACHE_SEG_MAX      (8u << 20)   /* 8 MiB: eviction granularity vs. largest object */
+#define CACHE_SEG_MAX      (64u << 20)  /* 64 MiB: an object never spans segments, so
+                                           this caps the largest object; stores
+                                           under 512 MiB get smaller ones (>= 8) */
 #define CACHE_SEG_MIN      (64u << 10)
 #define CACHE_NSEG_MIN     4u
 #define CACHE_MAP_MIN      (1u << 20)

@@ -267,8 +267,14 @@ cache_store_prepare(const struct cache_conf *cf, char *err, size_t errlen)
             if (prepare_index(&c, 1, err, errlen) < 0)
                 goto fail;
         }
-        h.trust_epoch = h.epoch + 1;
     }
+    /* Every start distrusts the bodies written before it, clean or not: a
+     * content file can be damaged while we are stopped (disk, operator),
+     * and only the body checksum would notice.  Hits verify an untrusted
+     * body once, and the manager's sweep verifies the rest in the
+     * background; the index itself is trusted after a clean stop, so
+     * there is still no loading scan. */
+    h.trust_epoch = h.epoch + 1;
     h.epoch++;
     h.clean = HDR_DIRTY;
     if (hdr_write(fd, &h) < 0) {

@@ -274,9 +274,13 @@ START_TEST(test_geometry)
     ck_assert_uint_eq(g.seg_size, 1 * MiB);
     ck_assert_uint_eq(g.nseg, 14);
     ck_assert_uint_eq(g.mapsize, 1 * MiB);
+    cf.size = 256 * MiB;    /* a 10 MB object must fit (issue: PUSH 10 MB) */
+    ck_assert_int_eq(cache_geom_compute(&cf, &g), 0);
+    ck_assert_uint_eq(g.seg_size, 16 * MiB);
+    ck_assert_uint_ge(g.nseg, 8);
     cf.size = 100LL << 30;
     ck_assert_int_eq(cache_geom_compute(&cf, &g), 0);
-    ck_assert_uint_eq(g.seg_size, 8 * MiB);
+    ck_assert_uint_eq(g.seg_size, 64 * MiB);
     cf.size = 1 * MiB;
     ck_assert_int_lt(cache_geom_compute(&cf, &g), 0);
     ck_assert_uint_eq(cache_shm_size(&cf, 4), 0);
