@@ -275,6 +275,11 @@ conf_cross_check(struct conf *c, const char *recfile, struct conf_errors *e)
         conf_error(e, recfile, 0,
                    "proxy.config.http.server_ports: no ports to listen on");
     const char *why = NULL;
+    if (r->access_log_format && strcmp(r->access_log_format, "combined") != 0
+        && strcmp(r->access_log_format, "squid") != 0
+        && strcmp(r->access_log_format, "json") != 0)
+        conf_error(e, recfile, 0, "proxy.config.cistern.access_log_format: "
+                   "\"%s\" is not combined, squid or json", r->access_log_format);
     if (r->admin_allow && conf_ip_list_parse(&c->admin_allow, r->admin_allow, &why) < 0)
         conf_error(e, recfile, 0, "proxy.config.cistern.admin.allow: %s in \"%s\"",
                    why, r->admin_allow);

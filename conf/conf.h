@@ -79,11 +79,14 @@ struct conf_records {
     int      normalize_ae;            /* proxy.config.http.normalize_ae */
     int      range_write;             /* proxy.config.http.cache.range.write */
     int      cdn_cache_control;       /* proxy.config.cistern.cdn_cache_control */
+    int      logging_enabled;         /* proxy.config.log.logging_enabled */
+    char    *access_log_format;       /* proxy.config.cistern.access_log_format */
     char    *logfile_dir;             /* proxy.config.log.logfile_dir (absolute) */
     char    *run_dir;                 /* proxy.config.cistern.run_dir (absolute) */
     char    *proxy_name;              /* proxy.config.proxy_name (Via) */
     char    *error_log_level;         /* proxy.config.cistern.log_level */
     char    *admin_allow;             /* proxy.config.cistern.admin.allow */
+    char    *user_id;                 /* proxy.config.admin.user_id ("#-1": keep) */
 };
 
 /* ---------------------------------------------------------------------

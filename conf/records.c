@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <pwd.h>
 
 #include "conf/conf.h"
 
@@ -83,7 +84,7 @@ struct rec_ctx {
 
 static rec_setter rec_set_int, rec_set_int64, rec_set_size, rec_set_string,
                   rec_set_path, rec_set_ports,
-                  rec_set_log_level;
+                  rec_set_log_level, rec_set_user;
 
 #define REC_FIELD(f) offsetof(struct conf_records, f)
 #define M16          (16 * 1024 * 1024)
@@ -137,12 +138,18 @@ static const struct rec_directive rec_table[] = {
       REC_FIELD(debug_headers), "0", 0, 1 },
     { "proxy.config.cistern.admin.allow", REC_STRING, rec_set_string,
       REC_FIELD(admin_allow), "127.0.0.1 ::1", 0, 0 },
+    { "proxy.config.admin.user_id", REC_STRING, rec_set_user,
+      REC_FIELD(user_id), "nobody", 0, 0 },
     { "proxy.config.http.normalize_ae", REC_INT, rec_set_int,
       REC_FIELD(normalize_ae), "1", 0, 2 },
     { "proxy.config.http.cache.range.write", REC_INT, rec_set_int,
       REC_FIELD(range_write), "0", 0, 1 },
     { "proxy.config.cistern.cdn_cache_control", REC_INT, rec_set_int,
       REC_FIELD(cdn_cache_control), "0", 0, 1 },
+    { "proxy.config.log.logging_enabled", REC_INT, rec_set_int,
+      REC_FIELD(logging_enabled), "3", 0, 3 },
+    { "proxy.config.cistern.access_log_format", REC_STRING, rec_set_string,
+      REC_FIELD(access_log_format), "combined", 0, 0 },
     { "proxy.config.http.cache.heuristic_min_lifetime", REC_INT, rec_set_int,
       REC_FIELD(heuristic_min_lifetime), "3600", 0, 31536000 },
     { "proxy.config.http.cache.heuristic_max_lifetime", REC_INT, rec_set_int,
@@ -303,6 +310,36 @@ rec_set_log_level(struct conf_records *r, const struct rec_directive *d,
     rec_fail(ctx, d, "unknown log level \"%s\" (expected debug, info, "
              "notice, warn, error or crit)", value);
     return -1;
+}
+
+/* proxy.config.admin.user_id: a user name, "#UID", or "#-1" (keep the
+ * starting user).  The user must exist: a typo is a config error that
+ * `cistern -t` reports, not a surprise at start.  The built-in default is
+ * not looked up here (defaults must always parse); the master resolves the
+ * user again when it starts. */
+static int
+rec_set_user(struct conf_records *r, const struct rec_directive *d,
+             const char *value, struct rec_ctx *ctx)
+{
+    struct passwd *pw = NULL;
+    char *end;
+    long  v;
+
+    if (strcmp(value, "#-1") == 0 || ctx->file == NULL)
+        return rec_store_string(r, d, strdup(value), ctx);
+    if (value[0] == '#') {
+        errno = 0;
+        v = strtol(value + 1, &end, 10);
+        if (end != value + 1 && *end == '\0' && errno == 0 && v >= 0)
+            pw = getpwuid((uid_t)v);
+    } else if (strchr(value, ' ') == NULL) {
+        pw = getpwnam(value);
+    }
+    if (pw == NULL) {
+        rec_fail(ctx, d, "no such user \"%s\"", value);
+        return -1;
+    }
+    return rec_store_string(r, d, strdup(value), ctx);
 }
 
 /* One server_ports entry: PORT[:opt]... with opt ssl, ipv4 or ipv6. */
@@ -520,7 +557,7 @@ static int
 rec_owns_string(const struct rec_directive *d)
 {
     return d->set == rec_set_string || d->set == rec_set_path
-           || d->set == rec_set_log_level;
+           || d->set == rec_set_log_level || d->set == rec_set_user;
 }
 
 void

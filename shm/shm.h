@@ -44,6 +44,8 @@ struct shm_counters {
     uint64_t origin_conns_opened;
     uint64_t origin_conns_reused;
     uint64_t conns_refused;       /* over connections_throttle */
+    uint64_t log_lines;           /* access log lines written */
+    uint64_t log_dropped;         /* access log lines dropped (buffer full) */
 };
 #define SHM_NCOUNTERS (sizeof(struct shm_counters) / sizeof(uint64_t))
 

@@ -753,7 +753,8 @@ def test_reopen_reaches_workers():
         expect_eq(c.ctl("reopen").rc, 0, "-s reopen")
         c.wait_log(r"reopened", 3)
         try:
-            wait_for(lambda: all(log_fds(p, c.log_dir) == ["error.log"]
+            wait_for(lambda: all("error.log" in log_fds(p, c.log_dir)
+                                 and "error.log.1" not in log_fds(p, c.log_dir)
                                  for p in pids), 3,
                      what="every worker to reopen error.log")
         except AssertionError:

@@ -97,6 +97,8 @@ admin_collect(struct admin_stat *st, int max)
     S("proxy.process.cistern.reloads_ok", "cistern_reloads_total", "{result=\"ok\"}", "counter", h->reloads_ok);
     S("proxy.process.cistern.reloads_failed", "cistern_reloads_total", "{result=\"failed\"}", "counter", h->reloads_failed);
     S("proxy.process.cistern.generation", "cistern_generation", "", "gauge", h->generation);
+    S("proxy.process.log.event_log_access_ok", "cistern_access_log_lines_total", "{result=\"written\"}", "counter", t.log_lines);
+    S("proxy.process.log.event_log_access_fail", "cistern_access_log_lines_total", "{result=\"dropped\"}", "counter", t.log_dropped);
     S("proxy.process.cistern.worker_restarts", "cistern_worker_restarts_total", "", "counter", h->worker_restarts);
 #undef S
     return n;
@@ -138,13 +140,13 @@ admin_handle(struct conn *c, int keep_alive)
         return 0;
     if (!conf_ip_allowed(&wk->conf->admin_allow, (struct sockaddr *)&c->cn_peer,
                          CONF_METHOD_ALL)) {
-        conn_count_status(403);
+        conn_count_status(c, 403);
         resp_simple(c, 403, conn_connection_hdr(r->minor, keep_alive), NULL,
                     "the stats are not available to this address", r->method == HTTP_HEAD);
         return 1;
     }
     if (r->method != HTTP_GET && r->method != HTTP_HEAD) {
-        conn_count_status(405);
+        conn_count_status(c, 405);
         resp_simple(c, 405, conn_connection_hdr(r->minor, keep_alive),
                     "Allow: GET, HEAD\r\n", "use GET", r->method == HTTP_HEAD);
         return 1;
@@ -172,7 +174,7 @@ admin_handle(struct conn *c, int keep_alive)
                          (unsigned long long)st[i].v);
         }
     }
-    conn_count_status(200);
+    conn_count_status(c, 200);
     resp_body(c, 200, conn_connection_hdr(r->minor, keep_alive),
               json ? "application/json" : "text/plain; version=0.0.4",
               out.buf, out.len, r->method == HTTP_HEAD);

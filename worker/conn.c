@@ -110,6 +110,7 @@ conn_close(struct conn *c)
     if (c->cn_up)
         proxy_abort(c);
     push_free(c);
+    alog_end(c);        /* a transaction cut short is still logged */
     event_del(&c->cn_rev);
     event_del(&c->cn_wev);
     close(c->cn_fd);
@@ -266,10 +267,11 @@ conn_connection_hdr(int minor, int keep_alive)
 }
 
 void
-conn_count_status(int status)
+conn_count_status(struct conn *c, int status)
 {
     struct shm_counters *ctr = wk->ctr;
 
+    alog_status(c, status);
     switch (status / 100) {
     case 1: ctr->resp_1xx++; break;
     case 2: ctr->resp_2xx++; break;
@@ -302,6 +304,7 @@ conn_refuse(struct conn *c, int status, const char *reason)
     conn_peer_str(c, peer, sizeof(peer));
     log_info("conn %llu from %s: %d %s: %s", (unsigned long long)c->cn_id,
              peer, status, http_status_text(status), reason ? reason : "");
+    size_t before = c->cn_out.end;
     if (status < 500 && status != 405)
         wk->ctr->bad_requests++;
     if (status == 405)
@@ -311,10 +314,11 @@ conn_refuse(struct conn *c, int status, const char *reason)
         c->cn_out.end = c->cn_hold_mark;
         c->cn_hold = 0;
     }
-    conn_count_status(status);
+    conn_count_status(c, status);
     resp_simple(c, status, "Connection: close\r\n", extra,
                 reason ? reason : http_status_text(status),
                 r && r->method == HTTP_HEAD && status != 400);
+    alog_refused(c, status, c->cn_out.end - before);
     c->cn_close = 1;
     c->cn_state = CONN_SEND;
 }
@@ -355,7 +359,7 @@ conn_route(struct conn *c, int keep_alive)
         return 0;
     }
     if (r->method == HTTP_M_PUSH && !cf->rec.push_method_enabled) {
-        conn_count_status(403);
+        conn_count_status(c, 403);
         resp_simple(c, 403, ch, NULL,
                     "PUSH is disabled (proxy.config.http.push_method_enabled)", 0);
         return 0;
@@ -382,7 +386,7 @@ conn_route(struct conn *c, int keep_alive)
         res.pathlen += pathlen;
         rule = NULL;
     } else if (rule == NULL) {
-        conn_count_status(404);
+        conn_count_status(c, 404);
         resp_simple(c, 404, ch, NULL, "no remap rule matches this request", head);
         return 0;
     } else if (rule->type == CONF_REMAP_REDIRECT
@@ -390,7 +394,7 @@ conn_route(struct conn *c, int keep_alive)
         int def = strcmp(res.scheme, "https") == 0 ? 443 : 80;
         int status = rule->type == CONF_REMAP_REDIRECT ? 301 : 307;
         if (r->method == HTTP_M_PUSH || r->method == HTTP_PURGE) {
-            conn_count_status(404);
+            conn_count_status(c, 404);
             resp_simple(c, 404, ch, NULL, "a redirect rule holds no cached object", 0);
             return 0;
         }
@@ -400,7 +404,7 @@ conn_route(struct conn *c, int keep_alive)
         else
             snprintf(loc, sizeof(loc), "Location: %s://%s:%d%s\r\n",
                      res.scheme, res.host, res.port, res.path);
-        conn_count_status(status);
+        conn_count_status(c, status);
         resp_simple(c, status, ch, loc, http_status_text(status), head);
         return 0;
     }
@@ -419,7 +423,7 @@ conn_route(struct conn *c, int keep_alive)
     }
     if (r->method == HTTP_M_PUSH) {
         if (wk->cache == NULL || keylen == 0) {
-            conn_count_status(503);
+            conn_count_status(c, 503);
             resp_simple(c, 503, "Connection: close\r\n", NULL,
                         wk->cache ? "URL too long to cache" : "no cache is configured", 0);
             c->cn_close = 1;
@@ -449,6 +453,7 @@ conn_request(struct conn *c)
     size_t mark = c->cn_out.end;
 
     wk->ctr->requests++;
+    alog_begin(c);
     if (!conf_ip_allowed(&wk->conf->ip_allow, (struct sockaddr *)&c->cn_peer,
                          conf_method_bit(http_method_name(r->method),
                                          strlen(http_method_name(r->method))))) {
@@ -456,9 +461,11 @@ conn_request(struct conn *c)
         conn_peer_str(c, peer, sizeof(peer));
         log_notice("conn %llu from %s: %s denied by ip_allow.config",
                    (unsigned long long)c->cn_id, peer, http_method_name(r->method));
-        conn_count_status(403);
+        conn_count_status(c, 403);
         resp_simple(c, 403, "Connection: close\r\n", NULL,
                     "access denied by ip_allow.config", r->method == HTTP_HEAD);
+        alog_result(c, "TCP_DENIED", 0);
+        alog_end(c);
         c->cn_close = 1;
         return;
     }
@@ -467,10 +474,12 @@ conn_request(struct conn *c)
         if (c->cn_state == CONN_BODY || c->cn_state == CONN_PROXY)
             return;         /* the body belongs to the transaction / PUSH */
         /* it failed at once and queued its own answer */
+        alog_end(c);
         if (!keep_alive || r->has_body)
             c->cn_close = 1;
         return;
     }
+    alog_end(c);        /* answered here: a hit, a redirect, a 404... */
     if (r->has_body && conn_body_discardable(r) && !c->cn_close) {
         /* Read the unwanted body before the answer goes out, so a
          * malformed body still gets its 400 instead of our answer. */
@@ -665,7 +674,9 @@ conn_flush(struct conn *c)
             break;
         switch (proxy_pump(c)) {
         case PROXY_MORE:
+            continue;
         case PROXY_DONE:
+            alog_end(c);
             continue;
         case PROXY_ABORT:
             conn_reset(c);

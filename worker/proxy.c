@@ -185,10 +185,12 @@ proxy_error(struct conn *c, int status, const char *body)
     int ka = up->up_client_ka && !up->up_req_body && !wk->draining;
 
     wk->ctr->origin_errors++;
-    conn_count_status(status);
+    conn_count_status(c, status);
     up_free(c);
     resp_simple(c, status, conn_connection_hdr(c->cn_req ? c->cn_req->r.minor : 1, ka),
                 NULL, body, c->cn_req && c->cn_req->r.method == HTTP_HEAD);
+    alog_result(c, status == 504 ? "ERR_READ_TIMEOUT" : "ERR_CONNECT_FAIL", 0);
+    alog_end(c);
     if (!ka)
         c->cn_close = 1;
     c->cn_state = CONN_SEND;
@@ -207,7 +209,7 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
     int xff = 0;
 
     if (strcmp(res->scheme, "http") != 0) {
-        conn_count_status(502);
+        conn_count_status(c, 502);
         resp_simple(c, 502, "Connection: close\r\n", NULL,
                     "TLS to origins is not supported yet", r->method == HTTP_HEAD);
         c->cn_close = 1;
@@ -216,7 +218,7 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
     if ((up = up_get()) == NULL || buf_alloc(&up->up_out) < 0) {
         if (up)
             free(up);
-        conn_count_status(503);
+        conn_count_status(c, 503);
         resp_simple(c, 503, "Connection: close\r\n", NULL, "out of memory", 0);
         c->cn_close = 1;
         return -1;
@@ -501,6 +503,7 @@ proxy_client_head(struct conn *c, struct upstream *up, struct http_req *resp)
 
     if (buf_alloc(o) < 0)
         return -1;
+    size_t mark = o->end;
     up->up_decode = resp->chunked && up->up_client_minor == 0 && !resp->skip_body;
     ka = up->up_client_ka && !resp->until_close && !up->up_decode && !wk->draining
          && !(up->up_req_body && !up->up_req_done);
@@ -544,7 +547,9 @@ proxy_client_head(struct conn *c, struct upstream *up, struct http_req *resp)
         return -1;
     if (!ka)
         up->up_client_ka = 0;
-    conn_count_status(resp->status);
+    conn_count_status(c, resp->status);
+    alog_bytes(c, o->end - mark);
+    alog_result(c, up->up_reval ? "TCP_REFRESH_MISS" : "TCP_MISS", resp->status);
     return 0;
 }
 
@@ -555,6 +560,7 @@ proxy_sink_client(void *arg, const char *p, size_t n)
     struct conn *c = arg;
 
     buf_append(&c->cn_out, p, n);
+    alog_bytes(c, n);
     store_fill_data(&c->cn_up->up_fill, p, n);
 }
 
@@ -626,11 +632,12 @@ proxy_revalidated(struct conn *c, struct upstream *up, struct http_req *resp)
     if (resp->keep_alive && up->up_req_done && !up->up_eof && in->start == in->end)
         origin_put(up);
     up_free(c);
+    alog_result(c, "TCP_REFRESH_HIT", 304);
     if (store_send(c, &cond, ka, len ? "cistern; fwd=stale; fwd-status=304"
                                      : "cistern; fwd=stale; fwd-status=304; detail=not-refreshed",
                    len ? merged : NULL, len) < 0) {
         store_release(c);
-        conn_count_status(502);
+        conn_count_status(c, 502);
         resp_simple(c, 502, "Connection: close\r\n", NULL, "cannot build the answer", 0);
         ka = 0;
     }
@@ -654,9 +661,10 @@ proxy_serve_stale(struct conn *c, struct upstream *up, int status)
     else
         snprintf(cs, sizeof(cs), "cistern; hit; fwd=stale; detail=stale-if-error");
     up_free(c);     /* the origin's answer is not wanted: close it */
+    alog_result(c, "TCP_REFRESH_FAIL_HIT", status);
     if (store_send(c, &cond, ka, cs, NULL, 0) < 0) {
         store_release(c);
-        conn_count_status(502);
+        conn_count_status(c, 502);
         resp_simple(c, 502, "Connection: close\r\n", NULL, "bad gateway", 0);
         ka = 0;
     }
@@ -778,6 +786,7 @@ proxy_pump(struct conn *c)
                                up->up_fill ? proxy_sink_fill : NULL, up);
             c->cn_body = in->data + up->up_parsed;
             c->cn_body_len = used;
+            alog_bytes(c, used);
             up->up_parsed += used;
         }
         if (rc != HTTP_OK && rc != HTTP_AGAIN) {

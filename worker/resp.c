@@ -63,6 +63,7 @@ resp_simple(struct conn *c, int status, const char *conn_hdr,
     if (n < 0 || (size_t)n >= b->size - b->end)
         return -1;
     b->end += (size_t)n;
+    alog_bytes(c, (uint64_t)n);
     return 0;
 }
 
@@ -87,5 +88,6 @@ resp_body(struct conn *c, int status, const char *conn_hdr, const char *ctype,
         memcpy(b->data + b->end, body, blen);
         b->end += blen;
     }
+    alog_bytes(c, (uint64_t)n + (head_only ? 0 : blen));
     return 0;
 }

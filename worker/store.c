@@ -472,12 +472,13 @@ store_send(struct conn *c, const struct store_cond *sc, int keep_alive,
 
     if (buf_alloc(b) < 0 || buf_grow(b, hdrlen + 640) < 0)
         return -1;
+    size_t mark = b->end;
     if (part < 0) {
         /* 416 keeps the representation's validators out; say why. */
         char cr[64];
         snprintf(cr, sizeof(cr), "Content-Range: bytes */%llu\r\n",
                  (unsigned long long)o->body_len);
-        conn_count_status(416);
+        conn_count_status(c, 416);
         resp_simple(c, 416, conn_connection_hdr(sc->minor, keep_alive), cr,
                     "range not satisfiable", sc->method == HTTP_HEAD);
         store_release(c);
@@ -511,7 +512,11 @@ store_send(struct conn *c, const struct store_cond *sc, int keep_alive,
     if (n < 0 || (size_t)n >= b->size - b->end)
         return -1;
     b->end += (size_t)n;
-    conn_count_status(status);
+    conn_count_status(c, status);
+    if (status == 304 && c->cn_req->log.active
+        && strcmp(c->cn_req->log.result, "TCP_HIT") == 0)
+        alog_result(c, "TCP_IMS_HIT", 0);
+    alog_bytes(c, b->end - mark);
     if (sc->method == HTTP_HEAD || status == 304 || o->body_len == 0) {
         store_release(c);
     } else if (status == 206) {
@@ -521,6 +526,7 @@ store_send(struct conn *c, const struct store_cond *sc, int keep_alive,
         c->cn_body = o->iov[1].iov_base;
         c->cn_body_len = o->iov[1].iov_len;
     }
+    alog_bytes(c, c->cn_body_len);
     return 0;
 }
 
@@ -605,6 +611,7 @@ store_serve(struct conn *c, const char *key, size_t keylen, int keep_alive,
     if (fresh) {
         store_cond_from(&sc, r);
         snprintf(cs, sizeof(cs), "cistern; hit; ttl=%lld", (long long)ttl);
+        alog_result(c, "TCP_HIT", 0);
         if (store_send(c, &sc, keep_alive, cs, NULL, 0) < 0) {
             store_release(c);
             goto miss;
@@ -623,7 +630,7 @@ store_serve(struct conn *c, const char *key, size_t keylen, int keep_alive,
 
 miss:
     if (rcc.only_if_cached) {
-        conn_count_status(504);
+        conn_count_status(c, 504);
         resp_simple(c, 504, conn_connection_hdr(r->minor, keep_alive),
                     "Cache-Status: cistern; fwd=miss; detail=only-if-cached\r\n",
                     "not in cache (only-if-cached)", r->method == HTTP_HEAD);

@@ -216,6 +216,8 @@ worker_on_signal(evutil_socket_t sig, short what, void *arg)
         if (log_open(w->conf->rec.logfile_dir) < 0)
             log_error("worker %u: reopening the error log: %s", w->index,
                       strerror(errno));
+        alog_flush();
+        alog_open();
         break;
     default:
         /* SIGHUP is the master's business. */
@@ -249,6 +251,7 @@ worker_on_tick(evutil_socket_t fd, short what, void *arg)
 
     event_base_gettimeofday_cached(w->base, &now);
     w->slot->heartbeat = (uint64_t)now.tv_sec;
+    alog_flush();
     if (w->draining) {
         if (w->nconns == 0 || evutil_timercmp(&now, &w->drain_deadline, >=)) {
             if (w->nconns)
@@ -345,6 +348,7 @@ worker_main(const struct worker_args *a)
             log_error("worker %u: cache unavailable, proxying uncached: %s",
                       w->index, err);
     }
+    alog_open();
     if (a->conf->rec.debug_headers)
         snprintf(w->debug_hdr, sizeof(w->debug_hdr),
                  "X-Cistern-Worker: %u; pid=%d\r\n", w->index, (int)getpid());
@@ -367,6 +371,7 @@ worker_main(const struct worker_args *a)
     proxy_free_pools(w);
     if (w->cache)
         cache_close(w->cache);
+    alog_close();
     event_free(w->sig_term);
     event_free(w->sig_int);
     event_free(w->sig_quit);

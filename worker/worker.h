@@ -117,8 +117,23 @@ struct conn {
     struct conn     *cn_prev;
 };
 
+/* One access-log record (alog.c), kept with its request. */
+struct alog_txn {
+    int              active;
+    struct timeval   start;
+    const char      *method;
+    const char      *result;          /* TCP_HIT, TCP_MISS, ... */
+    int              minor;
+    int              status, ostatus;
+    uint64_t         bytes;
+    char             target[1024];
+    char             referer[256];
+    char             ua[256];
+};
+
 struct req_ctx {
     struct http_req  r;
+    struct alog_txn  log;
     struct cache_obj obj;             /* a hit being sent (pinned) */
     int              obj_held;
     size_t           obj_keylen;      /* its key (a variant's, with Vary) */
@@ -308,7 +323,7 @@ int  buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(print
 /* conn.c, for proxy.c */
 void conn_peer_str(const struct conn *c, char *out, size_t len);
 int  conn_flush(struct conn *c);
-void conn_count_status(int status);
+void conn_count_status(struct conn *c, int status);
 const char *conn_connection_hdr(int minor, int keep_alive);
 void conn_read_resume(struct conn *c);
 
@@ -327,6 +342,18 @@ int resp_simple(struct conn *c, int status, const char *conn_hdr,
 /* The same with a body of our own (may hold any bytes) and its type. */
 int resp_body(struct conn *c, int status, const char *conn_hdr,
               const char *ctype, const char *body, size_t blen, int head_only);
+
+/* alog.c: the access log */
+int  alog_format_parse(const char *name);
+int  alog_open(void);
+void alog_flush(void);
+void alog_close(void);
+void alog_begin(struct conn *c);
+void alog_result(struct conn *c, const char *result, int ostatus);
+void alog_bytes(struct conn *c, uint64_t n);
+void alog_status(struct conn *c, int status);
+void alog_end(struct conn *c);
+void alog_refused(struct conn *c, int status, uint64_t bytes);
 
 /* admin.c: /_stats and /_metrics; returns 1 when it answered. */
 int admin_handle(struct conn *c, int keep_alive);
