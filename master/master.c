@@ -47,8 +47,11 @@
 #include "cache/cache.h"
 #include "master/log.h"
 #include "master/master.h"
+#include "shm/filltab.h"
 #include "shm/shm.h"
 #include "worker/worker.h"
+
+#include <sys/eventfd.h>
 
 #define GEN_MAX            4        /* live generations (1 active + draining) */
 #define START_DEADLINE_MS  10000    /* a new generation must be READY by then */
@@ -103,6 +106,7 @@ static struct {
     int64_t          mgr_started_ms;
     int64_t          mgr_respawn_at;
     int              mgr_quit_sent;
+    int             *wake_fds;        /* [nslots] eventfds: fill-table wake-ups */
 } M = { .lock_fd = -1, .ready_fd = -1, .mgr_pipe = -1 };
 
 static int sigpipe_fd[2] = { -1, -1 };
@@ -324,6 +328,8 @@ master_spawn_worker(struct gen *g, int index)
         close(pfd[1]);
         master_child_cleanup(index);
         sigprocmask(SIG_SETMASK, &old, NULL);
+        if (priv_drop("worker") < 0)
+            _exit(1);
         M.shm.slots[slot].pid = getpid();
         listen_fds_for(&M.lis, index, fds);
         memset(&a, 0, sizeof(a));
@@ -336,6 +342,8 @@ master_spawn_worker(struct gen *g, int index)
         a.nlisten = M.lis.nports;
         a.master_pipe = pfd[0];
         a.cache_cf = M.cache_cf;
+        a.wake_fds = M.wake_fds;
+        a.nslots = M.nslots;
         exit(worker_main(&a));
     }
     sigprocmask(SIG_SETMASK, &old, NULL);
@@ -382,6 +390,8 @@ master_spawn_manager(void)
         close(pfd[1]);
         master_child_cleanup(-1);
         sigprocmask(SIG_SETMASK, &old, NULL);
+        if (priv_drop("cache manager") < 0)
+            _exit(1);
         sl->pid = getpid();
         exit(manager_main(M.cache_cf, M.shm.cache_area, slot, pfd[0]));
     }
@@ -398,6 +408,19 @@ master_spawn_manager(void)
     M.mgr_started_ms = M.procs[slot].started_ms;
     M.mgr_quit_sent = 0;
     return 0;
+}
+
+/* A dead slot's fill claims are released and their waiters woken, so no
+ * request waits on a fetch that will never finish. */
+static void
+master_filltab_reset(int slot)
+{
+    uint64_t wake[4], one = 1;
+
+    filltab_slot_reset(M.shm.filltab, slot, wake);
+    for (unsigned s = 0; s < M.nslots && s < FILLTAB_MAX_SLOTS; s++)
+        if ((wake[s / 64] >> (s % 64)) & 1)
+            if (write(M.wake_fds[s], &one, sizeof(one)) < 0) { /* full: already pending */ }
 }
 
 static void
@@ -561,6 +584,7 @@ master_reap(void)
         close(p->pipe_w);
         shm_slot_retire(&M.shm, i);
         master_tell_manager('t');   /* free the dead worker's LMDB reader */
+        master_filltab_reset((int)i);
         memset(p, 0, sizeof(*p));
         p->pipe_w = -1;
         g->live--;
@@ -651,6 +675,11 @@ master_keep_restart_settings(struct conf *nc, const struct conf *oc)
         log_warn("reload: proxy.config.log.logfile_dir changed: needs a restart; keeping %s", o->logfile_dir);
         free(n->logfile_dir);
         n->logfile_dir = strdup(o->logfile_dir);
+    }
+    if (strcmp(n->user_id, o->user_id) != 0) {
+        log_warn("reload: proxy.config.admin.user_id changed: needs a restart; keeping %s", o->user_id);
+        free(n->user_id);
+        n->user_id = strdup(o->user_id);
     }
     int st_changed = nc->storage.nspans != oc->storage.nspans;
     for (int i = 0; !st_changed && i < nc->storage.nspans; i++)
@@ -845,6 +874,9 @@ master_loop(void)
             if (M.active && log_open(M.active->conf->rec.logfile_dir) < 0) {
                 log_error("reopening the error log: %s", strerror(errno));
             } else {
+                /* before the notice: it tells the workers' reopen is next */
+                if (M.active)
+                    priv_give_logs(M.active->conf->rec.logfile_dir, 1);
                 log_notice("log files reopened");
                 /* Workers write the log through their own copy of the
                  * descriptor: each must reopen too.  Workers forked from
@@ -992,7 +1024,7 @@ master_run(const char *confdir, int foreground)
 {
     struct conf_errors e;
     struct conf *c;
-    char err[512], text[512];
+    char err[512] = "", text[512];
     struct gen *g;
     int ncpu, rc = 0;
 
@@ -1024,6 +1056,13 @@ master_run(const char *confdir, int foreground)
     }
     if (log_open(c->rec.logfile_dir) < 0) {
         fprintf(stderr, "cistern: cannot open %s/error.log: %s\n", c->rec.logfile_dir, strerror(errno));
+        rc = 1;
+        goto out_conf;
+    }
+    if (priv_init(c->rec.user_id, err, sizeof(err)) < 0
+        || priv_give_logs(c->rec.logfile_dir, 0) < 0) {
+        fprintf(stderr, "cistern: not started: %s\n", err[0] ? err : "cannot set up the log directory");
+        log_error("not started: %s", err[0] ? err : "cannot set up the log directory");
         rc = 1;
         goto out_conf;
     }
@@ -1060,10 +1099,19 @@ master_run(const char *confdir, int foreground)
             log_error("cache disabled: cannot lay out its shared memory");
         else if (manager_prepare(&M.ccf, err, sizeof(err)) < 0)
             log_error("cache disabled: store %s: %s", M.ccf.dir, err);
+        else if (priv_give_store(M.ccf.dir, err, sizeof(err)) < 0)
+            log_error("cache disabled: store %s: %s", M.ccf.dir, err);
         else
             M.cache_cf = &M.ccf;
     }
     M.procs = calloc(M.nslots, sizeof(*M.procs));
+    M.wake_fds = calloc(M.nslots, sizeof(*M.wake_fds));
+    for (unsigned i = 0; M.wake_fds && i < M.nslots; i++)
+        if ((M.wake_fds[i] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+            fprintf(stderr, "cistern: eventfd: %s\n", strerror(errno));
+            rc = 1;
+            goto out_shm;
+        }
     if (M.procs == NULL || master_signals_install() < 0) {
         fprintf(stderr, "cistern: cannot set up the master: %s\n", strerror(errno));
         rc = 1;
@@ -1116,6 +1164,11 @@ out_files:
         memset(&M.gens[i], 0, sizeof(M.gens[i]));
     }
 out_shm:
+    for (unsigned i = 0; M.wake_fds && i < M.nslots; i++)
+        if (M.wake_fds[i] > 0)
+            close(M.wake_fds[i]);
+    free(M.wake_fds);
+    M.wake_fds = NULL;
     free(M.procs);
     M.procs = NULL;
     shm_destroy(&M.shm);

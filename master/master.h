@@ -31,6 +31,22 @@ int manager_prepare(const struct cache_conf *cf, char *err, size_t errlen);
 int manager_main(const struct cache_conf *cf, void *shm_area, int slot,
                  int pipe_r);
 
+/* priv.c: privilege drop (proxy.config.admin.user_id).
+ * priv_init: resolve the user once, in the master; decides whether
+ *   children drop (started as root, user not "#-1").  Returns 0, or -1
+ *   with the reason in err (unknown user).
+ * priv_drop: in a fresh child, before it opens anything: setgroups,
+ *   setgid, setuid, verified.  Returns 0, or -1 (logged: exit at once).
+ * priv_give_logs / priv_give_store: chown the log directory (and its
+ *   *.log files) / the store directory to the user, logged unless quiet;
+ *   the store must then be usable by the user (-1 with err otherwise).
+ * All are no-ops when children do not drop (priv_dropping() == 0). */
+int  priv_init(const char *user_id, char *err, size_t errlen);
+int  priv_dropping(void);
+int  priv_drop(const char *who);
+int  priv_give_logs(const char *dir, int quiet);
+int  priv_give_store(const char *dir, char *err, size_t errlen);
+
 /* Print every message of *e to stderr ("file:line: message"). */
 void master_print_errors(const struct conf_errors *e);
 
