@@ -80,6 +80,7 @@ struct conf_records {
     int      range_write;             /* proxy.config.http.cache.range.write */
     int      cdn_cache_control;       /* proxy.config.cistern.cdn_cache_control */
     int      logging_enabled;         /* proxy.config.log.logging_enabled */
+    int      collapse_timeout;        /* proxy.config.cistern.collapse_timeout */
     char    *access_log_format;       /* proxy.config.cistern.access_log_format */
     char    *logfile_dir;             /* proxy.config.log.logfile_dir (absolute) */
     char    *run_dir;                 /* proxy.config.cistern.run_dir (absolute) */

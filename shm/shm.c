@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "shm/filltab.h"
 #include "shm/shm.h"
 
 static size_t
@@ -21,7 +22,8 @@ shm_create(struct shm *s, unsigned nslots, size_t cache_len)
 {
     size_t hdr_len = shm_align(sizeof(struct shm_hdr));
     size_t slots_len = shm_align((size_t)nslots * sizeof(struct shm_slot));
-    size_t len = hdr_len + slots_len + shm_align(cache_len);
+    size_t ft_len = shm_align(filltab_size(SHM_FILLTAB_ENTRIES));
+    size_t len = hdr_len + slots_len + ft_len + shm_align(cache_len);
     void *p;
 
     p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
@@ -31,11 +33,17 @@ shm_create(struct shm *s, unsigned nslots, size_t cache_len)
     /* Anonymous mappings are zero-filled: every slot starts FREE. */
     s->hdr = p;
     s->slots = (struct shm_slot *)((char *)p + hdr_len);
-    s->cache_area = cache_len ? (char *)p + hdr_len + slots_len : NULL;
+    s->filltab = (struct filltab *)((char *)p + hdr_len + slots_len);
+    s->cache_area = cache_len ? (char *)p + hdr_len + slots_len + ft_len : NULL;
     s->len = len;
+    if (filltab_init(s->filltab, SHM_FILLTAB_ENTRIES) < 0) {
+        munmap(p, len);
+        errno = EINVAL;
+        return -1;
+    }
     s->hdr->nslots = nslots;
     s->hdr->total_len = len;
-    s->hdr->cache_off = hdr_len + slots_len;
+    s->hdr->cache_off = hdr_len + slots_len + ft_len;
     s->hdr->cache_len = cache_len;
     s->hdr->version = SHM_VERSION;
     s->hdr->magic = SHM_MAGIC;

@@ -8,6 +8,7 @@
  *                       counters retired from dead slots
  *     struct shm_slot   [nslots]: one per process slot (workers of every
  *                       live generation, and the cache manager)
+ *     fill table        in-flight misses, for collapsed forwarding
  *     cache area        [cache_len] bytes owned by cache/ (ring control,
  *                       pins, fill table), opaque here
  *
@@ -89,9 +90,14 @@ struct shm_hdr {
     struct shm_counters retired;          /* folded from reaped slots */
 };
 
+struct filltab;
+
+#define SHM_FILLTAB_ENTRIES 4096   /* in-flight misses tracked at once */
+
 struct shm {
     struct shm_hdr  *hdr;
     struct shm_slot *slots;
+    struct filltab  *filltab;         /* collapsed forwarding (filltab.h) */
     void            *cache_area;
     size_t           len;
 };

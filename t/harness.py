@@ -195,6 +195,9 @@ BASE_RECORDS = [
     ("proxy.config.http.server_ports", "STRING", "0"),
     ("proxy.config.cistern.run_dir", "STRING", "run"),
     ("proxy.config.log.logfile_dir", "STRING", "log"),
+    # Tests run as root in CI: keep the starting user (test_ops.py has the
+    # dedicated privilege-drop test).
+    ("proxy.config.admin.user_id", "STRING", "#-1"),
 ]
 
 

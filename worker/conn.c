@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "master/log.h"
+#include "shm/filltab.h"
 #include "worker/worker.h"
 
 #define OUT_HIGH         (BUF_SIZE / 2)
@@ -62,6 +63,8 @@
 static void conn_on_read(evutil_socket_t fd, short what, void *arg);
 static void conn_on_write(evutil_socket_t fd, short what, void *arg);
 static int conn_process(struct conn *c);
+static void conn_dispatch(struct conn *c);
+static void conn_wait_unlink(struct conn *c);
 static void conn_wait_read(struct conn *c);
 
 /* ------------------------------------------------------------------ */
@@ -109,6 +112,10 @@ conn_close(struct conn *c)
         abort();
     if (c->cn_up)
         proxy_abort(c);
+    if (c->cn_state == CONN_WAIT) {
+        conn_wait_unlink(c);
+        filltab_unwait(w->shm->filltab, c->cn_whash, (int)w->slotno);
+    }
     push_free(c);
     alog_end(c);        /* a transaction cut short is still logged */
     event_del(&c->cn_rev);
@@ -245,6 +252,8 @@ conn_wait_read(struct conn *c)
          * to notice the client's close and buffer pipelined requests. */
         event_add(&c->cn_rev, NULL);
         return;
+    case CONN_WAIT:
+        return;     /* reads nothing until resumed (see conn_wait_start) */
     case CONN_LINGER:
         tv.tv_sec = CONN_LINGER_MS / 1000;
         break;
@@ -432,16 +441,54 @@ conn_route(struct conn *c, int keep_alive)
         push_start(c, key, keylen, keep_alive);
         return c->cn_state == CONN_BODY;
     }
+    int verdict = STORE_MISS, claimed = 0;
+    uint8_t h[16];
     if (wk->cache && (r->method == HTTP_GET || r->method == HTTP_HEAD)) {
-        if (keylen && store_serve(c, key, keylen, local_ka, &fwd) == STORE_HIT)
+        if (keylen && (verdict = store_serve(c, key, keylen, local_ka, &fwd)) == STORE_HIT)
             return 0;
         if (!keylen)
             fwd = "bypass";
     }
     if (rule == NULL)
         fwd = "bypass";     /* forward proxying is not cached */
-    return proxy_start(c, &res, rule, keep_alive, (keylen && rule) ? key : NULL,
-                       keylen, fwd) == 0;
+    /* Collapsed forwarding: one fetch per missing object, all workers. */
+    if (wk->cache && rule && keylen && verdict == STORE_MISS && r->method == HTTP_GET
+        && !r->has_body && !c->cn_nowait && wk->conf->rec.collapse_timeout > 0) {
+        struct timeval now;
+        event_base_gettimeofday_cached(wk->base, &now);
+        cache_key_hash(wk->cache, key, keylen, h);
+        switch (filltab_claim(wk->shm->filltab, h, (int)wk->slotno,
+                              (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000,
+                              (int64_t)wk->conf->rec.txn_no_activity_out * 1000 + 5000)) {
+        case FT_CLAIMED:
+            claimed = 1;
+            break;
+        case FT_WAIT:
+            conn_wait_start(c, h);
+            return 1;
+        case FT_PASS:
+            fwd = "uri-miss";     /* hit-for-miss: straight to the origin */
+            break;
+        default:
+            break;
+        }
+    }
+    int rc = proxy_start(c, &res, rule, keep_alive, (keylen && rule) ? key : NULL,
+                         keylen, fwd);
+    if (claimed) {
+        if (rc == 0 && c->cn_up) {
+            c->cn_up->up_claim = 1;
+            memcpy(c->cn_up->up_hash, h, 16);
+        } else {
+            /* failed at once: let the waiters try for themselves */
+            struct upstream tmp;
+            memset(&tmp, 0, sizeof(tmp));
+            tmp.up_claim = 1;
+            memcpy(tmp.up_hash, h, 16);
+            proxy_release_claim(&tmp, 0);
+        }
+    }
+    return rc == 0;
 }
 
 /* A complete, checked head: decide and queue the answer. */
@@ -450,9 +497,10 @@ conn_request(struct conn *c)
 {
     struct http_req *r = &c->cn_req->r;
     int keep_alive = r->keep_alive && !wk->draining;
-    size_t mark = c->cn_out.end;
 
     wk->ctr->requests++;
+    c->cn_nowait = 0;
+    c->cn_collapsed = 0;
     alog_begin(c);
     if (!conf_ip_allowed(&wk->conf->ip_allow, (struct sockaddr *)&c->cn_peer,
                          conf_method_bit(http_method_name(r->method),
@@ -469,9 +517,26 @@ conn_request(struct conn *c)
         c->cn_close = 1;
         return;
     }
-    if (!admin_handle(c, keep_alive && conn_body_discardable(r))
-        && conn_route(c, keep_alive)) {
-        if (c->cn_state == CONN_BODY || c->cn_state == CONN_PROXY)
+    if (admin_handle(c, keep_alive && conn_body_discardable(r))) {
+        alog_end(c);
+        if (!keep_alive || !conn_body_discardable(r))
+            c->cn_close = 1;
+        return;
+    }
+    conn_dispatch(c);
+}
+
+/* Route and answer (again, after waiting on another worker's fill). */
+static void
+conn_dispatch(struct conn *c)
+{
+    struct http_req *r = &c->cn_req->r;
+    int keep_alive = r->keep_alive && !wk->draining;
+    size_t mark = c->cn_out.end;
+
+    if (conn_route(c, keep_alive)) {
+        if (c->cn_state == CONN_BODY || c->cn_state == CONN_PROXY
+            || c->cn_state == CONN_WAIT)
             return;         /* the body belongs to the transaction / PUSH */
         /* it failed at once and queued its own answer */
         alog_end(c);
@@ -491,6 +556,92 @@ conn_request(struct conn *c)
     }
     if (!keep_alive || !conn_body_discardable(r))
         c->cn_close = 1;
+}
+
+/* The current head has been dispatched: step over it. */
+static void
+conn_consume_head(struct conn *c)
+{
+    struct http_req *r = &c->cn_req->r;
+
+    c->cn_in.start += r->start + r->head_len;
+    wk->ctr->bytes_in += r->start + r->head_len;
+    if (c->cn_state == CONN_SEND)
+        http_req_reset(r);
+}
+
+/* ------------------------------------------------------------------ */
+/* Collapsed forwarding: waiting for another worker's fill.
+ *
+ * A waiting connection reads nothing (its head must stay where it is in
+ * the input buffer) and sits on the worker's wait list.  It resumes when
+ * the fill table no longer shows the fill in progress (the filler's wake-up
+ * on our eventfd, or the master's after the filler died), or at its
+ * deadline, after which it goes to the origin itself, uncollapsed. */
+
+void
+conn_wait_start(struct conn *c, const uint8_t h[16])
+{
+    struct timeval now;
+
+    memcpy(c->cn_whash, h, 16);
+    event_base_gettimeofday_cached(wk->base, &now);
+    c->cn_wdeadline = now;
+    c->cn_wdeadline.tv_sec += wk->conf->rec.collapse_timeout;
+    c->cn_state = CONN_WAIT;
+    event_del(&c->cn_rev);
+    event_del(&c->cn_wev);
+    c->cn_wnext = wk->waitq;
+    wk->waitq = c;
+}
+
+static void
+conn_wait_unlink(struct conn *c)
+{
+    for (struct conn **pp = &wk->waitq; *pp; pp = &(*pp)->cn_wnext)
+        if (*pp == c) {
+            *pp = c->cn_wnext;
+            break;
+        }
+    c->cn_wnext = NULL;
+}
+
+static void
+conn_wait_resume(struct conn *c, int timed_out)
+{
+    conn_wait_unlink(c);
+    if (timed_out)
+        filltab_unwait(wk->shm->filltab, c->cn_whash, (int)wk->slotno);
+    c->cn_nowait = timed_out;
+    c->cn_collapsed = !timed_out;
+    c->cn_state = CONN_SEND;
+    c->cn_in_process = 1;
+    conn_dispatch(c);
+    c->cn_in_process = 0;
+    if (c->cn_state == CONN_WAIT)
+        return;     /* another fill started meanwhile: wait for that one */
+    conn_consume_head(c);
+    conn_process(c);
+}
+
+void
+conn_wait_check(struct worker *w, int deadlines_only)
+{
+    struct timeval now;
+    struct conn *c, *next;
+
+    event_base_gettimeofday_cached(w->base, &now);
+    int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000;
+    for (c = w->waitq; c; c = next) {
+        next = c->cn_wnext;
+        if (evutil_timercmp(&now, &c->cn_wdeadline, >=))
+            conn_wait_resume(c, 1);
+        else if (!deadlines_only
+                 && !filltab_busy(w->shm->filltab, c->cn_whash, (int)w->slotno, now_ms))
+            conn_wait_resume(c, 0);
+        /* next was read before resuming: a resumed connection may have
+         * closed, never one further down the list */
+    }
 }
 
 /* Parse and answer as many complete requests as the input holds.
@@ -547,10 +698,9 @@ conn_process(struct conn *c)
             }
             c->cn_state = CONN_SEND;
             conn_request(c);
-            c->cn_in.start += r->start + r->head_len;
-            w->ctr->bytes_in += r->start + r->head_len;
-            if (c->cn_state == CONN_SEND)
-                http_req_reset(r);
+            if (c->cn_state == CONN_WAIT)
+                break;      /* the head stays in the buffer until we resume */
+            conn_consume_head(c);
             continue;
         }
         if (c->cn_state == CONN_BODY) {

@@ -39,7 +39,17 @@
 #include <unistd.h>
 
 #include "master/log.h"
+#include "shm/filltab.h"
 #include "worker/worker.h"
+
+/* A response whose length says it is larger than this releases the
+ * waiters at once (they fetch for themselves) instead of holding them
+ * until the whole body is stored: we serve waiters from the stored
+ * object, not read-while-writer. */
+#define COLLAPSE_LARGE  (1024 * 1024)
+/* How long a URL that answered uncacheable skips the fill table
+ * (Varnish's hit-for-miss). */
+#define PASS_MS         10000
 
 static void up_on_read(evutil_socket_t fd, short what, void *arg);
 static void up_on_write(evutil_socket_t fd, short what, void *arg);
@@ -136,6 +146,7 @@ up_free(struct conn *c)
         return;
     origin_release(up);
     store_fill_end(&up->up_fill, 0, NULL);
+    proxy_release_claim(up, 0);
     buf_release(&up->up_in);
     buf_release(&up->up_out);
     if (up->up_resp) {
@@ -746,6 +757,13 @@ proxy_pump(struct conn *c)
             up->up_cdetail = store_fill_begin(up->up_key, up->up_keylen, resp,
                                               proxy_forwarded_req(up), up->up_req_auth,
                                               up->up_req_time, &up->up_fill);
+        if (up->up_claim) {
+            if (up->up_fill == NULL)
+                proxy_release_claim(up, up->up_cdetail && strcmp(up->up_cdetail, "store-busy")
+                                        ? PASS_MS : 0);
+            else if (resp->content_length > COLLAPSE_LARGE)
+                proxy_release_claim(up, 0);
+        }
         /* the request is answered: no retry will need its bytes */
         up->up_out.start = up->up_out.end = 0;
         if (proxy_client_head(c, up, resp) < 0) {
@@ -820,6 +838,7 @@ proxy_pump(struct conn *c)
             log_debug("conn %llu: %.*s not stored: %s", (unsigned long long)c->cn_id,
                       (int)up->up_keylen, up->up_key, cache_strerror(frc));
     }
+    proxy_release_claim(up, 0);     /* the object is visible: wake waiters */
     if (reuse)
         origin_put(up);
     if (!up->up_req_done)
@@ -829,6 +848,23 @@ proxy_pump(struct conn *c)
         c->cn_close = 1;
     c->cn_state = CONN_SEND;
     return PROXY_DONE;
+}
+
+void
+proxy_release_claim(struct upstream *up, int64_t pass_ms)
+{
+    struct timeval now;
+    uint64_t wake[4], one = 1;
+
+    if (!up->up_claim)
+        return;
+    up->up_claim = 0;
+    event_base_gettimeofday_cached(wk->base, &now);
+    filltab_release(wk->shm->filltab, up->up_hash, (int)wk->slotno,
+                    (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000, pass_ms, wake);
+    for (unsigned s = 0; s < wk->nslots && s < FILLTAB_MAX_SLOTS; s++)
+        if ((wake[s / 64] >> (s % 64)) & 1)
+            if (write(wk->wake_fds[s], &one, sizeof(one)) < 0) { /* already pending */ }
 }
 
 void

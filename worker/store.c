@@ -610,7 +610,11 @@ store_serve(struct conn *c, const char *key, size_t keylen, int keep_alive,
         fresh = 1;      /* the client accepts it this stale */
     if (fresh) {
         store_cond_from(&sc, r);
-        snprintf(cs, sizeof(cs), "cistern; hit; ttl=%lld", (long long)ttl);
+        if (c->cn_collapsed)
+            snprintf(cs, sizeof(cs), "cistern; fwd=uri-miss; collapsed; ttl=%lld",
+                     (long long)ttl);
+        else
+            snprintf(cs, sizeof(cs), "cistern; hit; ttl=%lld", (long long)ttl);
         alog_result(c, "TCP_HIT", 0);
         if (store_send(c, &sc, keep_alive, cs, NULL, 0) < 0) {
             store_release(c);

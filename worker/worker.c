@@ -243,12 +243,24 @@ worker_on_master(evutil_socket_t fd, short what, void *arg)
             worker_begin_drain(w);
 }
 
+/* Another process ended a fill we may be waiting for. */
+static void
+worker_on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    uint64_t n;
+
+    if (read(fd, &n, sizeof(n)) < 0) { /* spurious: check anyway */ }
+    conn_wait_check(arg, 0);
+}
+
 static void
 worker_on_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct worker *w = arg;
     struct timeval now;
 
+    if (w->waitq)
+        conn_wait_check(w, 0);
     event_base_gettimeofday_cached(w->base, &now);
     w->slot->heartbeat = (uint64_t)now.tv_sec;
     alog_flush();
@@ -327,6 +339,14 @@ worker_main(const struct worker_args *a)
     w->master_ev = event_new(w->base, a->master_pipe, EV_READ | EV_PERSIST,
                              worker_on_master, w);
     event_add(w->master_ev, NULL);
+    w->slotno = a->slot;
+    w->wake_fds = a->wake_fds;
+    w->nslots = a->nslots;
+    if (a->wake_fds) {
+        w->wake_ev = event_new(w->base, a->wake_fds[a->slot], EV_READ | EV_PERSIST,
+                               worker_on_wake, w);
+        event_add(w->wake_ev, NULL);
+    }
     w->tick = event_new(w->base, -1, EV_PERSIST, worker_on_tick, w);
     event_add(w->tick, &one);
 
@@ -379,6 +399,8 @@ worker_main(const struct worker_args *a)
     event_free(w->sig_usr1);
     event_free(w->master_ev);
     event_free(w->tick);
+    if (w->wake_ev)
+        event_free(w->wake_ev);
     while (w->free_conns) {
         struct conn *c = w->free_conns;
         w->free_conns = c->cn_next;

@@ -57,6 +57,8 @@ struct worker_args {
     int                nlisten;
     int                master_pipe;  /* read end; EOF = master died */
     const struct cache_conf *cache_cf; /* NULL: run without a cache */
+    const int         *wake_fds;     /* [nslots]: fill-table wake-ups */
+    unsigned           nslots;
 };
 
 /* Run the worker; returns the process exit status. */
@@ -81,6 +83,7 @@ enum conn_state {
     CONN_HEAD,                       /* reading a request head */
     CONN_BODY,                       /* reading (discarding) a request body */
     CONN_PROXY,                      /* an origin transaction is running */
+    CONN_WAIT,                       /* waiting for another worker's fill */
     CONN_SEND,                       /* flushing responses, then next */
     CONN_LINGER,                     /* SHUT_WR sent; draining input */
 };
@@ -112,6 +115,11 @@ struct conn {
                                          we are discarding has ended */
     size_t           cn_hold_mark;    /* cn_out.end before the held answer */
     size_t           cn_discarded;    /* body bytes dropped for it so far */
+    unsigned         cn_nowait:1;     /* waited already: fetch uncollapsed */
+    unsigned         cn_collapsed:1;  /* answered by another's fill */
+    uint8_t          cn_whash[16];    /* CONN_WAIT: the key waited for */
+    struct timeval   cn_wdeadline;
+    struct conn     *cn_wnext;        /* the worker's wait list */
     struct sockaddr_storage cn_peer;
     struct conn     *cn_next;         /* free list / all-connections list */
     struct conn     *cn_prev;
@@ -188,6 +196,8 @@ struct upstream {
     const char      *up_cstatus;      /* Cache-Status fwd= value */
     const char      *up_cdetail;      /* why not stored, or NULL */
     unsigned         up_reval:1;      /* conditional on a held stale object */
+    unsigned         up_claim:1;      /* we hold the fill-table entry */
+    uint8_t          up_hash[16];
     struct store_cond up_cond;        /* the client's conditions */
     struct cache_fill *up_fill;
     size_t           up_keylen;
@@ -227,6 +237,11 @@ struct worker {
     char                 via[300];    /* "1.1 NAME" */
     char                 debug_hdr[96];/* "X-Cistern-Worker: ..." or "" */
     struct cache        *cache;       /* NULL: no store */
+    unsigned             slotno;      /* our shm slot */
+    const int           *wake_fds;    /* every slot's eventfd */
+    unsigned             nslots;
+    struct event        *wake_ev;
+    struct conn         *waitq;       /* connections in CONN_WAIT */
     int                  cache_area_ok;/* the shm cache area is laid out */
 };
 
@@ -319,6 +334,14 @@ void purge_handle(struct conn *c, const char *key, size_t keylen, int keep_alive
 
 /* proxy.c */
 int  buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* conn.c: collapsed forwarding */
+void conn_wait_start(struct conn *c, const uint8_t h[16]);
+/* Resume waiters whose fill ended (or, with deadlines_only, whose wait
+ * timed out). */
+void conn_wait_check(struct worker *w, int deadlines_only);
+/* Release our fill-table claim for up and wake its waiters. */
+void proxy_release_claim(struct upstream *up, int64_t pass_ms);
 
 /* conn.c, for proxy.c */
 void conn_peer_str(const struct conn *c, char *out, size_t len);
