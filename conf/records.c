@@ -145,7 +145,7 @@ static const struct rec_directive rec_table[] = {
     { "proxy.config.http.cache.range.write", REC_INT, rec_set_int,
       REC_FIELD(range_write), "0", 0, 1 },
     { "proxy.config.cistern.cdn_cache_control", REC_INT, rec_set_int,
-      REC_FIELD(cdn_cache_control), "0", 0, 1 },
+      REC_FIELD(cdn_cache_control), "1", 0, 1 },
     { "proxy.config.cistern.collapse_timeout", REC_INT, rec_set_int,
       REC_FIELD(collapse_timeout), "10", 0, 300 },
     { "proxy.config.log.logging_enabled", REC_INT, rec_set_int,

@@ -601,17 +601,31 @@ def test_origin_sends_more_than_content_length_or_http10():
                  what="the daemon to close those origin connections")
 
 
-def test_origin_1xx_dropped():
+def test_origin_1xx_forwarded_to_http11_only():
+    # RFC 9110 15.2: a proxy forwards the 1xx responses it did not ask for
+    # to HTTP/1.1 clients; an HTTP/1.0 client cannot take them.
+    raw_resp = (b"HTTP/1.1 100 Continue\r\n\r\n"
+                b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; "
+                b"rel=preload\r\n\r\nHTTP/1.1 200 OK\r\n"
+                b"Content-Length: 2\r\n\r\nok")
     with Origin() as o, mapped(o) as c:
-        o.script("/early", [{"raw": b"HTTP/1.1 100 Continue\r\n\r\n"
-                             b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; "
-                             b"rel=preload\r\n\r\nHTTP/1.1 200 OK\r\n"
-                             b"Content-Length: 2\r\n\r\nok", "keep": True}])
+        o.script("/early", [{"raw": raw_resp, "keep": True}])
+        got, _ = raw(c.port, b"GET /early HTTP/1.1\r\nHost: m.test\r\n"
+                     b"Connection: close\r\n\r\n", timeout=5)
+        heads = [l for l in got.split(b"\r\n") if l.startswith(b"HTTP/1.1 ")]
+        expect_eq([h.split(b" ")[1] for h in heads], [b"100", b"103", b"200"],
+                  "status lines to a 1.1 client (%r)" % got)
+        expect_in(b"Link: </s.css>; rel=preload", got, "103's fields")
+        expect(got.endswith(b"\r\n\r\nok"), "final body: %r" % got[-40:])
+        got, _ = raw(c.port, b"GET /early HTTP/1.0\r\nHost: m.test\r\n\r\n",
+                     timeout=5)
+        expect(got.startswith(b"HTTP/1.1 200 "), "1.0 client: no 1xx (%r)" % got[:60])
         with Conn(c.port) as k:
-            r = k.request(req("/early"))
+            k.send(b"GET /early HTTP/1.0\r\nHost: m.test\r\nConnection: keep-alive\r\n\r\n")
+            r = k.response()
             expect_eq((r.status, r.body), (200, b"ok"), "final response")
             r = k.request(req("/after"))
-            expect_eq(r.body, b"GET /after\n", "next request")
+            expect_eq(r.body, b"GET /after\n", "next request on the connection")
 
 
 # ---------------------------------------------------------------------------

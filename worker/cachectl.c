@@ -125,6 +125,8 @@ cc_resp_one(void *arg, const char *name, size_t nl, const char *val, size_t vl,
         cc->immutable = 1;
     } else if (IS("no-transform")) {
         cc->no_transform = 1;
+    } else if (IS("must-understand")) {
+        cc->must_understand = 1;
     } else if (IS("max-age")) {
         int64_t d = has_val ? cc_delta(val, vl) : -1;
         if (d < 0)
@@ -195,16 +197,102 @@ cc_pragma_one(void *arg, const char *name, size_t nl, const char *val, size_t vl
 
 #undef IS
 
+/* Is every line of field `name` a valid Structured Fields dictionary
+ * (RFC 8941 3.2) whose known directives have the right types (integers
+ * for max-age, s-maxage, stale-*; booleans for the rest)?  Absent: 0. */
+static int
+cc_targeted_valid(const struct http_req *r, const char *name)
+{
+    int any = 0;
+
+    for (int i = http_field_find(r, name, 0); i >= 0; i = http_field_find(r, name, i + 1)) {
+        const char *p = r->base + r->fields[i].value;
+        const char *end = p + r->fields[i].value_len;
+
+        any = 1;
+        while (p < end) {
+            while (p < end && (*p == ' ' || *p == '\t'))
+                p++;
+            const char *k = p;
+            if (p >= end || !((*p >= 'a' && *p <= 'z') || *p == '*'))
+                return 0;
+            while (p < end && ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9')
+                               || *p == '_' || *p == '-' || *p == '.' || *p == '*'))
+                p++;
+            size_t kl = (size_t)(p - k);
+            int is_int = (kl == 7 && memcmp(k, "max-age", 7) == 0)
+                         || (kl == 8 && memcmp(k, "s-maxage", 8) == 0)
+                         || (kl == 22 && memcmp(k, "stale-while-revalidate", 22) == 0)
+                         || (kl == 14 && memcmp(k, "stale-if-error", 14) == 0);
+            if (p < end && *p == '=') {
+                p++;
+                if (p < end && (*p == '-' || (*p >= '0' && *p <= '9'))) {
+                    if (*p == '-')
+                        p++;
+                    const char *d = p;
+                    while (p < end && *p >= '0' && *p <= '9')
+                        p++;
+                    if (p == d || p - d > 15)
+                        return 0;
+                    if (p < end && *p == '.')
+                        return 0;       /* a decimal is the wrong type */
+                } else if (is_int) {
+                    return 0;           /* a string or token where a number goes */
+                } else if (p < end && *p == '"') {
+                    for (p++; p < end && *p != '"'; p++)
+                        if (*p == '\\')
+                            p++;
+                    if (p >= end)
+                        return 0;
+                    p++;
+                } else if (p < end && *p == '?') {
+                    if (p + 1 >= end || (p[1] != '0' && p[1] != '1'))
+                        return 0;
+                    p += 2;
+                } else if (p < end && ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || *p == '*')) {
+                    while (p < end && *p != ',' && *p != ';' && *p != ' ' && *p != '\t')
+                        p++;
+                } else {
+                    return 0;
+                }
+            } else if (is_int) {
+                return 0;               /* a bare max-age is boolean true */
+            }
+            while (p < end && *p == ';') {      /* parameters: accept tokens */
+                while (p < end && *p != ',' && *p != ' ')
+                    p++;
+            }
+            while (p < end && (*p == ' ' || *p == '\t'))
+                p++;
+            if (p < end) {
+                if (*p != ',')
+                    return 0;
+                p++;
+                while (p < end && (*p == ' ' || *p == '\t'))
+                    p++;
+                if (p >= end)
+                    return 0;           /* trailing comma */
+            }
+        }
+    }
+    return any;
+}
+
 void
 cachectl_parse_resp(const struct http_req *r, struct cc_resp *cc, int cdn)
 {
     memset(cc, 0, sizeof(*cc));
     cc->max_age = cc->s_maxage = -1;
     cc->stale_while_revalidate = cc->stale_if_error = -1;
-    /* RFC 9213: a targeted field, when present, replaces Cache-Control
-     * for this cache's decisions. */
-    if (cdn && http_field_find(r, "cdn-cache-control", 0) >= 0)
+    /* RFC 9213: a valid targeted field replaces Cache-Control for this
+     * cache's decisions; an invalid one is ignored as a whole.  The older
+     * Surrogate-Control (W3C Edge Architecture) is honoured the same way
+     * when there is no CDN-Cache-Control. */
+    if (cdn && cc_targeted_valid(r, "cdn-cache-control"))
         cc_walk(r, "cdn-cache-control", cc_resp_one, cc);
+    else if (cdn && http_field_find(r, "cdn-cache-control", 0) < 0
+             && http_field_find(r, "surrogate-control", 0) >= 0)
+        cc_walk(r, "surrogate-control", cc_resp_one, cc);
     else
         cc_walk(r, "cache-control", cc_resp_one, cc);
 }
@@ -359,6 +447,18 @@ cachectl_field_date(const struct http_req *r, const char *name)
 /* ------------------------------------------------------------------ */
 
 int
+cachectl_status_understood(int status)
+{
+    switch (status) {
+    case 200: case 203: case 204: case 300: case 301: case 302: case 303:
+    case 307: case 308: case 404: case 405: case 410: case 414: case 501:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+int
 cachectl_status_heuristic(int status)
 {
     switch (status) {
@@ -425,8 +525,15 @@ cachectl_initial_age(const struct http_req *resp, time_t request_time,
     time_t date = cachectl_field_date(resp, "date");
 
     if (ai >= 0) {
-        int64_t a = cc_delta(resp->base + resp->fields[ai].value,
-                             resp->fields[ai].value_len);
+        /* A list ("7200, 0") or several lines: the first member counts
+         * (RFC 9111 5.1); an invalid one means no Age at all. */
+        const char *v = resp->base + resp->fields[ai].value;
+        size_t n = resp->fields[ai].value_len, k = 0;
+        while (k < n && v[k] != ',')
+            k++;
+        while (k > 0 && (v[k - 1] == ' ' || v[k - 1] == '\t'))
+            k--;
+        int64_t a = (k > 0 && v[0] != '"') ? cc_delta(v, k) : -1;
         if (a > 0)
             age_value = a;
     }

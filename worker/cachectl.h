@@ -20,7 +20,7 @@
 struct cc_resp {
     unsigned no_store:1, no_cache:1, private_:1, public_:1,
              must_revalidate:1, proxy_revalidate:1, immutable:1,
-             no_transform:1, invalid:1;
+             no_transform:1, invalid:1, must_understand:1;
     int64_t  max_age, s_maxage;
     int64_t  stale_while_revalidate, stale_if_error;
 };
@@ -67,6 +67,9 @@ int64_t cachectl_initial_age(const struct http_req *resp, time_t request_time,
 const char *cachectl_storable(const struct http_req *req, const struct cc_req *rcc,
                               const struct http_req *resp, const struct cc_resp *cc,
                               int64_t lifetime);
+
+/* Status codes whose caching rules we implement (for must-understand). */
+int cachectl_status_understood(int status);
 
 /* Cacheable by default (RFC 9110 15.1). */
 int cachectl_status_heuristic(int status);

@@ -65,6 +65,8 @@ static void conn_on_write(evutil_socket_t fd, short what, void *arg);
 static int conn_process(struct conn *c);
 static void conn_dispatch(struct conn *c);
 static void conn_wait_unlink(struct conn *c);
+static struct conn *conn_new(struct worker *w, int fd, const struct sockaddr *sa,
+                             socklen_t salen);
 static void conn_wait_read(struct conn *c);
 
 /* ------------------------------------------------------------------ */
@@ -118,9 +120,18 @@ conn_close(struct conn *c)
     }
     push_free(c);
     alog_end(c);        /* a transaction cut short is still logged */
+    if (c->cn_bgclaim) {
+        /* a background revalidation that never reached the origin */
+        struct timeval now;
+        uint64_t wake[4];
+        event_base_gettimeofday_cached(w->base, &now);
+        filltab_release(w->shm->filltab, c->cn_whash, (int)w->slotno,
+                        (int64_t)now.tv_sec * 1000, 0, wake);
+    }
     event_del(&c->cn_rev);
     event_del(&c->cn_wev);
-    close(c->cn_fd);
+    if (c->cn_fd >= 0)
+        close(c->cn_fd);
     buf_release(&c->cn_in);
     buf_release(&c->cn_out);
     conn_req_put(c);
@@ -131,7 +142,8 @@ conn_close(struct conn *c)
     if (c->cn_next)
         c->cn_next->cn_prev = c->cn_prev;
     w->nconns--;
-    w->ctr->conns_open--;
+    if (c->cn_fd >= 0)
+        w->ctr->conns_open--;
     c->cn_magic = 0;
 #ifdef CST_ASAN
     free(c);
@@ -181,16 +193,32 @@ conn_linger(struct conn *c)
 void
 conn_accept(struct worker *w, int fd, const struct sockaddr *sa, socklen_t salen)
 {
-    struct conn *c;
     int one = 1;
+
+    /* Responses go out whole in one write; Nagle would only delay the
+     * last segment of each. */
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (conn_new(w, fd, sa, salen) == NULL) {
+        log_error("out of memory accepting a connection");
+        close(fd);
+        return;
+    }
+    w->ctr->conns_accepted++;
+    w->ctr->conns_open++;
+}
+
+/* A connection struct for fd (-1: an internal transaction with no client,
+ * whose output is discarded: a background revalidation). */
+static struct conn *
+conn_new(struct worker *w, int fd, const struct sockaddr *sa, socklen_t salen)
+{
+    struct conn *c;
 
     if (w->free_conns) {
         c = w->free_conns;
         w->free_conns = c->cn_next;
     } else if ((c = malloc(sizeof(*c))) == NULL) {
-        log_error("out of memory accepting a connection");
-        close(fd);
-        return;
+        return NULL;
     }
     memset(c, 0, sizeof(*c));
     c->cn_magic = CONN_MAGIC;
@@ -199,9 +227,6 @@ conn_accept(struct worker *w, int fd, const struct sockaddr *sa, socklen_t salen
     c->cn_state = CONN_HEAD;
     if (salen <= sizeof(c->cn_peer))
         memcpy(&c->cn_peer, sa, salen);
-    /* Responses go out whole in one write; Nagle would only delay the
-     * last segment of each. */
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     event_assign(&c->cn_rev, w->base, fd, EV_READ | EV_PERSIST, conn_on_read, c);
     event_assign(&c->cn_wev, w->base, fd, EV_WRITE | EV_PERSIST, conn_on_write, c);
     event_base_gettimeofday_cached(w->base, &c->cn_head_start);
@@ -210,9 +235,50 @@ conn_accept(struct worker *w, int fd, const struct sockaddr *sa, socklen_t salen
         w->conns->cn_prev = c;
     w->conns = c;
     w->nconns++;
-    w->ctr->conns_accepted++;
-    w->ctr->conns_open++;
-    conn_wait_read(c);
+    if (fd >= 0)
+        conn_wait_read(c);
+    return c;
+}
+
+/* stale-while-revalidate: c was just answered with a stale object; fetch
+ * a fresh one in the background, once per object across all workers (the
+ * fill table decides who), on an internal connection that replays c's
+ * request head and throws its answer away. */
+void
+conn_bg_revalidate(struct conn *c, const char *key, size_t keylen)
+{
+    struct http_req *r = &c->cn_req->r;
+    struct timeval now;
+    struct conn *g;
+    uint8_t h[16];
+
+    event_base_gettimeofday_cached(wk->base, &now);
+    cache_key_hash(wk->cache, key, keylen, h);
+    switch (filltab_claim(wk->shm->filltab, h, (int)wk->slotno,
+                          (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000,
+                          (int64_t)wk->conf->rec.txn_no_activity_out * 1000 + 5000)) {
+    case FT_CLAIMED:
+        break;
+    case FT_WAIT:
+        filltab_unwait(wk->shm->filltab, h, (int)wk->slotno);
+        return;     /* someone is fetching it already */
+    default:
+        return;
+    }
+    g = conn_new(wk, -1, (struct sockaddr *)&c->cn_peer, sizeof(c->cn_peer));
+    if (g == NULL || buf_alloc(&g->cn_in) < 0 || buf_grow(&g->cn_in, r->head_len) < 0) {
+        uint64_t wake[4];
+        filltab_release(wk->shm->filltab, h, (int)wk->slotno, 0, 0, wake);
+        if (g)
+            conn_close(g);
+        return;
+    }
+    g->cn_bg = 1;
+    g->cn_bgclaim = 1;
+    memcpy(g->cn_whash, h, 16);
+    memcpy(g->cn_in.data, r->base, r->head_len);
+    g->cn_in.end = r->head_len;
+    conn_process(g);
 }
 
 /* ------------------------------------------------------------------ */
@@ -223,6 +289,8 @@ conn_wait_read(struct conn *c)
     const struct conf_records *rec = &wk->conf->rec;
     struct timeval tv = { 0, 0 }, now;
 
+    if (c->cn_fd < 0)
+        return;     /* internal: nothing to read */
     switch (c->cn_state) {
     case CONN_IDLE:
         tv.tv_sec = rec->ka_no_activity_in;
@@ -475,6 +543,12 @@ conn_route(struct conn *c, int keep_alive)
     }
     int rc = proxy_start(c, &res, rule, keep_alive, (keylen && rule) ? key : NULL,
                          keylen, fwd);
+    if (c->cn_bgclaim && rc == 0 && c->cn_up) {
+        /* the background revalidation's fetch carries its claim */
+        c->cn_up->up_claim = 1;
+        memcpy(c->cn_up->up_hash, c->cn_whash, 16);
+        c->cn_bgclaim = 0;
+    }
     if (claimed) {
         if (rc == 0 && c->cn_up) {
             c->cn_up->up_claim = 1;
@@ -792,7 +866,9 @@ conn_flush(struct conn *c)
                 iov[n].iov_base = (void *)c->cn_body;
                 iov[n++].iov_len = c->cn_body_len;
             }
-            k = writev(c->cn_fd, iov, n);
+            /* An internal transaction has no client: its answer is dropped. */
+            k = c->cn_fd >= 0 ? writev(c->cn_fd, iov, n)
+                              : (ssize_t)(head + c->cn_body_len);
             if (k < 0) {
                 if (errno == EINTR)
                     continue;
@@ -839,6 +915,10 @@ conn_flush(struct conn *c)
         }
     }
     event_del(&c->cn_wev);
+    if (c->cn_fd < 0 && c->cn_state != CONN_PROXY && c->cn_state != CONN_WAIT) {
+        conn_close(c);      /* the background transaction is over */
+        return -1;
+    }
     if (!c->cn_close && (c->cn_hold || c->cn_state == CONN_BODY)) {
         if (c->cn_in_eof) {
             conn_close(c);

@@ -732,10 +732,25 @@ proxy_pump(struct conn *c)
             return PROXY_MORE;
         }
         if (resp->status < 200) {
-            /* Interim responses: we answered 100 ourselves; drop them. */
+            /* Interim responses go on to HTTP/1.1 clients (RFC 9110 15.2:
+             * a proxy forwards 1xx it did not ask for); 1.0 clients cannot
+             * take them. */
             if (resp->status == 101) {
                 up_fail(up, 502, "protocol upgrade is not supported");
                 return PROXY_MORE;
+            }
+            if (up->up_client_minor >= 1 && buf_alloc(&c->cn_out) == 0) {
+                struct buf *o = &c->cn_out;
+                buf_printf(o, "HTTP/1.1 %d %.*s\r\n", resp->status,
+                           (int)resp->phrase_len, resp->base + resp->phrase);
+                for (int i = 0; i < resp->nfields; i++) {
+                    const struct http_field *f = &resp->fields[i];
+                    if (proxy_hop_by_hop(resp, i))
+                        continue;
+                    buf_append(o, resp->base + f->name, f->value + f->value_len - f->name);
+                    buf_append(o, "\r\n", 2);
+                }
+                buf_append(o, "\r\n", 2);
             }
             in->start += resp->start + resp->head_len;
             http_req_reset(resp);

@@ -253,14 +253,29 @@ store_vary_value(const struct http_req *r, const char *name, size_t nl,
             memcpy(out, ae, al);
             return (int)al;
         }
-        if (len + vl + 2 >= outlen)
-            return -1;
-        if (len) {
-            memcpy(out + len, ", ", 2);
-            len += 2;
+        /* Normalised: list members joined by ", ", whitespace around them
+         * dropped, so "a,b" and "a, b" select the same variant. */
+        const char *q = v, *qe = v + vl;
+        while (q < qe) {
+            while (q < qe && (*q == ' ' || *q == '\t' || *q == ','))
+                q++;
+            const char *ms = q;
+            while (q < qe && *q != ',')
+                q++;
+            const char *me = q;
+            while (me > ms && (me[-1] == ' ' || me[-1] == '\t'))
+                me--;
+            if (me == ms)
+                continue;
+            if (len + (size_t)(me - ms) + 2 >= outlen)
+                return -1;
+            if (len) {
+                memcpy(out + len, ", ", 2);
+                len += 2;
+            }
+            memcpy(out + len, ms, (size_t)(me - ms));
+            len += (size_t)(me - ms);
         }
-        memcpy(out + len, v, vl);
-        len += vl;
     }
     return (int)len;
 }
@@ -542,26 +557,32 @@ store_strcasestr_n(const char *p, size_t n, const char *needle)
     return NULL;
 }
 
+/* Is now within the stale window the stored Cache-Control gives with
+ * directive `dir` ("stale-if-error=" / "stale-while-revalidate=")? */
+static int
+store_stale_window(const struct cache_obj *o, const char *dir, int64_t now)
+{
+    size_t vl, dl = strlen(dir);
+    const char *cc = store_hdr_get(o->iov[0].iov_base, o->hdr_len, "cache-control", &vl);
+    const char *p = cc ? store_strcasestr_n(cc, vl, dir) : NULL;
+
+    if (p == NULL || p + dl >= cc + vl || p[dl] < '0' || p[dl] > '9')
+        return 0;
+    long long w = strtoll(p + dl, NULL, 10);
+    return w > 0 && now < o->meta.expires + w;
+}
+
 /* stale-if-error (RFC 5861): may the held stale object answer an error? */
 int
 store_stale_on_error(struct conn *c)
 {
     struct req_ctx *q = c->cn_req;
     struct timeval now;
-    size_t vl;
 
     if (q == NULL || !q->obj_held)
         return 0;
-    const char *cc = store_hdr_get(q->obj.iov[0].iov_base, q->obj.hdr_len,
-                                   "cache-control", &vl);
-    if (cc == NULL)
-        return 0;
-    const char *p = store_strcasestr_n(cc, vl, "stale-if-error=");
-    if (p == NULL)
-        return 0;
-    long long w = strtoll(p + 15, NULL, 10);
     event_base_gettimeofday_cached(wk->base, &now);
-    return w > 0 && (int64_t)now.tv_sec < q->obj.meta.expires + w;
+    return store_stale_window(&q->obj, "stale-if-error=", now.tv_sec);
 }
 
 /* ------------------------------------------------------------------ */
@@ -616,6 +637,21 @@ store_serve(struct conn *c, const char *key, size_t keylen, int keep_alive,
         else
             snprintf(cs, sizeof(cs), "cistern; hit; ttl=%lld", (long long)ttl);
         alog_result(c, "TCP_HIT", 0);
+        if (store_send(c, &sc, keep_alive, cs, NULL, 0) < 0) {
+            store_release(c);
+            goto miss;
+        }
+        return STORE_HIT;
+    }
+    /* stale-while-revalidate (RFC 5861): serve it now, refresh it behind. */
+    if (!c->cn_bg && r->method == HTTP_GET && ttl <= 0 && !rcc.no_cache
+        && !(o->meta.flags & (STORE_F_NO_CACHE | STORE_F_MUST_REVALIDATE))
+        && store_stale_window(o, "stale-while-revalidate=", now.tv_sec)) {
+        store_cond_from(&sc, r);
+        snprintf(cs, sizeof(cs), "cistern; hit; ttl=%lld; detail=stale-while-revalidate",
+                 (long long)ttl);
+        alog_result(c, "TCP_HIT", 0);
+        conn_bg_revalidate(c, key, keylen);
         if (store_send(c, &sc, keep_alive, cs, NULL, 0) < 0) {
             store_release(c);
             goto miss;
@@ -751,8 +787,14 @@ store_fill_begin(const char *key, size_t keylen, const struct http_req *resp,
                                  rec->heuristic_min_lifetime, rec->heuristic_max_lifetime);
     if (req_auth && !cc.public_ && cc.s_maxage < 0 && !cc.must_revalidate)
         return "authorization";
-    if (cc.no_store)
+    /* must-understand (RFC 9111 5.2.2.3): store only a status whose
+     * caching rules we implement, and then no-store does not apply. */
+    if (cc.must_understand) {
+        if (!cachectl_status_understood(resp->status))
+            return "must-understand";
+    } else if (cc.no_store) {
         return "no-store";
+    }
     if (cc.private_)
         return "private";
     if (resp->status < 200 || resp->status == 206 || resp->status == 304)
@@ -887,6 +929,16 @@ store_validators(struct conn *c, struct buf *b)
     return any;
 }
 
+/* Fields a 304 must not change in what we stored: those describing the
+ * stored body itself (RFC 9111 3.2), besides the ones never stored. */
+static int
+store_keep_on_304(const struct http_req *resp, int i)
+{
+    return store_skip_field(resp, i) || http_field_is(resp, i, "content-encoding")
+           || http_field_is(resp, i, "content-range") || http_field_is(resp, i, "content-md5")
+           || http_field_is(resp, i, "etag");
+}
+
 /* The origin said 304 for the held object: merge its fields into the
  * stored header block (RFC 9111 3.2: every field of the 304 replaces the
  * stored ones of that name, except the framing), store that, and build
@@ -907,6 +959,18 @@ store_refresh(struct conn *c, const struct http_req *resp, int64_t req_time,
 
     if (p == NULL)
         return 0;
+    /* 4.3.4: a 304 whose strong validator is not the stored one selects
+     * no stored response; nothing may be updated from it. */
+    size_t el = 0, sl = 0;
+    int ei = http_field_find(resp, "etag", 0);
+    const char *se = store_hdr_get(blk, o->hdr_len, "etag", &sl);
+    if (ei >= 0) {
+        const char *ev = resp->base + resp->fields[ei].value;
+        el = resp->fields[ei].value_len;
+        if (!(el >= 2 && ev[0] == 'W' && ev[1] == '/')
+            && !(se && sl == el && memcmp(se, ev, el) == 0))
+            return 0;
+    }
     p++;
     len = (size_t)(p - blk);
     if (len >= outlen)
@@ -923,7 +987,7 @@ store_refresh(struct conn *c, const struct http_req *resp, int64_t req_time,
                 const struct http_field *f = &resp->fields[i];
                 replaced = f->name_len == (size_t)(colon - p)
                            && strncasecmp(resp->base + f->name, p, f->name_len) == 0
-                           && !store_skip_field(resp, i);
+                           && !store_keep_on_304(resp, i);
             }
         }
         if (!replaced) {
@@ -937,7 +1001,7 @@ store_refresh(struct conn *c, const struct http_req *resp, int64_t req_time,
     for (int i = 0; i < resp->nfields; i++) {
         const struct http_field *f = &resp->fields[i];
         size_t fl = f->value + f->value_len - f->name;
-        if (store_skip_field(resp, i))
+        if (store_keep_on_304(resp, i))
             continue;
         if (len + fl + 2 >= outlen)
             return 0;

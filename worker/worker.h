@@ -117,6 +117,8 @@ struct conn {
     size_t           cn_discarded;    /* body bytes dropped for it so far */
     unsigned         cn_nowait:1;     /* waited already: fetch uncollapsed */
     unsigned         cn_collapsed:1;  /* answered by another's fill */
+    unsigned         cn_bg:1;         /* internal: a background revalidation */
+    unsigned         cn_bgclaim:1;    /* ...holding the fill claim cn_whash */
     uint8_t          cn_whash[16];    /* CONN_WAIT: the key waited for */
     struct timeval   cn_wdeadline;
     struct conn     *cn_wnext;        /* the worker's wait list */
@@ -335,7 +337,8 @@ void purge_handle(struct conn *c, const char *key, size_t keylen, int keep_alive
 /* proxy.c */
 int  buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* conn.c: collapsed forwarding */
+/* conn.c: collapsed forwarding, background revalidation */
+void conn_bg_revalidate(struct conn *c, const char *key, size_t keylen);
 void conn_wait_start(struct conn *c, const uint8_t h[16]);
 /* Resume waiters whose fill ended (or, with deadlines_only, whose wait
  * timed out). */
