@@ -65,13 +65,18 @@ cc_walk(const struct http_req *r, const char *field, cc_fn fn, void *arg)
             while (p < end && *p != '=' && *p != ',' && *p != ' ' && *p != '\t')
                 p++;
             size_t nl = (size_t)(p - ns);
+            int bad = 0;
             while (p < end && (*p == ' ' || *p == '\t'))
                 p++;
+            if (p < end && *p == '=' && p > ns + nl)
+                bad = 1;        /* "max-age =5": no whitespace around '=' */
             const char *vs = NULL;
             size_t vl = 0;
             int has_val = 0;
             if (p < end && *p == '=') {
                 p++;
+                if (p < end && (*p == ' ' || *p == '\t'))
+                    bad = 1;
                 while (p < end && (*p == ' ' || *p == '\t'))
                     p++;
                 vs = p;
@@ -86,14 +91,16 @@ cc_walk(const struct http_req *r, const char *field, cc_fn fn, void *arg)
                     if (p < end)
                         p++;
                 } else {
-                    while (p < end && *p != ',' && *p != ' ' && *p != '\t')
+                    /* a token; ";..." after it is a parameter (Surrogate-
+                     * Control targets one), not part of the value */
+                    while (p < end && *p != ',' && *p != ' ' && *p != '\t' && *p != ';')
                         p++;
                 }
                 vl = (size_t)(p - vs);
             }
             while (p < end && *p != ',')
                 p++;
-            if (nl)
+            if (nl && !bad)
                 fn(arg, ns, nl, vs, vl, has_val);
         }
     }
@@ -110,11 +117,23 @@ cc_resp_one(void *arg, const char *name, size_t nl, const char *val, size_t vl,
     if (IS("no-store")) {
         cc->no_store = 1;
     } else if (IS("no-cache")) {
-        /* no-cache="field" only forbids reusing those fields without
-         * revalidation; treating it as plain no-cache is the safe side. */
-        cc->no_cache = 1;
+        /* no-cache="a, b" (5.2.2.4): only those fields need validation;
+         * we store the response without them.  Bare no-cache: always
+         * validate. */
+        if (has_val && vl >= 2 && val[0] == '"') {
+            cc->omit_fields = val + 1;
+            cc->omit_len = vl - 2;
+        } else {
+            cc->no_cache = 1;
+        }
     } else if (IS("private")) {
-        cc->private_ = 1;
+        /* private="a" (5.2.2.7): a shared cache may store the rest */
+        if (has_val && vl >= 2 && val[0] == '"') {
+            cc->omit_fields2 = val + 1;
+            cc->omit_len2 = vl - 2;
+        } else {
+            cc->private_ = 1;
+        }
     } else if (IS("public")) {
         cc->public_ = 1;
     } else if (IS("must-revalidate")) {
@@ -354,7 +373,10 @@ cc_mktime(int y, int mon, int d, int h, int mi, int s)
 
     if (mon < 0 || d < 1 || d > mdays[mon] || h > 23 || mi > 59 || s > 60 || y < 1900)
         return -1;
-    return (time_t)(cc_days(y, mon + 1, d) * 86400 + h * 3600 + mi * 60 + s);
+    time_t t = (time_t)(cc_days(y, mon + 1, d) * 86400 + h * 3600 + mi * 60 + s);
+    /* A valid date before 1970 is simply long ago: the epoch serves, and
+     * -1 stays free to mean "invalid". */
+    return t < 0 ? 0 : t;
 }
 
 time_t

@@ -22,6 +22,9 @@ struct cc_resp {
              must_revalidate:1, proxy_revalidate:1, immutable:1,
              no_transform:1, invalid:1, must_understand:1;
     int64_t  max_age, s_maxage;
+    /* fields listed by no-cache="..." and private="...": never stored */
+    const char *omit_fields, *omit_fields2;
+    size_t   omit_len, omit_len2;
     int64_t  stale_while_revalidate, stale_if_error;
 };
 

@@ -79,7 +79,8 @@ http_head_scan(struct http_req *r, const char *buf, size_t len,
             size_t pending = len - pos;
 
             r->scan_pos = (uint32_t)pos;
-            if (r->nlines == 0 && pending > lim->line_max) {
+            /* +1: a line of exactly line_max may wait here for its LF */
+            if (r->nlines == 0 && pending > lim->line_max + 1) {
                 r->reason = "request line too long";
                 return 414;
             }
@@ -353,6 +354,8 @@ http_cb_headers_complete(http_parser *p)
     return r->skip_body ? 1 : 0;
 }
 
+static void http_body_init(struct http_req *r);
+
 static const http_parser_settings http_settings = {
     .on_headers_complete = http_cb_headers_complete,
     .on_body = http_cb_body,
@@ -412,6 +415,7 @@ http_req_framing(struct http_req *r)
             }
         }
     }
+    r->te_chunked_last = te_chunked_count == 1 && te_chunked_last;
     if (!have_te)
         return HTTP_OK;
     if (r->content_length >= 0)
@@ -623,6 +627,7 @@ http_req_parse(struct http_req *r, char *head)
     }
     if (r->body_done != !r->has_body)
         return http_refuse(r, 400, "ambiguous message framing");
+    http_body_init(r);
     return HTTP_OK;
 }
 
@@ -682,7 +687,12 @@ http_resp_parse(struct http_req *r, char *head, int req_method)
         /* Same smuggling rules as requests, except that a response without
          * chunked last is read until close (RFC 9112 6.3 item 4). */
         rc = http_req_framing(r);
-        if (rc == 501) {
+        if (rc == 501 && r->te_chunked_last) {
+            /* "gzip, chunked": we could frame it but not undo the gzip,
+             * and must not pass it on relabelled as plain chunked */
+            r->status = 0;
+            return http_refuse(r, 502, "transfer coding not supported");
+        } else if (rc == 501) {
             r->until_close = 1;
         } else if (rc != HTTP_OK) {
             r->status = 0;
@@ -704,7 +714,27 @@ http_resp_parse(struct http_req *r, char *head, int req_method)
         http_parser_pause(&r->parser, 0);
     else if (HTTP_PARSER_ERRNO(&r->parser) != HPE_OK || n != r->head_len)
         return http_refuse(r, 502, "malformed response from the origin");
+    http_body_init(r);
     return HTTP_OK;
+}
+
+/* Chunked decoder states (RFC 9112 7.1), strict: CRLF everywhere, no
+ * bare CR or LF, bounded extensions and trailers. */
+enum {
+    CS_SIZE = 0, CS_SIZE_BWS, CS_EXT, CS_SIZE_LF, CS_DATA, CS_DATA_CR,
+    CS_DATA_LF, CS_TRAILER, CS_TRAILER_LINE, CS_TRAILER_LF, CS_END_LF,
+};
+#define HTTP_CHUNK_EXT_MAX   4096
+#define HTTP_TRAILER_MAX     16384
+
+/* Set up the body decoder once the head is parsed. */
+static void
+http_body_init(struct http_req *r)
+{
+    r->bstate = CS_SIZE;
+    r->bcount = 0;
+    r->bleft = r->chunked ? 0 : (r->content_length > 0 ? (uint64_t)r->content_length : 0);
+    r->body_done = !r->has_body;
 }
 
 int
@@ -714,38 +744,162 @@ http_body_eof(struct http_req *r)
         return HTTP_OK;
     if (!r->until_close)
         return 400;
-    http_parser_execute(&r->parser, &http_settings, NULL, 0);
-    if (HTTP_PARSER_ERRNO(&r->parser) == HPE_PAUSED)
-        http_parser_pause(&r->parser, 0);
-    return r->body_done ? HTTP_OK : 400;
+    r->body_done = 1;
+    return HTTP_OK;
+}
+
+static int
+http_chunk_fail(struct http_req *r, const char *why)
+{
+    r->reason = why;
+    return 400;
 }
 
 int
 http_req_body(struct http_req *r, const char *buf, size_t len, size_t *used,
               http_body_sink sink, void *arg)
 {
-    size_t n;
+    size_t i = 0;
 
     *used = 0;
     if (r->body_done)
         return HTTP_OK;
     if (len == 0)
         return HTTP_AGAIN;
-    r->sink = sink;
-    r->sink_arg = arg;
-    n = http_parser_execute(&r->parser, &http_settings, buf, len);
-    r->sink = NULL;
-    if (HTTP_PARSER_ERRNO(&r->parser) == HPE_PAUSED) {
-        http_parser_pause(&r->parser, 0);
+    if (r->until_close) {
+        if (sink)
+            sink(arg, buf, len);
+        *used = len;
+        return HTTP_AGAIN;
+    }
+    if (!r->chunked) {
+        size_t n = len < r->bleft ? len : (size_t)r->bleft;
+        if (sink && n)
+            sink(arg, buf, n);
+        r->bleft -= n;
         *used = n;
-        return HTTP_OK;
+        if (r->bleft == 0)
+            r->body_done = 1;
+        return r->body_done ? HTTP_OK : HTTP_AGAIN;
     }
-    if (HTTP_PARSER_ERRNO(&r->parser) != HPE_OK) {
-        r->reason = http_errno_description(HTTP_PARSER_ERRNO(&r->parser));
-        return 400;
+
+    while (i < len) {
+        unsigned char ch = (unsigned char)buf[i];
+
+        switch (r->bstate) {
+        case CS_SIZE: {
+            int v = ch >= '0' && ch <= '9' ? ch - '0'
+                  : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                  : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+            if (v >= 0) {
+                if (r->bcount >= 15)
+                    return http_chunk_fail(r, "chunk size too large");
+                r->bleft = r->bleft * 16 + (uint64_t)v;
+                r->bcount++;
+            } else if (r->bcount == 0) {
+                return http_chunk_fail(r, "bad chunk size");
+            } else if (ch == '\r') {
+                r->bstate = CS_SIZE_LF;
+            } else if (ch == ';') {
+                r->bstate = CS_EXT;
+                r->bcount = 0;
+            } else if (ch == ' ' || ch == '\t') {
+                r->bstate = CS_SIZE_BWS;
+            } else {
+                return http_chunk_fail(r, "bad chunk size");
+            }
+            i++;
+            break;
+        }
+        case CS_SIZE_BWS:
+            /* BWS may only lead to an extension */
+            if (ch == ';') {
+                r->bstate = CS_EXT;
+                r->bcount = 0;
+            } else if (ch != ' ' && ch != '\t') {
+                return http_chunk_fail(r, "bad chunk size line");
+            }
+            i++;
+            break;
+        case CS_EXT:
+            if (ch == '\r') {
+                r->bstate = CS_SIZE_LF;
+            } else if ((ch < 0x20 && ch != '\t') || ch == 0x7f) {
+                return http_chunk_fail(r, "control character in a chunk extension");
+            } else if (++r->bcount > HTTP_CHUNK_EXT_MAX) {
+                return http_chunk_fail(r, "chunk extension too long");
+            }
+            i++;
+            break;
+        case CS_SIZE_LF:
+            if (ch != '\n')
+                return http_chunk_fail(r, "bare CR in a chunk size line");
+            i++;
+            r->bcount = 0;
+            r->bstate = r->bleft == 0 ? CS_TRAILER : CS_DATA;
+            break;
+        case CS_DATA: {
+            size_t n = len - i < r->bleft ? len - i : (size_t)r->bleft;
+            if (sink)
+                sink(arg, buf + i, n);
+            i += n;
+            r->bleft -= n;
+            if (r->bleft == 0)
+                r->bstate = CS_DATA_CR;
+            break;
+        }
+        case CS_DATA_CR:
+            if (ch != '\r')
+                return http_chunk_fail(r, "chunk data not followed by CRLF");
+            i++;
+            r->bstate = CS_DATA_LF;
+            break;
+        case CS_DATA_LF:
+            if (ch != '\n')
+                return http_chunk_fail(r, "chunk data not followed by CRLF");
+            i++;
+            r->bstate = CS_SIZE;
+            r->bcount = 0;
+            r->bleft = 0;
+            break;
+        case CS_TRAILER:        /* at the start of a trailer line */
+            if (ch == '\r') {
+                r->bstate = CS_END_LF;
+            } else if (ch == '\n' || ch == ' ' || ch == '\t') {
+                return http_chunk_fail(r, "malformed trailer");
+            } else {
+                r->bstate = CS_TRAILER_LINE;
+                if (++r->bcount > HTTP_TRAILER_MAX)
+                    return http_chunk_fail(r, "trailer section too large");
+            }
+            i++;
+            break;
+        case CS_TRAILER_LINE:
+            if (ch == '\r')
+                r->bstate = CS_TRAILER_LF;
+            else if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+                return http_chunk_fail(r, "control character in a trailer");
+            else if (++r->bcount > HTTP_TRAILER_MAX)
+                return http_chunk_fail(r, "trailer section too large");
+            i++;
+            break;
+        case CS_TRAILER_LF:
+            if (ch != '\n')
+                return http_chunk_fail(r, "bare CR in a trailer");
+            i++;
+            r->bstate = CS_TRAILER;
+            break;
+        case CS_END_LF:
+            if (ch != '\n')
+                return http_chunk_fail(r, "bare CR after the last chunk");
+            i++;
+            r->body_done = 1;
+            *used = i;
+            return HTTP_OK;
+        }
     }
-    *used = n;
-    return r->body_done ? HTTP_OK : HTTP_AGAIN;
+    *used = i;
+    return HTTP_AGAIN;
 }
 
 const char *

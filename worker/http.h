@@ -14,10 +14,13 @@
  *     when it grows), then applies the semantic checks: Host, Content-Length
  *     vs Transfer-Encoding, transfer codings, version, target form.
  *
- * The body, if any, is then fed through http_req_body(), which uses the same
- * parser (so chunked framing is decoded by one implementation) and stops
+ * The body, if any, is then fed through http_req_body(): a strict framing
+ * decoder of our own (Content-Length, chunked, read-until-close) that stops
  * exactly at the end of the message: bytes after it belong to the next
- * pipelined request.
+ * pipelined request.  Not http-parser's: Debian builds it non-strict, and
+ * it then takes any two bytes after chunk data for the CRLF, which lets a
+ * client frame a body one way for us and another way for a stricter
+ * origin (request smuggling).
  *
  * Nothing here allocates: struct http_req lives in the connection's pooled
  * request context.
@@ -89,6 +92,11 @@ struct http_req {
     uint32_t phrase, phrase_len;  /* reason phrase */
     int      until_close;       /* body delimited by the origin's close */
     int      skip_body;         /* HEAD, 1xx, 204, 304 */
+    int      te_chunked_last;   /* Transfer-Encoding ends in chunked */
+    /* body framing state (http_req_body) */
+    int      bstate;            /* chunked decoder state */
+    uint64_t bleft;             /* bytes left: of the body (CL) or chunk */
+    uint32_t bcount;            /* digits / extension / trailer bytes */
     const char *reason;         /* why a request was refused */
 };
 

@@ -52,11 +52,15 @@ resp_simple(struct conn *c, int status, const char *conn_hdr,
         return -1;
     if (b->size - b->end < need && buf_grow(b, need) < 0)
         return -1;
+    /* Cache-Status on every response (RFC 9211): ours are not cacheable
+     * answers unless the caller says otherwise. */
+    int own_cs = extra && strstr(extra, "Cache-Status:") != NULL;
     n = snprintf(b->data + b->end, b->size - b->end,
                  "HTTP/1.1 %d %s\r\nDate: %s\r\nServer: cistern\r\n"
                  "Content-Type: text/plain; charset=utf-8\r\n"
-                 "Content-Length: %zu\r\n%s%s\r\n%s%s",
+                 "Content-Length: %zu\r\n%s%s%s\r\n%s%s",
                  status, http_status_text(status), resp_date(), blen,
+                 own_cs ? "" : "Cache-Status: cistern; fwd=bypass\r\n",
                  conn_hdr, extra ? extra : "",
                  (body && !head_only) ? body : "",
                  (body && !head_only) ? "\r\n" : "");

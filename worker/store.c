@@ -833,6 +833,16 @@ store_fill_begin(const char *key, size_t keylen, const struct http_req *resp,
 
         if (store_skip_field(resp, i))
             continue;
+        if (cc.omit_fields || cc.omit_fields2) {
+            char nm[128];
+            if (f->name_len < sizeof(nm)) {
+                memcpy(nm, resp->base + f->name, f->name_len);
+                nm[f->name_len] = '\0';
+                if ((cc.omit_fields && http_list_has(cc.omit_fields, cc.omit_len, nm))
+                    || (cc.omit_fields2 && http_list_has(cc.omit_fields2, cc.omit_len2, nm)))
+                    continue;
+            }
+        }
         if (len + fl + 2 >= sizeof(hdr))
             return "header-too-large";
         memcpy(hdr + len, resp->base + f->name, fl);
@@ -959,18 +969,6 @@ store_refresh(struct conn *c, const struct http_req *resp, int64_t req_time,
 
     if (p == NULL)
         return 0;
-    /* 4.3.4: a 304 whose strong validator is not the stored one selects
-     * no stored response; nothing may be updated from it. */
-    size_t el = 0, sl = 0;
-    int ei = http_field_find(resp, "etag", 0);
-    const char *se = store_hdr_get(blk, o->hdr_len, "etag", &sl);
-    if (ei >= 0) {
-        const char *ev = resp->base + resp->fields[ei].value;
-        el = resp->fields[ei].value_len;
-        if (!(el >= 2 && ev[0] == 'W' && ev[1] == '/')
-            && !(se && sl == el && memcmp(se, ev, el) == 0))
-            return 0;
-    }
     p++;
     len = (size_t)(p - blk);
     if (len >= outlen)
