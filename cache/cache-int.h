@@ -153,7 +153,18 @@ struct cache_ringmeta {
 /* ------------------------------------------------------------------ */
 /* Shared area */
 #define CACHE_SHM_MAGIC   0x4353484du   /* "CSHM" */
-#define CACHE_SHM_VERSION 1u
+#define CACHE_SHM_VERSION 2u
+
+/* Frequency table (S3-FIFO, FORMAT.md "Eviction"): one saturating byte
+ * counter per hashed key, bumped on hits; a record is rewritten at the
+ * head when its counter is >= CACHE_FREQ_HOT as the head reaches it, and
+ * the rewrite costs it one.  Max 3 as in S3-FIFO's two-bit counters: an
+ * object nobody asks for any more survives at most three more laps. */
+#define CACHE_FREQ_MAX      3u          /* 2 bits; see ring.c for the 6-bit tag */
+#define CACHE_FREQ_HOT      1u
+#define CACHE_FREQ_PER      4096u       /* one counter per 4 KiB of content */
+#define CACHE_FREQ_MIN      4096u       /* counters, at least */
+#define CACHE_FREQ_CAP      (1u << 25)  /* and at most 32 MiB of shm */
 
 struct cache_shm {
     uint32_t magic;
@@ -166,6 +177,10 @@ struct cache_shm {
     uint32_t pad;
     uint64_t counters_off;      /* struct cache_counters [nslots] */
     uint64_t pins_off;          /* uint64_t [nslots][pin_words] */
+    uint64_t freq_off;          /* uint8_t [freq_mask + 1]: hit counters */
+    uint64_t freq_mask;         /* counters - 1 (a power of two) */
+    uint32_t eviction;          /* enum cache_eviction */
+    uint32_t pad2;
     pthread_mutex_t alloc_mx;   /* robust, process-shared: ring allocation */
     /* Ring control: written under alloc_mx, read lock-free (seq_cst). */
     uint64_t cur_seg;
@@ -174,6 +189,10 @@ struct cache_shm {
     uint64_t store_id;          /* which store they describe; 0 = not loaded yet */
     uint32_t epoch;
     uint32_t trust_epoch;
+    /* Eviction: the absolute segment whose slot was last prepared (its
+     * hot records rewritten at the head), claimed by compare-and-swap so
+     * one process prepares each segment. */
+    uint64_t evict_next;
     struct cache_counters retired;
 };
 
@@ -230,6 +249,7 @@ struct cache {
     uint8_t         sweep_key[16];
     int             sweep_have_key;
     unsigned        puts;       /* index puts by this process */
+    int             in_evict;   /* relocating: its reservations must not recurse */
     struct cache_fill *fills;
     int             nfills;
 };
@@ -267,7 +287,34 @@ cache_seg_of(const struct cache_shm *s, uint64_t abs_off)
 #define CTR_ADD(c, field, n) \
     __atomic_store_n(&(c)->ctr->field, (c)->ctr->field + (n), __ATOMIC_RELAXED)
 
+/* Where absolute offset abs_off lives in the mapping. */
+static inline uint8_t *
+cache_ring_ptr(const struct cache *c, uint64_t abs_off)
+{
+    return c->ring + (uint64_t)cache_seg_of(c->shm, abs_off) * c->g.seg_size
+           + abs_off % c->g.seg_size;
+}
+
+uint32_t cache_freq_get(const struct cache *c, const uint8_t hash[16]);
+void     cache_freq_bump(const struct cache *c, const uint8_t hash[16]);
+uint32_t cache_freq_decay(const struct cache *c, const uint8_t hash[16]);
+void     cache_freq_clear(const struct cache *c, const uint8_t hash[16]);
+
+/* ---- store.c ---- */
+int      cache_evict_ahead(struct cache *c);
+int      cache_evict_segment(struct cache *c, uint64_t abs_seg);
+
 /* ---- index.c ---- */
+/* One compare-and-swap of a relocation batch (cache_index_swap). */
+struct cache_swap {
+    uint8_t          hash[16];
+    uint64_t         old_off;       /* the entry must still be (off, body_off) */
+    uint64_t         old_body_off;
+    struct cache_ent ne;            /* ... and then becomes this */
+    int              done;          /* out: 1 swapped, 0 condition failed */
+};
+int      cache_index_swap(struct cache *c, struct cache_swap *sw, int n);
+
 int      cache_index_open(struct cache *c, int create, char *err, size_t errlen);
 void     cache_index_close(struct cache *c);
 int      cache_index_get(struct cache *c, const uint8_t hash[16], struct cache_ent *e);

@@ -36,6 +36,15 @@ struct cache_conf {
     size_t      index_mapsize;   /* LMDB map size; 0 = size / 32, at least 1 MiB */
     int         verify;          /* 1 = verify the body checksum on every hit (debug) */
     int         max_fills;       /* concurrent fills per process; 0 = 256 */
+    int         eviction;        /* enum cache_eviction; 0 = the default (S3-FIFO) */
+};
+
+/* What happens to the records of a segment the write head is about to
+ * enter (FORMAT.md, "Eviction").  Read from the conf given to
+ * cache_shm_init(): one policy per shared area. */
+enum cache_eviction {
+    CACHE_EVICT_S3FIFO = 0,      /* hot, fresh records are rewritten at the head */
+    CACHE_EVICT_FIFO = 1,        /* plain ring: everything in the segment goes */
 };
 
 /* Metadata stored with an object (and returned by a lookup). */
@@ -82,8 +91,10 @@ struct cache_counters {
     uint64_t bytes_written;       /* record bytes committed */
     uint64_t evictions;           /* index entries dropped (lapped, evicted, damaged) */
     uint64_t corrupt;             /* records that failed validation */
+    uint64_t relocations;         /* hot objects rewritten at the head (S3-FIFO) */
+    uint64_t bytes_relocated;     /* record bytes those rewrites wrote */
 } __attribute__((aligned(64)));
-#define CACHE_NCOUNTERS 8
+#define CACHE_NCOUNTERS 10
 
 struct cache_stats {
     struct cache_counters c;      /* retired + every slot */

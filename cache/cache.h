@@ -62,7 +62,8 @@ void cache_key_hash(const struct cache *c, const char *key, size_t len,
 int64_t cache_max_doc_size(const struct cache *c);
 
 /* Look key up.  CACHE_OK: *obj holds iovecs into the mapping and metadata,
- * and stays valid (pinned) until cache_obj_release().  CACHE_MISS: nothing
+ * and stays valid (pinned) until cache_obj_release(); the hit is counted
+ * for eviction (a relaxed store in shm).  CACHE_MISS: nothing
  * usable (absent, overwritten, damaged).  Never copies or allocates. */
 int cache_lookup(struct cache *c, const char *key, size_t keylen,
                  struct cache_obj *obj);
@@ -72,7 +73,9 @@ void cache_obj_release(struct cache *c, struct cache_obj *obj);
 
 /* Start storing an object: reserve ring space for the record (exactly, when
  * body_len >= 0; a growing extent when body_len == -1) and copy key and
- * header block in.  Returns CACHE_OK with *out set, or CACHE_TOOBIG,
+ * header block in.  The call whose reservation enters a new segment also
+ * does the eviction work for the next one (FORMAT.md: at most half a
+ * segment copied).  Returns CACHE_OK with *out set, or CACHE_TOOBIG,
  * CACHE_FULL (no space now), CACHE_BUSY (no free fill slot), CACHE_INVAL. */
 int cache_fill_begin(struct cache *c, const char *key, size_t keylen,
                      const struct cache_meta *meta, const void *hdr,
@@ -126,7 +129,8 @@ int cache_remove(struct cache *c, const char *key, size_t keylen);
 /* Cache manager housekeeping, call about once a second: sync LMDB to disk,
  * clear stale reader slots, evict at the index high-water mark, and sweep
  * (bounded batch) index entries whose bytes were overwritten or which need
- * verification after an unclean shutdown.  Returns the number of entries
+ * verification after an unclean shutdown; and, as a backstop, prepare the
+ * next segment for S3-FIFO eviction if no worker did.  Returns the number of entries
  * removed (>= 0) or CACHE_ERROR. */
 int cache_manager_tick(struct cache *c);
 

@@ -351,6 +351,70 @@ cache_index_put_if(struct cache *c, const uint8_t hash[16], const struct cache_e
 }
 
 /*
+ * Relocation batch (S3-FIFO eviction, store.c): in one write txn, replace
+ * each sw[i].hash's entry by sw[i].ne only while it is still the version
+ * the relocation copied, i.e. a valid OBJECT entry with the same off and
+ * body_off (a fill, a header refresh or a removal since then makes the
+ * swap a no-op: a relocation never resurrects a removed object, never
+ * undoes a refresh, never replaces a newer body).  Sets sw[i].done.  The
+ * ring record goes in the same txn, as with every put.  Returns the number
+ * swapped, CACHE_FULL or CACHE_ERROR (then nothing was swapped).
+ */
+int
+cache_index_swap(struct cache *c, struct cache_swap *sw, int n)
+{
+    MDB_txn *txn;
+    MDB_val k, v;
+    struct cache_ent cur;
+    int rc = 0, done;
+
+    for (int attempt = 0; attempt < 2; attempt++) {
+        done = 0;
+        for (int i = 0; i < n; i++)
+            sw[i].done = 0;
+        if ((rc = mdb_txn_begin(c->env, NULL, 0, &txn)) != 0)
+            break;
+        for (int i = 0; i < n && rc == 0; i++) {
+            k.mv_size = 16;
+            k.mv_data = sw[i].hash;
+            rc = mdb_get(txn, c->dbi_obj, &k, &v);
+            if (rc == MDB_NOTFOUND) {
+                rc = 0;
+                continue;
+            }
+            if (rc != 0 || v.mv_size != sizeof(cur))
+                continue;
+            memcpy(&cur, v.mv_data, sizeof(cur));
+            if (!cache_ent_valid(&cur) || cur.type != CACHE_ENT_OBJECT
+                || cur.off != sw[i].old_off || cur.body_off != sw[i].old_body_off)
+                continue;
+            v.mv_size = sizeof(sw[i].ne);
+            v.mv_data = &sw[i].ne;
+            if ((rc = mdb_put(txn, c->dbi_obj, &k, &v, 0)) == 0) {
+                sw[i].done = 1;
+                done++;
+            }
+        }
+        if (rc == 0)
+            rc = put_ringmeta(c, txn);
+        if (rc != 0) {
+            mdb_txn_abort(txn);
+        } else if ((rc = mdb_txn_commit(txn)) == 0) {
+            return done;
+        }
+        if (rc != MDB_MAP_FULL)
+            break;
+        cache_index_evict(c);
+    }
+    for (int i = 0; i < n; i++)
+        sw[i].done = 0;
+    if (rc == MDB_MAP_FULL)
+        return CACHE_FULL;
+    log_error("cache: relocation put: %s", mdb_strerror(rc));
+    return CACHE_ERROR;
+}
+
+/*
  * Delete the entry for hash; when only_if is given, only if the stored
  * entry still points at only_if->off (it was not replaced meanwhile).
  * Returns CACHE_OK, CACHE_MISS, CACHE_ERROR.

@@ -5,6 +5,7 @@
  *     struct cache_shm                 control words, robust mutex
  *     struct cache_counters [nslots]   one per process slot
  *     uint64_t pins[nslots][pin_words] one bit per segment per slot
+ *     uint8_t freq[freq_mask + 1]      hit counters for S3-FIFO eviction
  *
  * Ring.  Content space is nseg segments of seg_size bytes.  Positions are
  * absolute 64-bit byte counts that only grow; absolute segment number
@@ -34,6 +35,10 @@
  * never wait: a slow client holding a pin costs one segment of capacity per
  * lap, never a stalled worker.  Only the owner writes its bitmap; the
  * master clears a dead slot's bitmap before the slot is reused.
+ *
+ * Eviction.  A reservation that enters segment A then (lock dropped)
+ * prepares A + 1: store.c rewrites its hot records at the head
+ * (FORMAT.md, "Eviction").  The frequency counters it reads live here.
  */
 #include "config.h"
 
@@ -79,16 +84,35 @@ cache_geom_compute(const struct cache_conf *cf, struct cache_geom *g)
     return 0;
 }
 
+/* Counters in the frequency table for geometry g: one per CACHE_FREQ_PER
+ * bytes of content (the index is sized for ~4 KiB objects too), a power
+ * of two between CACHE_FREQ_MIN and CACHE_FREQ_CAP.  Past the cap (stores
+ * over 128 GiB) several keys share a counter: a cold object then looks
+ * hot now and then, which costs some relocation budget, never
+ * correctness. */
+static uint64_t
+freq_entries(const struct cache_geom *g)
+{
+    uint64_t want = (uint64_t)g->nseg * g->seg_size / CACHE_FREQ_PER, n = CACHE_FREQ_MIN;
+
+    while (n < want && n < CACHE_FREQ_CAP)
+        n *= 2;
+    return n;
+}
+
 static size_t
-shm_layout(uint32_t nseg, int nslots, size_t *counters_off, size_t *pins_off,
-           uint32_t *pin_words)
+shm_layout(const struct cache_geom *g, int nslots, size_t *counters_off, size_t *pins_off,
+           uint32_t *pin_words, size_t *freq_off)
 {
     size_t off = ALIGN64(sizeof(struct cache_shm));
-    *pin_words = (nseg + 63) / 64;
+    *pin_words = (g->nseg + 63) / 64;
     *counters_off = off;
     off += (size_t)nslots * sizeof(struct cache_counters);
     *pins_off = off;
     off += (size_t)nslots * *pin_words * sizeof(uint64_t);
+    off = ALIGN64(off);
+    *freq_off = off;
+    off += (size_t)freq_entries(g);
     return ALIGN64(off);
 }
 
@@ -99,12 +123,12 @@ size_t
 cache_shm_size(const struct cache_conf *cf, int nslots)
 {
     struct cache_geom g;
-    size_t co, po;
+    size_t co, po, fo;
     uint32_t pw;
 
     if (nslots <= 0 || cache_geom_compute(cf, &g) < 0)
         return 0;
-    return shm_layout(g.nseg, nslots, &co, &po, &pw);
+    return shm_layout(&g, nslots, &co, &po, &pw, &fo);
 }
 
 /*
@@ -116,13 +140,14 @@ cache_shm_init(void *area, size_t len, const struct cache_conf *cf, int nslots)
     struct cache_geom g;
     struct cache_shm *s = area;
     pthread_mutexattr_t ma;
-    size_t co, po, need;
+    size_t co, po, fo, need;
     uint32_t pw;
 
     if (area == NULL || (uintptr_t)area % _Alignof(struct cache_shm) != 0
-        || nslots <= 0 || cache_geom_compute(cf, &g) < 0)
+        || nslots <= 0 || cache_geom_compute(cf, &g) < 0
+        || (cf->eviction != CACHE_EVICT_S3FIFO && cf->eviction != CACHE_EVICT_FIFO))
         return CACHE_INVAL;
-    need = shm_layout(g.nseg, nslots, &co, &po, &pw);
+    need = shm_layout(&g, nslots, &co, &po, &pw, &fo);
     if (len < need)
         return CACHE_INVAL;
     memset(area, 0, need);
@@ -133,6 +158,9 @@ cache_shm_init(void *area, size_t len, const struct cache_conf *cf, int nslots)
     s->pin_words = pw;
     s->counters_off = co;
     s->pins_off = po;
+    s->freq_off = fo;
+    s->freq_mask = freq_entries(&g) - 1;
+    s->eviction = (uint32_t)cf->eviction;
     if (pthread_mutexattr_init(&ma) != 0)
         return CACHE_ERROR;
     if (pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED) != 0
@@ -157,7 +185,8 @@ cache_shm_get(void *area)
         return NULL;
     if (__atomic_load_n(&s->magic, __ATOMIC_ACQUIRE) != CACHE_SHM_MAGIC
         || s->version != CACHE_SHM_VERSION || s->nslots == 0 || s->nseg == 0
-        || s->pin_words != (s->nseg + 63) / 64)
+        || s->pin_words != (s->nseg + 63) / 64 || (s->freq_mask & (s->freq_mask + 1)) != 0
+        || s->freq_off + s->freq_mask + 1 > s->len)
         return NULL;
     return s;
 }
@@ -284,6 +313,11 @@ cache_ring_reserve(struct cache *c, uint64_t len, uint64_t *off)
         __atomic_store_n(&s->head, a * s->seg_size + len, __ATOMIC_SEQ_CST);
         *off = a * s->seg_size;
         cache_ring_unlock(s);
+        /* The head just entered a: the next segment it enters is a + 1, so
+         * this is the moment to save what is hot there (while a has a
+         * whole segment of room for it).  Not under the lock. */
+        if (!c->in_evict && s->eviction == CACHE_EVICT_S3FIFO)
+            cache_evict_ahead(c);
         return CACHE_OK;
     }
     cache_ring_unlock(s);
@@ -334,6 +368,79 @@ cache_ring_trim(struct cache *c, uint64_t off, uint64_t old_len, uint64_t new_le
     }
     cache_ring_unlock(s);
     return done;
+}
+
+/* ------------------------------------------------------------------ */
+/* Frequency counters (S3-FIFO).  One byte per hashed key in shm: a 2-bit
+ * count and a 6-bit tag (other bits of the key hash than the ones that
+ * chose the byte).  The tag keeps two keys sharing a byte apart: a cold
+ * key does not read a hot key's count (so is not relocated for it), and
+ * relocating it does not decay the hot key's count.  When a hit on another
+ * key lands on a counted byte, the owner ages by one and the byte changes
+ * hands at 0 (the more popular key keeps it).  Touched with relaxed loads
+ * and stores only: two processes bumping at once may lose one bump, which
+ * an approximate popularity count can afford, and a saturated counter is
+ * only read, so a hot object's line is not bounced between CPUs by its
+ * hits. */
+
+#define FREQ_TAG(h)   ((uint8_t)(((h) >> 58) << 2))     /* high 6 bits */
+#define FREQ_CNT      3u
+
+static uint8_t *
+freq_slot(const struct cache *c, const uint8_t hash[16], uint8_t *tag)
+{
+    uint64_t h;
+
+    memcpy(&h, hash + 8, sizeof(h));
+    *tag = FREQ_TAG(h);
+    return (uint8_t *)c->shm + c->shm->freq_off + (h & c->shm->freq_mask);
+}
+
+uint32_t
+cache_freq_get(const struct cache *c, const uint8_t hash[16])
+{
+    uint8_t tag, v = __atomic_load_n(freq_slot(c, hash, &tag), __ATOMIC_RELAXED);
+
+    return (v & ~FREQ_CNT) == tag ? v & FREQ_CNT : 0;
+}
+
+/* A hit: one more, up to CACHE_FREQ_MAX. */
+void
+cache_freq_bump(const struct cache *c, const uint8_t hash[16])
+{
+    uint8_t tag, *p = freq_slot(c, hash, &tag), v = __atomic_load_n(p, __ATOMIC_RELAXED);
+    uint8_t n;
+
+    if ((v & ~FREQ_CNT) == tag)
+        n = (v & FREQ_CNT) < CACHE_FREQ_MAX ? (uint8_t)(v + 1) : v;
+    else if ((v & FREQ_CNT) > 1)
+        n = (uint8_t)(v - 1);           /* another key's: it ages */
+    else
+        n = (uint8_t)(tag | 1);         /* free (or nearly): ours now */
+    if (n != v)
+        __atomic_store_n(p, n, __ATOMIC_RELAXED);
+}
+
+/* A lap survived: one less.  Returns the count before. */
+uint32_t
+cache_freq_decay(const struct cache *c, const uint8_t hash[16])
+{
+    uint8_t tag, *p = freq_slot(c, hash, &tag), v = __atomic_load_n(p, __ATOMIC_RELAXED);
+
+    if ((v & ~FREQ_CNT) != tag)
+        return 0;
+    if (v & FREQ_CNT)
+        __atomic_store_n(p, (uint8_t)(v - 1), __ATOMIC_RELAXED);
+    return v & FREQ_CNT;
+}
+
+void
+cache_freq_clear(const struct cache *c, const uint8_t hash[16])
+{
+    uint8_t tag, *p = freq_slot(c, hash, &tag), v = __atomic_load_n(p, __ATOMIC_RELAXED);
+
+    if ((v & ~FREQ_CNT) == tag && (v & FREQ_CNT))
+        __atomic_store_n(p, tag, __ATOMIC_RELAXED);
 }
 
 /*

@@ -22,6 +22,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache/cache.h"
@@ -1445,6 +1446,477 @@ START_TEST(test_update_race_fill)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* Eviction (S3-FIFO: frequency counters, hot records rewritten at the head) */
+
+/* Start over with a fresh store of this size and eviction policy.  The
+ * eviction tests give the index room (4 MiB): with no manager sweeping,
+ * a full index would raise the ring floor, which evicts hot and cold
+ * alike and is not what they test. */
+static void
+env_reset(int64_t size, int eviction)
+{
+    teardown();
+    memset(&E, 0, sizeof(E));
+    strcpy(E.dir, "/tmp/check_cache.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(E.dir));
+    E.cf.dir = E.dir;
+    E.cf.size = size;
+    E.cf.index_mapsize = 4 * MiB;
+    E.cf.eviction = eviction;
+    env_shm();
+    env_open();
+}
+
+/* put_obj with fresh meta (expires in an hour), or stale when ttl < 0. */
+static int
+put_fresh(struct cache *c, const char *key, size_t len, unsigned seed, int64_t ttl)
+{
+    static uint8_t buf[256 * 1024];
+    struct cache_meta m = { 200, 0, 1000, (int64_t)time(NULL) + ttl };
+    struct cache_fill *f;
+    char hdr[64];
+    int rc, n = snprintf(hdr, sizeof(hdr), "X-Seed: %u\r\n", seed);
+
+    ck_assert_uint_le(len, sizeof(buf));
+    fill_pat(buf, len, seed);
+    if ((rc = cache_fill_begin(c, key, strlen(key), &m, hdr, (size_t)n, (int64_t)len, &f))
+        != CACHE_OK)
+        return rc;
+    if ((rc = cache_fill_write(f, buf, len)) != CACHE_OK) {
+        cache_fill_abort(f);
+        return rc;
+    }
+    return cache_fill_commit(f, NULL);
+}
+
+/* CACHE_OK when key is a hit whose header block is hdr (NULL: X-Seed) and
+ * whose body is exactly pat(seed) of len bytes; *where gets the body's
+ * address in the mapping. */
+static int
+get_fresh(struct cache *c, const char *key, size_t len, unsigned seed, const char *hdr,
+          const uint8_t **where)
+{
+    struct cache_obj o;
+    char want[64];
+    int rc = cache_lookup(c, key, strlen(key), &o);
+
+    if (rc != CACHE_OK)
+        return rc;
+    if (hdr == NULL) {
+        snprintf(want, sizeof(want), "X-Seed: %u\r\n", seed);
+        hdr = want;
+    }
+    ck_assert_uint_eq(o.iov[0].iov_len, strlen(hdr));
+    ck_assert(memcmp(o.iov[0].iov_base, hdr, strlen(hdr)) == 0);
+    ck_assert_uint_eq(o.iov[1].iov_len, len);
+    for (size_t i = 0; i < len; i++)
+        if (((uint8_t *)o.iov[1].iov_base)[i] != pat(seed, i))
+            ck_abort_msg("%s: byte %zu differs", key, i);
+    if (where)
+        *where = o.iov[1].iov_base;
+    cache_obj_release(c, &o);
+    return CACHE_OK;
+}
+
+/* Write `laps` rings' worth of cold 40 KB objects named prefix<n>. */
+static int
+cold_laps(struct cache *c, const char *prefix, double laps, int from)
+{
+    uint64_t ring = (uint64_t)c->g.nseg * c->g.seg_size;
+    char key[32];
+    int n;
+
+    for (n = 0; (double)n * 40000 < laps * (double)ring; n++) {
+        snprintf(key, sizeof(key), "%s%d", prefix, from + n);
+        ck_assert_int_eq(put_fresh(c, key, 40000, (unsigned)(from + n), 3600), CACHE_OK);
+    }
+    return from + n;
+}
+
+START_TEST(test_freq_logic)
+{
+    uint8_t a[16] = { 0 }, b[16] = { 0 };
+    struct cache_obj o;
+
+    a[8] = 1;
+    b[8] = 2;
+    ck_assert_uint_eq(cache_freq_get(E.c, a), 0);
+    cache_freq_bump(E.c, a);
+    ck_assert_uint_eq(cache_freq_get(E.c, a), 1);
+    ck_assert_uint_eq(cache_freq_get(E.c, b), 0);       /* its own counter */
+    for (int i = 0; i < 10; i++)
+        cache_freq_bump(E.c, a);
+    ck_assert_uint_eq(cache_freq_get(E.c, a), CACHE_FREQ_MAX);   /* saturates */
+    ck_assert_uint_eq(cache_freq_decay(E.c, a), CACHE_FREQ_MAX);
+    ck_assert_uint_eq(cache_freq_get(E.c, a), CACHE_FREQ_MAX - 1);
+    for (int i = 0; i < 5; i++)
+        cache_freq_decay(E.c, a);
+    ck_assert_uint_eq(cache_freq_get(E.c, a), 0);       /* and stops at 0 */
+    cache_freq_bump(E.c, a);
+    cache_freq_clear(E.c, a);
+    ck_assert_uint_eq(cache_freq_get(E.c, a), 0);
+    ck_assert_uint_ge(E.c->shm->freq_mask + 1, CACHE_FREQ_MIN);
+
+    /* b shares a's byte (same low bits) with another tag (high bits):
+     * neither reads nor decays a's count; its hits age a's, and take the
+     * byte over once a's count is down to 1 */
+    memcpy(b, a, 16);
+    b[15] ^= 0x80;
+    for (int i = 0; i < 3; i++)
+        cache_freq_bump(E.c, a);
+    ck_assert_uint_eq(cache_freq_get(E.c, b), 0);
+    ck_assert_uint_eq(cache_freq_decay(E.c, b), 0);
+    cache_freq_clear(E.c, b);
+    ck_assert_uint_eq(cache_freq_get(E.c, a), 3);
+    cache_freq_bump(E.c, b);
+    ck_assert_uint_eq(cache_freq_get(E.c, a), 2);
+    ck_assert_uint_eq(cache_freq_get(E.c, b), 0);
+    cache_freq_bump(E.c, b);
+    cache_freq_bump(E.c, b);
+    ck_assert_uint_eq(cache_freq_get(E.c, a), 0);
+    ck_assert_uint_eq(cache_freq_get(E.c, b), 1);
+
+    /* hits bump (a miss and a fill do not) */
+    ck_assert_int_eq(cache_lookup(E.c, "f", 1, &o), CACHE_MISS);
+    ck_assert_int_eq(put_fresh(E.c, "f", 100, 1, 3600), CACHE_OK);
+    cache_key_hash(E.c, "f", 1, a);
+    ck_assert_uint_eq(cache_freq_get(E.c, a), 0);
+    ck_assert_int_eq(get_fresh(E.c, "f", 100, 1, NULL, NULL), CACHE_OK);
+    ck_assert_int_eq(cache_lookup(E.c, "f", 1, &o), CACHE_OK);
+    ck_assert_uint_eq(cache_freq_get(E.c, o.key_hash), 2);
+    cache_obj_release(E.c, &o);
+
+    /* FIFO: no counting at all */
+    env_reset(24 * MiB, CACHE_EVICT_FIFO);
+    ck_assert_int_eq(put_fresh(E.c, "f", 100, 1, 3600), CACHE_OK);
+    ck_assert_int_eq(cache_lookup(E.c, "f", 1, &o), CACHE_OK);
+    ck_assert_uint_eq(cache_freq_get(E.c, o.key_hash), 0);
+    cache_obj_release(E.c, &o);
+}
+END_TEST
+
+/* A hot object survives lap after lap, byte-identical, while the cold
+ * ones written around it pass through; once nobody asks for it any more
+ * it is gone within CACHE_FREQ_MAX + 1 laps. */
+START_TEST(test_evict_hot_survives)
+{
+    struct cache_stats st;
+    const uint8_t *where, *first;
+    int n = 0;
+
+    env_reset(24 * MiB, CACHE_EVICT_S3FIFO);
+
+    ck_assert_int_eq(put_fresh(E.c, "hot", 50000, 77, 3600), CACHE_OK);
+    ck_assert_int_eq(put_fresh(E.c, "warm", 50000, 78, 3600), CACHE_OK);
+    ck_assert_int_eq(get_fresh(E.c, "hot", 50000, 77, NULL, &first), CACHE_OK);
+    ck_assert_int_eq(get_fresh(E.c, "warm", 50000, 78, NULL, NULL), CACHE_OK); /* once */
+    for (int lap = 0; lap < 5; lap++) {
+        int from = n;
+        n = cold_laps(E.c, "c", 1.0, n);
+        ck_assert_int_eq(get_fresh(E.c, "hot", 50000, 77, NULL, &where), CACHE_OK);
+        /* the cold objects of the lap before this one are gone */
+        if (lap > 0) {
+            char key[32];
+            snprintf(key, sizeof(key), "c%d", from - 1 - (n - from) / 2);
+            ck_assert_int_eq(get_fresh(E.c, key, 40000, 0, NULL, NULL), CACHE_MISS);
+        }
+    }
+    ck_assert_ptr_ne(where, first);             /* it moved, and is intact */
+    /* warm was hit once: it got one more lap, not five */
+    ck_assert_int_eq(get_fresh(E.c, "warm", 50000, 78, NULL, NULL), CACHE_MISS);
+    cache_stats_sum(E.area, &st);
+    ck_assert_uint_ge(st.c.relocations, 5);
+    ck_assert_uint_gt(st.c.bytes_relocated, 5 * 50000);
+    ck_assert_uint_ge(E.c->shm->cur_seg, 5 * E.c->g.nseg);
+
+    /* nobody asks any more: at most CACHE_FREQ_MAX more laps */
+    n = cold_laps(E.c, "c", CACHE_FREQ_MAX + 1.5, n);
+    ck_assert_int_eq(get_fresh(E.c, "hot", 50000, 77, NULL, NULL), CACHE_MISS);
+}
+END_TEST
+
+/* The same trace under plain FIFO: the hot object dies in its first lap. */
+START_TEST(test_evict_fifo_mode)
+{
+    struct cache_stats st;
+
+    env_reset(24 * MiB, CACHE_EVICT_FIFO);
+    ck_assert_int_eq(put_fresh(E.c, "hot", 50000, 77, 3600), CACHE_OK);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(get_fresh(E.c, "hot", 50000, 77, NULL, NULL), CACHE_OK);
+    cold_laps(E.c, "c", 1.0, 0);
+    ck_assert_int_eq(get_fresh(E.c, "hot", 50000, 77, NULL, NULL), CACHE_MISS);
+    cache_stats_sum(E.area, &st);
+    ck_assert_uint_eq(st.c.relocations, 0);
+}
+END_TEST
+
+/* Stale (expired) hot objects are not kept, and their counter is reset. */
+START_TEST(test_evict_stale_not_kept)
+{
+    struct cache_obj o;
+    uint8_t hash[16];
+
+    env_reset(24 * MiB, CACHE_EVICT_S3FIFO);
+
+    ck_assert_int_eq(put_fresh(E.c, "stale", 50000, 5, -10), CACHE_OK);
+    ck_assert_int_eq(put_fresh(E.c, "fresh", 50000, 6, 3600), CACHE_OK);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(get_fresh(E.c, "stale", 50000, 5, NULL, NULL), CACHE_OK);
+        ck_assert_int_eq(get_fresh(E.c, "fresh", 50000, 6, NULL, NULL), CACHE_OK);
+    }
+    ck_assert_int_eq(cache_lookup(E.c, "stale", 5, &o), CACHE_OK);
+    memcpy(hash, o.key_hash, 16);
+    cache_obj_release(E.c, &o);
+    cold_laps(E.c, "c", 1.2, 0);
+    ck_assert_int_eq(get_fresh(E.c, "stale", 50000, 5, NULL, NULL), CACHE_MISS);
+    ck_assert_int_eq(get_fresh(E.c, "fresh", 50000, 6, NULL, NULL), CACHE_OK);
+    ck_assert_uint_eq(cache_freq_get(E.c, hash), 0);
+}
+END_TEST
+
+/* A refreshed object (HEADERS record + older body) is rewritten as one
+ * OBJECT record with the refreshed header block and meta. */
+START_TEST(test_evict_refreshed)
+{
+    struct cache_meta m = { 203, 0x11, 3000, (int64_t)time(NULL) + 7200 };
+    struct cache_obj o;
+
+    env_reset(24 * MiB, CACHE_EVICT_S3FIFO);
+
+    ck_assert_int_eq(put_fresh(E.c, "r", 60000, 9, 3600), CACHE_OK);
+    ck_assert_int_eq(cache_update_headers(E.c, "r", 1, &m, "X-New: 1\r\n", 10), CACHE_OK);
+    for (int lap = 0; lap < 3; lap++) {
+        ck_assert_int_eq(get_fresh(E.c, "r", 60000, 9, "X-New: 1\r\n", NULL), CACHE_OK);
+        cold_laps(E.c, "c", 1.0, lap * 1000);
+    }
+    ck_assert_int_eq(cache_lookup(E.c, "r", 1, &o), CACHE_OK);
+    ck_assert_int_eq(o.meta.status, 203);
+    ck_assert_int_eq(o.meta.flags, 0x11);
+    ck_assert_int_eq(o.meta.expires, m.expires);
+    ck_assert_int_eq(o.co_pinned, 1);          /* one record again */
+    cache_obj_release(E.c, &o);
+    ck_assert_int_eq(get_fresh(E.c, "r", 60000, 9, "X-New: 1\r\n", NULL), CACHE_OK);
+}
+END_TEST
+
+/* A reader holding the hot object keeps its bytes (the head skips its
+ * segment), while new readers get the relocated copy. */
+START_TEST(test_evict_respects_pins)
+{
+    static uint8_t copy[50000];
+    struct cache_obj held;
+    const uint8_t *where;
+
+    env_reset(24 * MiB, CACHE_EVICT_S3FIFO);
+
+    ck_assert_int_eq(put_fresh(E.c, "hot", sizeof(copy), 3, 3600), CACHE_OK);
+    ck_assert_int_eq(cache_lookup(E.c, "hot", 3, &held), CACHE_OK);
+    memcpy(copy, held.iov[1].iov_base, sizeof(copy));
+    for (int lap = 0; lap < 3; lap++) {
+        cold_laps(E.c, "c", 1.0, lap * 1000);
+        ck_assert_int_eq(get_fresh(E.c, "hot", sizeof(copy), 3, NULL, &where), CACHE_OK);
+        ck_assert_ptr_ne(where, held.iov[1].iov_base);
+        ck_assert(memcmp(copy, held.iov[1].iov_base, sizeof(copy)) == 0);
+    }
+    cache_obj_release(E.c, &held);
+}
+END_TEST
+
+/* Everything hot: the relocation budget (half a segment per segment)
+ * still lets the ring move on and take new objects. */
+START_TEST(test_evict_budget)
+{
+    struct cache_stats st;
+    uint64_t start = E.c->shm->cur_seg, entered;
+    char key[32];
+
+    env_reset(24 * MiB, CACHE_EVICT_S3FIFO);
+
+    for (int n = 0; n < 1500; n++) {
+        snprintf(key, sizeof(key), "h%d", n);
+        ck_assert_int_eq(put_fresh(E.c, key, 40000, (unsigned)n, 3600), CACHE_OK);
+        for (int k = 0; k < 3; k++)
+            ck_assert_int_eq(get_fresh(E.c, key, 40000, (unsigned)n, NULL, NULL), CACHE_OK);
+    }
+    /* the newest are all there */
+    for (int n = 1400; n < 1500; n++) {
+        snprintf(key, sizeof(key), "h%d", n);
+        ck_assert_int_eq(get_fresh(E.c, key, 40000, (unsigned)n, NULL, NULL), CACHE_OK);
+    }
+    cache_stats_sum(E.area, &st);
+    entered = E.c->shm->cur_seg - start;
+    ck_assert_uint_gt(st.c.relocations, 0);
+    ck_assert_uint_le(st.c.bytes_relocated, (entered + 1) * E.c->g.seg_size / 2);
+    ck_assert_uint_gt(entered, 2 * E.c->g.nseg);
+}
+END_TEST
+
+/* Relocation racing fills, refreshes and removals of the same key from
+ * other processes: every hit is one consistent object, and a removal is
+ * never undone.  Body length and pattern name the fill (race_len); the
+ * header block names it too, plus the refresh. */
+static unsigned
+erace_check(const struct cache_obj *o)
+{
+    char hdr[128];
+    unsigned seed, hseed, u;
+    size_t len = o->iov[1].iov_len;
+
+    ck_assert_uint_gt(len, 1000);
+    ck_assert_uint_eq((len - 1000) % 37, 0);
+    seed = (unsigned)((len - 1000) / 37);
+    for (size_t i = 0; i < len; i++)
+        if (((uint8_t *)o->iov[1].iov_base)[i] != pat(seed, i))
+            ck_abort_msg("erace: body of seed %u has byte %zu of another", seed, i);
+    ck_assert_uint_lt(o->iov[0].iov_len, sizeof(hdr));
+    memcpy(hdr, o->iov[0].iov_base, o->iov[0].iov_len);
+    hdr[o->iov[0].iov_len] = 0;
+    if (sscanf(hdr, "X-Seed: %u\r\nX-Upd: %u\r\n", &hseed, &u) == 2)
+        ck_assert_int_eq(o->meta.status, 203);
+    else
+        ck_assert_int_eq(sscanf(hdr, "X-Seed: %u\r\n", &hseed), 1);
+    ck_assert_uint_eq(hseed, seed);
+    ck_assert_int_eq(o->meta.stored, (int64_t)seed);
+    return seed;
+}
+
+static int
+erace_fill(struct cache *c, unsigned s)
+{
+    static uint8_t buf[16384];
+    struct cache_meta fm = { 200, 0, (int64_t)s, (int64_t)time(NULL) + 3600 };
+    struct cache_fill *f;
+    char hdr[64];
+    int n = snprintf(hdr, sizeof(hdr), "X-Seed: %u\r\n", s);
+
+    fill_pat(buf, race_len(s), s);
+    if (cache_fill_begin(c, "erace", 5, &fm, hdr, (size_t)n, (int64_t)race_len(s), &f)
+        != CACHE_OK)
+        return -1;
+    if (cache_fill_write(f, buf, race_len(s)) != CACHE_OK) {
+        cache_fill_abort(f);
+        return -1;
+    }
+    return cache_fill_commit(f, NULL) == CACHE_OK ? 0 : -1;
+}
+
+/* Drive the ring with cold objects and hit "erace" (making it hot) until
+ * *stop; returns hits. */
+static int
+erace_drive(struct cache *c, const char *prefix, volatile int *stop, int max_n)
+{
+    struct cache_obj o;
+    char key[32];
+    int hits = 0;
+
+    for (int n = 0; (stop == NULL || !*stop) && n < max_n; n++) {
+        /* a bounded key set: no manager sweeps this index */
+        snprintf(key, sizeof(key), "%s%d", prefix, n % 1000);
+        if (put_fresh(c, key, 30000, (unsigned)n, 3600) != CACHE_OK)
+            ck_abort_msg("cold fill failed");
+        for (int k = 0; k < 2; k++)
+            if (cache_lookup(c, "erace", 5, &o) == CACHE_OK) {
+                erace_check(&o);
+                cache_obj_release(c, &o);
+                hits++;
+            }
+    }
+    return hits;
+}
+
+START_TEST(test_evict_race)
+{
+    struct cache_stats st;
+    struct cache_obj o;
+    int status, hits;
+    pid_t a, b;
+    volatile int *done = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+                              MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+    env_reset(24 * MiB, CACHE_EVICT_S3FIFO);
+    ck_assert_ptr_ne((void *)done, MAP_FAILED);
+    *done = 0;
+    ck_assert_int_eq(erace_fill(E.c, 1), 0);
+    /* a: fills now and then, refreshes and removes in between, slowly
+     * enough that its objects age into the segments being prepared */
+    a = fork();
+    ck_assert_int_ge(a, 0);
+    if (a == 0) {
+        char err[256], hdr[64];
+        struct cache *c = cache_open(&E.cf, E.area, 1, err, sizeof(err));
+        unsigned seed = 1;
+        if (c == NULL)
+            _exit(10);
+        /* Paced by the ring, not the clock (valgrind is slow): each body
+         * ages a lap and a bit, so the drivers' hits get it relocated at
+         * least once, while this process keeps refreshing it and then
+         * removes or replaces it at whatever point the relocation is. */
+        for (unsigned cycle = 0, i = 0; cycle < 12; cycle++) {
+            uint64_t target = c->shm->cur_seg + c->g.nseg + cycle % 3;
+
+            if (erace_fill(c, ++seed) < 0)
+                _exit(11);
+            while (__atomic_load_n(&c->shm->cur_seg, __ATOMIC_SEQ_CST) < target) {
+                i++;
+                if (cache_lookup(c, "erace", 5, &o) == CACHE_OK) {
+                    unsigned sd = erace_check(&o);
+                    struct cache_meta m = { 203, 0, (int64_t)sd, (int64_t)time(NULL) + 3600 };
+                    int n = snprintf(hdr, sizeof(hdr), "X-Seed: %u\r\nX-Upd: %u\r\n", sd, i);
+                    int rc = cache_obj_update_headers(c, &o, "erace", 5, &m, hdr, (size_t)n);
+                    if (rc != CACHE_OK && rc != CACHE_MISS)
+                        _exit(16);
+                    erace_check(&o);
+                    cache_obj_release(c, &o);
+                }
+                usleep(500);
+            }
+            if (cycle % 2) {
+                if (cache_remove(c, "erace", 5) == CACHE_ERROR)
+                    _exit(12);
+                if (cache_lookup(c, "erace", 5, &o) != CACHE_MISS)
+                    _exit(13);              /* resurrected */
+                usleep(3000);
+                if (cache_lookup(c, "erace", 5, &o) != CACHE_MISS)
+                    _exit(14);
+            }
+        }
+        /* last word: removed, and it must stay removed */
+        if (cache_remove(c, "erace", 5) == CACHE_ERROR)
+            _exit(17);
+        cache_close(c);
+        _exit(0);
+    }
+    /* b: a second process moving the head (so relocations run there too) */
+    b = fork();
+    ck_assert_int_ge(b, 0);
+    if (b == 0) {
+        char err[256];
+        struct cache *c = cache_open(&E.cf, E.area, 2, err, sizeof(err));
+        if (c == NULL)
+            _exit(10);
+        erace_drive(c, "b", done, 1 << 30);
+        cache_close(c);
+        _exit(0);
+    }
+    hits = 0;
+    while (waitpid(a, &status, WNOHANG) != a)
+        hits += erace_drive(E.c, "p", NULL, 20);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "a: %d", status);
+    /* removed for good: two more laps relocate nothing back */
+    erace_drive(E.c, "q", NULL, 1200);
+    *done = 1;
+    ck_assert_int_eq(waitpid(b, &status, 0), b);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "b: %d", status);
+    ck_assert_int_eq(cache_lookup(E.c, "erace", 5, &o), CACHE_MISS);
+    cache_stats_sum(E.area, &st);
+    ck_assert_int_gt(hits, 0);
+    ck_assert_uint_gt(st.c.relocations, 0);     /* the race did happen */
+    munmap((void *)done, 4096);
+}
+END_TEST
+
 static Suite *
 cache_suite(void)
 {
@@ -1478,6 +1950,14 @@ cache_suite(void)
     tcase_add_test(tc, test_update_restart);
     tcase_add_test(tc, test_update_corrupt);
     tcase_add_test(tc, test_update_race_fill);
+    tcase_add_test(tc, test_freq_logic);
+    tcase_add_test(tc, test_evict_hot_survives);
+    tcase_add_test(tc, test_evict_fifo_mode);
+    tcase_add_test(tc, test_evict_stale_not_kept);
+    tcase_add_test(tc, test_evict_refreshed);
+    tcase_add_test(tc, test_evict_respects_pins);
+    tcase_add_test(tc, test_evict_budget);
+    tcase_add_test(tc, test_evict_race);
     suite_add_tcase(s, tc);
     return s;
 }
