@@ -344,6 +344,9 @@ conf_load(const char *confdir, struct conf_errors *errs)
         conf_storage_parse(&c->storage, path, c->confdir, errs);
     free(path);
 
+    if (errs->n == n0)
+        conf_tls_load(c, errs);     /* certificates: after records (paths) */
+
     if (errs->n != n0)
         goto fail;
     return c;
@@ -365,6 +368,7 @@ conf_free(struct conf *c)
     conf_ip_allow_free(&c->ip_allow);
     conf_ip_allow_free(&c->admin_allow);
     conf_storage_free(&c->storage);
+    conf_tls_free(c->tls);
     free(c->confdir);
     free(c);
 }

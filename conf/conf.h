@@ -88,6 +88,18 @@ struct conf_records {
     char    *error_log_level;         /* proxy.config.cistern.log_level */
     char    *admin_allow;             /* proxy.config.cistern.admin.allow */
     char    *user_id;                 /* proxy.config.admin.user_id ("#-1": keep) */
+    /* TLS (conf/ssl_multicert.c) */
+    char    *ssl_multicert;           /* proxy.config.ssl.server.multicert.filename */
+    char    *ssl_cert_path;           /* proxy.config.ssl.server.cert.path */
+    char    *ssl_key_path;            /* proxy.config.ssl.server.private_key.path */
+    char    *ssl_cipher_suite;        /* proxy.config.ssl.server.cipher_suite */
+    char    *ssl_tls13_suites;        /* proxy.config.ssl.server.TLSv1_3.cipher_suites */
+    char    *ssl_ticket_key_file;     /* proxy.config.ssl.server.ticket_key.filename */
+    int      ssl_tlsv1, ssl_tlsv1_1,  /* proxy.config.ssl.TLSv1, TLSv1_1, */
+             ssl_tlsv1_2, ssl_tlsv1_3;/*   TLSv1_2, TLSv1_3 */
+    char    *ssl_verify_policy;       /* proxy.config.ssl.client.verify.server.policy */
+    char    *ssl_client_ca_file;      /* proxy.config.ssl.client.CA.cert.filename */
+    char    *ssl_client_ca_path;      /* proxy.config.ssl.client.CA.cert.path */
 };
 
 /* ---------------------------------------------------------------------
@@ -236,6 +248,8 @@ struct conf {
     struct conf_ip_allow ip_allow;
     struct conf_storages storage;
     struct conf_ip_allow admin_allow; /* from proxy.config.cistern.admin.allow */
+    struct conf_tls     *tls;         /* certificates and TLS contexts, or NULL
+                                         (conf/ssl_multicert.c) */
 };
 
 /* Load and validate everything under confdir.  Returns the new config, or
@@ -270,6 +284,36 @@ void conf_ip_allow_free(struct conf_ip_allow *ia);
 int  conf_storage_parse(struct conf_storages *st, const char *file,
                         const char *dir, struct conf_errors *e);
 void conf_storage_free(struct conf_storages *st);
+
+/* ssl_multicert.config and the TLS contexts built from it (OpenSSL).
+ * conf_tls_load() reads the certificates and private keys (the master does
+ * it, before any privilege drop, and again on every reload) and builds one
+ * SSL_CTX per certificate line plus the client context for https origins;
+ * c->tls stays NULL when there is no ssl_multicert.config and no ssl port.
+ * Returns 0, or -1 after recording errors as file:line.  conf_tls_free()
+ * releases all of it (conf_free() calls it). */
+struct conf_tls;
+struct ssl_ctx_st;
+int  conf_tls_load(struct conf *c, struct conf_errors *e);
+void conf_tls_free(struct conf_tls *t);
+/* The context a TLS listener starts every handshake with (the default
+ * certificate; SNI switches to another), or NULL. */
+struct ssl_ctx_st *conf_tls_server_ctx(const struct conf_tls *t);
+/* The context for connections to https origins, or NULL. */
+struct ssl_ctx_st *conf_tls_client_ctx(const struct conf_tls *t);
+/* The default of proxy.config.ssl.server.cipher_suite (records.c): TLS 1.2
+ * AEAD suites only.  TLS 1.0 and 1.1 have none, so enabling them with this
+ * default adds the ECDHE CBC suites they need. */
+#define CONF_SSL_CIPHERS_DEFAULT \
+    "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:" \
+    "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:" \
+    "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305"
+#define CONF_SSL_CIPHERS_LEGACY \
+    "ECDHE-ECDSA-AES128-SHA:ECDHE-RSA-AES128-SHA:" \
+    "ECDHE-ECDSA-AES256-SHA:ECDHE-RSA-AES256-SHA"
+/* proxy.config.ssl.client.verify.server.policy */
+enum conf_verify { CONF_VERIFY_ENFORCED = 0, CONF_VERIFY_PERMISSIVE, CONF_VERIFY_DISABLED };
+enum conf_verify conf_tls_verify_policy(const struct conf_tls *t);
 
 /* Resolve p against dir when relative; returns a malloc'd absolute path. */
 char *conf_path(const char *dir, const char *p);

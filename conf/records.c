@@ -84,7 +84,7 @@ struct rec_ctx {
 
 static rec_setter rec_set_int, rec_set_int64, rec_set_size, rec_set_string,
                   rec_set_path, rec_set_ports,
-                  rec_set_log_level, rec_set_user;
+                  rec_set_log_level, rec_set_user, rec_set_policy;
 
 #define REC_FIELD(f) offsetof(struct conf_records, f)
 #define M16          (16 * 1024 * 1024)
@@ -164,6 +164,38 @@ static const struct rec_directive rec_table[] = {
       REC_FIELD(proxy_name), "cistern", 0, 0 },
     { "proxy.config.cistern.log_level", REC_STRING, rec_set_log_level,
       REC_FIELD(error_log_level), "info", 0, 0 },
+    /* TLS (conf/ssl_multicert.c).  Paths stay as written: the certificate
+     * paths resolve against the config directory when the certificates
+     * are loaded; a STRING of NULL means unset, as in ATS.  The cipher
+     * lists: Mozilla's "intermediate" profile for TLS 1.2 (ECDHE with
+     * AES-GCM or ChaCha20 only) and OpenSSL's TLS 1.3 defaults. */
+    { "proxy.config.ssl.server.multicert.filename", REC_STRING, rec_set_string,
+      REC_FIELD(ssl_multicert), "ssl_multicert.config", 0, 0 },
+    { "proxy.config.ssl.server.cert.path", REC_STRING, rec_set_string,
+      REC_FIELD(ssl_cert_path), ".", 0, 0 },
+    { "proxy.config.ssl.server.private_key.path", REC_STRING, rec_set_string,
+      REC_FIELD(ssl_key_path), ".", 0, 0 },
+    { "proxy.config.ssl.server.cipher_suite", REC_STRING, rec_set_string,
+      REC_FIELD(ssl_cipher_suite), CONF_SSL_CIPHERS_DEFAULT, 0, 0 },
+    { "proxy.config.ssl.server.TLSv1_3.cipher_suites", REC_STRING, rec_set_string,
+      REC_FIELD(ssl_tls13_suites),
+      "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256", 0, 0 },
+    { "proxy.config.ssl.server.ticket_key.filename", REC_STRING, rec_set_string,
+      REC_FIELD(ssl_ticket_key_file), "NULL", 0, 0 },
+    { "proxy.config.ssl.TLSv1", REC_INT, rec_set_int,
+      REC_FIELD(ssl_tlsv1), "0", 0, 1 },
+    { "proxy.config.ssl.TLSv1_1", REC_INT, rec_set_int,
+      REC_FIELD(ssl_tlsv1_1), "0", 0, 1 },
+    { "proxy.config.ssl.TLSv1_2", REC_INT, rec_set_int,
+      REC_FIELD(ssl_tlsv1_2), "1", 0, 1 },
+    { "proxy.config.ssl.TLSv1_3", REC_INT, rec_set_int,
+      REC_FIELD(ssl_tlsv1_3), "1", 0, 1 },
+    { "proxy.config.ssl.client.verify.server.policy", REC_STRING, rec_set_policy,
+      REC_FIELD(ssl_verify_policy), "ENFORCED", 0, 0 },
+    { "proxy.config.ssl.client.CA.cert.filename", REC_STRING, rec_set_string,
+      REC_FIELD(ssl_client_ca_file), "NULL", 0, 0 },
+    { "proxy.config.ssl.client.CA.cert.path", REC_STRING, rec_set_string,
+      REC_FIELD(ssl_client_ca_path), "NULL", 0, 0 },
 };
 
 #define REC_NKEYS (sizeof(rec_table) / sizeof(rec_table[0]))
@@ -311,6 +343,21 @@ rec_set_log_level(struct conf_records *r, const struct rec_directive *d,
             return rec_store_string(r, d, strdup(levels[i]), ctx);
     rec_fail(ctx, d, "unknown log level \"%s\" (expected debug, info, "
              "notice, warn, error or crit)", value);
+    return -1;
+}
+
+/* proxy.config.ssl.client.verify.server.policy: ATS's three words. */
+static int
+rec_set_policy(struct conf_records *r, const struct rec_directive *d,
+               const char *value, struct rec_ctx *ctx)
+{
+    static const char *const pol[] = { "ENFORCED", "PERMISSIVE", "DISABLED" };
+
+    for (size_t i = 0; i < sizeof(pol) / sizeof(pol[0]); i++)
+        if (strcasecmp(value, pol[i]) == 0)
+            return rec_store_string(r, d, strdup(pol[i]), ctx);
+    rec_fail(ctx, d, "unknown policy \"%s\" (expected ENFORCED, PERMISSIVE "
+             "or DISABLED)", value);
     return -1;
 }
 
@@ -559,7 +606,8 @@ static int
 rec_owns_string(const struct rec_directive *d)
 {
     return d->set == rec_set_string || d->set == rec_set_path
-           || d->set == rec_set_log_level || d->set == rec_set_user;
+           || d->set == rec_set_log_level || d->set == rec_set_user
+           || d->set == rec_set_policy;
 }
 
 void

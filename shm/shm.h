@@ -47,6 +47,11 @@ struct shm_counters {
     uint64_t conns_refused;       /* over connections_throttle */
     uint64_t log_lines;           /* access log lines written */
     uint64_t log_dropped;         /* access log lines dropped (buffer full) */
+    uint64_t tls_handshakes;      /* client handshakes completed */
+    uint64_t tls_resumed;         /* ...of which resumed a session (ticket) */
+    uint64_t tls_handshake_errors;/* client handshakes that failed */
+    uint64_t origin_tls_handshakes;
+    uint64_t origin_tls_errors;   /* origin handshakes failed (verify...) */
 };
 #define SHM_NCOUNTERS (sizeof(struct shm_counters) / sizeof(uint64_t))
 

@@ -100,6 +100,11 @@ admin_collect(struct admin_stat *st, int max)
     S("proxy.process.log.event_log_access_ok", "cistern_access_log_lines_total", "{result=\"written\"}", "counter", t.log_lines);
     S("proxy.process.log.event_log_access_fail", "cistern_access_log_lines_total", "{result=\"dropped\"}", "counter", t.log_dropped);
     S("proxy.process.cistern.worker_restarts", "cistern_worker_restarts_total", "", "counter", h->worker_restarts);
+    S("proxy.process.ssl.total_success_handshake_count_in", "cistern_tls_handshakes_total", "{side=\"client\",result=\"ok\"}", "counter", t.tls_handshakes);
+    S("proxy.process.ssl.total_handshake_errors_in", "cistern_tls_handshakes_total", "{side=\"client\",result=\"failed\"}", "counter", t.tls_handshake_errors);
+    S("proxy.process.ssl.total_success_handshake_count_out", "cistern_tls_handshakes_total", "{side=\"origin\",result=\"ok\"}", "counter", t.origin_tls_handshakes);
+    S("proxy.process.ssl.total_handshake_errors_out", "cistern_tls_handshakes_total", "{side=\"origin\",result=\"failed\"}", "counter", t.origin_tls_errors);
+    S("proxy.process.ssl.ssl_session_cache_hit", "cistern_tls_resumptions_total", "", "counter", t.tls_resumed);
 #undef S
     return n;
 }

@@ -130,6 +130,8 @@ conn_close(struct conn *c)
     }
     event_del(&c->cn_rev);
     event_del(&c->cn_wev);
+    if (c->cn_tls)
+        tls_conn_free(c);
     if (c->cn_fd >= 0)
         close(c->cn_fd);
     buf_release(&c->cn_in);
@@ -178,6 +180,8 @@ conn_linger(struct conn *c)
 {
     struct timeval tv = { CONN_LINGER_MS / 1000, (CONN_LINGER_MS % 1000) * 1000 };
 
+    if (c->cn_tls)
+        tls_conn_shutdown(c);   /* close_notify first; the linger reads raw */
     if (c->cn_in_eof || shutdown(c->cn_fd, SHUT_WR) < 0) {
         conn_close(c);
         return;
@@ -191,16 +195,28 @@ conn_linger(struct conn *c)
 }
 
 void
-conn_accept(struct worker *w, int fd, const struct sockaddr *sa, socklen_t salen)
+conn_accept(struct worker *w, int fd, const struct sockaddr *sa, socklen_t salen,
+            int tls)
 {
+    struct conn *c;
     int one = 1;
 
     /* Responses go out whole in one write; Nagle would only delay the
      * last segment of each. */
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (conn_new(w, fd, sa, salen) == NULL) {
+    if ((c = conn_new(w, fd, sa, salen)) == NULL) {
         log_error("out of memory accepting a connection");
         close(fd);
+        return;
+    }
+    if (tls && tls_conn_new(c) < 0) {
+        static int said;
+        /* conn_close() counts it out as open */
+        w->ctr->conns_open++;
+        w->ctr->tls_handshake_errors++;
+        if (!said++)
+            log_error("cannot start TLS on an ssl port (no certificate loaded?)");
+        conn_close(c);
         return;
     }
     w->ctr->conns_accepted++;
@@ -319,6 +335,8 @@ conn_wait_read(struct conn *c)
         /* Waiting for the origin, whose own timeouts apply; reading only
          * to notice the client's close and buffer pipelined requests. */
         event_add(&c->cn_rev, NULL);
+        if (c->cn_tls && tls_conn_pending(c))
+            event_active(&c->cn_rev, EV_READ, 1);
         return;
     case CONN_WAIT:
         return;     /* reads nothing until resumed (see conn_wait_start) */
@@ -333,6 +351,8 @@ conn_wait_read(struct conn *c)
             tv = g;
     }
     event_add(&c->cn_rev, &tv);
+    if (c->cn_tls && tls_conn_pending(c))
+        event_active(&c->cn_rev, EV_READ, 1);   /* the socket will not say */
 }
 
 const char *
@@ -413,6 +433,15 @@ conn_body_discardable(const struct http_req *r)
                             && (r->chunked || r->content_length <= DISCARD_MAX));
 }
 
+/* "name:port" or "[v6]:port", as opposed to "name" or "[v6]". */
+static int
+conn_host_has_port(const char *v, size_t n)
+{
+    while (n > 0 && (v[n - 1] >= '0' && v[n - 1] <= '9'))
+        n--;
+    return n > 0 && v[n - 1] == ':' && (v[0] != '[' || (n >= 2 && v[n - 2] == ']'));
+}
+
 /* Decide and queue the answer for a complete head.  Returns 1 when the
  * request's body (if any) now belongs to someone else (an origin
  * transaction or a PUSH), 0 when the answer is local. */
@@ -446,9 +475,18 @@ conn_route(struct conn *c, int keep_alive)
         pathlen = 1;
     }
 
+    /* Over TLS an origin-form request is an https one, and a Host without
+     * a port means 443 (the parser, knowing no connection, said 80). */
+    int https = r->https, port = r->port;
+    if (c->cn_tls && !r->absolute) {
+        https = 1;
+        if (r->f_host >= 0 && !conn_host_has_port(base + r->fields[r->f_host].value,
+                                                  r->fields[r->f_host].value_len))
+            port = 443;
+    }
     rule = r->host_len == 0 ? NULL
-         : conf_remap_find(&cf->remap, r->https ? "https" : "http",
-                           base + r->host, r->host_len, r->port, path,
+         : conf_remap_find(&cf->remap, https ? "https" : "http",
+                           base + r->host, r->host_len, port, path,
                            pathlen, &res);
     if (rule == NULL && r->absolute && !cf->rec.remap_required
         && r->host_len < sizeof(res.host) && pathlen + 1 < sizeof(res.path)) {
@@ -867,14 +905,19 @@ conn_flush(struct conn *c)
                 iov[n++].iov_len = c->cn_body_len;
             }
             /* An internal transaction has no client: its answer is dropped. */
-            k = c->cn_fd >= 0 ? writev(c->cn_fd, iov, n)
-                              : (ssize_t)(head + c->cn_body_len);
+            if (c->cn_tls)
+                k = tls_conn_write(c, o->data + o->start, head, c->cn_body,
+                                   c->cn_body_len);
+            else
+                k = c->cn_fd >= 0 ? writev(c->cn_fd, iov, n)
+                                  : (ssize_t)(head + c->cn_body_len);
             if (k < 0) {
                 if (errno == EINTR)
                     continue;
                 if (errno == EAGAIN || errno == EWOULDBLOCK) {
                     struct timeval tv = { wk->conf->rec.txn_no_activity_in, 0 };
-                    event_add(&c->cn_wev, &tv);
+                    /* TLS writing may have to read first (tls.c) */
+                    event_add(c->cn_tls && c->cn_tls_wr ? &c->cn_rev : &c->cn_wev, &tv);
                     return 0;
                 }
                 conn_close(c);      /* the peer is gone: nothing to save */
@@ -1014,6 +1057,25 @@ conn_on_read(evutil_socket_t fd, short what, void *arg)
             conn_close(c);
         return;
     }
+    if (c->cn_tls) {
+        c->cn_tls_rw = 0;
+        if (!c->cn_tls_up) {
+            int rc = tls_conn_handshake(c);
+            if (rc < 0) {
+                conn_close(c);
+                return;
+            }
+            conn_wait_read(c);  /* the head deadline runs from accept */
+            if (rc == 0)
+                return;
+        }
+        if (c->cn_tls_wr) {
+            /* a write waited for this readability */
+            c->cn_tls_wr = 0;
+            conn_flush(c);
+            return;
+        }
+    }
     if (buf_alloc(in) < 0) {
         conn_close(c);
         return;
@@ -1036,7 +1098,10 @@ conn_on_read(evutil_socket_t fd, short what, void *arg)
             return;
         }
     }
-    n = read(fd, in->data + in->end, in->size - in->end);
+    if (c->cn_tls)
+        n = tls_conn_read(c, in->data + in->end, in->size - in->end);
+    else
+        n = read(fd, in->data + in->end, in->size - in->end);
     if (n < 0) {
         if (errno == EAGAIN || errno == EINTR)
             return;
@@ -1086,6 +1151,12 @@ conn_on_write(evutil_socket_t fd, short what, void *arg)
     if (what & EV_TIMEOUT) {
         wk->ctr->timeouts++;
         conn_close(c);
+        return;
+    }
+    if (c->cn_tls && (!c->cn_tls_up || c->cn_tls_rw)) {
+        /* the handshake, or a read, waited for this writability */
+        event_del(&c->cn_wev);
+        conn_on_read(fd, EV_READ, c);
         return;
     }
     if (conn_flush(c) < 0 || c->cn_state == CONN_LINGER)

@@ -37,6 +37,8 @@
 
 struct origin_idle {
     int                 fd;
+    struct ssl_st      *tls;          /* an https connection's TLS state */
+    int                 https;
     char                host[256];
     int                 port;
     struct event        ev;
@@ -57,6 +59,16 @@ static struct dns_entry dns_cache[DNS_CACHE];
 static int dns_in_call, dns_sync_err;
 
 static void origin_idle_close(struct worker *w, struct origin_idle *e);
+
+/* TCP is up: https origins handshake first (tls.c). */
+static void
+origin_connected(struct upstream *up)
+{
+    if (up->up_https)
+        tls_origin_start(up);
+    else
+        proxy_origin_ready(up, 0);
+}
 
 /* ------------------------------------------------------------------ */
 
@@ -195,7 +207,7 @@ origin_on_connect(evutil_socket_t fd, short what, void *arg)
         proxy_origin_ready(up, 502);
         return;
     }
-    proxy_origin_ready(up, 0);
+    origin_connected(up);
 }
 
 /* Open a new connection to up_addr; the result arrives through
@@ -219,7 +231,7 @@ origin_connect_fresh(struct upstream *up)
     w->ctr->origin_conns_opened++;
     up->up_state = UP_CONNECTING;
     if (connect(fd, (struct sockaddr *)&up->up_addr, up->up_addrlen) == 0) {
-        proxy_origin_ready(up, 0);
+        origin_connected(up);
         return 0;
     }
     if (errno != EINPROGRESS) {
@@ -240,9 +252,12 @@ origin_get(struct upstream *up, int pooled)
 
     up->up_fd = -1;
     for (struct origin_idle *e = pooled ? w->idle : NULL; e; e = e->next) {
-        if (e->port == up->up_port && strcasecmp(e->host, up->up_host) == 0) {
+        if (e->port == up->up_port && e->https == (int)up->up_https
+            && strcasecmp(e->host, up->up_host) == 0) {
             up->up_fd = e->fd;
+            up->up_tls = e->tls;
             e->fd = -1;
+            e->tls = NULL;
             origin_idle_close(w, e);
             up->up_reused = 1;
             w->ctr->origin_conns_reused++;
@@ -308,6 +323,10 @@ origin_release(struct upstream *up)
         close(up->up_fd);
         up->up_fd = -1;
     }
+    if (up->up_tls) {
+        tls_origin_free(up->up_tls);
+        up->up_tls = NULL;
+    }
 }
 
 /* ------------------------------------------------------------------ */
@@ -316,6 +335,9 @@ static void
 origin_idle_close(struct worker *w, struct origin_idle *e)
 {
     event_del(&e->ev);
+    if (e->tls)
+        tls_origin_free(e->tls);
+    e->tls = NULL;
     if (e->fd >= 0)
         close(e->fd);
     if (e->prev)
@@ -351,24 +373,24 @@ origin_put(struct upstream *up)
     event_del(&up->up_rev);
     event_del(&up->up_wev);
     for (e = w->idle; e; e = e->next)
-        if (e->port == up->up_port && strcasecmp(e->host, up->up_host) == 0)
+        if (e->port == up->up_port && e->https == (int)up->up_https
+            && strcasecmp(e->host, up->up_host) == 0)
             same++;
     if (w->draining || same >= w->conf->rec.origin_max_idle || w->nidle >= POOL_MAX
-        || w->conf->rec.ka_no_activity_out == 0) {
-        close(up->up_fd);
-        up->up_fd = -1;
+        || w->conf->rec.ka_no_activity_out == 0
+        || (w->free_idle == NULL && (e = malloc(sizeof(*e))) == NULL)) {
+        origin_release(up);
         return;
     }
     if (w->free_idle) {
         e = w->free_idle;
         w->free_idle = e->next;
-    } else if ((e = malloc(sizeof(*e))) == NULL) {
-        close(up->up_fd);
-        up->up_fd = -1;
-        return;
     }
     e->fd = up->up_fd;
+    e->tls = up->up_tls;
+    e->https = up->up_https;
     up->up_fd = -1;
+    up->up_tls = NULL;
     e->port = up->up_port;
     memcpy(e->host, up->up_host, sizeof(e->host));
     event_assign(&e->ev, w->base, e->fd, EV_READ, origin_on_idle_event, e);

@@ -219,10 +219,12 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
     char ip[64];
     int xff = 0;
 
-    if (strcmp(res->scheme, "http") != 0) {
+    int https = strcmp(res->scheme, "https") == 0;
+
+    if (!https && strcmp(res->scheme, "http") != 0) {
         conn_count_status(c, 502);
         resp_simple(c, 502, "Connection: close\r\n", NULL,
-                    "TLS to origins is not supported yet", r->method == HTTP_HEAD);
+                    "unsupported origin scheme", r->method == HTTP_HEAD);
         c->cn_close = 1;
         return -1;
     }
@@ -239,6 +241,7 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
     up->up_rule = rule;
     snprintf(up->up_host, sizeof(up->up_host), "%s", res->host);
     up->up_port = res->port;
+    up->up_https = https;
     up->up_method = r->method;
     up->up_client_minor = r->minor;
     up->up_client_ka = keep_alive;
@@ -276,7 +279,7 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
     if (rec->pristine_host_hdr && r->f_host >= 0) {
         const struct http_field *f = &r->fields[r->f_host];
         buf_printf(o, "Host: %.*s\r\n", (int)f->value_len, r->base + f->value);
-    } else if (res->port == 80) {
+    } else if (res->port == (https ? 443 : 80)) {
         buf_printf(o, "Host: %s\r\n", res->host);
     } else {
         buf_printf(o, "Host: %s:%d\r\n", res->host, res->port);
@@ -404,7 +407,8 @@ up_send(struct upstream *up)
     struct timeval tv = { wk->conf->rec.txn_no_activity_out, 0 };
 
     while (o->end > o->start) {
-        ssize_t n = write(up->up_fd, o->data + o->start, o->end - o->start);
+        ssize_t n = up->up_tls ? tls_origin_write(up, o->data + o->start, o->end - o->start)
+                               : write(up->up_fd, o->data + o->start, o->end - o->start);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -481,7 +485,10 @@ up_on_read(evutil_socket_t fd, short what, void *arg)
             return;
         }
     }
-    n = read(fd, in->data + in->end, in->size - in->end);
+    if (up->up_tls)
+        n = tls_origin_read(up, in->data + in->end, in->size - in->end);
+    else
+        n = read(fd, in->data + in->end, in->size - in->end);
     if (n < 0) {
         if (errno == EAGAIN || errno == EINTR)
             return;
@@ -796,8 +803,11 @@ proxy_pump(struct conn *c)
     resp = &up->up_resp->r;
     if (in->start == up->up_parsed && in->start == in->end) {
         in->start = in->end = up->up_parsed = 0;
-        if (!up->up_eof)
+        if (!up->up_eof) {
             event_add(&up->up_rev, NULL);
+            if (tls_origin_pending(up))
+                event_active(&up->up_rev, EV_READ, 1);
+        }
     }
     if (!resp->body_done && up->up_parsed < in->end) {
         size_t used;

@@ -160,11 +160,41 @@ worker_begin_drain(struct worker *w)
         event_base_loopbreak(w->base);
 }
 
+#define ACCEPT_PAUSE_MS 100
+
+static void
+worker_on_resume_accept(evutil_socket_t fd, short what, void *arg)
+{
+    struct worker *w = arg;
+
+    for (int i = 0; i < w->nlisten; i++)
+        if (w->listen_ev[i])
+            event_add(w->listen_ev[i], NULL);
+}
+
+static void
+worker_pause_accepting(struct worker *w)
+{
+    struct timeval tv = { 0, ACCEPT_PAUSE_MS * 1000 };
+
+    for (int i = 0; i < w->nlisten; i++)
+        if (w->listen_ev[i])
+            event_del(w->listen_ev[i]);
+    if (w->accept_pause == NULL)
+        w->accept_pause = evtimer_new(w->base, worker_on_resume_accept, w);
+    if (w->accept_pause)
+        evtimer_add(w->accept_pause, &tv);
+}
+
 static void
 worker_on_accept(evutil_socket_t lfd, short what, void *arg)
 {
     struct worker *w = arg;
+    int tls = 0;
 
+    for (int i = 0; i < w->nlisten; i++)
+        if (w->listen_fd[i] == lfd)
+            tls = w->listen_tls[i];
     for (int i = 0; i < ACCEPT_BATCH; i++) {
         struct sockaddr_storage ss;
         socklen_t sl = sizeof(ss);
@@ -175,8 +205,11 @@ worker_on_accept(evutil_socket_t lfd, short what, void *arg)
                 || errno == ECONNABORTED)
                 return;
             if (errno == EMFILE || errno == ENFILE) {
-                log_warn("accept: %s (worker %u has %u connections)",
+                /* The listener stays readable: without a pause we would
+                 * spin.  Stop accepting for a moment; the kernel queues. */
+                log_warn("accept: %s (worker %u has %u connections); pausing accepts",
                          strerror(errno), w->index, w->nconns);
+                worker_pause_accepting(w);
                 return;
             }
             log_error("accept: %s", strerror(errno));
@@ -187,13 +220,14 @@ worker_on_accept(evutil_socket_t lfd, short what, void *arg)
             static const char busy[] =
                 "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
                 "Connection: close\r\nRetry-After: 1\r\n\r\n";
-            /* Best effort: a full socket buffer just loses the courtesy. */
-            if (write(fd, busy, sizeof(busy) - 1) < 0) { /* ignore */ }
+            /* Best effort: a full socket buffer just loses the courtesy
+             * (which a TLS client could not read: it just sees a close). */
+            if (!tls && write(fd, busy, sizeof(busy) - 1) < 0) { /* ignore */ }
             close(fd);
             w->ctr->conns_refused++;
             continue;
         }
-        conn_accept(w, fd, (struct sockaddr *)&ss, sl);
+        conn_accept(w, fd, (struct sockaddr *)&ss, sl, tls);
     }
 }
 
@@ -308,8 +342,13 @@ worker_main(const struct worker_args *a)
     w->resp_limits.line_max = (size_t)a->conf->rec.response_header_max_size;
     w->resp_limits.head_max = (size_t)a->conf->rec.response_header_max_size;
     snprintf(w->via, sizeof(w->via), "1.1 %s", a->conf->rec.proxy_name);
-    for (int i = 0; i < a->nlisten; i++)
+    for (int i = 0; i < a->nlisten; i++) {
         w->listen_fd[i] = a->listen_fds[i];
+        w->listen_tls[i] = i < a->conf->rec.nports && a->conf->rec.ports[i].ssl;
+        if (w->listen_tls[i] && conf_tls_server_ctx(a->conf->tls) == NULL)
+            log_error("worker %u: port %d is ssl but no certificate is loaded",
+                      a->index, a->conf->rec.ports[i].port);
+    }
 
     /* The master's death must not leave us serving: SIGTERM on its exit. */
     prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -399,6 +438,8 @@ worker_main(const struct worker_args *a)
     event_free(w->sig_usr1);
     event_free(w->master_ev);
     event_free(w->tick);
+    if (w->accept_pause)
+        event_free(w->accept_pause);
     if (w->wake_ev)
         event_free(w->wake_ev);
     while (w->free_conns) {

@@ -45,6 +45,7 @@ enum store_verdict { STORE_MISS = 0, STORE_HIT, STORE_REVALIDATE };
 
 struct origin_idle;
 struct evdns_getaddrinfo_request;
+struct ssl_st;
 
 /* What the master hands a worker. */
 struct worker_args {
@@ -123,6 +124,10 @@ struct conn {
     struct timeval   cn_wdeadline;
     struct conn     *cn_wnext;        /* the worker's wait list */
     struct sockaddr_storage cn_peer;
+    struct ssl_st   *cn_tls;          /* TLS (tls.c), or NULL: plain TCP */
+    unsigned         cn_tls_up:1;     /* handshake done */
+    unsigned         cn_tls_rw:1;     /* SSL_read waits for writability */
+    unsigned         cn_tls_wr:1;     /* SSL_write waits for readability */
     struct conn     *cn_next;         /* free list / all-connections list */
     struct conn     *cn_prev;
 };
@@ -167,6 +172,8 @@ struct upstream {
     enum up_state    up_state;
     struct conn     *up_client;
     int              up_fd;
+    struct ssl_st   *up_tls;          /* https origin (tls.c), or NULL */
+    unsigned         up_https:1;      /* the target's scheme is https */
     struct event     up_rev, up_wev;
     struct buf       up_in;           /* origin -> us; [start, parsed) is
                                          body ready for the client */
@@ -216,10 +223,12 @@ struct worker {
     uint32_t             generation;
     struct event        *listen_ev[CONF_MAX_PORTS];
     int                  listen_fd[CONF_MAX_PORTS];
+    int                  listen_tls[CONF_MAX_PORTS]; /* a PORT:ssl listener */
     int                  nlisten;
     struct event        *sig_term, *sig_quit, *sig_int, *sig_hup, *sig_usr1;
     struct event        *master_ev;
     struct event        *tick;
+    struct event        *accept_pause;  /* re-arms the listeners after EMFILE */
     int                  draining;
     struct timeval       drain_deadline;
     struct conn         *conns;       /* every open connection */
@@ -250,8 +259,9 @@ struct worker {
 extern struct worker *wk;            /* this process's worker */
 
 /* conn.c */
+/* Take an accepted socket; tls: the listener is PORT:ssl. */
 void conn_accept(struct worker *w, int fd, const struct sockaddr *sa,
-                 socklen_t salen);
+                 socklen_t salen, int tls);
 void conn_drain_all(struct worker *w);
 void conn_close_all(struct worker *w);
 
@@ -383,6 +393,35 @@ void alog_refused(struct conn *c, int status, uint64_t bytes);
 
 /* admin.c: /_stats and /_metrics; returns 1 when it answered. */
 int admin_handle(struct conn *c, int keep_alive);
+
+/* tls.c: TLS on client and origin connections (see its essay) */
+/* Set c up for a server handshake on its socket; 0, or -1 (c untouched). */
+int  tls_conn_new(struct conn *c);
+/* Drive the handshake: 1 done, 0 waiting (the right event is armed; the
+ * read timeout is the caller's), -1 failed (logged, counted). */
+int  tls_conn_handshake(struct conn *c);
+/* read(2) for a TLS connection: > 0 bytes, 0 end of stream, -1 with errno
+ * (EAGAIN: wait; cn_tls_rw set when it must wait for writability). */
+ssize_t tls_conn_read(struct conn *c, char *p, size_t n);
+/* Write cn_out then cn_body as full TLS records (the head and the start of
+ * the body coalesced in one record); same contract as writev: bytes taken
+ * from the front of (head, body), or -1 with errno (EAGAIN: wait, with
+ * cn_tls_wr set when it must wait for readability). */
+ssize_t tls_conn_write(struct conn *c, const char *head, size_t hlen,
+                       const char *body, size_t blen);
+/* Application bytes already decrypted and waiting inside OpenSSL: the
+ * socket will not signal them, so the caller must not wait for it. */
+int  tls_conn_pending(const struct conn *c);
+/* Send close_notify (best effort, never blocks). */
+void tls_conn_shutdown(struct conn *c);
+void tls_conn_free(struct conn *c);
+/* Origins: after connect, run the client handshake for up (SNI, verify);
+ * calls proxy_origin_ready(up, 0 / 502 / 504) when done. */
+void tls_origin_start(struct upstream *up);
+ssize_t tls_origin_read(struct upstream *up, char *p, size_t n);
+ssize_t tls_origin_write(struct upstream *up, const char *p, size_t n);
+int  tls_origin_pending(const struct upstream *up);
+void tls_origin_free(struct ssl_st *ssl);
 
 /* buffers (worker.c) */
 int  buf_alloc(struct buf *b);
