@@ -275,6 +275,10 @@ conf_cross_check(struct conf *c, const char *recfile, struct conf_errors *e)
         conf_error(e, recfile, 0,
                    "proxy.config.http.server_ports: no ports to listen on");
     const char *why = NULL;
+    if (r->cache_eviction && strcmp(r->cache_eviction, "s3fifo") != 0
+        && strcmp(r->cache_eviction, "fifo") != 0)
+        conf_error(e, recfile, 0, "proxy.config.cistern.cache.eviction: "
+                   "\"%s\" is not s3fifo or fifo", r->cache_eviction);
     if (r->access_log_format && strcmp(r->access_log_format, "combined") != 0
         && strcmp(r->access_log_format, "squid") != 0
         && strcmp(r->access_log_format, "json") != 0)

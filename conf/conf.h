@@ -81,6 +81,7 @@ struct conf_records {
     int      cdn_cache_control;       /* proxy.config.cistern.cdn_cache_control */
     int      logging_enabled;         /* proxy.config.log.logging_enabled */
     int      collapse_timeout;        /* proxy.config.cistern.collapse_timeout */
+    char    *cache_eviction;          /* proxy.config.cistern.cache.eviction */
     char    *access_log_format;       /* proxy.config.cistern.access_log_format */
     char    *logfile_dir;             /* proxy.config.log.logfile_dir (absolute) */
     char    *run_dir;                 /* proxy.config.cistern.run_dir (absolute) */

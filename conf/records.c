@@ -146,6 +146,8 @@ static const struct rec_directive rec_table[] = {
       REC_FIELD(range_write), "0", 0, 1 },
     { "proxy.config.cistern.cdn_cache_control", REC_INT, rec_set_int,
       REC_FIELD(cdn_cache_control), "1", 0, 1 },
+    { "proxy.config.cistern.cache.eviction", REC_STRING, rec_set_string,
+      REC_FIELD(cache_eviction), "s3fifo", 0, 0 },
     { "proxy.config.cistern.collapse_timeout", REC_INT, rec_set_int,
       REC_FIELD(collapse_timeout), "10", 0, 300 },
     { "proxy.config.log.logging_enabled", REC_INT, rec_set_int,

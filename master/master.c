@@ -687,6 +687,9 @@ master_keep_restart_settings(struct conf *nc, const struct conf *oc)
                      || nc->storage.spans[i].size != oc->storage.spans[i].size;
     if (st_changed)
         log_warn("reload: storage.config changed: needs a restart; keeping the running store");
+    if (n->cache_eviction && o->cache_eviction && strcmp(n->cache_eviction, o->cache_eviction) != 0)
+        log_warn("reload: proxy.config.cistern.cache.eviction changed: needs a restart; "
+                 "the store keeps %s", o->cache_eviction);
 }
 
 static void
@@ -1083,6 +1086,8 @@ master_run(const char *confdir, int foreground)
         M.ccf.dir = strdup(c->storage.spans[0].path);
         M.ccf.size = c->storage.spans[0].size;
         M.ccf.max_doc_size = c->rec.max_doc_size;
+        M.ccf.eviction = c->rec.cache_eviction && strcmp(c->rec.cache_eviction, "fifo") == 0
+                         ? CACHE_EVICT_FIFO : CACHE_EVICT_S3FIFO;
         cache_len = cache_shm_size(&M.ccf, (int)M.nslots);
         if (cache_len == 0)
             log_error("cache disabled: the store of %s is too small", M.ccf.dir);

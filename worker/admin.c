@@ -92,6 +92,8 @@ admin_collect(struct admin_stat *st, int max)
     S("proxy.process.cache.fill_failures", "cistern_cache_fills_total", "{result=\"failed\"}", "counter", cs.c.fill_failures);
     S("proxy.process.cache.evictions", "cistern_cache_evictions_total", "", "counter", cs.c.evictions);
     S("proxy.process.cache.corrupt", "cistern_cache_corrupt_total", "", "counter", cs.c.corrupt);
+    S("proxy.process.cache.relocations", "cistern_cache_relocations_total", "", "counter", cs.c.relocations);
+    S("proxy.process.cache.bytes_relocated", "cistern_cache_bytes_relocated_total", "", "counter", cs.c.bytes_relocated);
     S("proxy.process.cache.bytes_total", "cistern_store_bytes", "", "gauge", cs.store_bytes);
     S("proxy.process.cache.bytes_used", "cistern_store_bytes_used", "", "gauge", cs.store_bytes_used);
     S("proxy.process.cistern.reloads_ok", "cistern_reloads_total", "{result=\"ok\"}", "counter", h->reloads_ok);
