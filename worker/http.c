@@ -317,6 +317,24 @@ http_host_split(const char *p, size_t n, size_t *hostlen, int *port)
     return 0;
 }
 
+/* The Connection tokens we act on (close, keep-alive) and whether it
+ * names other fields (hop-by-hop for us). */
+static void
+http_conn_tokens(struct http_req *r, const struct http_field *f)
+{
+    const char *p = r->base + f->value, *end = p + f->value_len, *t;
+    size_t tl;
+
+    while (http_list_next(&p, end, &t, &tl)) {
+        if (tl == 5 && strncasecmp(t, "close", 5) == 0)
+            r->conn_tokens |= HTTP_CONN_CLOSE;
+        else if (tl == 10 && strncasecmp(t, "keep-alive", 10) == 0)
+            r->conn_tokens |= HTTP_CONN_KEEPALIVE;
+        else
+            r->conn_tokens |= HTTP_CONN_OTHER;
+    }
+}
+
 static int
 http_refuse(struct http_req *r, int status, const char *why)
 {
@@ -582,16 +600,7 @@ http_req_parse(struct http_req *r, char *head)
                 return http_refuse(r, 400, "duplicate Host");
             r->f_host = i;
         } else if (http_field_is(r, i, "connection")) {
-            const char *p = head + f->value, *end = p + f->value_len, *t;
-            size_t tl;
-            while (http_list_next(&p, end, &t, &tl)) {
-                if (tl == 5 && strncasecmp(t, "close", 5) == 0)
-                    r->conn_tokens |= HTTP_CONN_CLOSE;
-                else if (tl == 10 && strncasecmp(t, "keep-alive", 10) == 0)
-                    r->conn_tokens |= HTTP_CONN_KEEPALIVE;
-                else
-                    r->conn_tokens |= HTTP_CONN_OTHER;
-            }
+            http_conn_tokens(r, f);
         } else if (http_field_is(r, i, "expect")) {
             if (f->value_len == 12 && strncasecmp(head + f->value, "100-continue", 12) == 0)
                 r->expect_continue = 1;
@@ -666,21 +675,9 @@ http_resp_parse(struct http_req *r, char *head, int req_method)
         line_len--;
     if ((rc = http_resp_line(r, head, line_len)) != HTTP_OK)
         return rc;
-    for (int i = 0; i < r->nfields; i++) {
-        if (http_field_is(r, i, "connection")) {
-            const struct http_field *f = &r->fields[i];
-            const char *p = head + f->value, *end = p + f->value_len, *t;
-            size_t tl;
-            while (http_list_next(&p, end, &t, &tl)) {
-                if (tl == 5 && strncasecmp(t, "close", 5) == 0)
-                    r->conn_tokens |= HTTP_CONN_CLOSE;
-                else if (tl == 10 && strncasecmp(t, "keep-alive", 10) == 0)
-                    r->conn_tokens |= HTTP_CONN_KEEPALIVE;
-                else
-                    r->conn_tokens |= HTTP_CONN_OTHER;
-            }
-        }
-    }
+    for (int i = 0; i < r->nfields; i++)
+        if (http_field_is(r, i, "connection"))
+            http_conn_tokens(r, &r->fields[i]);
     r->skip_body = req_method == HTTP_HEAD || r->status < 200
                    || r->status == 204 || r->status == 304;
     if (!r->skip_body) {

@@ -182,6 +182,9 @@ proxy_free_pools(struct worker *w)
 /* Answer the client with an error of ours and drop the transaction.
  * Only valid before any response byte went to the client. */
 static enum proxy_pump proxy_serve_stale(struct conn *c, struct upstream *up, int status);
+static enum proxy_pump proxy_answer_held(struct conn *c, const struct store_cond *cond,
+                                         int ka, const char *cs, const char *hdr,
+                                         size_t hdrlen);
 
 static void
 proxy_error(struct conn *c, int status, const char *body)
@@ -651,9 +654,17 @@ proxy_revalidated(struct conn *c, struct upstream *up, struct http_req *resp)
         origin_put(up);
     up_free(c);
     alog_result(c, "TCP_REFRESH_HIT", 304);
-    if (store_send(c, &cond, ka, len ? "cistern; fwd=stale; fwd-status=304"
-                                     : "cistern; fwd=stale; fwd-status=304; detail=not-refreshed",
-                   len ? merged : NULL, len) < 0) {
+    return proxy_answer_held(c, &cond, ka, len ? "cistern; fwd=stale; fwd-status=304"
+                             : "cistern; fwd=stale; fwd-status=304; detail=not-refreshed",
+                             len ? merged : NULL, len);
+}
+
+/* The transaction is over (up freed): answer from the object we hold. */
+static enum proxy_pump
+proxy_answer_held(struct conn *c, const struct store_cond *cond, int ka,
+                  const char *cs, const char *hdr, size_t hdrlen)
+{
+    if (store_send(c, cond, ka, cs, hdr, hdrlen) < 0) {
         store_release(c);
         conn_count_status(c, 502);
         resp_simple(c, 502, "Connection: close\r\n", NULL, "cannot build the answer", 0);
@@ -680,16 +691,7 @@ proxy_serve_stale(struct conn *c, struct upstream *up, int status)
         snprintf(cs, sizeof(cs), "cistern; hit; fwd=stale; detail=stale-if-error");
     up_free(c);     /* the origin's answer is not wanted: close it */
     alog_result(c, "TCP_REFRESH_FAIL_HIT", status);
-    if (store_send(c, &cond, ka, cs, NULL, 0) < 0) {
-        store_release(c);
-        conn_count_status(c, 502);
-        resp_simple(c, 502, "Connection: close\r\n", NULL, "bad gateway", 0);
-        ka = 0;
-    }
-    if (!ka)
-        c->cn_close = 1;
-    c->cn_state = CONN_SEND;
-    return PROXY_DONE;
+    return proxy_answer_held(c, &cond, ka, cs, NULL, 0);
 }
 
 /* Called by conn.c when c's output is empty: move the response along. */
