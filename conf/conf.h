@@ -49,7 +49,7 @@ void conf_errors_free(struct conf_errors *e);
 struct conf_port {
     int      port;                    /* 0 = pick a free port */
     int      ssl;                     /* "443:ssl" */
-    int      ipv6;                    /* "8080:ipv6" binds [::] as well */
+    int      ipv6;                    /* "8080:ipv6": listen on [::] (IPv6 only) */
 };
 
 struct conf_records {

@@ -18,20 +18,23 @@ usage(FILE *out)
 "\n"
 "Cistern, a caching HTTP reverse proxy with Apache Traffic Server's config.\n"
 "\n"
-"  -c CONFDIR  configuration directory (default " CST_SYSCONFDIR ")\n"
-"              records.config, remap.config, ip_allow.config, storage.config\n"
+"  -c CONFDIR  configuration directory (default " CST_SYSCONFDIR "):\n"
+"              records.config, remap.config, ip_allow.config,\n"
+"              storage.config, ssl_multicert.config\n"
 "  -f          stay in the foreground (log to stderr as well)\n"
 "  -t          check the configuration and exit: 0 when valid, 1 with every\n"
 "              error printed as file:line: message\n"
-"  -s SIGNAL   signal the running master through its pid file:\n"
+"  -s ACTION   signal the running master through its pid file:\n"
 "              reload (check, then SIGHUP; waits for the result),\n"
 "              stop (SIGTERM, fast), quit (SIGQUIT, graceful drain),\n"
-"              reopen (SIGUSR1, reopen log files)\n"
+"              reopen (SIGUSR1, reopen the error and access logs)\n"
 "  -V          print the version and exit\n"
 "  -h          this help\n"
 "\n"
 "Without -f, cistern detaches once its workers are ready; the exit status\n"
-"says whether the start worked.  Exit status: 0 ok, 1 error, 2 usage.\n");
+"says whether the start worked.  Exit status: 0 ok, 1 error (bad\n"
+"configuration, failed start, no running master, reload refused or\n"
+"failed), 2 bad command line.  See cistern(8).\n");
 }
 
 int

@@ -107,6 +107,7 @@ static struct {
     int64_t          mgr_respawn_at;
     int              mgr_quit_sent;
     int             *wake_fds;        /* [nslots] eventfds: fill-table wake-ups */
+    char            *confdir_abs;
 } M = { .lock_fd = -1, .ready_fd = -1, .mgr_pipe = -1 };
 
 static int sigpipe_fd[2] = { -1, -1 };
@@ -1040,6 +1041,11 @@ master_run(const char *confdir, int foreground)
         fprintf(stderr, "cistern: not started: configuration %s has errors\n", confdir);
         return 1;
     }
+    /* Reloads must find the same directory after we chdir("/") to
+     * detach: keep its absolute form (conf_load resolved it). */
+    M.confdir_abs = strdup(c->confdir);
+    if (M.confdir_abs)
+        M.confdir = M.confdir_abs;
     if (c->rec.error_log_level) {
         int lvl = log_level_parse(c->rec.error_log_level);
         if (lvl >= 0)
@@ -1187,6 +1193,7 @@ out_conf:
     close(M.lock_fd);
     free(M.run_dir);
     free((char *)M.ccf.dir);
+    free(M.confdir_abs);
     log_close();
     return rc;
 }
