@@ -390,6 +390,14 @@ master_spawn_manager(void)
     if (pid == 0) {
         close(pfd[1]);
         master_child_cleanup(-1);
+        /* Stop signals are the master's to act on: the manager leaves
+         * last, on 'q', once no worker has the store open.  Ignore them
+         * before unblocking, so one already pending cannot kill it. */
+        signal(SIGTERM, SIG_IGN);
+        signal(SIGINT, SIG_IGN);
+        signal(SIGQUIT, SIG_IGN);
+        signal(SIGHUP, SIG_IGN);
+        signal(SIGUSR1, SIG_IGN);
         sigprocmask(SIG_SETMASK, &old, NULL);
         if (priv_drop("cache manager") < 0)
             _exit(1);
@@ -821,7 +829,8 @@ master_stop(int graceful)
         M.stop_deadline_ms = now + KILL_GRACE_MS;
         for (unsigned i = 0; i < M.nslots; i++)
             if (M.procs[i].pid)
-                kill(M.procs[i].pid, SIGTERM);
+                if (M.procs[i].gen != NULL)     /* the manager goes on 'q' */
+                    kill(M.procs[i].pid, SIGTERM);
     }
 }
 

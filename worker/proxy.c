@@ -644,19 +644,20 @@ static enum proxy_pump
 proxy_revalidated(struct conn *c, struct upstream *up, struct http_req *resp)
 {
     static char merged[32768];
+    char cs[128];
     struct store_cond cond = up->up_cond;
     struct buf *in = &up->up_in;
     int ka = up->up_client_ka && !wk->draining;
     size_t len = store_refresh(c, resp, up->up_req_time, merged, sizeof(merged));
 
+    snprintf(cs, sizeof(cs), "cistern; fwd=%s; fwd-status=304%s",
+             up->up_cstatus ? up->up_cstatus : "stale", len ? "" : "; detail=not-refreshed");
     in->start += resp->start + resp->head_len;
     if (resp->keep_alive && up->up_req_done && !up->up_eof && in->start == in->end)
         origin_put(up);
     up_free(c);
     alog_result(c, "TCP_REFRESH_HIT", 304);
-    return proxy_answer_held(c, &cond, ka, len ? "cistern; fwd=stale; fwd-status=304"
-                             : "cistern; fwd=stale; fwd-status=304; detail=not-refreshed",
-                             len ? merged : NULL, len);
+    return proxy_answer_held(c, &cond, ka, cs, len ? merged : NULL, len);
 }
 
 /* The transaction is over (up freed): answer from the object we hold. */
@@ -765,13 +766,12 @@ proxy_pump(struct conn *c)
             http_req_reset(resp);
             return PROXY_MORE;
         }
-        if (up->up_reval) {
-            /* The origin's verdict on the stale object we hold. */
-            if (resp->status == 304)
-                return proxy_revalidated(c, up, resp);
-            if (resp->status >= 500 && store_stale_on_error(c))
-                return proxy_serve_stale(c, up, resp->status);
-        }
+        /* The origin's verdict on the stale object we hold (kept even
+         * without validators, for stale-if-error). */
+        if (up->up_reval && resp->status == 304)
+            return proxy_revalidated(c, up, resp);
+        if (resp->status >= 500 && store_stale_on_error(c))
+            return proxy_serve_stale(c, up, resp->status);
         store_release(c);   /* whatever we held, this answer replaces it */
         if (wk->cache && up->up_keylen && resp->status >= 200 && resp->status < 400
             && up->up_method != HTTP_GET && up->up_method != HTTP_HEAD

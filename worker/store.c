@@ -581,6 +581,9 @@ store_stale_on_error(struct conn *c)
 
     if (q == NULL || !q->obj_held)
         return 0;
+    /* never for what must not be served stale (RFC 9111 5.2.2.2, 5.2.2.4) */
+    if (q->obj.meta.flags & (STORE_F_NO_CACHE | STORE_F_MUST_REVALIDATE))
+        return 0;
     event_base_gettimeofday_cached(wk->base, &now);
     return store_stale_window(&q->obj, "stale-if-error=", now.tv_sec);
 }
@@ -622,8 +625,10 @@ store_serve(struct conn *c, const char *key, size_t keylen, int keep_alive,
     ttl = o->meta.expires - (int64_t)now.tv_sec;
 
     /* Usable without asking the origin (RFC 9111 4.2, 5.2.1)? */
+    /* max-age=0 (a browser's reload) always validates: ages are counted
+     * in whole seconds, and "0" would otherwise accept this second's copy */
     fresh = ttl > 0 && !(o->meta.flags & STORE_F_NO_CACHE) && !rcc.no_cache
-            && !(rcc.max_age >= 0 && age > rcc.max_age)
+            && !(rcc.max_age >= 0 && (age > rcc.max_age || rcc.max_age == 0))
             && !(rcc.min_fresh >= 0 && ttl < rcc.min_fresh);
     if (!fresh && ttl <= 0 && !(o->meta.flags & (STORE_F_NO_CACHE | STORE_F_MUST_REVALIDATE))
         && !rcc.no_cache && (rcc.max_stale_any || (rcc.max_stale >= 0 && -ttl <= rcc.max_stale))
@@ -658,7 +663,9 @@ store_serve(struct conn *c, const char *key, size_t keylen, int keep_alive,
         }
         return STORE_HIT;
     }
-    *why = rcc.no_cache ? "request" : "stale";
+    /* stale by itself, or only for this request's directives (RFC 9211) */
+    *why = (ttl <= 0 || (o->meta.flags & STORE_F_NO_CACHE)) && !rcc.no_cache
+           ? "stale" : "request";
     if (rcc.only_if_cached) {
         store_release(c);
         goto miss;
