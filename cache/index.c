@@ -36,6 +36,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache/cache-int.h"
@@ -78,6 +80,34 @@ cache_index_wipe(const char *dir)
     if (unlink(f) < 0 && errno != ENOENT)
         rc = -1;
     return rc;
+}
+
+
+/* Index writes that fail keep failing (a full or failing disk): log the
+ * first with its likely cause, then at most one summary line every 10 s
+ * per process, instead of one line per request. */
+static void
+index_write_error(const struct cache *c, const char *what, int rc)
+{
+    static time_t window;
+    static unsigned suppressed;
+    time_t now = time(NULL);
+    struct statvfs sv;
+    const char *cause = "";
+
+    if (now < window + 10) {
+        suppressed++;
+        return;
+    }
+    if (c->dir && statvfs(c->dir, &sv) == 0 && sv.f_bavail * sv.f_frsize < 1024 * 1024)
+        cause = " (the store's filesystem is full)";
+    if (suppressed)
+        log_error("cache: %s: %s%s; %u more index write errors in the last %ld s",
+                  what, mdb_strerror(rc), cause, suppressed, (long)(now - window));
+    else
+        log_error("cache: %s: %s%s", what, mdb_strerror(rc), cause);
+    window = now;
+    suppressed = 0;
 }
 
 /*
@@ -330,7 +360,7 @@ index_put(struct cache *c, const uint8_t hash[16], const struct cache_ent *e,
     }
     if (rc == MDB_MAP_FULL)
         return CACHE_FULL;
-    log_error("cache: index put: %s", mdb_strerror(rc));
+    index_write_error(c, "index put", rc);
     return CACHE_ERROR;
 }
 
@@ -410,7 +440,7 @@ cache_index_swap(struct cache *c, struct cache_swap *sw, int n)
         sw[i].done = 0;
     if (rc == MDB_MAP_FULL)
         return CACHE_FULL;
-    log_error("cache: relocation put: %s", mdb_strerror(rc));
+    index_write_error(c, "relocation put", rc);
     return CACHE_ERROR;
 }
 
@@ -452,7 +482,7 @@ cache_index_del(struct cache *c, const uint8_t hash[16], const struct cache_ent 
         goto fail;
     return CACHE_OK;
 fail:
-    log_error("cache: index delete: %s", mdb_strerror(rc));
+    index_write_error(c, "index delete", rc);
     return CACHE_ERROR;
 }
 

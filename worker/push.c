@@ -252,7 +252,7 @@ push_body(struct conn *c)
     if (p->state != PUSH_FAILED) {
         rc = store_fill_end(&p->fill, 1, &replaced);
         if (rc != CACHE_OK) {
-            log_warn("conn %llu: PUSH %.*s not stored: %s", (unsigned long long)c->cn_id,
+            log_info("conn %llu: PUSH %.*s not stored: %s", (unsigned long long)c->cn_id,
                      (int)p->keylen, p->key, cache_strerror(rc));
             conn_count_status(c, 503);
             resp_simple(c, 503, ch, NULL, "the cache could not store the object", 0);
