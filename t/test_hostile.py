@@ -14,6 +14,7 @@
   every Cistern process / connections), printed and bounded.
 - proxy.config.net.connections_throttle: a clean refusal past the limit.
 """
+import json
 import resource
 import socket
 import threading
@@ -376,6 +377,14 @@ def test_connections_throttle():
             remap=["map http://m.test/ http://%s/" % o.authority],
             workers=1) as c:
         req = b"GET /bytes/5 HTTP/1.1\r\nHost: m.test\r\n\r\n"
+
+        # The harness's readiness probes must be gone first: they count too.
+        def quiet():
+            r = harness.curl([c.url("/_stats")])
+            n = json.loads(r.body)["global"]["proxy.process.http.current_client_connections"]
+            return int(n) <= 1      # this request itself
+        harness.wait_for(quiet, 10, what="no other client connection")
+        time.sleep(0.2)             # the /_stats connection itself closes
         conns = [Conn(c.port) for _ in range(10)]
         for k in conns:
             expect_eq(k.request(req).status, 200, "one of the first 10")

@@ -380,8 +380,10 @@ def _generations(c):
     return gens
 
 
+GEN_MAX = 8     # master/master.c: live generations at most
+
 def test_repeated_sighup_settles_on_one_generation():
-    """Ten SIGHUPs in a row: never more than 4 generations of workers at
+    """Ten SIGHUPs in a row: never more than GEN_MAX generations of workers at
     once, and once things settle exactly 2 workers, all of the newest
     generation, answering with the newest rules."""
     with Daemon() as c:
@@ -412,8 +414,8 @@ def test_repeated_sighup_settles_on_one_generation():
         finally:
             stop.set()
             t.join(5)
-        expect(peak[0] <= 4 * 2, "%d worker processes at once (at most 4 "
-               "generations of 2)" % peak[0])
+        expect(peak[0] <= GEN_MAX * 2, "%d worker processes at once (at most %d "
+               "generations of 2)" % (peak[0], GEN_MAX))
         gens = _generations(c)
         newest = max(gens)
         expect(newest >= 3, "only %d generations for 10 SIGHUPs: %r"
@@ -431,7 +433,7 @@ def test_repeated_sighup_settles_on_one_generation():
 
 def test_reload_bounded_generations():
     """Old generations held by unfinished requests: the reload that would
-    make a fifth live generation fails (and -s reload says so), the
+    make one live generation more than GEN_MAX fails (and -s reload says so), the
     workers stay; finishing one held request frees a generation and the
     next reload works.  A held request gets its answer with
     Connection: close."""
@@ -441,7 +443,7 @@ def test_reload_bounded_generations():
         c.expect_log(r"reload failed: too many generations")
         held = []
         try:
-            for version in (2, 3, 4):
+            for version in range(2, GEN_MAX + 1):
                 k = Conn(c.port, timeout=10)
                 # A full request first: proves the serving generation has
                 # accepted this connection before the reload.
@@ -451,19 +453,19 @@ def test_reload_bounded_generations():
                 c.write_file("remap.config", remap(version))
                 ok, msg = c.hup()
                 expect(ok, "reload to version %d failed: %s" % (version, msg))
-            # generations 1..3 draining, each held by one request; 4 serves
-            # the other worker of each old generation had nothing to do
-            wait_for(lambda: len(c.worker_pids()) == 3 + 2, 5,
-                     what="5 workers: 3 held and 2 serving (now %s)"
-                     % c.worker_pids())
+            # generations 1..GEN_MAX-1 draining, each held by one request;
+            # GEN_MAX serves; the other worker of each old one had nothing
+            wait_for(lambda: len(c.worker_pids()) == (GEN_MAX - 1) + 2, 10,
+                     what="%d held and 2 serving (now %s)"
+                     % (GEN_MAX - 1, c.worker_pids()))
             pids = c.worker_pids()
-            c.write_file("remap.config", remap(5))
+            c.write_file("remap.config", remap(GEN_MAX + 1))
             r = c.ctl("reload")
             expect(r.rc != 0, "-s reload beyond the bound exited 0: %r" % r)
             expect("too many generations" in r.stderr,
                    "-s reload does not say why: %r" % r)
             expect_eq(c.worker_pids(), pids, "workers after the refusal")
-            expect_eq(rule_version(c), 4, "rules after the refusal")
+            expect_eq(rule_version(c), GEN_MAX, "rules after the refusal")
 
             # Finish the oldest held request: answered by generation 1.
             k = held.pop(0)
@@ -478,7 +480,7 @@ def test_reload_bounded_generations():
             k.close()
             r = c.ctl("reload")
             expect(r.rc == 0, "-s reload after a generation left: %r" % r)
-            expect_eq(rule_version(c), 5, "rules after the reload")
+            expect_eq(rule_version(c), GEN_MAX + 1, "rules after the reload")
             # SIGTERM applies to every generation, held ones included:
             # the teardown's stop must exit 0 at once.
             t0 = time.monotonic()
@@ -746,8 +748,10 @@ def test_reopen_reaches_workers():
         k.send(b"GET /p HTTP/1.1\r\nHo")
         c.write_file("remap.config", remap(2))
         expect(c.hup()[0], "reload failed")
+        # the idle old worker leaves at once; the other holds the request
+        wait_for(lambda: len(c.worker_pids()) == 3, 10,
+                 what="workers (2 serving, 1 draining): %r" % c.worker_pids())
         pids = c.worker_pids()
-        expect_eq(len(pids), 3, "workers (2 serving, 1 draining)")
         log = os.path.join(c.log_dir, "error.log")
         os.rename(log, log + ".1")
         expect_eq(c.ctl("reopen").rc, 0, "-s reopen")

@@ -88,6 +88,7 @@ conn_req_get(struct conn *c)
     }
     http_req_reset(&c->cn_req->r);
     c->cn_req->obj_held = 0;
+    c->cn_req->log.active = 0;
 }
 
 static void
@@ -175,7 +176,8 @@ conn_reset(struct conn *c)
 }
 
 /* Half-close and drain what the client still sends; see the essay. */
-static void
+/* Returns 0, or -1 when it closed the connection at once (c is gone). */
+static int
 conn_linger(struct conn *c)
 {
     struct timeval tv = { CONN_LINGER_MS / 1000, (CONN_LINGER_MS % 1000) * 1000 };
@@ -184,7 +186,7 @@ conn_linger(struct conn *c)
         tls_conn_shutdown(c);   /* close_notify first; the linger reads raw */
     if (c->cn_in_eof || shutdown(c->cn_fd, SHUT_WR) < 0) {
         conn_close(c);
-        return;
+        return -1;
     }
     c->cn_state = CONN_LINGER;
     event_del(&c->cn_wev);
@@ -192,6 +194,7 @@ conn_linger(struct conn *c)
     buf_release(&c->cn_in);
     conn_req_put(c);
     event_add(&c->cn_rev, &tv);
+    return 0;
 }
 
 void
@@ -970,10 +973,8 @@ conn_flush(struct conn *c)
         conn_wait_read(c);
         return 0;
     }
-    if (c->cn_close) {
-        conn_linger(c);
-        return c->cn_state == CONN_LINGER ? 0 : -1;
-    }
+    if (c->cn_close)
+        return conn_linger(c);
     if (c->cn_state == CONN_SEND && c->cn_in.end > c->cn_in.start)
         return conn_process(c);     /* pipelined requests behind a proxied one */
     if (c->cn_state == CONN_SEND) {
