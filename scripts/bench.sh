@@ -43,8 +43,12 @@
 #     the warm-up must give a cache hit), scen_NAME_size (the limit server's
 #     body bytes), scen_NAME_tools ("TOOL:CONNECTIONS ..."; tools: ab, wrk,
 #     idle), scen_NAME_setup (shared backends) and optionally
-#     scen_NAME_servers (the servers it applies to; default all); add NAME to
+#     scen_NAME_servers (the servers it applies to; default all) and
+#     scen_NAME_scheme (https: the servers listen with TLS, with the
+#     self-signed certificate tls_cert makes; default http); add NAME to
 #     ALL_SCENARIOS (and DEFAULT_SCENARIOS to run it by default).
+#   - a scenario without the limit server (TLS: the limit speaks plain HTTP)
+#     shows req/s instead of fractions of the limit's.
 #   - a server SERVER is srv_SERVER_prepare (sets unavailable[SERVER] to a
 #     reason when it cannot run) and srv_SERVER_start DIR PORT SCEN (starts
 #     it pinned to server_cpu with the scenario's config, sets srv_pid); add
@@ -52,7 +56,7 @@
 # Function names use '_' where scenario names use '-'.
 set -euo pipefail
 
-ALL_SCENARIOS=(hit-1k hit-64k proxy-1k conn-1 hit-1k-log idle-conn redirect)
+ALL_SCENARIOS=(hit-1k hit-64k proxy-1k conn-1 hit-1k-log idle-conn redirect https-hit-1k)
 DEFAULT_SCENARIOS=(hit-1k hit-64k proxy-1k conn-1 hit-1k-log idle-conn)
 ALL_SERVERS=(limit cistern nginx varnish squid ats)
 ALL_TOOLS=(ab wrk idle)
@@ -122,7 +126,7 @@ list_scenarios() {
     for s in "${ALL_SCENARIOS[@]}"; do
         d=''
         [[ " ${DEFAULT_SCENARIOS[*]} " == *" $s "* ]] || d=' (not run by default)'
-        printf '%-11s %s [%s]%s\n' "$s" "$("scen_${s//-/_}_desc")" \
+        printf '%-12s %s [%s]%s\n' "$s" "$("scen_${s//-/_}_desc")" \
             "$("scen_${s//-/_}_tools")" "$d"
     done
 }
@@ -213,6 +217,38 @@ scen_redirect_tools() { echo "ab:50 wrk:50"; }
 scen_redirect_servers() { echo "limit cistern nginx"; }
 scen_redirect_setup() { :; }
 
+# https-hit-1k: hit-1k over TLS (keep-alive, so few handshakes): Cistern's
+# ":ssl" port against nginx's "listen ssl", both with a self-signed P-256
+# certificate, TLS 1.2 and 1.3, session tickets on.  The limit server speaks
+# plain HTTP, so the cells are req/s and the figure is Cistern/nginx.
+scen_https_hit_1k_desc() { echo "keep-alive HTTPS cache hits of a 1 KiB object (TLS; no limit)"; }
+scen_https_hit_1k_path() { echo "/cache/1k"; }
+scen_https_hit_1k_expect() { echo 200; }
+scen_https_hit_1k_kind() { echo proxy; }
+scen_https_hit_1k_hit() { echo 1; }
+scen_https_hit_1k_size() { echo 1024; }
+scen_https_hit_1k_tools() { echo "ab:100 wrk:50"; }
+scen_https_hit_1k_servers() { echo "cistern nginx"; }
+scen_https_hit_1k_scheme() { echo https; }
+scen_https_hit_1k_setup() { origin_start; tls_cert; }
+
+# scen_scheme SCEN: http, or the scenario's scen_NAME_scheme.
+scen_scheme() {
+    if declare -F "scen_${1//-/_}_scheme" >/dev/null; then "scen_${1//-/_}_scheme"; else echo http; fi
+}
+
+# tls_cert: a self-signed P-256 certificate for localhost, valid 2 days,
+# in $work/tls/cert.pem and key.pem (once per run).
+tls_cert() {
+    [[ -s $work/tls/cert.pem ]] && return 0
+    mkdir -p "$work/tls"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -days 2 -subj /CN=localhost -keyout "$work/tls/key.pem" \
+        -out "$work/tls/cert.pem" >"$work/tls/openssl.log" 2>&1 ||
+        die "openssl req failed; see $work/tls/openssl.log"
+    chmod 644 "$work/tls/cert.pem" "$work/tls/key.pem"
+}
+
 # ---------------------------------------------------------------------------
 # The shared origin: nginx serving static files, one worker.
 #   /nostore/1k   1 KiB, Cache-Control: no-store
@@ -300,13 +336,22 @@ srv_cistern_nolog_prepare() { :; }
 srv_cistern_nolog_start() { cistern_logging=1 srv_cistern_start "$@"; }
 
 srv_cistern_start() { # DIR PORT SCEN
-    local dir=$1 port=$2 scen=$3 logging=1
+    local dir=$1 port=$2 scen=$3 logging=1 scheme listen
+    scheme=$(scen_scheme "$scen")
+    listen=$port
+    # https: a TLS port with the run's certificate (copied: its files are
+    # read relative to the config dir).
+    if [[ $scheme == https ]]; then
+        listen=$port:ssl
+        cp "$work/tls/cert.pem" "$work/tls/key.pem" "$dir/"
+        echo "dest_ip=* ssl_cert_name=cert.pem ssl_key_name=key.pem" >"$dir/ssl_multicert.config"
+    fi
     # The matrix runs with access logs off (1: errors only); hit-1k-log
     # keeps Cistern's default (3: access and error logs).
     [[ $scen == hit-1k-log ]] && logging=${cistern_logging:-3}
     mkdir -p "$dir/run" "$dir/log"
     cat >"$dir/records.config" <<CONF
-CONFIG proxy.config.http.server_ports STRING $port
+CONFIG proxy.config.http.server_ports STRING $listen
 CONFIG proxy.config.cistern.workers INT 1
 CONFIG proxy.config.cistern.run_dir STRING run
 CONFIG proxy.config.log.logfile_dir STRING log
@@ -318,7 +363,7 @@ CONF
     cp "$CST_TOP/scripts/demo/ip_allow.config" "$dir/"
     echo "cache 256M" >"$dir/storage.config"
     case $("scen_${scen//-/_}_kind") in
-    proxy) echo "map http://127.0.0.1:$port/ http://127.0.0.1:$origin_port/" >"$dir/remap.config" ;;
+    proxy) echo "map $scheme://127.0.0.1:$port/ http://127.0.0.1:$origin_port/" >"$dir/remap.config" ;;
     redirect) echo "redirect http://127.0.0.1:$port/ http://b.test/" >"$dir/remap.config" ;;
     *) return 3 ;;
     esac
@@ -330,8 +375,22 @@ CONF
 srv_nginx_prepare() { :; } # nginx_bin is found up front: the origin needs it
 
 srv_nginx_start() { # DIR PORT SCEN
-    local dir=$1 port=$2 scen=$3
+    local dir=$1 port=$2 scen=$3 tls=''
     mkdir -p "$dir/cache"
+    # https: TLS 1.2 and 1.3 with the run's certificate, session tickets
+    # and a session cache; Cistern's TLS 1.3 suites in its order, the
+    # server's choice (else nginx takes the client's AES-256 while Cistern
+    # picks AES-128: the same suite for both).
+    if [[ $(scen_scheme "$scen") == https ]]; then
+        tls=" ssl;
+    ssl_certificate $work/tls/cert.pem;
+    ssl_certificate_key $work/tls/key.pem;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_prefer_server_ciphers on;
+    ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256;
+    ssl_session_tickets on;
+    ssl_session_cache shared:SSL:1m"
+    fi
     case $("scen_${scen//-/_}_kind") in
     redirect)
         cat >"$dir/scenario.conf" <<CONF
@@ -353,7 +412,7 @@ upstream origin {
     keepalive_requests 100000000;
 }
 server {
-    listen 127.0.0.1:$port;
+    listen 127.0.0.1:$port$tls;
     location / {
         proxy_pass http://origin;
         proxy_http_version 1.1;
@@ -571,7 +630,7 @@ wait_http() {
     local url=$1 want=$2 pid=$3 secs=${4:-5} i got
     for ((i = 0; i < secs * 20; i++)); do
         kill -0 "$pid" 2>/dev/null || return 1
-        got=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "$url" || true)
+        got=$(curl -sk -o /dev/null -w '%{http_code}' --max-time 1 "$url" || true)
         [[ $got == "$want" ]] && return 0
         sleep 0.05
     done
@@ -585,7 +644,7 @@ check_hit() {
     local srv=$1 url=$2 try before after hdrs
     for ((try = 0; try < 3; try++)); do
         before=$(origin_fetches)
-        hdrs=$(curl -s -D - -o /dev/null --max-time 5 "$url" || true)
+        hdrs=$(curl -sk -D - -o /dev/null --max-time 5 "$url" || true)
         after=$(origin_fetches)
         if ((after == before)); then
             if [[ $srv == cistern* ]] &&
@@ -926,9 +985,9 @@ start_server() {
         note[$scen|$srv]="n/a (scenario not supported)"
         return 1
     fi
-    local url="http://127.0.0.1:$port$path"
+    local url="$scheme://127.0.0.1:$port$path"
     if ! wait_http "$url" "$expect" "$srv_pid" 30; then
-        got=$(curl -s -o "$dir/probe.body" -w '%{http_code}' --max-time 2 "$url" || true)
+        got=$(curl -sk -o "$dir/probe.body" -w '%{http_code}' --max-time 2 "$url" || true)
         if kill -0 "$srv_pid" 2>/dev/null; then
             note[$scen|$srv]="n/a (HTTP ${got:-none}, expected $expect)"
         else
@@ -960,6 +1019,7 @@ for scen in "${scenarios[@]}"; do
     path=$("scen_${fn}_path")
     expect=$("scen_${fn}_expect")
     want_hit=$("scen_${fn}_hit")
+    scheme=$(scen_scheme "$scen")
     applies=" ${ALL_SERVERS[*]} "
     declare -F "scen_${fn}_servers" >/dev/null && applies=" $("scen_${fn}_servers") "
     # The scenario's runs: TOOL:CONNS, filtered by --tools.
@@ -1013,7 +1073,7 @@ for scen in "${scenarios[@]}"; do
     fi
     for srv in "${scen_servers[@]}"; do
         start_server "$srv" "$work/$scen/$srv" || continue
-        "${cli_pin[@]}" wrk -t1 -c 50 -d "${warmup}s" "http://127.0.0.1:$port$path" \
+        "${cli_pin[@]}" wrk -t1 -c 50 -d "${warmup}s" "$scheme://127.0.0.1:$port$path" \
             >/dev/null 2>&1 || true
         spid[$srv]=$srv_pid
         sport[$srv]=$port
@@ -1034,7 +1094,7 @@ for scen in "${scenarios[@]}"; do
                 f0=$(origin_fetches)
                 rss_sampler "${spid[$srv]}" "$out.rss" &
                 sampler=$!
-                run_load "$tool" "$conns" "http://127.0.0.1:${sport[$srv]}$path" "$expect" "$out"
+                run_load "$tool" "$conns" "$scheme://127.0.0.1:${sport[$srv]}$path" "$expect" "$out"
                 kill "$sampler" 2>/dev/null || true
                 wait "$sampler" 2>/dev/null || true
                 f1=$(origin_fetches)
@@ -1076,6 +1136,9 @@ for row in "${rows[@]}"; do
     k="$scen|$tool|$conns"
     printf '%-*s' "$w" "$(row_label "$scen" "$tool" "$conns")"
     lim=$(med "$k|limit" res_rps)
+    # A scenario without the limit (https-hit-1k): req/s in the cells.
+    nolimit=0
+    [[ ${note[$scen|limit]:-} == - ]] && nolimit=1
     if [[ $tool == idle ]]; then
         printf ' %11s' "$lim"
     else
@@ -1088,6 +1151,8 @@ for row in "${rows[@]}"; do
             [[ ${note[$scen|$s]:-} == n/a* ]] && cell=n/a
         elif [[ $tool == idle ]]; then
             cell=$v
+        elif ((nolimit)); then
+            cell=$(ratio "$v" 1 %.0f)
         else
             cell=$(ratio "$v" "$lim")
         fi
@@ -1145,6 +1210,10 @@ for row in "${rows[@]}"; do
         b=$(med "$k|cistern-nolog" res_rps)
         [[ $b != - && $c != - ]] &&
             summary+=("access log on, $tool: costs $(awk -v a="$c" -v b="$b" 'BEGIN { printf "%.1f%%", (1 - a / b) * 100 }') of hit throughput ($(ratio "$c" 1 %.0f) vs $(ratio "$b" 1 %.0f) req/s with it off, same rounds; target < 10%)")
+        ;;
+    https-hit-1k)
+        n=$(med "$k|nginx" res_rps)
+        summary+=("$scen $tool: Cistern $(ratio "$c" 1 %.0f) req/s, nginx (TLS, proxy_cache) $(ratio "$n" 1 %.0f) req/s: $(ratio "$c" "$n") x nginx (no limit over TLS: cells are req/s)")
         ;;
     idle-conn)
         summary+=("idle keep-alive connection: Cistern $c B, nginx $(med "$k|nginx" res_rps) B (target: below nginx)")

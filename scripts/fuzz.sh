@@ -53,7 +53,7 @@ CFLAGS="-g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
 
 S=$SRCDIR
 HTTP="$S/worker/http.c"
-CONF="$S/conf/conf.c $S/conf/records.c $S/conf/remap.c $S/conf/ip_allow.c $S/conf/storage.c"
+CONF="$S/conf/conf.c $S/conf/records.c $S/conf/remap.c $S/conf/ip_allow.c $S/conf/storage.c $S/conf/ssl_multicert.c"
 
 sources() {
     case $1 in
@@ -67,6 +67,7 @@ libs() {
     case $1 in
         request|response|push|cachectl) echo "-lhttp_parser" ;;
         record) echo "-llmdb -lpthread" ;;
+        conf_*) echo "-lssl -lcrypto" ;;
         *) echo "" ;;
     esac
 }
