@@ -32,6 +32,9 @@ esac
 SRCDIR=${SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
 CLANG=${CLANG:-clang}
 FUZZ_OUT=${FUZZ_OUT:-$PWD/fuzz-build}
+# The targets run from their own work directories: paths must be absolute.
+mkdir -p "$FUZZ_OUT"
+FUZZ_OUT=$(cd "$FUZZ_OUT" && pwd)
 if [ -z "${CONFIG_H_DIR:-}" ]; then
     if [ -f "$PWD/config.h" ]; then CONFIG_H_DIR=$PWD; else CONFIG_H_DIR=$SRCDIR; fi
 fi
