@@ -234,5 +234,74 @@ def serving_worker(c, workers):
                  % workers)
 
 
+
+def _dhat_worker_blocks(hits):
+    """Run the daemon under valgrind's dhat (one worker, a cache), warm one
+    object, serve `hits` sequential keep-alive hits, stop, and return the
+    worker's total of heap blocks allocated over its whole life (dhat
+    counts, it does not time)."""
+    valgrind = shutil.which("valgrind")
+    d = tempfile.mkdtemp(prefix="cistern-dhat-")
+    wrapper = os.path.join(d, "cistern-dhat")
+    with open(wrapper, "w") as f:
+        f.write("#!/bin/sh\nexec %s -q --tool=dhat --trace-children=yes "
+                "--dhat-out-file=%s/dhat.%%p %s \"$@\"\n"
+                % (valgrind, d, harness.cistern_bin()))
+    os.chmod(wrapper, 0o755)
+    old = os.environ.get("CISTERN_BIN")
+    os.environ["CISTERN_BIN"] = wrapper
+    try:
+        with Origin() as o, Cistern(storage=["cache 64M"], workers=1,
+                                    remap=["map http://%s/ http://%s/" % (HOST, o.authority)]) as c:
+            workers = harness.wait_for(lambda: [p for p in c.worker_pids()] or None, 30,
+                                       what="the worker under valgrind")
+            s = socket.create_connection(("127.0.0.1", c.port), timeout=60)
+            req = ("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (PATH, HOST)).encode()
+            buf = b""
+            for _ in range(hits + 1):       # the first is the fill
+                s.sendall(req)
+                st, _, _, buf = recv_response(s, buf)
+                expect_eq(st, 200, "status")
+            s.close()
+            expect_eq(len(o.requests()), 1, "origin requests (all but the first were hits)")
+            pids = [str(p) for p in c.worker_pids()]
+    finally:
+        if old is None:
+            del os.environ["CISTERN_BIN"]
+        else:
+            os.environ["CISTERN_BIN"] = old
+    blocks = {}
+    for name in os.listdir(d):
+        if name.startswith("dhat."):
+            with open(os.path.join(d, name)) as f:
+                data = json.load(f)
+            blocks[name[5:]] = sum(p["tbk"] for p in data["pps"])
+    shutil.rmtree(d, ignore_errors=True)
+    # the children's files (worker and cache manager); the worker allocates
+    # more than the manager (connections, the hit path)
+    kids = [blocks[p] for p in pids if p in blocks]
+    expect(kids, "no dhat output for the children %s (have %s)" % (pids, sorted(blocks)))
+    return max(kids)
+
+
+@harness.timeout(300)
+def test_no_heap_allocation_per_hit():
+    """Zero heap allocations per cache hit, proven by counting: the worker's
+    lifetime total of allocated blocks is the same after 200 and after 2000
+    keep-alive hits (valgrind --tool=dhat).  Skipped without valgrind or on
+    a sanitizer build (valgrind cannot run those)."""
+    if shutil.which("valgrind") is None:
+        raise harness.SkipTest("valgrind not installed")
+    ldd = subprocess.run(["ldd", harness.cistern_bin()], capture_output=True, text=True).stdout
+    if "libasan" in ldd or "libubsan" in ldd:
+        raise harness.SkipTest("sanitizer build: valgrind cannot run it")
+    few = _dhat_worker_blocks(200)
+    many = _dhat_worker_blocks(2000)
+    print("    heap blocks allocated by the worker: %d after 200 hits, %d after 2000"
+          % (few, many))
+    expect(many - few <= 2, "the worker allocated %d more blocks for 1800 more hits"
+           % (many - few))
+
+
 if __name__ == "__main__":
     harness.main()
