@@ -54,24 +54,61 @@
 /* A Vary marker outlives its variants: they expire on their own. */
 #define STORE_MARKER_TTL (365 * 86400)
 
+/* Formatting on the hit path without printf (a profile showed snprintf
+ * costing a fifth of a hit): the caller has made room. */
+static char *
+store_put(char *p, const char *s, size_t n)
+{
+    memcpy(p, s, n);
+    return p + n;
+}
+
+static char *
+store_put_u64(char *p, uint64_t v)
+{
+    char tmp[20];
+    int i = 0;
+
+    do {
+        tmp[i++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (i)
+        *p++ = tmp[--i];
+    return p;
+}
+
+static char *
+store_put_i64(char *p, int64_t v)
+{
+    if (v < 0) {
+        *p++ = '-';
+        return store_put_u64(p, (uint64_t)0 - (uint64_t)v);
+    }
+    return store_put_u64(p, (uint64_t)v);
+}
+
 size_t
 store_key(char *out, size_t outlen, const char *scheme, const char *host,
           int port, const char *path)
 {
+    size_t sl = strlen(scheme), hl = strlen(host), pl = strlen(path);
     int def = strcmp(scheme, "https") == 0 ? 443 : 80;
-    int n;
+    char *p = out;
 
-    if (port == def)
-        n = snprintf(out, outlen, "%s://%s%s", scheme, host, path);
-    else
-        n = snprintf(out, outlen, "%s://%s:%d%s", scheme, host, port, path);
-    if (n < 0 || (size_t)n >= outlen)
+    if (sl + 3 + hl + 6 + pl + 1 > outlen)
         return 0;
-    /* lowercase the authority only */
-    size_t hs = strlen(scheme) + 3;
-    for (size_t i = hs; i < (size_t)n && out[i] != '/'; i++)
-        out[i] = (char)tolower((unsigned char)out[i]);
-    return (size_t)n;
+    p = store_put(p, scheme, sl);
+    p = store_put(p, "://", 3);
+    for (size_t i = 0; i < hl; i++)     /* the authority is lowercased */
+        *p++ = (char)tolower((unsigned char)host[i]);
+    if (port != def) {
+        *p++ = ':';
+        p = store_put_u64(p, (uint64_t)port);
+    }
+    p = store_put(p, path, pl);
+    *p = '\0';
+    return (size_t)(p - out);
 }
 
 void
@@ -516,17 +553,26 @@ store_send(struct conn *c, const struct store_cond *sc, int keep_alive,
     } else {
         store_copy_head(b, hdr, hdrlen, status == 304);
         if (status != 304) {
-            n = snprintf(b->data + b->end, b->size - b->end, "Content-Length: %llu\r\n",
-                         (unsigned long long)o->body_len);
-            b->end += (size_t)n;
+            char *q = store_put(b->data + b->end, "Content-Length: ", 16);
+            q = store_put_u64(q, o->body_len);
+            q = store_put(q, "\r\n", 2);
+            b->end = (size_t)(q - b->data);
         }
     }
-    n = snprintf(b->data + b->end, b->size - b->end, "Age: %lld\r\nCache-Status: %s\r\n%s%s\r\n",
-                 (long long)age, cstatus, wk->debug_hdr,
-                 conn_connection_hdr(sc->minor, keep_alive));
-    if (n < 0 || (size_t)n >= b->size - b->end)
+    /* the room reserved above covers these bounded fields */
+    const char *ch = conn_connection_hdr(sc->minor, keep_alive);
+    size_t csl = strlen(cstatus), dhl = strlen(wk->debug_hdr), chl = strlen(ch);
+    if (b->size - b->end < 64 + csl + dhl + chl)
         return -1;
-    b->end += (size_t)n;
+    char *q = store_put(b->data + b->end, "Age: ", 5);
+    q = store_put_i64(q, age);
+    q = store_put(q, "\r\nCache-Status: ", 16);
+    q = store_put(q, cstatus, csl);
+    q = store_put(q, "\r\n", 2);
+    q = store_put(q, wk->debug_hdr, dhl);
+    q = store_put(q, ch, chl);
+    q = store_put(q, "\r\n", 2);
+    b->end = (size_t)(q - b->data);
     conn_count_status(c, status);
     if (status == 304 && c->cn_req->log.active
         && strcmp(c->cn_req->log.result, "TCP_HIT") == 0)
@@ -636,11 +682,10 @@ store_serve(struct conn *c, const char *key, size_t keylen, int keep_alive,
         fresh = 1;      /* the client accepts it this stale */
     if (fresh) {
         store_cond_from(&sc, r);
-        if (c->cn_collapsed)
-            snprintf(cs, sizeof(cs), "cistern; fwd=uri-miss; collapsed; ttl=%lld",
-                     (long long)ttl);
-        else
-            snprintf(cs, sizeof(cs), "cistern; hit; ttl=%lld", (long long)ttl);
+        char *e = store_put(cs, c->cn_collapsed ? "cistern; fwd=uri-miss; collapsed; ttl="
+                                                : "cistern; hit; ttl=",
+                            c->cn_collapsed ? 38 : 18);
+        *store_put_i64(e, ttl) = '\0';
         alog_result(c, "TCP_HIT", 0);
         if (store_send(c, &sc, keep_alive, cs, NULL, 0) < 0) {
             store_release(c);
