@@ -905,6 +905,50 @@ def header_of(req, name):
 # ---------------------------------------------------------------------------
 # Raw sockets and a minimal response parser
 
+def one_request(port, method, path, body=None, headers=(), host="localhost",
+                src=None, timeout=20.0, close_delimited_ok=True):
+    """One request on a new connection (Connection: close), optionally from
+    source address src.  Returns the parsed Response, or None when no
+    complete response came back: nothing parsable, a body shorter or longer
+    than its Content-Length, or (close_delimited_ok=False) a body ended only
+    by the close, where truncation cannot be told."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        if src:
+            s.bind((src, 0))
+        s.connect(("127.0.0.1", port))
+        h = ["%s %s HTTP/1.1" % (method, path), "Host: %s" % host,
+             "Connection: close"]
+        h += ["%s: %s" % kv for kv in headers]
+        if body is not None:
+            h.append("Content-Length: %d" % len(body))
+        s.sendall(("\r\n".join(h) + "\r\n\r\n").encode("latin-1")
+                  + (body or b""))
+        data = b""
+        while True:
+            try:
+                d = s.recv(1 << 20)
+            except ConnectionResetError:
+                break
+            if not d:
+                break
+            data += d
+    finally:
+        s.close()
+    rs, used, err = _parse(data, [method], True)
+    if err or not rs:
+        return None
+    r = rs[0]
+    bodyless = method == "HEAD" or r.status in (204, 304)
+    cl = r.header("Content-Length")
+    if cl is not None and not bodyless and int(cl) != len(r.body):
+        return None
+    if not close_delimited_ok and r.chunked is False and cl is None and not bodyless:
+        return None
+    return r
+
+
 def raw(port, data, timeout=5.0, read_until_close=True, host="127.0.0.1",
         shut_wr=False):
     """Connect, send data (bytes, or a list of bytes sent one send() each),

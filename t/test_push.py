@@ -11,7 +11,6 @@ nothing was stored).
 import json
 import os
 import re
-import socket
 import subprocess
 import threading
 import time
@@ -30,41 +29,8 @@ def remap_for(o):
 
 def request(port, method, path, body=None, headers=(), host=HOST, src=None,
             timeout=30.0):
-    """One request on a new connection (Connection: close).  Returns the
-    parsed Response, or None when no complete response came back."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.settimeout(timeout)
-    try:
-        if src:
-            s.bind((src, 0))
-        s.connect(("127.0.0.1", port))
-        h = ["%s %s HTTP/1.1" % (method, path), "Host: %s" % host,
-             "Connection: close"]
-        h += ["%s: %s" % kv for kv in headers]
-        if body is not None:
-            h.append("Content-Length: %d" % len(body))
-        s.sendall(("\r\n".join(h) + "\r\n\r\n").encode("latin-1")
-                  + (body or b""))
-        data = b""
-        while True:
-            try:
-                d = s.recv(1 << 20)
-            except ConnectionResetError:
-                break
-            if not d:
-                break
-            data += d
-    finally:
-        s.close()
-    rs, used, err = harness._parse(data, [method], True)
-    if err or not rs:
-        return None
-    r = rs[0]
-    cl = r.header("Content-Length")
-    if cl is not None and method != "HEAD" and r.status not in (204, 304) \
-            and int(cl) != len(r.body):
-        return None
-    return r
+    return harness.one_request(port, method, path, body, headers, host, src,
+                               timeout)
 
 
 def req_ok(port, method, path, **kw):

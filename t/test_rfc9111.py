@@ -16,7 +16,6 @@ too, without long sleeps.
 """
 
 import re
-import socket
 import time
 import urllib.parse
 from email.utils import formatdate
@@ -50,32 +49,10 @@ def fetch(port, path, method="GET", headers=(), body=None, host=HOST,
           timeout=20.0):
     """One request on a new connection; the parsed Response (fails the
     test when no complete response came back)."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.settimeout(timeout)
-    try:
-        s.connect(("127.0.0.1", port))
-        h = ["%s %s HTTP/1.1" % (method, path), "Host: %s" % host,
-             "Connection: close"]
-        h += ["%s: %s" % kv for kv in headers]
-        if body is not None:
-            h.append("Content-Length: %d" % len(body))
-        s.sendall(("\r\n".join(h) + "\r\n\r\n").encode("latin-1")
-                  + (body or b""))
-        data = b""
-        while True:
-            try:
-                d = s.recv(1 << 20)
-            except ConnectionResetError:
-                break
-            if not d:
-                break
-            data += d
-    finally:
-        s.close()
-    rs, used, err = harness._parse(data, [method], True)
-    expect(not err and rs, "%s %s: no complete response (%s): %r"
-           % (method, path, err, data[:300]))
-    return rs[0]
+    r = harness.one_request(port, method, path, body, headers, host,
+                            timeout=timeout)
+    expect(r is not None, "%s %s: no complete response" % (method, path))
+    return r
 
 
 def cs(r):
