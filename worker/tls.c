@@ -156,45 +156,58 @@ tls_conn_handshake(struct conn *c)
     return -1;
 }
 
-ssize_t
-tls_conn_read(struct conn *c, char *p, size_t n)
+/* SSL_read for either side: n bytes into p, or -1 with errno (EAGAIN,
+ * ECONNRESET, EIO); 0 at the peer's close_notify.  Bytes OpenSSL has
+ * decrypted but we had no room for do not wake the socket, so rev is made
+ * active again; *want_write is set when the read needs a write first. */
+static ssize_t
+tls_read(SSL *s, struct event *rev, char *p, size_t n, int *want_write)
 {
-    SSL *s = c->cn_tls;
-    int rc, err;
+    int rc;
 
+    *want_write = 0;
     ERR_clear_error();
     rc = SSL_read(s, p, n > INT_MAX ? INT_MAX : (int)n);
     if (rc > 0) {
-        /* Bytes OpenSSL decrypted but we had no room for: the socket will
-         * not tell us about them. */
         if (SSL_pending(s) > 0)
-            event_active(&c->cn_rev, EV_READ, 1);
+            event_active(rev, EV_READ, 1);
         return rc;
     }
-    err = SSL_get_error(s, rc);
-    switch (err) {
+    switch (SSL_get_error(s, rc)) {
     case SSL_ERROR_ZERO_RETURN:
         return 0;
     case SSL_ERROR_WANT_READ:
         errno = EAGAIN;
         return -1;
-    case SSL_ERROR_WANT_WRITE: {
-        struct timeval tv = { wk->conf->rec.txn_no_activity_in, 0 };
-        c->cn_tls_rw = 1;
-        event_add(&c->cn_wev, &tv);
+    case SSL_ERROR_WANT_WRITE:
+        *want_write = 1;
         errno = EAGAIN;
         return -1;
-    }
     case SSL_ERROR_SYSCALL:
         if (errno == 0 || errno == EAGAIN)
             errno = ECONNRESET;
         ERR_clear_error();
         return -1;
     default:
-        log_debug("conn %llu: TLS read: %s", (unsigned long long)c->cn_id, tls_reason());
         errno = EIO;
         return -1;
     }
+}
+
+ssize_t
+tls_conn_read(struct conn *c, char *p, size_t n)
+{
+    int want_write;
+    ssize_t rc = tls_read(c->cn_tls, &c->cn_rev, p, n, &want_write);
+
+    if (want_write) {
+        struct timeval tv = { wk->conf->rec.txn_no_activity_in, 0 };
+        c->cn_tls_rw = 1;
+        event_add(&c->cn_wev, &tv);
+    } else if (rc < 0 && errno == EIO) {
+        log_debug("conn %llu: TLS read: %s", (unsigned long long)c->cn_id, tls_reason());
+    }
+    return rc;
 }
 
 ssize_t
@@ -382,35 +395,13 @@ tls_origin_start(struct upstream *up)
 ssize_t
 tls_origin_read(struct upstream *up, char *p, size_t n)
 {
-    SSL *s = up->up_tls;
-    int rc, err;
+    int want_write;     /* renegotiation is off: only key updates, whose
+                           answer fits the socket: retry on the next read */
+    ssize_t rc = tls_read(up->up_tls, &up->up_rev, p, n, &want_write);
 
-    ERR_clear_error();
-    rc = SSL_read(s, p, n > INT_MAX ? INT_MAX : (int)n);
-    if (rc > 0) {
-        if (SSL_pending(s) > 0)
-            event_active(&up->up_rev, EV_READ, 1);
-        return rc;
-    }
-    err = SSL_get_error(s, rc);
-    switch (err) {
-    case SSL_ERROR_ZERO_RETURN:
-        return 0;
-    case SSL_ERROR_WANT_READ:
-    case SSL_ERROR_WANT_WRITE:      /* renegotiation is off: key updates
-                                       only, whose answer fits the socket */
-        errno = EAGAIN;
-        return -1;
-    case SSL_ERROR_SYSCALL:
-        if (errno == 0 || errno == EAGAIN)
-            errno = ECONNRESET;
-        ERR_clear_error();
-        return -1;
-    default:
+    if (rc < 0 && errno == EIO)
         log_debug("origin %s:%d: TLS read: %s", up->up_host, up->up_port, tls_reason());
-        errno = EIO;
-        return -1;
-    }
+    return rc;
 }
 
 ssize_t
