@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# scripts/profile.sh: where does a request's CPU go?  Counts the worker's
+# instructions per request with valgrind's callgrind (counts that do not
+# depend on machine noise) and prints the total and the costliest functions.
+#
+# Two runs of one scenario, one with N requests and one with 6N, on one
+# keep-alive connection; the difference divided by 5N is the cost of one
+# request, free of start-up and shutdown.  Scenarios:
+#   hit        1 KiB cache hit, access log on (the default configuration)
+#   hit-nolog  the same with the access log off (logging_enabled 1)
+#   proxy      1 KiB uncacheable response fetched from t/origin.py
+# A profiling aid: it prints, it never fails on a figure.
+#
+# Usage: scripts/profile.sh [-n N] [-t TOP] [SCENARIO]
+#        (default: -n 1000 -t 25 hit; CISTERN_BIN names the daemon)
+set -euo pipefail
+
+n=1000 top=25
+while [ $# -gt 0 ]; do
+    case $1 in
+    -n) n=$2; shift 2 ;;
+    -t) top=$2; shift 2 ;;
+    -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "profile: unknown option $1" >&2; exit 2 ;;
+    *) break ;;
+    esac
+done
+scenario=${1:-hit}
+case $scenario in hit | hit-nolog | proxy) ;; *)
+    echo "profile: unknown scenario '$scenario' (hit, hit-nolog, proxy)" >&2; exit 2 ;;
+esac
+here=$(cd "$(dirname "$0")" && pwd)
+bin=${CISTERN_BIN:-$here/../_build/plain/cistern}
+command -v valgrind >/dev/null || { echo "profile: valgrind not installed" >&2; exit 1; }
+[ -x "$bin" ] || { echo "profile: no daemon at $bin (set CISTERN_BIN)" >&2; exit 1; }
+work=$(mktemp -d "${TMPDIR:-/tmp}/cistern-profile.XXXXXX")
+opid=
+cleanup() {
+    [ -n "$opid" ] && kill "$opid" 2>/dev/null
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+origin=127.0.0.1:9
+path=/k1
+if [ "$scenario" = proxy ]; then
+    python3 "$here/../t/origin.py" --port 0 --port-file "$work/oport" >/dev/null 2>&1 &
+    opid=$!
+    for _ in $(seq 50); do [ -s "$work/oport" ] && break; sleep 0.2; done
+    origin=127.0.0.1:$(cat "$work/oport")
+    path='/bytes/1024/headers?Cache-Control=no-store'
+fi
+logging=3
+[ "$scenario" = hit-nolog ] && logging=1
+
+# run COUNT: serve COUNT requests under callgrind; leaves $work/rCOUNT/worker
+run() {
+    local count=$1 d=$work/r$1 port master
+    mkdir -p "$d"
+    cat >"$d/records.config" <<EOF
+CONFIG proxy.config.http.server_ports STRING 0
+CONFIG proxy.config.cistern.run_dir STRING run
+CONFIG proxy.config.log.logfile_dir STRING log
+CONFIG proxy.config.cistern.workers INT 1
+CONFIG proxy.config.admin.user_id STRING #-1
+CONFIG proxy.config.log.logging_enabled INT $logging
+CONFIG proxy.config.http.push_method_enabled INT 1
+EOF
+    echo "cache 64M" >"$d/storage.config"
+    echo "map http://m.test/ http://$origin/" >"$d/remap.config"
+    valgrind -q --tool=callgrind --trace-children=yes \
+        --callgrind-out-file="$d/cg.%p" "$bin" -c "$d" -f >"$d/out" 2>&1 &
+    for _ in $(seq 120); do [ -s "$d/run/ports" ] && break; sleep 0.5; done
+    sleep 3     # every child ready under valgrind
+    port=$(head -1 "$d/run/ports")
+    master=$(cat "$d/run/cistern.pid")
+    if [ "$scenario" != proxy ]; then
+        "$here/push.sh" --port "$port" -H m.test --bytes 1024 --max-age 3600 "$path" >/dev/null
+    fi
+    python3 - "$port" "$count" "$path" <<'EOP'
+import socket, sys
+port, count, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+s = socket.create_connection(("127.0.0.1", port))
+req = ("GET %s HTTP/1.1\r\nHost: m.test\r\nUser-Agent: profile\r\n"
+       "Accept: */*\r\n\r\n" % path).encode()
+for _ in range(count):
+    s.sendall(req)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += s.recv(65536)
+    body = data.split(b"\r\n\r\n", 1)[1]
+    while len(body) < 1024:
+        body += s.recv(65536)
+s.close()
+EOP
+    kill "$master"
+    for _ in $(seq 60); do kill -0 "$master" 2>/dev/null || break; sleep 0.5; done
+    sleep 1
+    # The worker is the child that ran the most instructions.
+    python3 - "$d" "$master" <<'EOP'
+import os, re, sys
+d, master = sys.argv[1], sys.argv[2]
+best = None
+for f in os.listdir(d):
+    if not f.startswith("cg.") or f[3:] == master:
+        continue
+    for line in open(os.path.join(d, f)):
+        m = re.match(r"(summary|totals): (\d+)", line)
+        if m:
+            if best is None or int(m.group(2)) > best[0]:
+                best = (int(m.group(2)), f)
+            break
+os.symlink(os.path.join(d, best[1]), os.path.join(d, "worker"))
+EOP
+    callgrind_annotate --inclusive=no --threshold=100 "$d/worker" 2>/dev/null |
+        grep -E '^ *[0-9,]+ ' >"$d/annot" || true
+}
+
+run "$n"
+run $((6 * n))
+python3 - "$work/r$n/annot" "$work/r$((6 * n))/annot" "$n" "$top" "$scenario" <<'EOP'
+import re, sys
+small, big, n, top, scenario = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+def load(path):
+    fns, total = {}, 0
+    for line in open(path):
+        m = re.match(r"\s*([\d,]+)\s+(?:\([^)]*\)\s+)?(.*)$", line)
+        if not m or "=>" in line or "events annotated" in line:
+            continue
+        v, name = int(m.group(1).replace(",", "")), m.group(2).strip()
+        if "PROGRAM TOTALS" in name:
+            total = v
+            continue
+        name = re.sub(r"\s*\[[^\]]*\]$", "", name)
+        fns[name] = fns.get(name, 0) + v
+    return fns, total
+a, ta = load(small)
+b, tb = load(big)
+per = 5 * n
+print("%s: %.0f instructions per request (callgrind, %d vs %d requests)"
+      % (scenario, (tb - ta) / per, 6 * n, n))
+rows = sorted(((b.get(k, 0) - a.get(k, 0)) / per, k) for k in set(a) | set(b))
+for v, k in sorted(rows, reverse=True)[:top]:
+    if v >= 1:
+        print("%8.0f  %s" % (v, k))
+EOP
