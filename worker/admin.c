@@ -145,7 +145,7 @@ admin_handle(struct conn *c, int keep_alive)
         json = 0;
     else
         return 0;
-    if (!conf_ip_allowed(&wk->conf->admin_allow, (struct sockaddr *)&c->cn_peer,
+    if (!conf_ip_allowed(&wk->conf->admin_allow, &c->cn_peer.sa,
                          CONF_METHOD_ALL)) {
         conn_count_status(c, 403);
         resp_simple(c, 403, conn_connection_hdr(r->minor, keep_alive), NULL,

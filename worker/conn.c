@@ -71,6 +71,49 @@ static void conn_wait_read(struct conn *c);
 
 /* ------------------------------------------------------------------ */
 
+/* Wait (up to tv) until c's socket takes more output.  The write event is
+ * lent from the worker's pool for as long as the wait lasts: most
+ * responses leave in one writev and never need one, and an idle
+ * connection carries only its read event.  -1: out of memory. */
+int
+conn_want_write(struct conn *c, const struct timeval *tv)
+{
+    struct worker *w = wk;
+    struct conn_wev *e = c->cn_wev;
+
+    if (e == NULL) {
+        if (w->free_wevs) {
+            e = w->free_wevs;
+            w->free_wevs = e->next;
+        } else if ((e = malloc(sizeof(*e))) == NULL) {
+            return -1;
+        }
+        event_assign(&e->ev, w->base, c->cn_fd, EV_WRITE | EV_PERSIST,
+                     conn_on_write, c);
+        c->cn_wev = e;
+    }
+    event_add(&e->ev, tv);
+    return 0;
+}
+
+/* The wait for writability is over: the event goes back to the pool. */
+void
+conn_unwant_write(struct conn *c)
+{
+    struct conn_wev *e = c->cn_wev;
+
+    if (e == NULL)
+        return;
+    event_del(&e->ev);
+    c->cn_wev = NULL;
+#ifdef CST_ASAN
+    free(e);
+#else
+    e->next = wk->free_wevs;
+    wk->free_wevs = e;
+#endif
+}
+
 static void
 conn_req_get(struct conn *c)
 {
@@ -130,7 +173,7 @@ conn_close(struct conn *c)
                         (int64_t)now.tv_sec * 1000, 0, wake);
     }
     event_del(&c->cn_rev);
-    event_del(&c->cn_wev);
+    conn_unwant_write(c);
     if (c->cn_tls)
         tls_conn_free(c);
     if (c->cn_fd >= 0)
@@ -189,7 +232,7 @@ conn_linger(struct conn *c)
         return -1;
     }
     c->cn_state = CONN_LINGER;
-    event_del(&c->cn_wev);
+    conn_unwant_write(c);
     buf_release(&c->cn_out);
     buf_release(&c->cn_in);
     conn_req_put(c);
@@ -247,7 +290,6 @@ conn_new(struct worker *w, int fd, const struct sockaddr *sa, socklen_t salen)
     if (salen <= sizeof(c->cn_peer))
         memcpy(&c->cn_peer, sa, salen);
     event_assign(&c->cn_rev, w->base, fd, EV_READ | EV_PERSIST, conn_on_read, c);
-    event_assign(&c->cn_wev, w->base, fd, EV_WRITE | EV_PERSIST, conn_on_write, c);
     event_base_gettimeofday_cached(w->base, &c->cn_head_start);
     c->cn_next = w->conns;
     if (w->conns)
@@ -284,7 +326,7 @@ conn_bg_revalidate(struct conn *c, const char *key, size_t keylen)
     default:
         return;
     }
-    g = conn_new(wk, -1, (struct sockaddr *)&c->cn_peer, sizeof(c->cn_peer));
+    g = conn_new(wk, -1, &c->cn_peer.sa, sizeof(c->cn_peer));
     if (g == NULL || buf_alloc(&g->cn_in) < 0 || buf_grow(&g->cn_in, r->head_len) < 0) {
         uint64_t wake[4];
         filltab_release(wk->shm->filltab, h, (int)wk->slotno, 0, 0, wake);
@@ -385,12 +427,10 @@ void
 conn_peer_str(const struct conn *c, char *out, size_t len)
 {
     snprintf(out, len, "?");
-    if (c->cn_peer.ss_family == AF_INET)
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)&c->cn_peer)->sin_addr,
-                  out, (socklen_t)len);
-    else if (c->cn_peer.ss_family == AF_INET6)
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)&c->cn_peer)->sin6_addr,
-                  out, (socklen_t)len);
+    if (c->cn_peer.sa.sa_family == AF_INET)
+        inet_ntop(AF_INET, &c->cn_peer.in.sin_addr, out, (socklen_t)len);
+    else if (c->cn_peer.sa.sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &c->cn_peer.in6.sin6_addr, out, (socklen_t)len);
 }
 
 /* Refuse a request we cannot trust: answer, then close. */
@@ -617,7 +657,7 @@ conn_request(struct conn *c)
     c->cn_nowait = 0;
     c->cn_collapsed = 0;
     alog_begin(c);
-    if (!conf_ip_allowed(&wk->conf->ip_allow, (struct sockaddr *)&c->cn_peer,
+    if (!conf_ip_allowed(&wk->conf->ip_allow, &c->cn_peer.sa,
                          conf_method_bit(http_method_name(r->method),
                                          strlen(http_method_name(r->method))))) {
         char peer[64];
@@ -705,7 +745,7 @@ conn_wait_start(struct conn *c, const uint8_t h[16])
     c->cn_wdeadline.tv_sec += wk->conf->rec.collapse_timeout;
     c->cn_state = CONN_WAIT;
     event_del(&c->cn_rev);
-    event_del(&c->cn_wev);
+    conn_unwant_write(c);
     c->cn_wnext = wk->waitq;
     wk->waitq = c;
 }
@@ -920,7 +960,12 @@ conn_flush(struct conn *c)
                 if (errno == EAGAIN || errno == EWOULDBLOCK) {
                     struct timeval tv = { wk->conf->rec.txn_no_activity_in, 0 };
                     /* TLS writing may have to read first (tls.c) */
-                    event_add(c->cn_tls && c->cn_tls_wr ? &c->cn_rev : &c->cn_wev, &tv);
+                    if (c->cn_tls && c->cn_tls_wr) {
+                        event_add(&c->cn_rev, &tv);
+                    } else if (conn_want_write(c, &tv) < 0) {
+                        conn_close(c);
+                        return -1;
+                    }
                     return 0;
                 }
                 conn_close(c);      /* the peer is gone: nothing to save */
@@ -954,13 +999,13 @@ conn_flush(struct conn *c)
             conn_reset(c);
             return -1;
         case PROXY_WAIT:
-            event_del(&c->cn_wev);
+            conn_unwant_write(c);
             if (!c->cn_in_eof)
                 conn_wait_read(c);
             return 0;
         }
     }
-    event_del(&c->cn_wev);
+    conn_unwant_write(c);
     if (c->cn_fd < 0 && c->cn_state != CONN_PROXY && c->cn_state != CONN_WAIT) {
         conn_close(c);      /* the background transaction is over */
         return -1;
@@ -1156,7 +1201,7 @@ conn_on_write(evutil_socket_t fd, short what, void *arg)
     }
     if (c->cn_tls && (!c->cn_tls_up || c->cn_tls_rw)) {
         /* the handshake, or a read, waited for this writability */
-        event_del(&c->cn_wev);
+        conn_unwant_write(c);
         conn_on_read(fd, EV_READ, c);
         return;
     }

@@ -127,7 +127,7 @@ tls_conn_handshake(struct conn *c)
     rc = SSL_do_handshake(s);
     if (rc == 1) {
         c->cn_tls_up = 1;
-        event_del(&c->cn_wev);
+        conn_unwant_write(c);
         wk->ctr->tls_handshakes++;
         if (SSL_session_reused(s))
             wk->ctr->tls_resumed++;
@@ -135,13 +135,12 @@ tls_conn_handshake(struct conn *c)
     }
     err = SSL_get_error(s, rc);
     if (err == SSL_ERROR_WANT_READ) {
-        event_del(&c->cn_wev);
+        conn_unwant_write(c);
         return 0;
     }
     if (err == SSL_ERROR_WANT_WRITE) {
         struct timeval tv = { wk->conf->rec.txn_no_activity_in, 0 };
-        event_add(&c->cn_wev, &tv);
-        return 0;
+        return conn_want_write(c, &tv);
     }
     wk->ctr->tls_handshake_errors++;
     if (err == SSL_ERROR_SYSCALL && ERR_peek_error() == 0 && errno == 0) {
@@ -203,7 +202,9 @@ tls_conn_read(struct conn *c, char *p, size_t n)
     if (want_write) {
         struct timeval tv = { wk->conf->rec.txn_no_activity_in, 0 };
         c->cn_tls_rw = 1;
-        event_add(&c->cn_wev, &tv);
+        if (conn_want_write(c, &tv) < 0)
+            errno = ENOMEM;     /* the caller closes */
+        return -1;
     } else if (rc < 0 && errno == EIO) {
         log_debug("conn %llu: TLS read: %s", (unsigned long long)c->cn_id, tls_reason());
     }

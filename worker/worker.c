@@ -447,6 +447,11 @@ worker_main(const struct worker_args *a)
         w->free_conns = c->cn_next;
         free(c);
     }
+    while (w->free_wevs) {
+        struct conn_wev *e = w->free_wevs;
+        w->free_wevs = e->next;
+        free(e);
+    }
     while (w->free_reqs) {
         struct req_ctx *q = w->free_reqs;
         w->free_reqs = q->next;

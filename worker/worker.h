@@ -93,12 +93,44 @@ struct req_ctx;
 struct upstream;
 struct push;
 
+/* A client address, no bigger than an IPv6 one (sockaddr_storage would
+ * add 100 bytes to every connection). */
+union conn_addr {
+    struct sockaddr      sa;
+    struct sockaddr_in   in;
+    struct sockaddr_in6  in6;
+};
+
+/* A write event lent to a connection while its output waits. */
+struct conn_wev {
+    struct event         ev;
+    struct conn_wev     *next;        /* the worker's free list */
+};
+
 struct conn {
     uint32_t         cn_magic;
     int              cn_fd;
     enum conn_state  cn_state;
+    /* flags, together so they share one word */
+    unsigned         cn_close:1;      /* close once cn_out is flushed */
+    unsigned         cn_in_eof:1;
+    unsigned         cn_read_blocked:1;
+    unsigned         cn_abort:1;      /* cut now: a response was truncated */
+    unsigned         cn_in_process:1; /* inside conn_process(): no re-entry */
+    unsigned         cn_hold:1;       /* cn_out waits until the request body
+                                         we are discarding has ended */
+    unsigned         cn_nowait:1;     /* waited already: fetch uncollapsed */
+    unsigned         cn_collapsed:1;  /* answered by another's fill */
+    unsigned         cn_bg:1;         /* internal: a background revalidation */
+    unsigned         cn_bgclaim:1;    /* ...holding the fill claim cn_whash */
+    unsigned         cn_tls_up:1;     /* TLS handshake done */
+    unsigned         cn_tls_rw:1;     /* SSL_read waits for writability */
+    unsigned         cn_tls_wr:1;     /* SSL_write waits for readability */
     uint64_t         cn_id;
-    struct event     cn_rev, cn_wev;
+    struct event     cn_rev;
+    struct conn_wev *cn_wev;          /* write interest, from the worker's pool
+                                         while a write waits (conn_want_write),
+                                         else NULL: idle connections hold none */
     struct buf       cn_in;           /* request bytes */
     struct buf       cn_out;          /* response bytes */
     struct req_ctx  *cn_req;          /* NULL while idle */
@@ -107,27 +139,13 @@ struct conn {
     const char      *cn_body;         /* body bytes to send after cn_out */
     size_t           cn_body_len;     /* (owned by cn_up: its input buffer) */
     struct timeval   cn_head_start;   /* first byte of the current head */
-    unsigned         cn_close:1;      /* close once cn_out is flushed */
-    unsigned         cn_in_eof:1;
-    unsigned         cn_read_blocked:1;
-    unsigned         cn_abort:1;      /* cut now: a response was truncated */
-    unsigned         cn_in_process:1; /* inside conn_process(): no re-entry */
-    unsigned         cn_hold:1;       /* cn_out waits until the request body
-                                         we are discarding has ended */
     size_t           cn_hold_mark;    /* cn_out.end before the held answer */
     size_t           cn_discarded;    /* body bytes dropped for it so far */
-    unsigned         cn_nowait:1;     /* waited already: fetch uncollapsed */
-    unsigned         cn_collapsed:1;  /* answered by another's fill */
-    unsigned         cn_bg:1;         /* internal: a background revalidation */
-    unsigned         cn_bgclaim:1;    /* ...holding the fill claim cn_whash */
     uint8_t          cn_whash[16];    /* CONN_WAIT: the key waited for */
     struct timeval   cn_wdeadline;
     struct conn     *cn_wnext;        /* the worker's wait list */
-    struct sockaddr_storage cn_peer;
+    union conn_addr  cn_peer;         /* the client (IPv4 or IPv6) */
     struct ssl_st   *cn_tls;          /* TLS (tls.c), or NULL: plain TCP */
-    unsigned         cn_tls_up:1;     /* handshake done */
-    unsigned         cn_tls_rw:1;     /* SSL_read waits for writability */
-    unsigned         cn_tls_wr:1;     /* SSL_write waits for readability */
     struct conn     *cn_next;         /* free list / all-connections list */
     struct conn     *cn_prev;
 };
@@ -235,6 +253,7 @@ struct worker {
     unsigned             nconns;
     uint64_t             next_id;
     struct conn         *free_conns;
+    struct conn_wev     *free_wevs;
     struct req_ctx      *free_reqs;
     char               **free_bufs;   /* stack of BUF_SIZE blocks */
     unsigned             nfree_bufs, cap_free_bufs;
@@ -356,7 +375,9 @@ void conn_wait_check(struct worker *w, int deadlines_only);
 /* Release our fill-table claim for up and wake its waiters. */
 void proxy_release_claim(struct upstream *up, int64_t pass_ms);
 
-/* conn.c, for proxy.c */
+/* conn.c, for proxy.c and tls.c */
+int  conn_want_write(struct conn *c, const struct timeval *tv);
+void conn_unwant_write(struct conn *c);
 void conn_peer_str(const struct conn *c, char *out, size_t len);
 int  conn_flush(struct conn *c);
 void conn_count_status(struct conn *c, int status);
