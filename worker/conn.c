@@ -160,7 +160,7 @@ conn_close(struct conn *c)
         proxy_abort(c);
     if (c->cn_state == CONN_WAIT) {
         conn_wait_unlink(c);
-        filltab_unwait(w->shm->filltab, c->cn_whash, (int)w->slotno);
+        filltab_unwait(w->shm->filltab, c->cn_req->whash, (int)w->slotno);
     }
     push_free(c);
     alog_end(c);        /* a transaction cut short is still logged */
@@ -169,7 +169,7 @@ conn_close(struct conn *c)
         struct timeval now;
         uint64_t wake[4];
         event_base_gettimeofday_cached(w->base, &now);
-        filltab_release(w->shm->filltab, c->cn_whash, (int)w->slotno,
+        filltab_release(w->shm->filltab, c->cn_req->whash, (int)w->slotno,
                         (int64_t)now.tv_sec * 1000, 0, wake);
     }
     event_del(&c->cn_rev);
@@ -327,7 +327,10 @@ conn_bg_revalidate(struct conn *c, const char *key, size_t keylen)
         return;
     }
     g = conn_new(wk, -1, &c->cn_peer.sa, sizeof(c->cn_peer));
-    if (g == NULL || buf_alloc(&g->cn_in) < 0 || buf_grow(&g->cn_in, r->head_len) < 0) {
+    if (g)
+        conn_req_get(g);    /* carries the claim (whash) */
+    if (g == NULL || g->cn_req == NULL || buf_alloc(&g->cn_in) < 0
+        || buf_grow(&g->cn_in, r->head_len) < 0) {
         uint64_t wake[4];
         filltab_release(wk->shm->filltab, h, (int)wk->slotno, 0, 0, wake);
         if (g)
@@ -336,7 +339,7 @@ conn_bg_revalidate(struct conn *c, const char *key, size_t keylen)
     }
     g->cn_bg = 1;
     g->cn_bgclaim = 1;
-    memcpy(g->cn_whash, h, 16);
+    memcpy(g->cn_req->whash, h, 16);
     memcpy(g->cn_in.data, r->base, r->head_len);
     g->cn_in.end = r->head_len;
     conn_process(g);
@@ -627,7 +630,7 @@ conn_route(struct conn *c, int keep_alive)
     if (c->cn_bgclaim && rc == 0 && c->cn_up) {
         /* the background revalidation's fetch carries its claim */
         c->cn_up->up_claim = 1;
-        memcpy(c->cn_up->up_hash, c->cn_whash, 16);
+        memcpy(c->cn_up->up_hash, c->cn_req->whash, 16);
         c->cn_bgclaim = 0;
     }
     if (claimed) {
@@ -739,26 +742,26 @@ conn_wait_start(struct conn *c, const uint8_t h[16])
 {
     struct timeval now;
 
-    memcpy(c->cn_whash, h, 16);
+    memcpy(c->cn_req->whash, h, 16);
     event_base_gettimeofday_cached(wk->base, &now);
-    c->cn_wdeadline = now;
-    c->cn_wdeadline.tv_sec += wk->conf->rec.collapse_timeout;
+    c->cn_req->wdeadline = now;
+    c->cn_req->wdeadline.tv_sec += wk->conf->rec.collapse_timeout;
     c->cn_state = CONN_WAIT;
     event_del(&c->cn_rev);
     conn_unwant_write(c);
-    c->cn_wnext = wk->waitq;
+    c->cn_req->wnext = wk->waitq;
     wk->waitq = c;
 }
 
 static void
 conn_wait_unlink(struct conn *c)
 {
-    for (struct conn **pp = &wk->waitq; *pp; pp = &(*pp)->cn_wnext)
+    for (struct conn **pp = &wk->waitq; *pp; pp = &(*pp)->cn_req->wnext)
         if (*pp == c) {
-            *pp = c->cn_wnext;
+            *pp = c->cn_req->wnext;
             break;
         }
-    c->cn_wnext = NULL;
+    c->cn_req->wnext = NULL;
 }
 
 static void
@@ -766,7 +769,7 @@ conn_wait_resume(struct conn *c, int timed_out)
 {
     conn_wait_unlink(c);
     if (timed_out)
-        filltab_unwait(wk->shm->filltab, c->cn_whash, (int)wk->slotno);
+        filltab_unwait(wk->shm->filltab, c->cn_req->whash, (int)wk->slotno);
     c->cn_nowait = timed_out;
     c->cn_collapsed = !timed_out;
     c->cn_state = CONN_SEND;
@@ -788,11 +791,11 @@ conn_wait_check(struct worker *w, int deadlines_only)
     event_base_gettimeofday_cached(w->base, &now);
     int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000;
     for (c = w->waitq; c; c = next) {
-        next = c->cn_wnext;
-        if (evutil_timercmp(&now, &c->cn_wdeadline, >=))
+        next = c->cn_req->wnext;
+        if (evutil_timercmp(&now, &c->cn_req->wdeadline, >=))
             conn_wait_resume(c, 1);
         else if (!deadlines_only
-                 && !filltab_busy(w->shm->filltab, c->cn_whash, (int)w->slotno, now_ms))
+                 && !filltab_busy(w->shm->filltab, c->cn_req->whash, (int)w->slotno, now_ms))
             conn_wait_resume(c, 0);
         /* next was read before resuming: a resumed connection may have
          * closed, never one further down the list */

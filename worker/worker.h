@@ -122,7 +122,8 @@ struct conn {
     unsigned         cn_nowait:1;     /* waited already: fetch uncollapsed */
     unsigned         cn_collapsed:1;  /* answered by another's fill */
     unsigned         cn_bg:1;         /* internal: a background revalidation */
-    unsigned         cn_bgclaim:1;    /* ...holding the fill claim cn_whash */
+    unsigned         cn_bgclaim:1;    /* ...holding the fill claim
+                                         cn_req->whash */
     unsigned         cn_tls_up:1;     /* TLS handshake done */
     unsigned         cn_tls_rw:1;     /* SSL_read waits for writability */
     unsigned         cn_tls_wr:1;     /* SSL_write waits for readability */
@@ -141,9 +142,6 @@ struct conn {
     struct timeval   cn_head_start;   /* first byte of the current head */
     size_t           cn_hold_mark;    /* cn_out.end before the held answer */
     size_t           cn_discarded;    /* body bytes dropped for it so far */
-    uint8_t          cn_whash[16];    /* CONN_WAIT: the key waited for */
-    struct timeval   cn_wdeadline;
-    struct conn     *cn_wnext;        /* the worker's wait list */
     union conn_addr  cn_peer;         /* the client (IPv4 or IPv6) */
     struct ssl_st   *cn_tls;          /* TLS (tls.c), or NULL: plain TCP */
     struct conn     *cn_next;         /* free list / all-connections list */
@@ -171,6 +169,11 @@ struct req_ctx {
     int              obj_held;
     size_t           obj_keylen;      /* its key (a variant's, with Vary) */
     char             obj_key[STORE_KEY_MAX];
+    /* CONN_WAIT (and a background revalidation's claim): here, not in
+     * struct conn, since only a connection with a request waits. */
+    uint8_t          whash[16];       /* the key waited for (or claimed) */
+    struct timeval   wdeadline;
+    struct conn     *wnext;           /* the worker's wait list */
     struct req_ctx  *next;            /* free list */
 };
 
