@@ -589,7 +589,10 @@ conf_remap_find(const struct conf_remap *rm, const char *scheme,
 
             memset(res, 0, offsetof(struct conf_remap_result, path));
             res->rule = r;
-            snprintf(res->scheme, sizeof(res->scheme), "%s", r->to.scheme);
+            /* "http" or "https" (checked at load): no formatting needed */
+            size_t slen = strnlen(r->to.scheme, sizeof(res->scheme) - 1);
+            memcpy(res->scheme, r->to.scheme, slen);
+            res->scheme[slen] = '\0';
             res->port = r->to.port;
             if (r->type == CONF_REMAP_REGEX_MAP) {
                 if (remap_subst(res->host, sizeof(res->host), r->to.host, lc,
