@@ -80,6 +80,97 @@ def test_access_log_json_and_squid():
                 expect(check(line), "%s line: %r" % (fmt, line))
 
 
+def log_escape(b, size):
+    """The access log's escaping of a target (size 1024) or a referer or
+    user agent (size 256): quotes, backslashes, control and non-ASCII bytes
+    as \\xHH; a byte is written while fewer than size - 5 characters are."""
+    out = ""
+    for ch in b:
+        if len(out) + 5 >= size:
+            break
+        safe = 0x20 <= ch < 0x7f and ch not in b'"\\'
+        out += chr(ch) if safe else "\\x%02x" % ch
+    return out
+
+
+def line_regex(fmt, status, nbytes, result, ostatus, method="GET", target=None,
+               referer=None, ua=None):
+    """The exact line of one transaction in format fmt, as a regex: only the
+    time and the milliseconds taken vary.  target/referer/ua are raw bytes
+    (None: absent, or "-" for a refused request's target)."""
+    t = "-" if target is None else log_escape(target, 1024)
+    ref = "" if referer is None else log_escape(referer, 256)
+    agent = "" if ua is None else log_escape(ua, 256)
+    os_ = str(ostatus) if ostatus else "-"
+    if fmt == "combined":
+        text = ('127.0.0.1 - - [@NCSA@] "%s %s HTTP/1.1" %d %d "%s" "%s" %s %s @MS@'
+                % (method, t, status, nbytes, ref or "-", agent or "-", result, os_))
+        subs = {"@NCSA@": r"\d\d/[A-Z][a-z][a-z]/\d{4}:\d\d:\d\d:\d\d \+0000",
+                "@MS@": r"\d+"}
+    elif fmt == "squid":
+        text = ("@SECS@ @MS@ 127.0.0.1 %s/%03d %d %s %s - %s/%s -"
+                % (result, status, nbytes, method, t,
+                   "DIRECT" if ostatus else "NONE", os_))
+        subs = {"@SECS@": r"\d{10}\.\d{3}", "@MS@": r"[ \d]{5}\d"}
+    else:
+        text = ('{"time":"@ISO@Z","client":"127.0.0.1","method":"%s","url":"%s",'
+                '"version":"HTTP/1.1","status":%d,"bytes":%d,"referer":"%s",'
+                '"user_agent":"%s","cache":"%s","origin_status":%s,"ms":@MS@}'
+                % (method, t, status, nbytes, ref, agent, result,
+                   os_ if ostatus else "null"))
+        subs = {"@ISO@": r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}", "@MS@": r"\d+"}
+    rx = re.escape(text)
+    for k, v in subs.items():
+        rx = rx.replace(re.escape(k), v)
+    return "^" + rx + "$"
+
+
+def test_access_log_hostile_bytes():
+    """Hostile bytes in the target, referer and user agent (quotes,
+    backslashes, tabs, non-ASCII) come out escaped and overlong fields cut,
+    the same bytes in every format: a miss (logged after its head has left
+    the input buffer), two hits (logged at once), a refused request."""
+    # the target's escaped form runs to 1017 characters, then non-ASCII:
+    # the cut falls in the middle of the run
+    head = b'/bytes/5/headers/q"u\\o\'te<>{}|^`~\x80\xe9\xff%00;@'
+    pad = 1017 - len(log_escape(head, 1024))
+    target = head + b"x" * pad + b"\xfe" * 20 + b"?Cache-Control=max-age%3D300"
+    ref1 = b'http://r.test/"a\\b"\t\x80\xff end'
+    ua1 = b'Mozilla/5.0 (\xe9t\xe9; "x") \\\t\''
+    ref2 = b"x" * 249 + b'"' + b"y" * 10        # cut after an escape
+    ua2 = b"A" * 300                             # cut inside a safe run
+    reqs = [  # (request head fields, status, result, origin status, referer, ua)
+        (b"Referer: " + ref1 + b"\r\nUser-Agent: " + ua1 + b"\r\n",
+         200, "TCP_MISS", 200, ref1, ua1),
+        (b"Referer: " + ref2 + b"\r\nUser-Agent: " + ua2 + b"\r\n",
+         200, "TCP_HIT", 0, ref2, ua2),
+        (b"Referer:\r\n", 200, "TCP_HIT", 0, b"", None),
+    ]
+    with Origin() as o:
+        for fmt in ("combined", "squid", "json"):
+            with Cistern(storage=["cache 64M"], remap=remap_for(o), workers=1,
+                         records={"proxy.config.cistern.access_log_format": fmt}) as c:
+                want = []
+                for fields, status, result, ostatus, ref, ua in reqs:
+                    data, _ = harness.raw(c.port, b"GET " + target + b" HTTP/1.1\r\n"
+                                          b"Host: m.test\r\nConnection: close\r\n"
+                                          + fields + b"\r\n")
+                    expect_eq(harness.parse_responses(data)[0].status, status,
+                              "%s: %s status" % (fmt, result))
+                    want.append(line_regex(fmt, status, len(data), result, ostatus,
+                                           target=target, referer=ref, ua=ua))
+                data, _ = harness.raw(c.port, b"GET /ok HTTP/1.1\r\nHost: m.test\r\n"
+                                      b"X-Bad: a\x01b\r\n\r\n")
+                want.append(line_regex(fmt, 400, len(data), "ERR_INVALID_REQ", 0,
+                                       method="-"))
+                lines = access_lines(c, len(want))
+                expect_eq(len(lines), len(want), "%s: lines" % fmt)
+                for i, (line, rx) in enumerate(zip(lines, want)):
+                    expect(line.isascii(), "%s line %d not ASCII: %r" % (fmt, i, line))
+                    expect(re.match(rx, line), "%s line %d:\n  got  %r\n  want %r"
+                           % (fmt, i, line, rx))
+
+
 def test_log_reopen_after_rename():
     """Rename both logs, `cistern -s reopen`: new files appear and new lines
     go there, not to the renamed ones."""

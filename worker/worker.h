@@ -148,7 +148,14 @@ struct conn {
     struct conn     *cn_prev;
 };
 
-/* One access-log record (alog.c), kept with its request. */
+/* One access-log record (alog.c), kept with its request.  The target,
+ * referer and user agent are kept raw, escaped when the line is written.
+ * A field's next byte goes into the line only while fewer than these many
+ * characters of the field are there, so no more raw bytes are kept.  (The
+ * 1 KiB and 256-byte buffers of the first format less room for a \xHH and
+ * a NUL: overlong fields are cut where they always were.) */
+#define ALOG_TARGET_MAX 1019
+#define ALOG_FIELD_MAX  251
 struct alog_txn {
     int              active;
     struct timeval   start;
@@ -157,9 +164,10 @@ struct alog_txn {
     int              minor;
     int              status, ostatus;
     uint64_t         bytes;
-    char             target[1024];
-    char             referer[256];
-    char             ua[256];
+    uint16_t         target_len, referer_len, ua_len;
+    char             target[ALOG_TARGET_MAX];
+    char             referer[ALOG_FIELD_MAX];
+    char             ua[ALOG_FIELD_MAX];
 };
 
 struct req_ctx {
