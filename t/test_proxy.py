@@ -312,6 +312,130 @@ def test_x_forwarded_for_appended():
                               "(sent %r)" % hs)
 
 
+def test_connection_listed_fields_any_case_several_lines():
+    # RFC 9110 7.6.1: every field a Connection line names is removed, the
+    # names compared without case, over all Connection lines; a listed
+    # Via / X-Forwarded-For of the client goes, ours are still added.
+    with Origin() as o, mapped(o) as c:
+        with Conn(c.port) as k:
+            r = k.request(req("/a", headers=[
+                "Connection: X-A", "x-a: 1", "X-B: 2",
+                "connection: x-b, VIA,  x-forwarded-for ",
+                "Via: 1.0 client-side", "X-Forwarded-For: 203.0.113.9",
+                "X-Keep: yes", "x-a: again"]))
+            expect_eq(r.status, 200, "status")
+        rec = only_request(o)
+        names = [n.lower() for n, v in rec["headers"]]
+        with Collector() as coll:
+            for gone in ("x-a", "x-b", "connection"):
+                with coll.case(gone):
+                    expect(gone not in names, "origin received %s: %r"
+                           % (gone, rec["headers"]))
+            with coll.case("kept"):
+                expect_eq(hall(rec, "X-Keep"), ["yes"], "end-to-end header")
+                expect_eq(hall(rec, "Via"), ["1.1 cistern"], "Via")
+                expect_eq(hall(rec, "X-Forwarded-For"), ["127.0.0.1"],
+                          "X-Forwarded-For")
+    with Origin() as o, mapped(o) as c:
+        q = ("/headers?Connection=X-C&connection=x-d%2C%20VIA&X-C=1&x-d=2"
+             "&Via=1.0%20origin-side&X-Keep=yes")
+        with Conn(c.port) as k:
+            r = k.request(req(q))
+            expect_eq(r.status, 200, "status (response)")
+            names = [n.lower() for n, v in r.headers]
+            for gone in ("x-c", "x-d"):
+                expect(gone not in names, "client received %s: %r"
+                       % (gone, r.headers))
+            expect_eq(r.header_all("Via"), ["1.1 cistern"], "Via to the "
+                      "client")
+            expect_eq(r.header("X-Keep"), "yes", "end-to-end header")
+
+
+def test_connection_cannot_strip_content_length():
+    # "Connection: content-length" must not cost a message its framing: a
+    # POST whose Content-Length went missing on the way would reach the
+    # origin as a bodiless request followed by its body, parsed as a
+    # request of its own (smuggled past us); a response that lost it would
+    # leave the client unable to find its end.
+    smuggled = b"GET /smuggled HTTP/1.1\r\nHost: m.test\r\n\r\n"
+    with Origin() as o, mapped(o) as c:
+        with Conn(c.port) as k:
+            r = k.request(req("/post", method="POST", body=smuggled,
+                              headers=["Connection: content-length"]))
+            expect_eq(r.status, 200, "status")
+            r = k.request(req("/after"))
+            expect_eq(r.body, b"GET /after\n", "next request")
+        rs = o.requests()
+        expect_eq([(x["method"], x["target"]) for x in rs],
+                  [("POST", "/post"), ("GET", "/after")],
+                  "requests at the origin")
+        expect_eq(rs[0]["body"].encode("latin-1"), smuggled, "body")
+        expect_eq(hall(rs[0], "Content-Length"), [str(len(smuggled))],
+                  "Content-Length at the origin")
+        with Conn(c.port) as k:
+            r = k.request(req("/headers?Connection=Content-Length"))
+            expect_eq(r.status, 200, "status (response)")
+            expect_eq(r.header("Content-Length"), str(len(r.body)),
+                      "Content-Length to the client")
+            r = k.request(req("/again"))
+            expect_eq(r.body, b"GET /again\n", "next response, same "
+                      "connection")
+
+
+def test_response_date_added_only_when_missing():
+    with Origin() as o, mapped(o) as c:
+        o.script("/nodate", [{"raw": b"HTTP/1.1 200 OK\r\n"
+                              b"Content-Length: 2\r\n\r\nok", "keep": True}])
+        o.script("/olddate", [{"raw": b"HTTP/1.1 200 OK\r\nDATE: Sun, 06 Nov "
+                               b"1994 08:49:37 GMT\r\nContent-Length: 2\r\n"
+                               b"\r\nok", "keep": True}])
+        with Conn(c.port) as k:
+            r = k.request(req("/nodate"))
+            expect_eq(r.status, 200, "status")
+            dates = r.header_all("Date")
+            expect_eq(len(dates), 1, "Date fields (%r)" % r.headers)
+            expect(dates[0].endswith(" GMT") and len(dates[0]) == 29,
+                   "Date value %r" % dates[0])
+            r = k.request(req("/olddate"))
+            expect_eq(r.header_all("Date"), ["Sun, 06 Nov 1994 08:49:37 GMT"],
+                      "the origin's Date, once")
+
+
+def test_interim_response_hop_by_hop_stripped():
+    raw_resp = (b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n"
+                b"Connection: X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\n"
+                b"\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    with Origin() as o, mapped(o) as c:
+        o.script("/early", [{"raw": raw_resp, "keep": True}])
+        got, _ = raw(c.port, b"GET /early HTTP/1.1\r\nHost: m.test\r\n"
+                     b"Connection: close\r\n\r\n", timeout=5)
+        interim = got.split(b"\r\n\r\n", 1)[0]
+        expect(interim.startswith(b"HTTP/1.1 103 Early Hints\r\n"),
+               "interim status line: %r" % got[:60])
+        expect_in(b"Link: </s.css>; rel=preload", interim, "103's fields")
+        for gone in (b"X-Hop", b"Keep-Alive", b"Connection: X-Hop"):
+            expect(gone not in interim, "%r forwarded in the 103: %r"
+                   % (gone, interim))
+        expect(got.endswith(b"\r\n\r\nok"), "final body: %r" % got[-40:])
+
+
+def test_x_forwarded_for_ipv6_client():
+    try:
+        socket.create_connection(("::1", closed_port()), timeout=1).close()
+    except ConnectionRefusedError:
+        pass
+    except OSError as e:
+        raise harness.SkipTest("no IPv6 loopback: %s" % e)
+    with Origin() as o, mapped(o, records={
+            "proxy.config.http.server_ports": "0 0:ipv6"}) as c:
+        expect_eq(len(c.ports), 2, "ports (%r)" % c.ports)
+        with Conn(c.ports[1], host="::1") as k:
+            r = k.request(req("/v6", headers=["X-Forwarded-For: 2001:db8::7"]))
+            expect_eq(r.status, 200, "status")
+        expect_eq(hall(only_request(o), "X-Forwarded-For"),
+                  ["2001:db8::7, ::1"], "X-Forwarded-For at the origin")
+
+
 # ---------------------------------------------------------------------------
 # Request bodies
 
@@ -882,6 +1006,28 @@ def test_origin_closes_mid_body_truncates_client():
             expect(b"hello" in k.buf, "the chunk that arrived: %r" % k.buf)
             expect(not k.buf.endswith(b"0\r\n\r\n"),
                    "a truncated chunked body was terminated: %r" % k.buf)
+
+
+def test_broken_body_right_behind_the_head_cuts_client():
+    # Head and first body bytes leave in one write; when those bytes are
+    # already broken (bad chunk framing) or the origin closes short, the
+    # client still gets the head, and then the cut, never a complete-looking
+    # response.
+    with Origin() as o, mapped(o) as c:
+        o.script("/badchunk", [{"raw": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: "
+                                b"chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n",
+                                "close": True}])
+        o.script("/short", [{"raw": b"HTTP/1.1 200 OK\r\nContent-Length: 10"
+                             b"\r\n\r\nabc", "close": True}])
+        with Collector() as coll:
+            for path, tail in (("/badchunk", b"\r\n\r\n"), ("/short", b"abc")):
+                with coll.case(path):
+                    data, closed = raw(c.port, req(path), timeout=5)
+                    expect(closed, "connection left open")
+                    expect(data.startswith(b"HTTP/1.1 200 OK\r\n"),
+                           "no head: %r" % data[:80])
+                    expect(data.endswith(tail), "cut at the wrong place: %r"
+                           % data[-40:])
 
 
 def test_origin_closes_mid_body_http10_client_sees_reset():

@@ -256,45 +256,31 @@ alog_put_esc(char *p, const char *s, size_t n, size_t max)
     return p;
 }
 
-/* The client's address, as conn_peer_str() (inet_ntop) writes it.  The
- * text of the last address is kept, so a keep-alive client's lines cost a
- * compare and a copy; IPv4 text is made here (glibc's inet_ntop goes
- * through sprintf). */
+/* The client's address, as conn_peer_str() writes it.  The text of the
+ * last address is kept, so the lines of a keep-alive client (or of many
+ * connections from one address) cost a compare and a copy. */
 static char *
 alog_put_peer(char *p, const struct conn *c)
 {
-    static sa_family_t last_af;        /* 0: none yet */
+    static sa_family_t last_af;         /* 0: none yet */
     static uint8_t last_addr[16];
     static char last_str[64];
     static size_t last_len;
-    const struct sockaddr_in *sin = &c->cn_peer.in;
-    const struct sockaddr_in6 *sin6 = &c->cn_peer.in6;
+    sa_family_t af = c->cn_peer.sa.sa_family;
+    const void *a = af == AF_INET ? (const void *)&c->cn_peer.in.sin_addr
+                                  : (const void *)&c->cn_peer.in6.sin6_addr;
+    size_t alen = af == AF_INET ? 4 : 16;
 
-    if (c->cn_peer.sa.sa_family == AF_INET) {
-        if (last_af != AF_INET || memcmp(&sin->sin_addr, last_addr, 4) != 0) {
-            const uint8_t *a = (const uint8_t *)&sin->sin_addr;
-            char *q = last_str;
-            for (int i = 0; i < 4; i++) {
-                if (i)
-                    *q++ = '.';
-                q = alog_put_u64(q, a[i]);
-            }
-            last_len = (size_t)(q - last_str);
-            memcpy(last_addr, a, 4);
-            last_af = AF_INET;
-        }
-    } else if (c->cn_peer.sa.sa_family == AF_INET6) {
-        if (last_af != AF_INET6
-            || memcmp(&sin6->sin6_addr, last_addr, 16) != 0) {
-            conn_peer_str(c, last_str, sizeof(last_str));
-            last_len = strlen(last_str);
-            memcpy(last_addr, &sin6->sin6_addr, 16);
-            last_af = AF_INET6;
-        }
-    } else {
+    if (af != AF_INET && af != AF_INET6) {
         char peer[64];
         conn_peer_str(c, peer, sizeof(peer));
         return alog_put_str(p, peer);
+    }
+    if (af != last_af || memcmp(a, last_addr, alen) != 0) {
+        conn_peer_str(c, last_str, sizeof(last_str));
+        last_len = strlen(last_str);
+        memcpy(last_addr, a, alen);
+        last_af = af;
     }
     return alog_put(p, last_str, last_len);
 }

@@ -24,6 +24,7 @@
 #include "config.h"
 
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -52,6 +53,143 @@ static const uint8_t http_tchar[256] = {
  * least one; a few more costs nothing, unbounded would be a free loop). */
 #define HTTP_MAX_LEADING_BLANKS 8
 
+_Static_assert(HTTP_MAX_FIELDS <= 255, "fidx holds 1 + a field index in a byte");
+_Static_assert(HTTP_MAX_FIELDS % 64 == 0, "hop holds one bit per field");
+
+/* The names of enum http_fid, lowercase. */
+static const struct {
+    const char *name;
+    enum http_fid id;
+} http_known[] = {
+    { "accept-encoding", HTTP_F_ACCEPT_ENCODING },
+    { "age", HTTP_F_AGE },
+    { "authorization", HTTP_F_AUTHORIZATION },
+    { "cache-control", HTTP_F_CACHE_CONTROL },
+    { "cache-status", HTTP_F_CACHE_STATUS },
+    { "cdn-cache-control", HTTP_F_CDN_CACHE_CONTROL },
+    { "connection", HTTP_F_CONNECTION },
+    { "content-encoding", HTTP_F_CONTENT_ENCODING },
+    { "content-length", HTTP_F_CONTENT_LENGTH },
+    { "content-location", HTTP_F_CONTENT_LOCATION },
+    { "content-md5", HTTP_F_CONTENT_MD5 },
+    { "content-range", HTTP_F_CONTENT_RANGE },
+    { "date", HTTP_F_DATE },
+    { "etag", HTTP_F_ETAG },
+    { "expect", HTTP_F_EXPECT },
+    { "expires", HTTP_F_EXPIRES },
+    { "host", HTTP_F_HOST },
+    { "if-modified-since", HTTP_F_IF_MODIFIED_SINCE },
+    { "if-none-match", HTTP_F_IF_NONE_MATCH },
+    { "if-range", HTTP_F_IF_RANGE },
+    { "keep-alive", HTTP_F_KEEP_ALIVE },
+    { "last-modified", HTTP_F_LAST_MODIFIED },
+    { "location", HTTP_F_LOCATION },
+    { "proxy-authenticate", HTTP_F_PROXY_AUTHENTICATE },
+    { "proxy-connection", HTTP_F_PROXY_CONNECTION },
+    { "range", HTTP_F_RANGE },
+    { "referer", HTTP_F_REFERER },
+    { "surrogate-control", HTTP_F_SURROGATE_CONTROL },
+    { "te", HTTP_F_TE },
+    { "trailer", HTTP_F_TRAILER },
+    { "transfer-encoding", HTTP_F_TRANSFER_ENCODING },
+    { "upgrade", HTTP_F_UPGRADE },
+    { "user-agent", HTTP_F_USER_AGENT },
+    { "vary", HTTP_F_VARY },
+    { "via", HTTP_F_VIA },
+    { "x-forwarded-for", HTTP_F_X_FORWARDED_FOR },
+};
+_Static_assert(sizeof(http_known) / sizeof(http_known[0]) == HTTP_F_NKNOWN - 1,
+               "one name per enum http_fid");
+
+/* A perfect hash of the names above, over their length and first and
+ * last letters (found by search; http_known_init() checks it has no
+ * collision), into http_known_slot: 1 + index in http_known (0: none)
+ * and the name's length. */
+#define HTTP_KNOWN_MINLEN 2
+#define HTTP_KNOWN_MAXLEN 18
+#define HTTP_KNOWN_HASH(n, first, last) \
+    (((n) + ((unsigned)(first) | 0x20) * 11u + ((unsigned)(last) | 0x20) * 56u) & 127u)
+static struct {
+    uint8_t k, len;
+} http_known_slot[128];
+
+__attribute__((constructor)) static void
+http_known_init(void)
+{
+    for (size_t k = 0; k < sizeof(http_known) / sizeof(http_known[0]); k++) {
+        const char *nm = http_known[k].name;
+        size_t n = strlen(nm);
+        unsigned h = HTTP_KNOWN_HASH(n, nm[0], nm[n - 1]);
+
+        if (n < HTTP_KNOWN_MINLEN || n > HTTP_KNOWN_MAXLEN || http_known_slot[h].k != 0)
+            abort();    /* the table above was changed without the hash */
+        http_known_slot[h].k = (uint8_t)(k + 1);
+        http_known_slot[h].len = (uint8_t)n;
+    }
+}
+
+static inline uint64_t
+http_load64(const char *p)
+{
+    uint64_t v;
+
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+static inline uint32_t
+http_load32(const char *p)
+{
+    uint32_t v;
+
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+static inline uint16_t
+http_load16(const char *p)
+{
+    uint16_t v;
+
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+/* Does p[0..n) match the lowercase name[0..n) in any case (2 <= n <= 18)?
+ * A word at a time: OR-ing 0x20 lowercases a letter and maps no other
+ * byte onto a letter, digit or '-' except control bytes, which neither
+ * field names nor field values hold (the scanner refused them). */
+static inline int
+http_name_eq(const char *p, const char *name, size_t n)
+{
+    if (n >= 8) {
+        const uint64_t lc = 0x2020202020202020ull;
+        if ((http_load64(p) | lc) != http_load64(name))
+            return 0;
+        if (n > 16 && (http_load64(p + 8) | lc) != http_load64(name + 8))
+            return 0;
+        return (http_load64(p + n - 8) | lc) == http_load64(name + n - 8);
+    }
+    if (n >= 4)
+        return (http_load32(p) | 0x20202020u) == http_load32(name)
+               && (http_load32(p + n - 4) | 0x20202020u) == http_load32(name + n - 4);
+    return (uint16_t)(http_load16(p) | 0x2020u) == http_load16(name)
+           && (uint16_t)(http_load16(p + n - 2) | 0x2020u) == http_load16(name + n - 2);
+}
+
+enum http_fid
+http_field_id(const char *p, size_t n)
+{
+    if (n < HTTP_KNOWN_MINLEN || n > HTTP_KNOWN_MAXLEN)
+        return HTTP_F_OTHER;
+    unsigned h = HTTP_KNOWN_HASH(n, (unsigned char)p[0], (unsigned char)p[n - 1]);
+    unsigned k = http_known_slot[h].k;
+
+    if (k == 0 || http_known_slot[h].len != n || !http_name_eq(p, http_known[k - 1].name, n))
+        return HTTP_F_OTHER;
+    return http_known[k - 1].id;
+}
+
 void
 http_req_reset(struct http_req *r)
 {
@@ -62,6 +200,26 @@ http_req_reset(struct http_req *r)
     r->nfields = 0;
     r->reason = NULL;
     r->body_done = 0;
+    memset(r->fidx, 0, sizeof(r->fidx));
+}
+
+/* The length of a prefix of p[0..n), a multiple of 8 bytes, that holds
+ * no control byte (below 0x20, or DEL): the byte checks below may start
+ * there.  Eight bytes at a time: (x - 0x20..) & ~x has a high bit set
+ * where a byte is below 0x20 (a borrow only ever starts at such a byte),
+ * and x ^ 0x7f.. has a zero byte where x has DEL. */
+static size_t
+http_ctl_free(const char *p, size_t n)
+{
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    size_t i = 0;
+
+    for (; i + 8 <= n; i += 8) {
+        uint64_t x = http_load64(p + i), d = x ^ (0x7f * ones);
+        if ((((x - 0x20 * ones) & ~x) | ((d - ones) & ~d)) & highs)
+            break;
+    }
+    return i;
 }
 
 int
@@ -115,7 +273,7 @@ http_head_scan(struct http_req *r, const char *buf, size_t len,
                 r->reason = "request line too long";
                 return 414;
             }
-            for (size_t i = 0; i < linelen; i++) {
+            for (size_t i = http_ctl_free(line, linelen); i < linelen; i++) {
                 unsigned char c = (unsigned char)line[i];
                 if (c < 0x21 && c != ' ') {
                     r->reason = "control character in the request line";
@@ -151,7 +309,7 @@ http_head_scan(struct http_req *r, const char *buf, size_t len,
             return 400;
         }
         size_t v = n + 1, ve = linelen;
-        for (size_t i = v; i < ve; i++) {
+        for (size_t i = v + http_ctl_free(line + v, ve - v); i < ve; i++) {
             unsigned char c = (unsigned char)line[i];
             if ((c < 0x20 && c != '\t') || c == 0x7f) {
                 r->reason = c == '\r' ? "bare CR in a header field"
@@ -172,6 +330,9 @@ http_head_scan(struct http_req *r, const char *buf, size_t len,
         f->name_len = (uint32_t)n;
         f->value = (uint32_t)(pos + v - r->start);
         f->value_len = (uint32_t)(ve - v);
+        f->id = http_field_id(line, n);
+        if (f->id != HTTP_F_OTHER && r->fidx[f->id] == 0)
+            r->fidx[f->id] = (uint8_t)r->nfields;
         r->nlines++;
         pos = end + 1;
     }
@@ -180,20 +341,19 @@ http_head_scan(struct http_req *r, const char *buf, size_t len,
 /* ------------------------------------------------------------------ */
 
 int
-http_field_is(const struct http_req *r, int i, const char *name)
-{
-    const struct http_field *f = &r->fields[i];
-    size_t n = strlen(name);
-
-    return f->name_len == n && strncasecmp(r->base + f->name, name, n) == 0;
-}
-
-int
 http_field_find(const struct http_req *r, const char *name, int from)
 {
-    for (int i = from; i < r->nfields; i++)
-        if (http_field_is(r, i, name))
+    size_t n = strlen(name);
+    enum http_fid id = http_field_id(name, n);
+
+    if (id != HTTP_F_OTHER)
+        return http_field_find_id(r, id, from);
+    for (int i = from; i < r->nfields; i++) {
+        const struct http_field *f = &r->fields[i];
+        if (f->name_len == n && f->id == HTTP_F_OTHER
+            && strncasecmp(r->base + f->name, name, n) == 0)
             return i;
+    }
     return -1;
 }
 
@@ -317,10 +477,129 @@ http_host_split(const char *p, size_t n, size_t *hostlen, int *port)
     return 0;
 }
 
-/* The Connection tokens we act on (close, keep-alive) and whether it
- * names other fields (hop-by-hop for us). */
+static inline void
+http_hop_set(struct http_req *r, int i)
+{
+    r->hop[i >> 6] |= (uint64_t)1 << (i & 63);
+}
+
+/* The names that are hop-by-hop wherever they appear (RFC 9110 7.6.1;
+ * Proxy-Authenticate is meant for the next client only, 11.7.1). */
+static int
+http_id_hop(uint32_t id)
+{
+    switch (id) {
+    case HTTP_F_CONNECTION:
+    case HTTP_F_KEEP_ALIVE:
+    case HTTP_F_PROXY_AUTHENTICATE:
+    case HTTP_F_PROXY_CONNECTION:
+    case HTTP_F_TE:
+    case HTTP_F_TRAILER:
+    case HTTP_F_TRANSFER_ENCODING:
+    case HTTP_F_UPGRADE:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Marking the fields a message's Connection lines name.  The common case
+ * is one or two options, each matched against the fields in a pass; so
+ * that a hostile list of thousands of options costs no more than its
+ * length, each known name is applied once, and after HTTP_CONN_LINEAR
+ * unknown options the remaining ones are looked up by binary search in
+ * the other field names, sorted once. */
+#define HTTP_CONN_LINEAR 8
+
+struct http_conn_marks {
+    uint64_t done;                  /* known ids applied (bit per id) */
+    int      nunknown;              /* unknown-name options seen */
+    int      nsorted;               /* entries in sorted, -1: not built */
+    uint8_t  sorted[HTTP_MAX_FIELDS];   /* HTTP_F_OTHER fields, by name */
+};
+_Static_assert(HTTP_F_NKNOWN <= 64, "http_conn_marks.done has a bit per id");
+
+/* Field names in a total order: by length, then bytes without case. */
+static int
+http_name_cmp(const char *a, size_t al, const char *b, size_t bl)
+{
+    if (al != bl)
+        return al < bl ? -1 : 1;
+    return strncasecmp(a, b, al);
+}
+
 static void
-http_conn_tokens(struct http_req *r, const struct http_field *f)
+http_conn_sort(struct http_req *r, struct http_conn_marks *m)
+{
+    m->nsorted = 0;
+    for (int i = 0; i < r->nfields; i++) {
+        const struct http_field *f = &r->fields[i];
+        int j;
+
+        if (f->id != HTTP_F_OTHER)
+            continue;
+        /* insertion sort: at most HTTP_MAX_FIELDS names, once a message */
+        for (j = m->nsorted++; j > 0; j--) {
+            const struct http_field *g = &r->fields[m->sorted[j - 1]];
+            if (http_name_cmp(r->base + g->name, g->name_len, r->base + f->name,
+                              f->name_len) <= 0)
+                break;
+            m->sorted[j] = m->sorted[j - 1];
+        }
+        m->sorted[j] = (uint8_t)i;
+    }
+}
+
+/* A connection option names the fields t[0..tl) hop-by-hop (RFC 9110
+ * 7.6.1) -- except Content-Length: we forward a message with the framing
+ * we validated, and a next hop that lost it would frame the body its own
+ * way ("Connection: content-length" on a POST would otherwise smuggle the
+ * body to the origin as a request of its own). */
+static void
+http_conn_option(struct http_req *r, struct http_conn_marks *m, const char *t, size_t tl)
+{
+    enum http_fid id = http_field_id(t, tl);
+    int lo, hi;
+
+    if (id == HTTP_F_CONTENT_LENGTH || ((m->done >> id) & 1))
+        return;
+    if (id != HTTP_F_OTHER) {
+        m->done |= (uint64_t)1 << id;
+        for (int i = http_field_find_id(r, id, 0); i >= 0; i = http_field_find_id(r, id, i + 1))
+            http_hop_set(r, i);
+        return;
+    }
+    if (++m->nunknown <= HTTP_CONN_LINEAR) {
+        for (int i = 0; i < r->nfields; i++) {
+            const struct http_field *f = &r->fields[i];
+            if (f->name_len == tl && f->id == HTTP_F_OTHER
+                && strncasecmp(r->base + f->name, t, tl) == 0)
+                http_hop_set(r, i);
+        }
+        return;
+    }
+    if (m->nsorted < 0)
+        http_conn_sort(r, m);
+    for (lo = 0, hi = m->nsorted; lo < hi;) {     /* the first name >= t */
+        int mid = (lo + hi) / 2;
+        const struct http_field *f = &r->fields[m->sorted[mid]];
+        if (http_name_cmp(r->base + f->name, f->name_len, t, tl) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (; lo < m->nsorted; lo++) {
+        const struct http_field *f = &r->fields[m->sorted[lo]];
+        if (http_name_cmp(r->base + f->name, f->name_len, t, tl) != 0)
+            break;
+        http_hop_set(r, m->sorted[lo]);
+    }
+}
+
+/* The Connection tokens we act on (close, keep-alive), whether it names
+ * other fields, and the fields it names marked hop-by-hop. */
+static void
+http_conn_tokens(struct http_req *r, struct http_conn_marks *m, const struct http_field *f)
 {
     const char *p = r->base + f->value, *end = p + f->value_len, *t;
     size_t tl;
@@ -332,6 +611,7 @@ http_conn_tokens(struct http_req *r, const struct http_field *f)
             r->conn_tokens |= HTTP_CONN_KEEPALIVE;
         else
             r->conn_tokens |= HTTP_CONN_OTHER;
+        http_conn_option(r, m, t, tl);
     }
 }
 
@@ -393,7 +673,7 @@ http_req_framing(struct http_req *r)
         const struct http_field *f = &r->fields[i];
         const char *v = r->base + f->value;
 
-        if (http_field_is(r, i, "content-length")) {
+        if (f->id == HTTP_F_CONTENT_LENGTH) {
             const char *p = v, *end = v + f->value_len, *t;
             size_t tl;
             int any = 0;
@@ -414,7 +694,7 @@ http_req_framing(struct http_req *r)
             }
             if (!any)
                 return http_refuse(r, 400, "empty Content-Length");
-        } else if (http_field_is(r, i, "transfer-encoding")) {
+        } else if (f->id == HTTP_F_TRANSFER_ENCODING) {
             const char *p = v, *end = v + f->value_len, *t;
             size_t tl;
             have_te = 1;
@@ -571,12 +851,14 @@ http_req_target(struct http_req *r)
 int
 http_req_parse(struct http_req *r, char *head)
 {
+    struct http_conn_marks marks;
     size_t line_len, n;
     int rc;
 
     r->base = head;
     r->f_host = -1;
     r->conn_tokens = 0;
+    memset(r->hop, 0, sizeof(r->hop));
     r->expect_continue = 0;
     r->content_length = -1;
     r->chunked = 0;
@@ -593,15 +875,20 @@ http_req_parse(struct http_req *r, char *head)
     if ((rc = http_req_line(r, head, line_len)) != HTTP_OK)
         return rc;
 
+    marks.done = 0;
+    marks.nunknown = 0;
+    marks.nsorted = -1;
     for (int i = 0; i < r->nfields; i++) {
         const struct http_field *f = &r->fields[i];
-        if (http_field_is(r, i, "host")) {
+        if (http_id_hop(f->id))
+            http_hop_set(r, i);
+        if (f->id == HTTP_F_HOST) {
             if (r->f_host >= 0)
                 return http_refuse(r, 400, "duplicate Host");
             r->f_host = i;
-        } else if (http_field_is(r, i, "connection")) {
-            http_conn_tokens(r, f);
-        } else if (http_field_is(r, i, "expect")) {
+        } else if (f->id == HTTP_F_CONNECTION) {
+            http_conn_tokens(r, &marks, f);
+        } else if (f->id == HTTP_F_EXPECT) {
             if (f->value_len == 12 && strncasecmp(head + f->value, "100-continue", 12) == 0)
                 r->expect_continue = 1;
             else
@@ -660,11 +947,13 @@ http_resp_line(struct http_req *r, const char *head, size_t len)
 int
 http_resp_parse(struct http_req *r, char *head, int req_method)
 {
+    struct http_conn_marks marks;
     size_t line_len, n;
     int rc;
 
     r->base = head;
     r->conn_tokens = 0;
+    memset(r->hop, 0, sizeof(r->hop));
     r->content_length = -1;
     r->chunked = 0;
     r->until_close = 0;
@@ -675,9 +964,15 @@ http_resp_parse(struct http_req *r, char *head, int req_method)
         line_len--;
     if ((rc = http_resp_line(r, head, line_len)) != HTTP_OK)
         return rc;
-    for (int i = 0; i < r->nfields; i++)
-        if (http_field_is(r, i, "connection"))
-            http_conn_tokens(r, &r->fields[i]);
+    marks.done = 0;
+    marks.nunknown = 0;
+    marks.nsorted = -1;
+    for (int i = 0; i < r->nfields; i++) {
+        if (http_id_hop(r->fields[i].id))
+            http_hop_set(r, i);
+        if (r->fields[i].id == HTTP_F_CONNECTION)
+            http_conn_tokens(r, &marks, &r->fields[i]);
+    }
     r->skip_body = req_method == HTTP_HEAD || r->status < 200
                    || r->status == 204 || r->status == 304;
     if (!r->skip_body) {

@@ -22,6 +22,11 @@
  * client frame a body one way for us and another way for a stricter
  * origin (request smuggling).
  *
+ * Each field name is classified once, by the scanner (enum http_fid, by a
+ * perfect hash), and the parse marks the fields that are never forwarded
+ * (hop-by-hop names and those the Connection lines list) in a bitmap, so
+ * the proxy rewrites a head in one pass without comparing strings.
+ *
  * Nothing here allocates: struct http_req lives in the connection's pooled
  * request context.
  */
@@ -30,6 +35,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+#include <strings.h>
 #include <http_parser.h>
 
 #define HTTP_MAX_FIELDS 128     /* fields per head; more is a 431 */
@@ -48,9 +55,55 @@ struct http_limits {
 
 typedef void (*http_body_sink)(void *arg, const char *p, size_t n);
 
+/* Field names Cistern acts on.  The scanner classifies every field name
+ * once (struct http_field.id), so the code that rewrites and inspects
+ * heads switches on a number instead of comparing each field against
+ * each name it cares about.  HTTP_F_OTHER: any other name. */
+enum http_fid {
+    HTTP_F_OTHER = 0,
+    HTTP_F_ACCEPT_ENCODING,
+    HTTP_F_AGE,
+    HTTP_F_AUTHORIZATION,
+    HTTP_F_CACHE_CONTROL,
+    HTTP_F_CACHE_STATUS,
+    HTTP_F_CDN_CACHE_CONTROL,
+    HTTP_F_CONNECTION,
+    HTTP_F_CONTENT_ENCODING,
+    HTTP_F_CONTENT_LENGTH,
+    HTTP_F_CONTENT_LOCATION,
+    HTTP_F_CONTENT_MD5,
+    HTTP_F_CONTENT_RANGE,
+    HTTP_F_DATE,
+    HTTP_F_ETAG,
+    HTTP_F_EXPECT,
+    HTTP_F_EXPIRES,
+    HTTP_F_HOST,
+    HTTP_F_IF_MODIFIED_SINCE,
+    HTTP_F_IF_NONE_MATCH,
+    HTTP_F_IF_RANGE,
+    HTTP_F_KEEP_ALIVE,
+    HTTP_F_LAST_MODIFIED,
+    HTTP_F_LOCATION,
+    HTTP_F_PROXY_AUTHENTICATE,
+    HTTP_F_PROXY_CONNECTION,
+    HTTP_F_RANGE,
+    HTTP_F_REFERER,
+    HTTP_F_SURROGATE_CONTROL,
+    HTTP_F_TE,
+    HTTP_F_TRAILER,
+    HTTP_F_TRANSFER_ENCODING,
+    HTTP_F_UPGRADE,
+    HTTP_F_USER_AGENT,
+    HTTP_F_VARY,
+    HTTP_F_VIA,
+    HTTP_F_X_FORWARDED_FOR,
+    HTTP_F_NKNOWN
+};
+
 struct http_field {
     uint32_t name, name_len;    /* offsets from the start of the head */
     uint32_t value, value_len;  /* value trimmed of OWS */
+    uint32_t id;                /* enum http_fid of the name */
 };
 
 /* Connection-header tokens we act on. */
@@ -73,6 +126,14 @@ struct http_req {
     uint32_t target, target_len;
     int      nfields;
     struct http_field fields[HTTP_MAX_FIELDS];
+    /* 1 + index of the first field of each known name, 0 when absent
+     * (kept by the scanner, cleared by http_req_reset) */
+    uint8_t  fidx[HTTP_F_NKNOWN];
+    /* Fields never forwarded (set by http_req_parse / http_resp_parse):
+     * the hop-by-hop names of RFC 9110 7.6.1 and the fields the
+     * Connection lines list (Content-Length excepted: see http.c), one
+     * bit per field index. */
+    uint64_t hop[HTTP_MAX_FIELDS / 64];
     int      f_host;            /* index of Host, -1 when absent */
     int64_t  content_length;    /* -1 when absent */
     int      chunked;
@@ -135,9 +196,42 @@ int http_req_body(struct http_req *r, const char *buf, size_t len,
 int http_body_eof(struct http_req *r);
 
 /* Field helpers. */
-int  http_field_is(const struct http_req *r, int i, const char *name);
-/* Index of the first field named name at or after index from, or -1. */
+/* Is field i named name (case-insensitive)?  Inline so the length of a
+ * literal name is a constant and most fields fail on the length alone. */
+static inline int
+http_field_is(const struct http_req *r, int i, const char *name)
+{
+    const struct http_field *f = &r->fields[i];
+    size_t n = strlen(name);
+
+    return f->name_len == n && strncasecmp(r->base + f->name, name, n) == 0;
+}
+/* Index of the first field named name at or after index from, or -1.
+ * A known name is found by its id (no string compares). */
 int  http_field_find(const struct http_req *r, const char *name, int from);
+/* The same by id (not HTTP_F_OTHER): O(1) for the first one. */
+static inline int
+http_field_find_id(const struct http_req *r, enum http_fid id, int from)
+{
+    int i = (int)r->fidx[id] - 1;
+
+    if (i < 0 || i >= from)
+        return i;
+    for (i = from; i < r->nfields; i++)
+        if (r->fields[i].id == (uint32_t)id)
+            return i;
+    return -1;
+}
+/* The id of a field name p[0..n) (any case): HTTP_F_OTHER when unknown.
+ * p holds no control bytes but HTAB (true of field names and values). */
+enum http_fid http_field_id(const char *p, size_t n);
+/* Is field i hop-by-hop (never forwarded)?  Valid after http_req_parse
+ * or http_resp_parse. */
+static inline int
+http_field_hop(const struct http_req *r, int i)
+{
+    return (int)((r->hop[i >> 6] >> (i & 63)) & 1);
+}
 const char *http_method_name(int method);
 
 /* Case-insensitive token list search: does the comma-separated list

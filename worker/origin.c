@@ -258,6 +258,10 @@ origin_get(struct upstream *up, int pooled)
             up->up_tls = e->tls;
             e->fd = -1;
             e->tls = NULL;
+            /* The transaction's read event is added before the idle
+             * watch goes: the fd's interest set never changes, and epoll
+             * is not told (two epoll_ctl calls per request). */
+            proxy_origin_attach(up);
             origin_idle_close(w, e);
             up->up_reused = 1;
             w->ctr->origin_conns_reused++;
@@ -370,8 +374,6 @@ origin_put(struct upstream *up)
     struct origin_idle *e;
     int same = 0;
 
-    event_del(&up->up_rev);
-    event_del(&up->up_wev);
     for (e = w->idle; e; e = e->next)
         if (e->port == up->up_port && e->https == (int)up->up_https
             && strcasecmp(e->host, up->up_host) == 0)
@@ -389,12 +391,16 @@ origin_put(struct upstream *up)
     e->fd = up->up_fd;
     e->tls = up->up_tls;
     e->https = up->up_https;
-    up->up_fd = -1;
-    up->up_tls = NULL;
     e->port = up->up_port;
     memcpy(e->host, up->up_host, sizeof(e->host));
+    /* The idle watch is added before the transaction's events go, so the
+     * fd stays in epoll as it was (see origin_get). */
     event_assign(&e->ev, w->base, e->fd, EV_READ, origin_on_idle_event, e);
     event_add(&e->ev, &tv);
+    event_del(&up->up_rev);
+    event_del(&up->up_wev);
+    up->up_fd = -1;
+    up->up_tls = NULL;
     e->prev = NULL;
     e->next = w->idle;
     if (w->idle)

@@ -31,6 +31,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,36 +55,7 @@
 static void up_on_read(evutil_socket_t fd, short what, void *arg);
 static void up_on_write(evutil_socket_t fd, short what, void *arg);
 static void up_send(struct upstream *up);
-
-/* Fields that describe one connection, never forwarded (RFC 9110 7.6.1). */
-static int
-proxy_hop_by_hop(const struct http_req *r, int i)
-{
-    static const char *const hop[] = {
-        "connection", "keep-alive", "proxy-connection", "te", "trailer",
-        "transfer-encoding", "upgrade", "proxy-authenticate",
-    };
-
-    for (size_t k = 0; k < sizeof(hop) / sizeof(hop[0]); k++)
-        if (http_field_is(r, i, hop[k]))
-            return 1;
-    if (r->conn_tokens & HTTP_CONN_OTHER) {
-        const struct http_field *f = &r->fields[i];
-        for (int j = 0; j < r->nfields; j++) {
-            if (!http_field_is(r, j, "connection"))
-                continue;
-            const struct http_field *cf = &r->fields[j];
-            char name[128];
-            if (f->name_len >= sizeof(name))
-                continue;
-            memcpy(name, r->base + f->name, f->name_len);
-            name[f->name_len] = '\0';
-            if (http_list_has(r->base + cf->value, cf->value_len, name))
-                return 1;
-        }
-    }
-    return 0;
-}
+static enum proxy_pump proxy_pump_body(struct conn *c, struct upstream *up);
 
 int
 buf_printf(struct buf *b, const char *fmt, ...)
@@ -107,6 +79,11 @@ buf_printf(struct buf *b, const char *fmt, ...)
     return -1;
 }
 
+/* Head writers.  The heads we forward are built with plain copies: a
+ * printf per line cost a fifth of a proxied request (callgrind).  Each
+ * returns 0, or -1 when the buffer could not grow; callers OR the results
+ * and refuse a head with any failure, so a head is never sent with a
+ * line missing. */
 static int
 buf_append(struct buf *b, const char *p, size_t n)
 {
@@ -117,8 +94,65 @@ buf_append(struct buf *b, const char *p, size_t n)
     return 0;
 }
 
+/* A string literal. */
+#define buf_lit(b, s) buf_append((b), "" s "", sizeof(s) - 1)
+
+static int
+buf_puts(struct buf *b, const char *s)
+{
+    return buf_append(b, s, strlen(s));
+}
+
+/* Decimal, for ports and statuses. */
+static int
+buf_putu(struct buf *b, unsigned v)
+{
+    char d[10], *p = d + sizeof(d);
+
+    do
+        *--p = (char)('0' + v % 10);
+    while ((v /= 10) != 0);
+    return buf_append(b, p, (size_t)(d + sizeof(d) - p));
+}
+
+/* A field line as received (name, colon, whitespace, value), with CRLF. */
+static int
+buf_put_field(struct buf *b, const struct http_req *r, const struct http_field *f)
+{
+    size_t n = f->value + f->value_len - f->name;
+
+    if (b->size - b->end < n + 2 && buf_grow(b, n + 2) < 0)
+        return -1;
+    memcpy(b->data + b->end, r->base + f->name, n);
+    memcpy(b->data + b->end + n, "\r\n", 2);
+    b->end += n + 2;
+    return 0;
+}
+
+/* "HTTP/1.1 <status> <phrase>\r\n" of resp (the status has three digits,
+ * http_resp_parse saw to that). */
+static int
+buf_put_status(struct buf *b, const struct http_req *resp)
+{
+    char line[] = "HTTP/1.1 000 ";
+
+    line[9] = (char)('0' + resp->status / 100);
+    line[10] = (char)('0' + resp->status / 10 % 10);
+    line[11] = (char)('0' + resp->status % 10);
+    if (buf_append(b, line, sizeof(line) - 1) < 0
+        || buf_append(b, resp->base + resp->phrase, resp->phrase_len) < 0)
+        return -1;
+    return buf_lit(b, "\r\n");
+}
+
 
 /* ------------------------------------------------------------------ */
+
+_Static_assert(offsetof(struct upstream, up_key) + sizeof(((struct upstream *)0)->up_key)
+               == sizeof(struct upstream), "up_key stays last: up_get() does not zero it");
+_Static_assert(offsetof(struct upstream, up_fill)
+               - (offsetof(struct upstream, up_cond) + sizeof(struct store_cond))
+               < sizeof(void *), "up_get() skips only up_cond between its two memsets");
 
 static struct upstream *
 up_get(void)
@@ -131,7 +165,11 @@ up_get(void)
     } else if ((up = malloc(sizeof(*up))) == NULL) {
         return NULL;
     }
-    memset(up, 0, sizeof(*up));
+    /* All but the two big arrays, which proxy_start() writes before use
+     * (store_cond_from() fills up_cond; up_keylen says how much of up_key
+     * is valid): zeroing them cost more than the rest of the setup. */
+    memset(up, 0, offsetof(struct upstream, up_cond));
+    memset(&up->up_fill, 0, offsetof(struct upstream, up_key) - offsetof(struct upstream, up_fill));
     up->up_magic = UP_MAGIC;
     up->up_fd = -1;
     return up;
@@ -220,7 +258,7 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
     struct upstream *up;
     struct buf *o;
     char ip[64];
-    int xff = 0;
+    int xff = -1, err = 0;
 
     int https = strcmp(res->scheme, "https") == 0;
 
@@ -242,7 +280,9 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
     c->cn_up = up;
     up->up_client = c;
     up->up_rule = rule;
-    snprintf(up->up_host, sizeof(up->up_host), "%s", res->host);
+    size_t hl = strnlen(res->host, sizeof(up->up_host) - 1);
+    memcpy(up->up_host, res->host, hl);
+    up->up_host[hl] = '\0';
     up->up_port = res->port;
     up->up_https = https;
     up->up_method = r->method;
@@ -259,12 +299,12 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
         memcpy(up->up_key, key, keylen);
         up->up_keylen = keylen;
     }
-    int range_pass = http_field_find(r, "range", 0) >= 0 && !rec->range_write;
+    int range_pass = http_field_find_id(r, HTTP_F_RANGE, 0) >= 0 && !rec->range_write;
     if (key && r->method == HTTP_GET && keylen <= sizeof(up->up_key) && !range_pass) {
         up->up_store = 1;
-        up->up_req_auth = http_field_find(r, "authorization", 0) >= 0;
+        up->up_req_auth = http_field_find_id(r, HTTP_F_AUTHORIZATION, 0) >= 0;
         /* The request forbids storing what answers it (RFC 9111 5.2.1.5). */
-        int cci = http_field_find(r, "cache-control", 0);
+        int cci = http_field_find_id(r, HTTP_F_CACHE_CONTROL, 0);
         if (cci >= 0 && http_list_has(r->base + r->fields[cci].value,
                                       r->fields[cci].value_len, "no-store")) {
             up->up_store = 0;
@@ -278,70 +318,92 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
 
     /* The request head, rewritten for the origin. */
     o = &up->up_out;
-    buf_printf(o, "%s %s HTTP/1.1\r\n", http_method_name(r->method), res->path);
+    err |= buf_puts(o, http_method_name(r->method));
+    err |= buf_lit(o, " ");
+    err |= buf_append(o, res->path, res->pathlen);
+    err |= buf_lit(o, " HTTP/1.1\r\nHost: ");
     if (rec->pristine_host_hdr && r->f_host >= 0) {
         const struct http_field *f = &r->fields[r->f_host];
-        buf_printf(o, "Host: %.*s\r\n", (int)f->value_len, r->base + f->value);
-    } else if (res->port == (https ? 443 : 80)) {
-        buf_printf(o, "Host: %s\r\n", res->host);
+        err |= buf_append(o, r->base + f->value, f->value_len);
     } else {
-        buf_printf(o, "Host: %s:%d\r\n", res->host, res->port);
+        err |= buf_puts(o, res->host);
+        if (res->port != (https ? 443 : 80)) {
+            err |= buf_lit(o, ":");
+            err |= buf_putu(o, (unsigned)res->port);
+        }
     }
+    err |= buf_lit(o, "\r\n");
     up->up_reval = c->cn_req->obj_held && r->method == HTTP_GET;
     for (int i = 0; i < r->nfields; i++) {
         const struct http_field *f = &r->fields[i];
-        if (i == r->f_host || http_field_is(r, i, "expect"))
+
+        if (http_field_hop(r, i))
+            continue;       /* Transfer-Encoding too: see below */
+        switch (f->id) {
+        case HTTP_F_HOST:   /* written above */
+        case HTTP_F_EXPECT: /* ours to answer */
             continue;
-        /* Revalidating: our validators replace the client's (its own
-         * conditions are answered by us from the refreshed object). */
-        if (up->up_reval && (http_field_is(r, i, "if-none-match")
-                             || http_field_is(r, i, "if-modified-since")))
+        case HTTP_F_IF_NONE_MATCH:
+        case HTTP_F_IF_MODIFIED_SINCE:
+            /* Revalidating: our validators replace the client's (its own
+             * conditions are answered by us from the refreshed object). */
+            if (up->up_reval)
+                continue;
+            break;
+        case HTTP_F_RANGE:
+        case HTTP_F_IF_RANGE:
+            /* A range we will store whole is asked for whole. */
+            if (up->up_store)
+                continue;
+            break;
+        case HTTP_F_ACCEPT_ENCODING:
+            if (rec->normalize_ae && (r->method == HTTP_GET || r->method == HTTP_HEAD)) {
+                const char *ae = store_norm_ae(r->base + f->value, f->value_len,
+                                               rec->normalize_ae);
+                if (*ae) {
+                    err |= buf_lit(o, "Accept-Encoding: ");
+                    err |= buf_puts(o, ae);
+                    err |= buf_lit(o, "\r\n");
+                }
+                continue;
+            }
+            break;
+        case HTTP_F_X_FORWARDED_FOR:
+            if (xff < 0)
+                xff = i;    /* merged below, with the client's address last */
             continue;
-        /* A range we will store whole is asked for whole. */
-        if (up->up_store && (http_field_is(r, i, "range") || http_field_is(r, i, "if-range")))
-            continue;
-        if (rec->normalize_ae && http_field_is(r, i, "accept-encoding")
-            && (r->method == HTTP_GET || r->method == HTTP_HEAD)) {
-            const char *ae = store_norm_ae(r->base + f->value, f->value_len,
-                                           rec->normalize_ae);
-            if (*ae)
-                buf_printf(o, "Accept-Encoding: %s\r\n", ae);
-            continue;
+        default:
+            break;
         }
-        if (http_field_is(r, i, "transfer-encoding")) {
-            /* The body goes out as the client framed it: chunked. */
-            continue;
-        }
-        if (proxy_hop_by_hop(r, i))
-            continue;
-        if (http_field_is(r, i, "x-forwarded-for")) {
-            xff = 1;    /* merged below, with the client's address last */
-            continue;
-        }
-        buf_append(o, r->base + f->name, f->value + f->value_len - f->name);
-        buf_append(o, "\r\n", 2);
+        err |= buf_put_field(o, r, f);
     }
+    /* The body goes out as the client framed it: chunked. */
     if (r->chunked)
-        buf_printf(o, "Transfer-Encoding: chunked\r\n");
+        err |= buf_lit(o, "Transfer-Encoding: chunked\r\n");
     if (up->up_reval && !store_validators(c, o))
         up->up_reval = 0;   /* nothing to validate with: a plain fetch */
-    conn_peer_str(c, ip, sizeof(ip));
     /* Every X-Forwarded-For line, in order, then the client (one line). */
-    buf_printf(o, "X-Forwarded-For: ");
-    for (int i = 0; xff && i < r->nfields; i++) {
+    err |= buf_lit(o, "X-Forwarded-For: ");
+    for (int i = xff; i >= 0 && i < r->nfields; i++) {
         const struct http_field *f = &r->fields[i];
-        if (http_field_is(r, i, "x-forwarded-for") && f->value_len > 0)
-            buf_printf(o, "%.*s, ", (int)f->value_len, r->base + f->value);
+        if (f->id == HTTP_F_X_FORWARDED_FOR && f->value_len > 0 && !http_field_hop(r, i)) {
+            err |= buf_append(o, r->base + f->value, f->value_len);
+            err |= buf_lit(o, ", ");
+        }
     }
-    buf_printf(o, "%s\r\n", ip);
-    if (buf_printf(o, "Via: %s\r\n\r\n", wk->via) < 0) {
+    conn_peer_str(c, ip, sizeof(ip));
+    err |= buf_puts(o, ip);
+    err |= buf_lit(o, "\r\nVia: ");
+    err |= buf_puts(o, wk->via);
+    err |= buf_lit(o, "\r\n\r\n");
+    if (err) {
         proxy_error(c, 502, "request too large to forward");
         return -1;
     }
     if (r->has_body && r->expect_continue) {
         /* We read the body ourselves; the client may send it now. */
         buf_alloc(&c->cn_out);
-        buf_append(&c->cn_out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+        buf_lit(&c->cn_out, "HTTP/1.1 100 Continue\r\n\r\n");
     }
     wk->ctr->origin_requests++;
     c->cn_state = r->has_body ? CONN_BODY : CONN_PROXY;
@@ -349,12 +411,25 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
     return 0;
 }
 
+/* up has its connection: set up its events and watch for the response
+ * (an early answer, or the close of a dead pooled connection). */
+void
+proxy_origin_attach(struct upstream *up)
+{
+    struct worker *w = wk;
+
+    event_assign(&up->up_rev, w->base, up->up_fd, EV_READ | EV_PERSIST, up_on_read, up);
+    event_assign(&up->up_wev, w->base, up->up_fd, EV_WRITE | EV_PERSIST, up_on_write, up);
+    /* no timeout yet: up_send() arms it whichever way it ends */
+    event_add(&up->up_rev, NULL);
+    up->up_state = UP_SENDING;
+}
+
 /* The connection is ready (err 0), or could not be had. */
 void
 proxy_origin_ready(struct upstream *up, int err)
 {
     struct conn *c = up->up_client;
-    struct worker *w = wk;
 
     if (err) {
         origin_release(up);
@@ -362,9 +437,9 @@ proxy_origin_ready(struct upstream *up, int err)
         conn_flush(c);
         return;
     }
-    event_assign(&up->up_rev, w->base, up->up_fd, EV_READ | EV_PERSIST, up_on_read, up);
-    event_assign(&up->up_wev, w->base, up->up_fd, EV_WRITE | EV_PERSIST, up_on_write, up);
-    up->up_state = UP_SENDING;
+    /* UP_SENDING: origin_get() attached a pooled connection already */
+    if (up->up_state != UP_SENDING)
+        proxy_origin_attach(up);
     up_send(up);
 }
 
@@ -520,7 +595,7 @@ proxy_client_head(struct conn *c, struct upstream *up, struct http_req *resp)
 {
     struct buf *o = &c->cn_out;
     char mapped[8192];
-    int has_date = 0, ka;
+    int has_date = 0, ka, err = 0;
 
     if (buf_alloc(o) < 0)
         return -1;
@@ -528,44 +603,62 @@ proxy_client_head(struct conn *c, struct upstream *up, struct http_req *resp)
     up->up_decode = resp->chunked && up->up_client_minor == 0 && !resp->skip_body;
     ka = up->up_client_ka && !resp->until_close && !up->up_decode && !wk->draining
          && !(up->up_req_body && !up->up_req_done);
-    buf_printf(o, "HTTP/1.1 %d %.*s\r\n", resp->status, (int)resp->phrase_len,
-               resp->base + resp->phrase);
+    err |= buf_put_status(o, resp);
     for (int i = 0; i < resp->nfields; i++) {
         const struct http_field *f = &resp->fields[i];
         const char *v = resp->base + f->value;
 
-        if (proxy_hop_by_hop(resp, i))
+        if (http_field_hop(resp, i))
             continue;
-        if (http_field_is(resp, i, "date"))
+        switch (f->id) {
+        case HTTP_F_DATE:
             has_date = 1;
-        if ((http_field_is(resp, i, "location") || http_field_is(resp, i, "content-location"))
-            && conf_remap_reverse(&wk->conf->remap, v, f->value_len, mapped, sizeof(mapped))) {
-            buf_printf(o, "%.*s: %s\r\n", (int)f->name_len, resp->base + f->name, mapped);
-            continue;
+            break;
+        case HTTP_F_LOCATION:
+        case HTTP_F_CONTENT_LOCATION:
+            if (conf_remap_reverse(&wk->conf->remap, v, f->value_len, mapped, sizeof(mapped))) {
+                err |= buf_append(o, resp->base + f->name, f->name_len);
+                err |= buf_lit(o, ": ");
+                err |= buf_puts(o, mapped);
+                err |= buf_lit(o, "\r\n");
+                continue;
+            }
+            break;
+        default:
+            break;
         }
-        buf_append(o, resp->base + f->name, f->value + f->value_len - f->name);
-        buf_append(o, "\r\n", 2);
+        err |= buf_put_field(o, resp, f);
     }
     if (resp->chunked && !up->up_decode && !resp->skip_body)
-        buf_printf(o, "Transfer-Encoding: chunked\r\n");
-    if (!has_date)
-        buf_printf(o, "Date: %s\r\n", resp_date());
-    if (up->up_cstatus) {
-        if (up->up_fill)
-            buf_printf(o, "Cache-Status: cistern; fwd=%s; fwd-status=%d; stored\r\n",
-                       up->up_cstatus, resp->status);
-        else if (up->up_cdetail)
-            buf_printf(o, "Cache-Status: cistern; fwd=%s; fwd-status=%d; detail=%s\r\n",
-                       up->up_cstatus, resp->status, up->up_cdetail);
-        else
-            buf_printf(o, "Cache-Status: cistern; fwd=%s; fwd-status=%d\r\n",
-                       up->up_cstatus, resp->status);
+        err |= buf_lit(o, "Transfer-Encoding: chunked\r\n");
+    if (!has_date) {
+        err |= buf_lit(o, "Date: ");
+        err |= buf_puts(o, resp_date());
+        err |= buf_lit(o, "\r\n");
     }
-    if (wk->debug_hdr[0])
-        buf_printf(o, "%s", wk->debug_hdr);
-    if (buf_printf(o, "Via: %s\r\n%s\r\n", wk->via,
-                   conn_connection_hdr(up->up_client_minor, ka)) < 0)
+    if (up->up_cstatus) {
+        err |= buf_lit(o, "Cache-Status: cistern; fwd=");
+        err |= buf_puts(o, up->up_cstatus);
+        err |= buf_lit(o, "; fwd-status=");
+        err |= buf_putu(o, (unsigned)resp->status);
+        if (up->up_fill)
+            err |= buf_lit(o, "; stored");
+        else if (up->up_cdetail) {
+            err |= buf_lit(o, "; detail=");
+            err |= buf_puts(o, up->up_cdetail);
+        }
+        err |= buf_lit(o, "\r\n");
+    }
+    err |= buf_puts(o, wk->debug_hdr);
+    err |= buf_lit(o, "Via: ");
+    err |= buf_puts(o, wk->via);
+    err |= buf_lit(o, "\r\n");
+    err |= buf_puts(o, conn_connection_hdr(up->up_client_minor, ka));
+    err |= buf_lit(o, "\r\n");
+    if (err) {
+        o->end = mark;  /* (the pump runs on an empty output: nothing moved) */
         return -1;
+    }
     if (!ka)
         up->up_client_ka = 0;
     conn_count_status(c, resp->status);
@@ -751,16 +844,14 @@ proxy_pump(struct conn *c)
             }
             if (up->up_client_minor >= 1 && buf_alloc(&c->cn_out) == 0) {
                 struct buf *o = &c->cn_out;
-                buf_printf(o, "HTTP/1.1 %d %.*s\r\n", resp->status,
-                           (int)resp->phrase_len, resp->base + resp->phrase);
-                for (int i = 0; i < resp->nfields; i++) {
-                    const struct http_field *f = &resp->fields[i];
-                    if (proxy_hop_by_hop(resp, i))
-                        continue;
-                    buf_append(o, resp->base + f->name, f->value + f->value_len - f->name);
-                    buf_append(o, "\r\n", 2);
-                }
-                buf_append(o, "\r\n", 2);
+                size_t mark = o->end;
+                int err = buf_put_status(o, resp);
+                for (int i = 0; i < resp->nfields; i++)
+                    if (!http_field_hop(resp, i))
+                        err |= buf_put_field(o, resp, &resp->fields[i]);
+                err |= buf_lit(o, "\r\n");
+                if (err)
+                    o->end = mark;  /* no room: the client does without it */
             }
             in->start += resp->start + resp->head_len;
             http_req_reset(resp);
@@ -779,8 +870,10 @@ proxy_pump(struct conn *c)
             store_invalidate(up->up_key, up->up_keylen, resp, "http", up->up_host, up->up_port);
         if (up->up_store && wk->cache)
             up->up_cdetail = store_fill_begin(up->up_key, up->up_keylen, resp,
-                                              proxy_forwarded_req(up), up->up_req_auth,
-                                              up->up_req_time, &up->up_fill);
+                                              /* only Vary looks at it */
+                                              http_field_find_id(resp, HTTP_F_VARY, 0) >= 0
+                                                  ? proxy_forwarded_req(up) : NULL,
+                                              up->up_req_auth, up->up_req_time, &up->up_fill);
         if (up->up_claim) {
             if (up->up_fill == NULL)
                 proxy_release_claim(up, up->up_cdetail && strcmp(up->up_cdetail, "store-busy")
@@ -799,10 +892,29 @@ proxy_pump(struct conn *c)
         up->up_state = UP_BODY;
         if (!resp->has_body)
             resp->body_done = 1;
-        return PROXY_MORE;
+        /* Body bytes that came with the head go out with it, in one
+         * write.  The head goes out even when the body has to wait, or
+         * turns out broken: the client then sees the head and the cut, as
+         * when the error comes with a later read (the next call answers
+         * ABORT again: see proxy_pump_body). */
+        enum proxy_pump next = proxy_pump_body(c, up);
+        return next == PROXY_WAIT || next == PROXY_ABORT ? PROXY_MORE : next;
     }
+    return proxy_pump_body(c, up);
+}
 
-    resp = &up->up_resp->r;
+/* proxy_pump() once the head is parsed: the body, then the end. */
+static enum proxy_pump
+proxy_pump_body(struct conn *c, struct upstream *up)
+{
+    struct buf *in = &up->up_in;
+    struct http_req *resp = &up->up_resp->r;
+    int rc;
+
+    /* A framing error was found already (http_req_body() set the reason
+     * and left its decoder mid-way: never feed it again). */
+    if (resp->reason)
+        return PROXY_ABORT;
     if (in->start == up->up_parsed && in->start == in->end) {
         in->start = in->end = up->up_parsed = 0;
         if (!up->up_eof) {

@@ -315,6 +315,9 @@ int  proxy_start(struct conn *c, const struct conf_remap_result *res,
                  const struct conf_remap_rule *rule, int keep_alive,
                  const char *key, size_t keylen, const char *fwd);
 void proxy_origin_ready(struct upstream *up, int err);
+/* For origin_get(): set up up's events on its (pooled) connection and arm
+ * the read side, before proxy_origin_ready(up, 0). */
+void proxy_origin_attach(struct upstream *up);
 /* Client side callbacks from conn.c */
 enum proxy_pump { PROXY_MORE, PROXY_WAIT, PROXY_DONE, PROXY_ABORT };
 enum proxy_pump proxy_pump(struct conn *c);
