@@ -309,8 +309,8 @@ cachectl_parse_resp(const struct http_req *r, struct cc_resp *cc, int cdn)
      * when there is no CDN-Cache-Control. */
     if (cdn && cc_targeted_valid(r, "cdn-cache-control"))
         cc_walk(r, "cdn-cache-control", cc_resp_one, cc);
-    else if (cdn && http_field_find(r, "cdn-cache-control", 0) < 0
-             && http_field_find(r, "surrogate-control", 0) >= 0)
+    else if (cdn && http_field_find_id(r, HTTP_F_CDN_CACHE_CONTROL, 0) < 0
+             && http_field_find_id(r, HTTP_F_SURROGATE_CONTROL, 0) >= 0)
         cc_walk(r, "surrogate-control", cc_resp_one, cc);
     else
         cc_walk(r, "cache-control", cc_resp_one, cc);
@@ -321,7 +321,7 @@ cachectl_parse_req(const struct http_req *r, struct cc_req *cc)
 {
     memset(cc, 0, sizeof(*cc));
     cc->max_age = cc->max_stale = cc->min_fresh = -1;
-    if (http_field_find(r, "cache-control", 0) >= 0)
+    if (http_field_find_id(r, HTTP_F_CACHE_CONTROL, 0) >= 0)
         cc_walk(r, "cache-control", cc_req_one, cc);
     else
         cc_walk(r, "pragma", cc_pragma_one, cc);    /* RFC 9111 5.4 */
@@ -457,9 +457,9 @@ cachectl_fmt_date(time_t t, char out[32])
 }
 
 time_t
-cachectl_field_date(const struct http_req *r, const char *name)
+cachectl_field_date(const struct http_req *r, enum http_fid id)
 {
-    int i = http_field_find(r, name, 0);
+    int i = http_field_find_id(r, id, 0);
 
     if (i < 0)
         return -1;
@@ -506,13 +506,13 @@ cachectl_lifetime(const struct http_req *resp, const struct cc_resp *cc,
         return cc->s_maxage;
     if (cc->max_age >= 0)
         return cc->max_age;
-    ei = http_field_find(resp, "expires", 0);
+    ei = http_field_find_id(resp, HTTP_F_EXPIRES, 0);
     if (ei >= 0) {
         expires = cachectl_date(resp->base + resp->fields[ei].value,
                                 resp->fields[ei].value_len);
         if (expires < 0)
             return 0;           /* invalid Expires: already stale */
-        date = cachectl_field_date(resp, "date");
+        date = cachectl_field_date(resp, HTTP_F_DATE);
         if (date < 0)
             date = response_time;
         return expires > date ? (int64_t)(expires - date) : 0;
@@ -521,13 +521,13 @@ cachectl_lifetime(const struct http_req *resp, const struct cc_resp *cc,
         return -1;
     if (!cachectl_status_heuristic(resp->status) && !cc->public_)
         return -1;
-    lm = cachectl_field_date(resp, "last-modified");
+    lm = cachectl_field_date(resp, HTTP_F_LAST_MODIFIED);
     if (lm < 0) {
         if (required_headers >= 1)
             return -1;
         return hmin;
     }
-    date = cachectl_field_date(resp, "date");
+    date = cachectl_field_date(resp, HTTP_F_DATE);
     if (date < 0)
         date = response_time;
     int64_t h = date > lm ? (int64_t)(date - lm) / 10 : 0;
@@ -542,9 +542,9 @@ int64_t
 cachectl_initial_age(const struct http_req *resp, time_t request_time,
                      time_t response_time)
 {
-    int ai = http_field_find(resp, "age", 0);
+    int ai = http_field_find_id(resp, HTTP_F_AGE, 0);
     int64_t age_value = 0, apparent, corrected, delay;
-    time_t date = cachectl_field_date(resp, "date");
+    time_t date = cachectl_field_date(resp, HTTP_F_DATE);
 
     if (ai >= 0) {
         /* A list ("7200, 0") or several lines: the first member counts
@@ -580,10 +580,10 @@ cachectl_storable(const struct http_req *req, const struct cc_req *rcc,
         return "private";
     if (resp->status < 200 || resp->status == 206 || resp->status == 304)
         return "status";
-    if (http_field_find(req, "authorization", 0) >= 0
+    if (http_field_find_id(req, HTTP_F_AUTHORIZATION, 0) >= 0
         && !cc->public_ && cc->s_maxage < 0 && !cc->must_revalidate)
         return "authorization";
-    int vi = http_field_find(resp, "vary", 0);
+    int vi = http_field_find_id(resp, HTTP_F_VARY, 0);
     if (vi >= 0 && http_list_has(resp->base + resp->fields[vi].value,
                                  resp->fields[vi].value_len, "*"))
         return "vary *";

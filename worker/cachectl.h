@@ -48,8 +48,8 @@ time_t cachectl_date(const char *p, size_t n);
 /* Format an IMF-fixdate (29 characters) into out[32]. */
 void   cachectl_fmt_date(time_t t, char out[32]);
 
-/* Value of the first field named `name` as a date, or -1. */
-time_t cachectl_field_date(const struct http_req *r, const char *name);
+/* Value of the first field of that name (an id, http.h) as a date, or -1. */
+time_t cachectl_field_date(const struct http_req *r, enum http_fid id);
 
 /* Freshness lifetime in seconds (RFC 9111 4.2.1): s-maxage, max-age,
  * Expires - Date (invalid Expires: 0), else heuristic per

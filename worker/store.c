@@ -154,9 +154,9 @@ store_hdr_get(const char *blk, size_t len, const char *name, size_t *vlen)
  * by the time an answer is built after a revalidation). */
 
 static void
-store_copy_field(const struct http_req *r, const char *name, char *out, size_t outlen)
+store_copy_field(const struct http_req *r, enum http_fid id, char *out, size_t outlen)
 {
-    int i = http_field_find(r, name, 0);
+    int i = http_field_find_id(r, id, 0);
 
     out[0] = '\0';
     if (i >= 0 && r->fields[i].value_len < outlen) {
@@ -170,10 +170,10 @@ store_cond_from(struct store_cond *sc, const struct http_req *r)
 {
     sc->method = r->method;
     sc->minor = r->minor;
-    store_copy_field(r, "if-none-match", sc->inm, sizeof(sc->inm));
-    store_copy_field(r, "if-modified-since", sc->ims, sizeof(sc->ims));
-    store_copy_field(r, "range", sc->range, sizeof(sc->range));
-    store_copy_field(r, "if-range", sc->if_range, sizeof(sc->if_range));
+    store_copy_field(r, HTTP_F_IF_NONE_MATCH, sc->inm, sizeof(sc->inm));
+    store_copy_field(r, HTTP_F_IF_MODIFIED_SINCE, sc->ims, sizeof(sc->ims));
+    store_copy_field(r, HTTP_F_RANGE, sc->range, sizeof(sc->range));
+    store_copy_field(r, HTTP_F_IF_RANGE, sc->if_range, sizeof(sc->if_range));
 }
 
 /* Weak comparison (RFC 9110 8.8.3.2): W/ ignored, opaque tags equal. */
@@ -854,17 +854,17 @@ store_fill_begin(const char *key, size_t keylen, const struct http_req *resp,
     if (lifetime < 0 && !cc.no_cache)
         return "no-freshness";
     if (lifetime <= 0 && !cc.no_cache && !cc.must_revalidate
-        && http_field_find(resp, "etag", 0) < 0 && http_field_find(resp, "last-modified", 0) < 0)
+        && http_field_find_id(resp, HTTP_F_ETAG, 0) < 0 && http_field_find_id(resp, HTTP_F_LAST_MODIFIED, 0) < 0)
         return "stale-on-arrival";    /* and no validator to make it useful */
 
     /* Vary: store under the variant's key, behind a marker. */
-    int vi = http_field_find(resp, "vary", 0);
+    int vi = http_field_find_id(resp, HTTP_F_VARY, 0);
     if (vi >= 0) {
         const char *v = resp->base + resp->fields[vi].value;
         size_t vl = resp->fields[vi].value_len;
         char id[32];
         size_t il, kl;
-        if (http_field_find(resp, "vary", vi + 1) >= 0)
+        if (http_field_find_id(resp, HTTP_F_VARY, vi + 1) >= 0)
             return "vary-several-lines";
         if (http_list_has(v, vl, "*"))
             return "vary-star";
@@ -902,7 +902,7 @@ store_fill_begin(const char *key, size_t keylen, const struct http_req *resp,
         memcpy(hdr + len, "\r\n", 2);
         len += 2;
     }
-    if (http_field_find(resp, "date", 0) < 0) {
+    if (http_field_find_id(resp, HTTP_F_DATE, 0) < 0) {
         char d[32];
         cachectl_fmt_date(now.tv_sec, d);
         n = snprintf(hdr + len, sizeof(hdr) - len, "Date: %s\r\n", d);
