@@ -161,49 +161,6 @@ alog_put_str(char *p, const char *s)
     return p;
 }
 
-/* "00" to "99": integers are written two digits at a time. */
-static const char alog_pairs[200] =
-    "00010203040506070809" "10111213141516171819" "20212223242526272829"
-    "30313233343536373839" "40414243444546474849" "50515253545556575859"
-    "60616263646566676869" "70717273747576777879" "80818283848586878889"
-    "90919293949596979899";
-
-/* v in decimal, as printf's %llu: the digits are counted, then written
- * from the last. */
-static char *
-alog_put_u64(char *p, uint64_t v)
-{
-    char *end = p + 1;
-
-    if (v < 10) {           /* 0 ms, the version's minor */
-        *p = (char)('0' + v);
-        return end;
-    }
-    for (uint64_t x = v; x >= 10; x /= 10)
-        end++;
-    p = end;
-    for (; v >= 100; v /= 100) {
-        p -= 2;
-        memcpy(p, alog_pairs + v % 100 * 2, 2);
-    }
-    if (v >= 10)
-        memcpy(p - 2, alog_pairs + v * 2, 2);
-    else
-        p[-1] = (char)('0' + v);
-    return end;
-}
-
-/* v in decimal, as printf's %d or %lld. */
-static char *
-alog_put_i64(char *p, int64_t v)
-{
-    if (v < 0) {
-        *p++ = '-';
-        return alog_put_u64(p, (uint64_t)0 - (uint64_t)v);
-    }
-    return alog_put_u64(p, (uint64_t)v);
-}
-
 /* v in decimal, padded on the left to width characters with pad ('0' or
  * ' '), as printf's %03d or %6lld (with '0', the sign comes first). */
 static char *
@@ -220,7 +177,7 @@ alog_put_pad(char *p, int64_t v, int width, char pad)
         *p++ = pad;
     if (v < 0 && pad != '0')
         *p++ = '-';
-    return alog_put_u64(p, u);
+    return fmt_u64(p, u);
 }
 
 /* A field for a quoted log value, escaped (alog_plain).  A byte is written
@@ -386,7 +343,7 @@ alog_write(struct conn *c, const struct alog_txn *t)
         gmtime_r(&now.tv_sec, &tm);
         ncsa_len = strftime(ncsa, sizeof(ncsa), "%d/%b/%Y:%H:%M:%S +0000", &tm);
         iso_len = strftime(iso, sizeof(iso), "%Y-%m-%dT%H:%M:%S", &tm);
-        secs_len = (size_t)(alog_put_i64(secs, now.tv_sec) - secs);
+        secs_len = (size_t)(fmt_i64(secs, now.tv_sec) - secs);
         last = now.tv_sec;
     }
     msec = (int)(now.tv_usec / 1000);
@@ -412,14 +369,14 @@ alog_write(struct conn *c, const struct alog_txn *t)
         *p++ = '/';
         p = alog_put_pad(p, t->status, 3, '0');
         *p++ = ' ';
-        p = alog_put_u64(p, t->bytes);
+        p = fmt_u64(p, t->bytes);
         *p++ = ' ';
         p = alog_put_str(p, t->method);
         *p++ = ' ';
         p = alog_put_esc(p, t->target, t->target_len, ALOG_TARGET_MAX);
         if (t->ostatus) {
             p = alog_put_lit(p, " - DIRECT/");
-            p = alog_put_i64(p, t->ostatus);
+            p = fmt_i64(p, t->ostatus);
         } else {
             p = alog_put_lit(p, " - NONE/-");
         }
@@ -437,11 +394,11 @@ alog_write(struct conn *c, const struct alog_txn *t)
         p = alog_put_lit(p, "\",\"url\":\"");
         p = alog_put_esc(p, t->target, t->target_len, ALOG_TARGET_MAX);
         p = alog_put_lit(p, "\",\"version\":\"HTTP/1.");
-        p = alog_put_i64(p, t->minor);
+        p = fmt_i64(p, t->minor);
         p = alog_put_lit(p, "\",\"status\":");
-        p = alog_put_i64(p, t->status);
+        p = fmt_i64(p, t->status);
         p = alog_put_lit(p, ",\"bytes\":");
-        p = alog_put_u64(p, t->bytes);
+        p = fmt_u64(p, t->bytes);
         p = alog_put_lit(p, ",\"referer\":\"");
         p = alog_put_esc(p, t->referer, t->referer_len, ALOG_FIELD_MAX);
         p = alog_put_lit(p, "\",\"user_agent\":\"");
@@ -450,11 +407,11 @@ alog_write(struct conn *c, const struct alog_txn *t)
         p = alog_put_str(p, t->result);
         p = alog_put_lit(p, "\",\"origin_status\":");
         if (t->ostatus)
-            p = alog_put_i64(p, t->ostatus);
+            p = fmt_i64(p, t->ostatus);
         else
             p = alog_put_lit(p, "null");
         p = alog_put_lit(p, ",\"ms\":");
-        p = alog_put_i64(p, ms);
+        p = fmt_i64(p, ms);
         p = alog_put_lit(p, "}\n");
         break;
     default:
@@ -468,11 +425,11 @@ alog_write(struct conn *c, const struct alog_txn *t)
         *p++ = ' ';
         p = alog_put_esc(p, t->target, t->target_len, ALOG_TARGET_MAX);
         p = alog_put_lit(p, " HTTP/1.");
-        p = alog_put_i64(p, t->minor);
+        p = fmt_i64(p, t->minor);
         p = alog_put_lit(p, "\" ");
-        p = alog_put_i64(p, t->status);
+        p = fmt_i64(p, t->status);
         *p++ = ' ';
-        p = alog_put_u64(p, t->bytes);
+        p = fmt_u64(p, t->bytes);
         p = alog_put_lit(p, " \"");
         if (t->referer_len)
             p = alog_put_esc(p, t->referer, t->referer_len, ALOG_FIELD_MAX);
@@ -487,11 +444,11 @@ alog_write(struct conn *c, const struct alog_txn *t)
         p = alog_put_str(p, t->result);
         *p++ = ' ';
         if (t->ostatus)
-            p = alog_put_i64(p, t->ostatus);
+            p = fmt_i64(p, t->ostatus);
         else
             *p++ = '-';
         *p++ = ' ';
-        p = alog_put_i64(p, ms);
+        p = fmt_i64(p, ms);
         *p++ = '\n';
         break;
     }

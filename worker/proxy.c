@@ -107,12 +107,9 @@ buf_puts(struct buf *b, const char *s)
 static int
 buf_putu(struct buf *b, unsigned v)
 {
-    char d[10], *p = d + sizeof(d);
+    char d[20];
 
-    do
-        *--p = (char)('0' + v % 10);
-    while ((v /= 10) != 0);
-    return buf_append(b, p, (size_t)(d + sizeof(d) - p));
+    return buf_append(b, d, (size_t)(fmt_u64(d, v) - d));
 }
 
 /* A field line as received (name, colon, whitespace, value), with CRLF. */

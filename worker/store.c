@@ -63,31 +63,6 @@ store_put(char *p, const char *s, size_t n)
     return p + n;
 }
 
-static char *
-store_put_u64(char *p, uint64_t v)
-{
-    char tmp[20];
-    int i = 0;
-
-    do {
-        tmp[i++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    while (i)
-        *p++ = tmp[--i];
-    return p;
-}
-
-static char *
-store_put_i64(char *p, int64_t v)
-{
-    if (v < 0) {
-        *p++ = '-';
-        return store_put_u64(p, (uint64_t)0 - (uint64_t)v);
-    }
-    return store_put_u64(p, (uint64_t)v);
-}
-
 size_t
 store_key(char *out, size_t outlen, const char *scheme, const char *host,
           int port, const char *path)
@@ -104,7 +79,7 @@ store_key(char *out, size_t outlen, const char *scheme, const char *host,
         *p++ = (char)tolower((unsigned char)host[i]);
     if (port != def) {
         *p++ = ':';
-        p = store_put_u64(p, (uint64_t)port);
+        p = fmt_u64(p, (uint64_t)port);
     }
     p = store_put(p, path, pl);
     *p = '\0';
@@ -554,7 +529,7 @@ store_send(struct conn *c, const struct store_cond *sc, int keep_alive,
         store_copy_head(b, hdr, hdrlen, status == 304);
         if (status != 304) {
             char *q = store_put(b->data + b->end, "Content-Length: ", 16);
-            q = store_put_u64(q, o->body_len);
+            q = fmt_u64(q, o->body_len);
             q = store_put(q, "\r\n", 2);
             b->end = (size_t)(q - b->data);
         }
@@ -565,7 +540,7 @@ store_send(struct conn *c, const struct store_cond *sc, int keep_alive,
     if (b->size - b->end < 64 + csl + dhl + chl)
         return -1;
     char *q = store_put(b->data + b->end, "Age: ", 5);
-    q = store_put_i64(q, age);
+    q = fmt_i64(q, age);
     q = store_put(q, "\r\nCache-Status: ", 16);
     q = store_put(q, cstatus, csl);
     q = store_put(q, "\r\n", 2);
@@ -685,7 +660,7 @@ store_serve(struct conn *c, const char *key, size_t keylen, int keep_alive,
         char *e = store_put(cs, c->cn_collapsed ? "cistern; fwd=uri-miss; collapsed; ttl="
                                                 : "cistern; hit; ttl=",
                             c->cn_collapsed ? 38 : 18);
-        *store_put_i64(e, ttl) = '\0';
+        *fmt_i64(e, ttl) = '\0';
         alog_result(c, "TCP_HIT", 0);
         if (store_send(c, &sc, keep_alive, cs, NULL, 0) < 0) {
             store_release(c);
