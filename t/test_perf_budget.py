@@ -139,6 +139,28 @@ def stop_strace(p):
     p.stderr.close()
 
 
+def traced_requests(worker, sock, req, buf):
+    """Send req N times on sock (each answer must be 200 with 1 KiB of
+    body) while strace -f -c counts the worker's system calls; returns
+    strace's summary and what is left in buf."""
+    tmp = tempfile.mkdtemp(prefix="cistern-strace-")
+    out = os.path.join(tmp, "strace.out")
+    tracer = start_strace(worker, out)
+    try:
+        for i in range(N):
+            sock.sendall(req)
+            status, hdrs, body, buf = recv_response(sock, buf)
+            if status != 200 or len(body) != 1024:
+                harness.fail("request %d: status %d, %d body bytes"
+                             % (i, status, len(body)))
+    finally:
+        stop_strace(tracer)
+    with open(out) as f:
+        summary = f.read()
+    shutil.rmtree(tmp, ignore_errors=True)
+    return summary, buf
+
+
 @harness.timeout(180)
 def test_syscalls_per_hit():
     if shutil.which("strace") is None:
@@ -165,21 +187,7 @@ def test_syscalls_per_hit():
                    % hdrs.get("cache-status"))
             worker = serving_worker(c, workers)
             s0 = stats(c.port)
-            tmp = tempfile.mkdtemp(prefix="cistern-strace-")
-            out = os.path.join(tmp, "strace.out")
-            tracer = start_strace(worker, out)
-            try:
-                for i in range(N):
-                    sock.sendall(req)
-                    status, hdrs, body, buf = recv_response(sock, buf)
-                    if status != 200 or len(body) != 1024:
-                        harness.fail("request %d: status %d, %d body bytes"
-                                     % (i, status, len(body)))
-            finally:
-                stop_strace(tracer)
-            with open(out) as f:
-                summary = f.read()
-            shutil.rmtree(tmp, ignore_errors=True)
+            summary, buf = traced_requests(worker, sock, req, buf)
         finally:
             sock.close()
         s1 = stats(c.port)
@@ -266,21 +274,7 @@ def test_syscalls_per_proxied_request():
                 status, hdrs, body, buf = recv_response(sock, buf)
                 expect_eq((status, len(body)), (200, 1024), "warm-up")
             worker = serving_worker(c, workers)
-            tmp = tempfile.mkdtemp(prefix="cistern-strace-")
-            out = os.path.join(tmp, "strace.out")
-            tracer = start_strace(worker, out)
-            try:
-                for i in range(N):
-                    sock.sendall(req)
-                    status, hdrs, body, buf = recv_response(sock, buf)
-                    if status != 200 or len(body) != 1024:
-                        harness.fail("request %d: status %d, %d body bytes"
-                                     % (i, status, len(body)))
-            finally:
-                stop_strace(tracer)
-            with open(out) as f:
-                summary = f.read()
-            shutil.rmtree(tmp, ignore_errors=True)
+            summary, buf = traced_requests(worker, sock, req, buf)
         finally:
             sock.close()
         rs = o.requests()
