@@ -557,6 +557,22 @@ def test_response_chunked_to_http11_stays_chunked():
             expect_eq(r.body, b"GET /after\n", "next request")
 
 
+
+def test_response_unknown_transfer_coding_read_until_close():
+    """RFC 9112 6.3: a response whose Transfer-Encoding does not end in
+    chunked is read until the origin closes.  The whole body reaches the
+    client, close-delimited, never cut short with a reset."""
+    with Origin() as o, mapped(o) as c:
+        o.script("/te", [{"raw": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: FOOBAR"
+                          b"\r\nContent-Type: text/plain\r\n\r\n"
+                          + b"0123456789" * 300}])
+        data, closed = raw(c.port, req("/te"), timeout=5)
+        expect(closed, "connection not closed after a close-delimited body")
+        rs = parse_responses(data)
+        expect_eq(len(rs), 1, "responses")
+        expect_eq(rs[0].status, 200, "status")
+        expect_eq(rs[0].body, b"0123456789" * 300, "body")
+
 def test_response_chunked_to_http10_dechunked_and_closed():
     with Origin() as o, mapped(o) as c:
         data, closed = raw(c.port, req("/chunked/100000", version="HTTP/1.0"),

@@ -985,6 +985,9 @@ http_resp_parse(struct http_req *r, char *head, int req_method)
             r->status = 0;
             return http_refuse(r, 502, "transfer coding not supported");
         } else if (rc == 501) {
+            /* an unknown coding alone: passed on, read until close; not
+             * a refusal (a reason left set would cut the body later) */
+            r->reason = NULL;
             r->until_close = 1;
         } else if (rc != HTTP_OK) {
             r->status = 0;
