@@ -51,7 +51,7 @@ if [ ! -f "$CONFIG_H_DIR/config.h" ]; then
     exit 2
 fi
 
-CFLAGS="-g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
+CFLAGS="-g -O1 -Wall -Wextra -Werror -Wno-unused-parameter -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
 -fno-sanitize-recover=undefined -I$CONFIG_H_DIR -I$SRCDIR ${FUZZ_CFLAGS:-}"
 
 S=$SRCDIR

@@ -93,9 +93,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FZ_CHECK(why == NULL || why[0] != '\0');
         }
     }
-    (void)cachectl_field_date(&resp, "date");
-    (void)cachectl_field_date(&resp, "last-modified");
-    (void)cachectl_field_date(&req, "if-modified-since");
+    (void)cachectl_field_date(&resp, HTTP_F_DATE);
+    (void)cachectl_field_date(&resp, HTTP_F_LAST_MODIFIED);
+    (void)cachectl_field_date(&req, HTTP_F_IF_MODIFIED_SINCE);
     free(buf);
     return 0;
 }

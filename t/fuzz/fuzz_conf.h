@@ -78,7 +78,7 @@ fz_conf_check_errors(int rc, const struct conf_errors *e, const char *file)
     }
 }
 
-static int
+static inline int
 fz_all_zero(const void *p, size_t n)
 {
     const uint8_t *b = p;
