@@ -408,9 +408,9 @@ def test_repeated_sighup_settles_on_one_generation():
                      what="a reload verdict")
             wait_for(lambda: len(c.worker_pids()) == 2
                      and all(v[0] == v[1] for g, v in _generations(c).items()
-                             if g < max(_generations(c))), 10,
-                     what="the old generations to exit: %r (workers %s)"
-                     % (_generations(c), c.worker_pids()))
+                             if g < max(_generations(c))), 30,
+                     # ASan workers on a loaded machine can take over 10 s
+                     what="the old generations to exit")
         finally:
             stop.set()
             t.join(5)
