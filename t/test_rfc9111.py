@@ -737,6 +737,27 @@ def test_4_1_vary_miss_cache_status():
         expect_origin(o, path, 2)
 
 
+
+def test_4_1_variant_of_a_full_head_not_stored_as_another():
+    """RFC 9111 4.1: a variant is stored only under the field values its
+    request carried.  A request with as many fields as a head may hold
+    (128) is forwarded with more (Via, X-Forwarded-For), so its fields
+    cannot be read back for the variant's key: it is not stored, rather
+    than stored as the variant of requests without Accept-Language."""
+    path = "/vfull"
+    with Origin() as o, daemon(o) as c:
+        script(o, path,
+               ok("deutsch", Cache_Control="max-age=60", Vary="Accept-Language"),
+               ok("neutral", Cache_Control="max-age=60", Vary="Accept-Language"))
+        many = [("Accept-Language", "de")] + [("X-Jn", "x")] * 125
+        r1 = fetch(c.port, path, headers=many)
+        expect_eq((r1.status, r1.body), (200, b"deutsch"), "first answer")
+        expect_cs(r1, r"detail=vary-key", "not stored")
+        r2 = fetch(c.port, path)
+        expect_eq(r2.body, b"neutral", "request without Accept-Language")
+        expect_not_hit(r2, "request without Accept-Language")
+        expect_origin(o, path, 2)
+
 def test_4_1_vary_star_never_served_from_cache():
     """RFC 9111 4.1: Vary: * never matches: never served from the cache."""
     path = hp("/vstar/bytes/10", ("Cache-Control", "max-age=60"),

@@ -719,10 +719,13 @@ static const struct http_req *
 proxy_forwarded_req(struct upstream *up)
 {
     static struct http_req fr;
+    /* the head we built may exceed the client's limits (our fields, a
+     * longer remapped path): it is bounded by its buffer instead */
+    struct http_limits lim = { up->up_out.end, up->up_out.end };
 
     http_req_reset(&fr);
     if (up->up_out.end == 0
-        || http_head_scan(&fr, up->up_out.data, up->up_out.end, &wk->limits) != HTTP_OK)
+        || http_head_scan(&fr, up->up_out.data, up->up_out.end, &lim) != HTTP_OK)
         return NULL;
     fr.base = up->up_out.data + fr.start;
     return &fr;
@@ -865,12 +868,20 @@ proxy_pump(struct conn *c)
             && up->up_method != HTTP_GET && up->up_method != HTTP_HEAD
             && up->up_method != HTTP_OPTIONS && up->up_method != HTTP_TRACE)
             store_invalidate(up->up_key, up->up_keylen, resp, "http", up->up_host, up->up_port);
-        if (up->up_store && wk->cache)
-            up->up_cdetail = store_fill_begin(up->up_key, up->up_keylen, resp,
-                                              /* only Vary looks at it */
-                                              http_field_find_id(resp, HTTP_F_VARY, 0) >= 0
-                                                  ? proxy_forwarded_req(up) : NULL,
-                                              up->up_req_auth, up->up_req_time, &up->up_fill);
+        if (up->up_store && wk->cache) {
+            /* Only Vary looks at the forwarded request.  When it cannot be
+             * read back (more fields than a head may hold once ours were
+             * added), the variant is unknown: not stored, never stored as
+             * the variant of a request without those fields. */
+            const struct http_req *fwd = NULL;
+            if (http_field_find_id(resp, HTTP_F_VARY, 0) >= 0
+                && (fwd = proxy_forwarded_req(up)) == NULL)
+                up->up_cdetail = "vary-key";
+            else
+                up->up_cdetail = store_fill_begin(up->up_key, up->up_keylen, resp, fwd,
+                                                  up->up_req_auth, up->up_req_time,
+                                                  &up->up_fill);
+        }
         if (up->up_claim) {
             if (up->up_fill == NULL)
                 proxy_release_claim(up, up->up_cdetail && strcmp(up->up_cdetail, "store-busy")

@@ -709,33 +709,23 @@ miss:
 /* ------------------------------------------------------------------ */
 /* Fills */
 
+/* Fields never stored: hop-by-hop ones (RFC 9111 3.1: the fixed names
+ * and those a Connection line lists, marked by http_resp_parse), and those
+ * every answer makes anew (framing, Age, Via, Cache-Status). */
 static int
 store_skip_field(const struct http_req *resp, int i)
 {
-    static const char *const skip[] = {
-        "age", "content-length", "transfer-encoding", "connection",
-        "keep-alive", "proxy-connection", "te", "trailer", "upgrade",
-        "proxy-authenticate", "via", "cache-status",
-    };
-
-    for (size_t k = 0; k < sizeof(skip) / sizeof(skip[0]); k++)
-        if (http_field_is(resp, i, skip[k]))
-            return 1;
-    /* fields named in Connection are hop-by-hop too (RFC 9111 3.1) */
-    if (resp->conn_tokens & HTTP_CONN_OTHER) {
-        const struct http_field *f = &resp->fields[i];
-        char name[128];
-        if (f->name_len < sizeof(name)) {
-            memcpy(name, resp->base + f->name, f->name_len);
-            name[f->name_len] = '\0';
-            for (int j = 0; j < resp->nfields; j++)
-                if (http_field_is(resp, j, "connection")
-                    && http_list_has(resp->base + resp->fields[j].value,
-                                     resp->fields[j].value_len, name))
-                    return 1;
-        }
+    if (http_field_hop(resp, i))
+        return 1;
+    switch (resp->fields[i].id) {
+    case HTTP_F_AGE:
+    case HTTP_F_CONTENT_LENGTH:
+    case HTTP_F_VIA:
+    case HTTP_F_CACHE_STATUS:
+        return 1;
+    default:
+        return 0;
     }
-    return 0;
 }
 
 static uint64_t
@@ -971,9 +961,15 @@ store_validators(struct conn *c, struct buf *b)
 static int
 store_keep_on_304(const struct http_req *resp, int i)
 {
-    return store_skip_field(resp, i) || http_field_is(resp, i, "content-encoding")
-           || http_field_is(resp, i, "content-range") || http_field_is(resp, i, "content-md5")
-           || http_field_is(resp, i, "etag");
+    switch (resp->fields[i].id) {
+    case HTTP_F_CONTENT_ENCODING:
+    case HTTP_F_CONTENT_RANGE:
+    case HTTP_F_CONTENT_MD5:
+    case HTTP_F_ETAG:
+        return 1;
+    default:
+        return store_skip_field(resp, i);
+    }
 }
 
 /* The origin said 304 for the held object: merge its fields into the
