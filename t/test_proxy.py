@@ -558,6 +558,43 @@ def test_response_chunked_to_http11_stays_chunked():
 
 
 
+
+def test_max_forwards_trace_and_options():
+    """RFC 9110 7.6.2: a TRACE or OPTIONS with Max-Forwards: 0 is answered
+    by the proxy as the final recipient (TRACE echoes the request as
+    message/http, without its credentials; OPTIONS lists the methods);
+    with more, it is forwarded with one fewer.  Other methods pass
+    Max-Forwards on untouched."""
+    with Origin() as o, mapped(o) as c:
+        data, _ = raw(c.port, req("/t", method="TRACE", headers=[
+            "Max-Forwards: 0", "X-Mark: 1", "Cookie: secret=1",
+            "Authorization: Basic eDp5", "Connection: close"]))
+        r = parse_responses(data, methods=["TRACE"])[0]
+        expect_eq(r.status, 200, "TRACE status")
+        expect_eq(r.header("Content-Type"), "message/http", "TRACE type")
+        expect(r.body.startswith(b"TRACE /t HTTP/1.1\r\n")
+               and b"X-Mark: 1\r\n" in r.body and r.body.endswith(b"\r\n\r\n"),
+               "TRACE echo: %r" % r.body)
+        expect(b"secret" not in r.body and b"eDp5" not in r.body,
+               "TRACE echoed credentials: %r" % r.body)
+        data, _ = raw(c.port, req("/o", method="OPTIONS", headers=[
+            "Max-Forwards: 0", "Connection: close"]))
+        r = parse_responses(data, methods=["OPTIONS"])[0]
+        expect_eq(r.status, 200, "OPTIONS status")
+        expect("TRACE" in (r.header("Allow") or ""), "Allow: %r" % r.header("Allow"))
+        expect_eq(o.requests(), [], "requests that reached the origin")
+
+        for method, sent, fwd in (("TRACE", "3", "2"), ("OPTIONS", "1", "0"),
+                                  ("GET", "0", "0"), ("TRACE", "x", "x")):
+            o.reset()
+            data, _ = raw(c.port, req("/f", method=method, headers=[
+                "Max-Forwards: %s" % sent, "Connection: close"]))
+            rs = parse_responses(data, methods=[method])
+            expect_eq(rs[0].status, 200, "%s Max-Forwards %s" % (method, sent))
+            q = only_request(o, "%s Max-Forwards %s: " % (method, sent))
+            expect_eq(hall(q, "Max-Forwards"), [fwd],
+                      "%s Max-Forwards %s forwarded as" % (method, sent))
+
 def test_response_unknown_transfer_coding_read_until_close():
     """RFC 9112 6.3: a response whose Transfer-Encoding does not end in
     chunked is read until the origin closes.  The whole body reaches the

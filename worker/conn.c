@@ -60,6 +60,10 @@
  * at once would race a client that is sending right now. */
 #define DRAIN_IDLE_GRACE_MS 1000
 
+/* The methods a mapped URL takes (405 and OPTIONS answers); PUSH too when
+ * proxy.config.http.push_method_enabled says so, not listed. */
+#define CONN_ALLOW "Allow: GET, HEAD, POST, PUT, DELETE, OPTIONS, TRACE, PURGE\r\n"
+
 static void conn_on_read(evutil_socket_t fd, short what, void *arg);
 static void conn_on_write(evutil_socket_t fd, short what, void *arg);
 static int conn_process(struct conn *c);
@@ -518,7 +522,7 @@ conn_refuse(struct conn *c, int status, const char *reason)
     if (status < 500 && status != 405)
         wk->ctr->bad_requests++;
     if (status == 405)
-        extra = "Allow: GET, HEAD, POST, PUT, DELETE, OPTIONS, PURGE\r\n";
+        extra = CONN_ALLOW;
     if (c->cn_hold) {
         /* The answer we held is void: the request turned out malformed. */
         c->cn_out.end = c->cn_hold_mark;
@@ -531,6 +535,48 @@ conn_refuse(struct conn *c, int status, const char *reason)
     alog_refused(c, status, c->cn_out.end - before);
     c->cn_close = 1;
     c->cn_state = CONN_SEND;
+}
+
+/* The answer of the final recipient to TRACE (the request head echoed as
+ * message/http, without the credentials it carried: RFC 9110 9.3.8) or
+ * OPTIONS (the methods we take). */
+static void
+conn_answer_final(struct conn *c, const char *ch)
+{
+    const struct http_req *r = &c->cn_req->r;
+
+    conn_count_status(c, 200);
+    if (r->method == HTTP_OPTIONS) {
+        resp_simple(c, 200, ch, CONN_ALLOW, NULL, 0);
+        return;
+    }
+    /* each line as received plus CRLF (a bare-LF line grows by one) */
+    char *echo = malloc(r->head_len + 2 * (size_t)r->nfields + 4);   /* rare: no pool */
+    const char *eol = memchr(r->base, '\n', r->head_len);
+    size_t n;
+
+    if (echo == NULL || eol == NULL) {
+        free(echo);
+        conn_refuse(c, 500, "out of memory");
+        return;
+    }
+    n = (size_t)(eol + 1 - r->base);
+    memcpy(echo, r->base, n);
+    for (int i = 0; i < r->nfields; i++) {
+        const struct http_field *f = &r->fields[i];
+        if (f->id == HTTP_F_AUTHORIZATION
+            || http_field_is(r, i, "proxy-authorization") || http_field_is(r, i, "cookie"))
+            continue;
+        size_t l = f->value + f->value_len - f->name;
+        memcpy(echo + n, r->base + f->name, l);
+        n += l;
+        echo[n++] = '\r';
+        echo[n++] = '\n';
+    }
+    echo[n++] = '\r';
+    echo[n++] = '\n';
+    resp_body(c, 200, ch, "message/http", echo, n, 0);
+    free(echo);
 }
 
 /* ------------------------------------------------------------------ */
@@ -634,6 +680,14 @@ conn_route(struct conn *c, int keep_alive)
                      res.scheme, res.host, res.port, res.path);
         conn_count_status(c, status);
         resp_simple(c, status, ch, loc, http_status_text(status), head);
+        return 0;
+    }
+
+    /* RFC 9110 7.6.2: TRACE or OPTIONS with Max-Forwards: 0 is answered
+     * here, as its final recipient. */
+    int mfi;
+    if (http_max_forwards(r, &mfi) == 0) {
+        conn_answer_final(c, ch);
         return 0;
     }
 

@@ -357,6 +357,27 @@ http_field_find(const struct http_req *r, const char *name, int from)
     return -1;
 }
 
+int64_t
+http_max_forwards(const struct http_req *r, int *idx)
+{
+    int i = http_field_find(r, "max-forwards", 0);
+    int64_t v = 0;
+
+    *idx = i;
+    if (i < 0 || (r->method != HTTP_TRACE && r->method != HTTP_OPTIONS))
+        return -1;
+    const char *p = r->base + r->fields[i].value;
+    size_t n = r->fields[i].value_len;
+    if (n == 0 || n > 18)
+        return -1;
+    for (size_t k = 0; k < n; k++) {
+        if (p[k] < '0' || p[k] > '9')
+            return -1;
+        v = v * 10 + (p[k] - '0');
+    }
+    return v;
+}
+
 /* Next element of a comma-separated list: skips OWS and empty elements.
  * Returns 0 at the end. */
 static int

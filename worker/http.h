@@ -232,6 +232,10 @@ http_field_hop(const struct http_req *r, int i)
 {
     return (int)((r->hop[i >> 6] >> (i & 63)) & 1);
 }
+/* Max-Forwards of a TRACE or OPTIONS request (RFC 9110 7.6.2): its value,
+ * or -1 when absent, not 1*DIGIT, or another method (then nothing is done
+ * with it).  *idx: the field's index, or -1. */
+int64_t http_max_forwards(const struct http_req *r, int *idx);
 const char *http_method_name(int method);
 
 /* Case-insensitive token list search: does the comma-separated list

@@ -331,11 +331,21 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
     }
     err |= buf_lit(o, "\r\n");
     up->up_reval = c->cn_req->obj_held && r->method == HTTP_GET;
+    int mfi;
+    int64_t mf = http_max_forwards(r, &mfi);   /* 0 was answered by us */
     for (int i = 0; i < r->nfields; i++) {
         const struct http_field *f = &r->fields[i];
 
         if (http_field_hop(r, i))
             continue;       /* Transfer-Encoding too: see below */
+        if (i == mfi && mf > 0) {
+            /* RFC 9110 7.6.2: one hop fewer */
+            char d[24];
+            err |= buf_lit(o, "Max-Forwards: ");
+            err |= buf_append(o, d, (size_t)(fmt_i64(d, mf - 1) - d));
+            err |= buf_lit(o, "\r\n");
+            continue;
+        }
         switch (f->id) {
         case HTTP_F_HOST:   /* written above */
         case HTTP_F_EXPECT: /* ours to answer */
