@@ -572,6 +572,7 @@ def test_max_forwards_trace_and_options():
         r = parse_responses(data, methods=["TRACE"])[0]
         expect_eq(r.status, 200, "TRACE status")
         expect_eq(r.header("Content-Type"), "message/http", "TRACE type")
+        expect(r.header("Cache-Status"), "TRACE answer without Cache-Status")
         expect(r.body.startswith(b"TRACE /t HTTP/1.1\r\n")
                and b"X-Mark: 1\r\n" in r.body and r.body.endswith(b"\r\n\r\n"),
                "TRACE echo: %r" % r.body)

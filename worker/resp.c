@@ -83,7 +83,8 @@ resp_body(struct conn *c, int status, const char *conn_hdr, const char *ctype,
     n = snprintf(b->data + b->end, b->size - b->end,
                  "HTTP/1.1 %d %s\r\nDate: %s\r\nServer: cistern\r\n"
                  "Content-Type: %s\r\nContent-Length: %zu\r\n"
-                 "Cache-Control: no-store\r\n%s\r\n",
+                 "Cache-Control: no-store\r\nCache-Status: cistern; fwd=bypass\r\n"
+                 "%s\r\n",
                  status, http_status_text(status), resp_date(), ctype, blen, conn_hdr);
     if (n < 0 || (size_t)n >= b->size - b->end)
         return -1;
