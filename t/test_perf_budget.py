@@ -16,6 +16,7 @@ proxied request are proven with valgrind's dhat (plain builds only).
 Skipped (77) when strace is not installed or ptrace is not permitted.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -201,8 +202,13 @@ def check_budget(summary, what, budget_total, budget_io):
            % (io / N, what, budget_io, per))
 
 
-@harness.timeout(180)
-def test_syscalls_per_hit():
+@contextlib.contextmanager
+def traced_keepalive(path, what):
+    """A one-worker daemon in front of an origin; one keep-alive connection
+    sends GET path twice (the warm-up: the fill, or the origin connection
+    going to the pool), then N more while strace counts the worker's
+    system calls.  Yields (origin, strace summary, /_stats before and
+    after the N, the last warm-up's headers), both still running."""
     if shutil.which("strace") is None:
         raise harness.SkipTest("strace is not installed")
     with Origin() as o, Cistern(storage=["cache 64M"], workers=1,
@@ -210,35 +216,49 @@ def test_syscalls_per_hit():
                                        % (HOST, o.authority)]) as c:
         workers = c.worker_pids()
         expect(len(workers) >= 1, "no worker process found")
-        # With one worker and a cache manager, the worker is the one that
-        # serves: find it by the connection's owner below if unnamed.
-        req = ("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (PATH, HOST)).encode()
+        req = ("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (path, HOST)).encode()
         sock = socket.create_connection(("127.0.0.1", c.port), timeout=10)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             buf = b""
-            for i in range(2):          # the fill, then a first hit
+            for i in range(2):
                 sock.sendall(req)
                 status, hdrs, body, buf = recv_response(sock, buf)
-                expect_eq(status, 200, "warm-up status")
-                expect_eq(len(body), 1024, "warm-up body length")
-            expect(re.search(r"cistern; hit\b", hdrs.get("cache-status", "")),
-                   "second GET is not a hit: Cache-Status %r"
-                   % hdrs.get("cache-status"))
-            worker = serving_worker(c, workers)
+                expect_eq((status, len(body)), (200, 1024),
+                          "%s warm-up %d" % (what, i))
             s0 = stats(c.port)
-            summary, buf = traced_requests(worker, sock, req, buf)
+            summary, buf = traced_requests(serving_worker(c, workers), sock,
+                                           req, buf)
         finally:
             sock.close()
-        s1 = stats(c.port)
+        yield o, summary, s0, stats(c.port), hdrs
+
+
+@harness.timeout(180)
+def test_syscalls_per_hit():
+    with traced_keepalive(PATH, "hit") as (o, summary, s0, s1, hdrs):
+        expect(re.search(r"cistern; hit\b", hdrs.get("cache-status", "")),
+               "second GET is not a hit: Cache-Status %r"
+               % hdrs.get("cache-status"))
         hits = s1["proxy.process.cache.hits"] - s0["proxy.process.cache.hits"]
         misses = (s1["proxy.process.cache.misses"]
                   - s0["proxy.process.cache.misses"])
         expect_eq((hits, misses), (N, 0), "(hits, misses) over the %d GETs"
                   % N)
         expect_eq(len(o.requests()), 1, "origin requests (only the fill)")
+    check_budget(summary, "hit", BUDGET_TOTAL, BUDGET_IO)
 
-        check_budget(summary, "hit", BUDGET_TOTAL, BUDGET_IO)
+
+@harness.timeout(180)
+def test_syscalls_per_proxied_request():
+    with traced_keepalive(PROXY_PATH, "proxied") as (o, summary, _, _, _):
+        rs = o.requests()
+        expect_eq(len(rs), N + 2, "origin requests (every one a fetch)")
+        expect_eq(len(set(x["conn"] for x in rs[2:])), 1,
+                  "origin connections used (one, pooled)")
+    check_budget(summary, "proxied request", PROXY_BUDGET_TOTAL,
+                 PROXY_BUDGET_IO)
+
 
 def serving_worker(c, workers):
     """The pid among workers that holds the test's connection: the one
@@ -274,38 +294,6 @@ def serving_worker(c, workers):
     harness.fail("no worker holds the test's connection (workers %r)"
                  % workers)
 
-
-
-@harness.timeout(180)
-def test_syscalls_per_proxied_request():
-    if shutil.which("strace") is None:
-        raise harness.SkipTest("strace is not installed")
-    with Origin() as o, Cistern(storage=["cache 64M"], workers=1,
-                                remap=["map http://%s/ http://%s/"
-                                       % (HOST, o.authority)]) as c:
-        workers = c.worker_pids()
-        expect(len(workers) >= 1, "no worker process found")
-        req = ("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n"
-               % (PROXY_PATH, HOST)).encode()
-        sock = socket.create_connection(("127.0.0.1", c.port), timeout=10)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            buf = b""
-            for i in range(2):          # the origin connection is pooled
-                sock.sendall(req)
-                status, hdrs, body, buf = recv_response(sock, buf)
-                expect_eq((status, len(body)), (200, 1024), "warm-up")
-            worker = serving_worker(c, workers)
-            summary, buf = traced_requests(worker, sock, req, buf)
-        finally:
-            sock.close()
-        rs = o.requests()
-        expect_eq(len(rs), N + 2, "origin requests (every one a fetch)")
-        expect_eq(len(set(x["conn"] for x in rs[2:])), 1,
-                  "origin connections used (one, pooled)")
-
-        check_budget(summary, "proxied request", PROXY_BUDGET_TOTAL,
-                     PROXY_BUDGET_IO)
 
 def _dhat_worker_blocks(hits, path=PATH, fetches=1):
     """Run the daemon under valgrind's dhat (one worker, a cache), warm one
