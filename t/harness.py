@@ -903,6 +903,34 @@ def header_of(req, name):
 
 
 # ---------------------------------------------------------------------------
+# Cache checks shared by the suites
+
+def is_hit(r):
+    """Did Cistern answer r from its cache (RFC 9211 Cache-Status)?"""
+    return re.search(r"cistern; hit\b", r.header("Cache-Status", "")) is not None
+
+
+def expect_body(got, want, what="body"):
+    """Compare bodies; on a mismatch say where, not what (bodies are big)."""
+    if got == want:
+        return
+    i = next((k for k in range(min(len(got), len(want)))
+              if got[k] != want[k]), min(len(got), len(want)))
+    fail("%s: %d bytes, want %d; first difference at offset %d "
+         "(got %r, want %r)" % (what, len(got), len(want), i,
+                                got[i:i + 16], want[i:i + 16]))
+
+
+def cache_stats(port):
+    """The daemon's global counters from /_stats, the numeric ones."""
+    r = one_request(port, "GET", "/_stats")
+    expect(r is not None and r.status == 200, "/_stats: %r"
+           % (r and r.status))
+    g = json.loads(r.body.decode())["global"]
+    return {k: int(v) for k, v in g.items() if str(v).isdigit()}
+
+
+# ---------------------------------------------------------------------------
 # Raw sockets and a minimal response parser
 
 def one_request(port, method, path, body=None, headers=(), host="localhost",

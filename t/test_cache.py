@@ -9,7 +9,6 @@ two objects, cannot pass.  X-Origin-Seq and the origin's request log tell a
 hit from a fetch.
 """
 
-import json
 import os
 import random
 import re
@@ -19,7 +18,8 @@ import urllib.parse
 from email.utils import formatdate
 
 import harness
-from harness import Cistern, Collector, Origin, expect, expect_eq, seeded
+from harness import (Cistern, Collector, Origin, cache_stats, expect,
+                     expect_body, expect_eq, is_hit, seeded)
 
 HOST = "c.test"
 CC60 = "headers?Cache-Control=max-age%3D60"
@@ -44,33 +44,10 @@ def fetch(port, path, method="GET", headers=(), body=None, host=HOST,
                                timeout, close_delimited_ok=False)
 
 
-def expect_body(got, want, what="body"):
-    """Compare bodies; on a mismatch say where, not what (bodies are big)."""
-    if got == want:
-        return
-    i = next((k for k in range(min(len(got), len(want)))
-              if got[k] != want[k]), min(len(got), len(want)))
-    harness.fail("%s: %d bytes, want %d; first difference at offset %d "
-                 "(got %r, want %r)" % (what, len(got), len(want), i,
-                                        got[i:i + 16], want[i:i + 16]))
-
-
 def get_ok(port, path, **kw):
     r = fetch(port, path, **kw)
     expect(r is not None, "GET %s: no complete response" % path)
     return r
-
-
-def is_hit(r):
-    cs = r.header("Cache-Status", "")
-    return re.search(r"cistern; hit\b", cs) is not None
-
-
-def stats(port):
-    r = get_ok(port, "/_stats")
-    expect_eq(r.status, 200, "/_stats status")
-    g = json.loads(r.body.decode())["global"]
-    return {k: int(v) for k, v in g.items() if str(v).isdigit()}
 
 
 def seeded_path(name, n, extra=CC60, chunked=False):
@@ -616,7 +593,7 @@ def test_eviction_small_store():
     with Origin() as o, Cistern(storage=["cache 16M"], remap=remap_for(o),
                                 workers=2) as c:
         objs = [("ev%d" % i, 600000 + i, False) for i in range(60)]
-        s0 = stats(c.port)
+        s0 = cache_stats(c.port)
         _fill(c, objs)
         # Lapped entries are counted when the cache manager sweeps them
         # (each second) or a lookup finds them: allow a few ticks.
@@ -624,10 +601,10 @@ def test_eviction_small_store():
             s1 = harness.wait_for(
                 lambda: (lambda s: s if s["proxy.process.cache.evictions"]
                          > s0["proxy.process.cache.evictions"] else None)(
-                             stats(c.port)), 5.0,
+                             cache_stats(c.port)), 5.0,
                 what="proxy.process.cache.evictions to grow")
         except AssertionError:
-            s1 = stats(c.port)
+            s1 = cache_stats(c.port)
             harness.fail("evictions did not grow within 5 s of 36 MB of "
                          "fills into a 16M store: %r -> %r" % (
                              s0["proxy.process.cache.evictions"],
@@ -662,7 +639,7 @@ def test_eviction_small_store():
 def test_stats_counters():
     with Origin() as o, Cistern(storage=["cache 64M"], remap=remap_for(o),
                                 workers=2) as c:
-        s0 = stats(c.port)
+        s0 = cache_stats(c.port)
         sizes = [1000, 20000, 300000]
         for i, n in enumerate(sizes):          # 3 misses, 3 fills
             get_ok(c.port, seeded_path("st%d" % i, n))
@@ -673,7 +650,7 @@ def test_stats_counters():
             expect(is_hit(r), "expected a hit")
             served += sizes[i]
         get_ok(c.port, "/nostore/headers?Cache-Control=no-store")  # 1 miss
-        s1 = stats(c.port)
+        s1 = cache_stats(c.port)
 
         def d(name):
             return s1[name] - s0[name]
@@ -701,7 +678,7 @@ def test_stats_counters():
                                    b" max-age=60\r\nContent-Length: 1000\r\n"
                                    b"\r\nabc"}])
                 fetch(c.port, "/ffc")
-                s2 = stats(c.port)
+                s2 = cache_stats(c.port)
                 expect_eq(s2["proxy.process.cache.fill_failures"]
                           - s1["proxy.process.cache.fill_failures"], 1,
                           "fill_failures after a truncated fill")

@@ -18,7 +18,6 @@ splice of two objects cannot pass.
 """
 
 import hashlib
-import json
 import os
 import random
 import re
@@ -30,7 +29,8 @@ import threading
 import time
 
 import harness
-from harness import Cistern, Origin, expect, expect_eq, seeded
+from harness import (Cistern, Origin, cache_stats, expect, expect_body,
+                     expect_eq, is_hit, seeded)
 
 HOST = "f.test"
 PUSH_ON = {"proxy.config.http.push_method_enabled": 1}
@@ -120,27 +120,6 @@ def req_ok(port, method, path, body=None, **kw):
 
 def push(port, path, body, **kw):
     return request(port, "PUSH", path, response_bytes(body), **kw)
-
-
-def is_hit(r):
-    return re.search(r"cistern; hit\b", r.header("Cache-Status", "")) \
-        is not None
-
-
-def stats(port):
-    r = req_ok(port, "GET", "/_stats")
-    g = json.loads(r.body.decode())["global"]
-    return {k: int(v) for k, v in g.items() if str(v).isdigit()}
-
-
-def expect_body(got, want, what="body"):
-    if got == want:
-        return
-    i = next((k for k in range(min(len(got), len(want)))
-              if got[k] != want[k]), min(len(got), len(want)))
-    harness.fail("%s: %d bytes, want %d; first difference at offset %d "
-                 "(got %r, want %r)" % (what, len(got), len(want), i,
-                                        got[i:i + 16], want[i:i + 16]))
 
 
 def listen_inodes(port):
@@ -404,7 +383,7 @@ def test_chaos_kill_workers():
                 if rnd_pass == 1:
                     expect(is_hit(r), "GET %s, second pass after the chaos: "
                            "not a hit (%s)" % (p, r.header("Cache-Status")))
-        s = stats(c.port)
+        s = cache_stats(c.port)
         expect_eq(s["proxy.process.cache.corrupt"], 0,
                   "proxy.process.cache.corrupt after the chaos")
         expect(s["proxy.process.cistern.worker_restarts"] >= kills // 2,
@@ -602,7 +581,7 @@ def test_lmdb_map_full():
     with Origin() as o, Cistern(storage=["cache 16M"], remap=remap_for(o),
                                 records=PUSH_ON) as c:
         workers0 = serving_workers(c)
-        s0 = stats(c.port)
+        s0 = cache_stats(c.port)
         lock = threading.Lock()
         bad, res = [], {"push": 0, "503": 0, "get": 0}
 
@@ -651,7 +630,7 @@ def test_lmdb_map_full():
         expect(c.alive(), "the master died")
         expect_eq(serving_workers(c), workers0, "workers (none may crash)")
         time.sleep(1.2)     # a manager tick
-        s1 = stats(c.port)
+        s1 = cache_stats(c.port)
         ev = s1["proxy.process.cache.evictions"] \
             - s0["proxy.process.cache.evictions"]
         # the newest objects were stored; a sample of the oldest ones got
@@ -862,7 +841,7 @@ def test_kill9_tree_push_and_chunked_in_flight():
         expect(not problems, "%d problem(s) after kill -9 and restart:\n"
                "      %s" % (len(problems), "\n      ".join(problems)))
         expect(hits > 0 and nchunk_hits > 0, "nothing survived the kill")
-        s = stats(c.port)
+        s = cache_stats(c.port)
         expect_eq(s["proxy.process.cache.corrupt"], 0,
                   "proxy.process.cache.corrupt after the restart")
 

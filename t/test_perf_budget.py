@@ -28,7 +28,7 @@ import tempfile
 import time
 
 import harness
-from harness import Cistern, Origin, expect, expect_eq
+from harness import Cistern, Origin, cache_stats, expect, expect_eq
 
 HOST = "c.test"
 PATH = "/bytes/1024/headers?Cache-Control=max-age%3D3600"
@@ -82,19 +82,6 @@ def recv_response(s, buf):
             harness.fail("connection closed mid-body")
         buf += d
     return status, hdrs, buf[:n], buf[n:]
-
-
-def stats(port):
-    s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    try:
-        s.sendall(("GET /_stats HTTP/1.1\r\nHost: %s\r\n\r\n"
-                   % HOST).encode())
-        status, _, body, _ = recv_response(s, b"")
-    finally:
-        s.close()
-    expect_eq(status, 200, "/_stats status")
-    g = json.loads(body.decode())["global"]
-    return {k: int(v) for k, v in g.items() if str(v).isdigit()}
 
 
 def parse_strace_summary(text):
@@ -226,12 +213,12 @@ def traced_keepalive(path, what):
                 status, hdrs, body, buf = recv_response(sock, buf)
                 expect_eq((status, len(body)), (200, 1024),
                           "%s warm-up %d" % (what, i))
-            s0 = stats(c.port)
+            s0 = cache_stats(c.port)
             summary, buf = traced_requests(serving_worker(c, workers), sock,
                                            req, buf)
         finally:
             sock.close()
-        yield o, summary, s0, stats(c.port), hdrs
+        yield o, summary, s0, cache_stats(c.port), hdrs
 
 
 @harness.timeout(180)

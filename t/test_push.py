@@ -8,15 +8,14 @@ checked by a GET (a hit on the previous version) or a PURGE (404 when
 nothing was stored).
 """
 
-import json
 import os
-import re
 import subprocess
 import threading
 import time
 
 import harness
-from harness import Cistern, Collector, Origin, expect, expect_eq, seeded
+from harness import (Cistern, Collector, Origin, cache_stats, expect,
+                     expect_body, expect_eq, is_hit, seeded)
 
 HOST = "p.test"
 PUSH_ON = {"proxy.config.http.push_method_enabled": 1}
@@ -56,27 +55,6 @@ def push(port, path, body, **kw):
 
 def get(port, path, **kw):
     return req_ok(port, "GET", path, **kw)
-
-
-def is_hit(r):
-    return re.search(r"cistern; hit\b", r.header("Cache-Status", "")) \
-        is not None
-
-
-def expect_body(got, want, what="body"):
-    if got == want:
-        return
-    i = next((k for k in range(min(len(got), len(want)))
-              if got[k] != want[k]), min(len(got), len(want)))
-    harness.fail("%s: %d bytes, want %d; first difference at offset %d "
-                 "(got %r, want %r)" % (what, len(got), len(want), i,
-                                        got[i:i + 16], want[i:i + 16]))
-
-
-def stats(port):
-    r = get(port, "/_stats")
-    g = json.loads(r.body.decode())["global"]
-    return {k: int(v) for k, v in g.items() if str(v).isdigit()}
 
 
 # ---------------------------------------------------------------------------
@@ -486,11 +464,11 @@ def test_push_script_and_ab():
         p = run("--bytes", "1")
         expect_eq(p.returncode, 2, "usage error exit status")
         # the ATS benchmark workflow
-        s0 = stats(c.port)
+        s0 = cache_stats(c.port)
         a = harness.ab(["-k", "-c", "40", "-n", "20000", "-H",
                         "Host: " + HOST,
                         "http://127.0.0.1:%d/obj/64k" % c.port])
-        s1 = stats(c.port)
+        s1 = cache_stats(c.port)
         print("    ab -k -c 40 -n 20000 on a pushed 64 KiB object: %s req/s"
               % a.rps)
         expect_eq(a.complete, 20000, "ab complete (%s)" % a.output[-500:])
