@@ -22,6 +22,8 @@ case ${1:-} in
 esac
 hits=${1:-10000}
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=scripts/common.sh
+. "$here/common.sh"
 bin=${CISTERN_BIN:-$here/../_build/plain/cistern}
 command -v valgrind >/dev/null || { echo "bench-scaling: valgrind not installed" >&2; exit 1; }
 [ -x "$bin" ] || { echo "bench-scaling: no daemon at $bin (set CISTERN_BIN)" >&2; exit 1; }
@@ -30,22 +32,7 @@ trap 'rm -rf "$work"' EXIT
 
 run() {
     local w=$1 d=$work/w$1 port master
-    mkdir -p "$d"
-    cat >"$d/records.config" <<EOF
-CONFIG proxy.config.http.server_ports STRING 0
-CONFIG proxy.config.cistern.run_dir STRING run
-CONFIG proxy.config.log.logfile_dir STRING log
-CONFIG proxy.config.cistern.workers INT $w
-CONFIG proxy.config.admin.user_id STRING #-1
-CONFIG proxy.config.log.logging_enabled INT 1
-CONFIG proxy.config.http.push_method_enabled INT 1
-EOF
-    echo "cache 64M" >"$d/storage.config"
-    echo "map http://m.test/ http://127.0.0.1:9/" >"$d/remap.config"
-    valgrind -q --tool=callgrind --trace-children=yes \
-        --callgrind-out-file="$d/cg.%p" "$bin" -c "$d" -f >"$d/out" 2>&1 &
-    for _ in $(seq 120); do [ -s "$d/run/ports" ] && break; sleep 0.5; done
-    sleep 3     # every child ready under valgrind
+    cst_callgrind_start "$bin" "$d" "$w" 1 127.0.0.1:9
     port=$(head -1 "$d/run/ports")
     master=$(cat "$d/run/cistern.pid")
     "$here/push.sh" --port "$port" -H m.test --bytes 1024 --max-age 3600 /k1 >/dev/null

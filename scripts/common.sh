@@ -10,6 +10,8 @@
 #   cst_configure DIR [ARGS...]  out-of-tree configure into DIR, reused when
 #                      the arguments and ./configure are unchanged
 #   cst_make DIR [TARGET...]     make -j$(nproc) in DIR
+#   cst_callgrind_start BIN DIR WORKERS LOGGING ORIGIN   a daemon under
+#                      callgrind, for scripts/profile.sh and bench-scaling.sh
 
 CST_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
@@ -101,4 +103,30 @@ cst_make() {
     local dir=$1
     shift
     (cd "$dir" && make -j"$(nproc)" "$@")
+}
+
+# cst_callgrind_start BIN DIR WORKERS LOGGING ORIGIN: run the daemon BIN
+# under valgrind's callgrind (one count file per process, DIR/cg.PID) with
+# a configuration in DIR: WORKERS workers, logging_enabled LOGGING, PUSH
+# on, a 64M cache, http://m.test/ mapped to ORIGIN (host:port).  Returns
+# once every child is ready; the master's pid is in DIR/run/cistern.pid,
+# its port in DIR/run/ports.
+cst_callgrind_start() {
+    local bin=$1 d=$2 workers=$3 logging=$4 origin=$5
+    mkdir -p "$d"
+    cat >"$d/records.config" <<EOF
+CONFIG proxy.config.http.server_ports STRING 0
+CONFIG proxy.config.cistern.run_dir STRING run
+CONFIG proxy.config.log.logfile_dir STRING log
+CONFIG proxy.config.cistern.workers INT $workers
+CONFIG proxy.config.admin.user_id STRING #-1
+CONFIG proxy.config.log.logging_enabled INT $logging
+CONFIG proxy.config.http.push_method_enabled INT 1
+EOF
+    echo "cache 64M" >"$d/storage.config"
+    echo "map http://m.test/ http://$origin/" >"$d/remap.config"
+    valgrind -q --tool=callgrind --trace-children=yes \
+        --callgrind-out-file="$d/cg.%p" "$bin" -c "$d" -f >"$d/out" 2>&1 &
+    for _ in $(seq 120); do [ -s "$d/run/ports" ] && break; sleep 0.5; done
+    sleep 3     # every child ready under valgrind
 }

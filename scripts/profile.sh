@@ -30,6 +30,8 @@ case $scenario in hit | hit-nolog | proxy) ;; *)
     echo "profile: unknown scenario '$scenario' (hit, hit-nolog, proxy)" >&2; exit 2 ;;
 esac
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=scripts/common.sh
+. "$here/common.sh"
 bin=${CISTERN_BIN:-$here/../_build/plain/cistern}
 command -v valgrind >/dev/null || { echo "profile: valgrind not installed" >&2; exit 1; }
 [ -x "$bin" ] || { echo "profile: no daemon at $bin (set CISTERN_BIN)" >&2; exit 1; }
@@ -56,22 +58,7 @@ logging=3
 # run COUNT: serve COUNT requests under callgrind; leaves $work/rCOUNT/worker
 run() {
     local count=$1 d=$work/r$1 port master
-    mkdir -p "$d"
-    cat >"$d/records.config" <<EOF
-CONFIG proxy.config.http.server_ports STRING 0
-CONFIG proxy.config.cistern.run_dir STRING run
-CONFIG proxy.config.log.logfile_dir STRING log
-CONFIG proxy.config.cistern.workers INT 1
-CONFIG proxy.config.admin.user_id STRING #-1
-CONFIG proxy.config.log.logging_enabled INT $logging
-CONFIG proxy.config.http.push_method_enabled INT 1
-EOF
-    echo "cache 64M" >"$d/storage.config"
-    echo "map http://m.test/ http://$origin/" >"$d/remap.config"
-    valgrind -q --tool=callgrind --trace-children=yes \
-        --callgrind-out-file="$d/cg.%p" "$bin" -c "$d" -f >"$d/out" 2>&1 &
-    for _ in $(seq 120); do [ -s "$d/run/ports" ] && break; sleep 0.5; done
-    sleep 3     # every child ready under valgrind
+    cst_callgrind_start "$bin" "$d" 1 "$logging" "$origin"
     port=$(head -1 "$d/run/ports")
     master=$(cat "$d/run/cistern.pid")
     if [ "$scenario" != proxy ]; then
