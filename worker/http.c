@@ -360,11 +360,14 @@ http_field_find(const struct http_req *r, const char *name, int from)
 int64_t
 http_max_forwards(const struct http_req *r, int *idx)
 {
-    int i = http_field_find(r, "max-forwards", 0);
     int64_t v = 0;
+    int i;
 
-    *idx = i;
-    if (i < 0 || (r->method != HTTP_TRACE && r->method != HTTP_OPTIONS))
+    /* the method first: the lookup is not for the requests that matter */
+    *idx = -1;
+    if (r->method != HTTP_TRACE && r->method != HTTP_OPTIONS)
+        return -1;
+    if ((i = *idx = http_field_find(r, "max-forwards", 0)) < 0)
         return -1;
     const char *p = r->base + r->fields[i].value;
     size_t n = r->fields[i].value_len;
