@@ -712,10 +712,12 @@ tls_client(struct tls_load *L)
         return -1;
     }
     SSL_CTX_set_min_proto_version(t->client, TLS1_2_VERSION);
-    /* A peer closing without close_notify is an end of stream, as for
-     * curl: bodies are framed by HTTP, not by TLS closure. */
-    SSL_CTX_set_options(t->client, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION
-                                   | SSL_OP_IGNORE_UNEXPECTED_EOF);
+    /* No SSL_OP_IGNORE_UNEXPECTED_EOF: an origin that closes without
+     * close_notify has been cut (or an attacker cut it), and for a body
+     * delimited by the close that is the only sign of truncation.  The
+     * read fails (proxy.c: a 502, or the client cut), nothing is stored.
+     * Bodies framed by HTTP end before that read. */
+    SSL_CTX_set_options(t->client, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
     SSL_CTX_set_mode(t->client, SSL_MODE_ENABLE_PARTIAL_WRITE
                                 | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     SSL_CTX_set_session_cache_mode(t->client, SSL_SESS_CACHE_OFF);

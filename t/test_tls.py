@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import socketserver
 import ssl
 import subprocess
@@ -479,6 +480,65 @@ def test_handshake_timeout():
         with harness.Conn(tls_port(c)) as k:
             k.send(b"\x16\x03\x01\x00")     # the start of a ClientHello
             expect(k.closed_within(4), "stalled handshake not closed")
+
+
+def test_https_origin_cut_without_close_notify_is_truncated():
+    """A TLS origin that ends a close-delimited body by closing the TCP
+    connection without close_notify has been cut: the client sees the cut
+    and nothing is stored (issue 16: `PARTIAL-` was stored and served with
+    Content-Length: 8).  The same body ended with close_notify is whole."""
+    oc, ok = ca_signed("origin.test", ["origin.test", "localhost"])
+    ca = make_ca()[0]
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(oc, ok)
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(16)
+    port = lsock.getsockname()[1]
+
+    def serve():
+        while True:
+            try:
+                s, _ = lsock.accept()
+            except OSError:
+                return
+            try:
+                t = ctx.wrap_socket(s, server_side=True)
+                req = b""
+                while b"\r\n\r\n" not in req:
+                    d = t.recv(4096)
+                    if not d:
+                        break
+                    req += d
+                t.sendall(b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\n"
+                          b"Connection: close\r\n\r\nPARTIAL-")
+                if b"/clean" in req:
+                    t.unwrap().close()  # close_notify, then close
+                else:
+                    t.shutdown(socket.SHUT_RDWR)    # TCP close, no close_notify
+                    t.close()
+            except (OSError, ssl.SSLError):
+                pass
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    try:
+        with Cistern(records={"proxy.config.ssl.client.CA.cert.filename": ca},
+                     workers=1, storage=["cache 64M"],
+                     remap=["map http://t.test/ https://localhost:%d/" % port]) as c:
+            c.expect_log(r"origin localhost:\d+: ")
+            for _ in range(2):
+                r = harness.one_request(c.port, "GET", "/cut", host="t.test",
+                                        close_delimited_ok=True)
+                expect(r is None or r.header("Content-Length") is None,
+                       "a cut body was framed as complete: %r" % (r and r.raw[:200]))
+                expect(r is None or not harness.is_hit(r), "a cut body was stored")
+            r = harness.one_request(c.port, "GET", "/clean", host="t.test")
+            expect(r is not None and r.body == b"PARTIAL-", "clean close: %r" % r)
+            r = harness.one_request(c.port, "GET", "/clean", host="t.test")
+            expect(r is not None and harness.is_hit(r) and r.body == b"PARTIAL-",
+                   "a body ended by close_notify is whole and stored: %r" % r)
+    finally:
+        lsock.close()
 
 
 if __name__ == "__main__":
