@@ -64,6 +64,9 @@ struct conf_records {
     int      ka_no_activity_out;      /* ...keep_alive_no_activity_timeout_out */
     int      txn_no_activity_in;      /* ...transaction_no_activity_timeout_in */
     int      txn_no_activity_out;     /* ...transaction_no_activity_timeout_out */
+    int      txn_active_in;           /* ...transaction_active_timeout_in (0: none) */
+    int      txn_active_out;          /* ...transaction_active_timeout_out (0: none) */
+    int      accept_no_activity;      /* proxy.config.http.accept_no_activity_timeout */
     int      connect_timeout;         /* proxy.config.http.connect_attempts_timeout */
     int      request_header_timeout;  /* proxy.config.cistern.request_header_timeout */
     int      request_header_max_size; /* proxy.config.http.request_header_max_size */
@@ -79,6 +82,9 @@ struct conf_records {
     int      normalize_ae;            /* proxy.config.http.normalize_ae */
     int      range_write;             /* proxy.config.http.cache.range.write */
     int      cdn_cache_control;       /* proxy.config.cistern.cdn_cache_control */
+    int      cache_set_cookie;        /* proxy.config.cistern.cache.set_cookie:
+                                         0 a response with Set-Cookie is not
+                                         stored, 1 stored without it */
     int      logging_enabled;         /* proxy.config.log.logging_enabled */
     int      collapse_timeout;        /* proxy.config.cistern.collapse_timeout */
     char    *cache_eviction;          /* proxy.config.cistern.cache.eviction */

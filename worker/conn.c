@@ -20,14 +20,21 @@
  * struct to the free list.  An idle connection holds only the struct; its
  * buffers and request context go back to the worker's pools.
  *
- * Timeouts (the read event's timeout, recomputed on every wait):
+ * Timeouts are ATS's: inactivity timers per direction and phase, armed
+ * whenever we wait on a peer, never while the peer waits on us.
+ *   fresh HEAD, nothing read yet   accept_no_activity_timeout
  *   IDLE   keep_alive_no_activity_timeout_in
  *   HEAD   min(transaction_no_activity_timeout_in, time left of
  *          request_header_timeout since the head's first byte): a client
  *          dripping bytes cannot hold a connection past the deadline
  *   BODY   transaction_no_activity_timeout_in
- *   SEND   transaction_no_activity_timeout_in (on the write event)
+ *   writing to the client: transaction_no_activity_timeout_in on the write
+ *          event, restarted only when bytes move (conn_wait_write)
+ *   PROXY, waiting for the origin: no client timer; the origin's events
+ *          carry transaction_no_activity_timeout_out (proxy.c)
  *   LINGER CONN_LINGER_MS
+ * transaction_active_timeout_in (0: none) caps each of them, counted from
+ * the head's first byte, and is the one timer of PROXY when set.
  *
  * Closing: shutdown(SHUT_WR), then read and discard for a short while, so
  * that unread input from the client never turns our close into a reset
@@ -36,6 +43,7 @@
 #include "config.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -72,6 +80,7 @@ static void conn_wait_unlink(struct conn *c);
 static struct conn *conn_new(struct worker *w, int fd, const struct sockaddr *sa,
                              socklen_t salen);
 static void conn_wait_read(struct conn *c);
+static int conn_wait_write(struct conn *c, int progress);
 
 /* ------------------------------------------------------------------ */
 
@@ -269,6 +278,9 @@ conn_accept(struct worker *w, int fd, const struct sockaddr *sa, socklen_t salen
         conn_close(c);
         return;
     }
+    if (tls)
+        conn_wait_read(c);  /* the handshake runs against the header
+                               deadline, not the accept timer */
     w->ctr->conns_accepted++;
     w->ctr->conns_open++;
 }
@@ -291,6 +303,7 @@ conn_new(struct worker *w, int fd, const struct sockaddr *sa, socklen_t salen)
     c->cn_fd = fd;
     c->cn_id = ++w->next_id;
     c->cn_state = CONN_HEAD;
+    c->cn_fresh = 1;
     if (salen <= sizeof(c->cn_peer))
         memcpy(&c->cn_peer, sa, salen);
     event_assign(&c->cn_rev, w->base, fd, EV_READ | EV_PERSIST, conn_on_read, c);
@@ -317,6 +330,9 @@ conn_bg_revalidate(struct conn *c, const char *key, size_t keylen)
     struct conn *g;
     uint8_t h[16];
 
+    if (r->has_body)
+        return;     /* its replay would wait for a body never sent (and a
+                       request with a body is not served from the cache) */
     event_base_gettimeofday_cached(wk->base, &now);
     cache_key_hash(wk->cache, key, keylen, h);
     switch (filltab_claim(wk->shm->filltab, h, (int)wk->slotno,
@@ -351,6 +367,37 @@ conn_bg_revalidate(struct conn *c, const char *key, size_t keylen)
 
 /* ------------------------------------------------------------------ */
 
+/* tv, cut to what is left of the client transaction's
+ * transaction_active_timeout_in (0: no cap), counted from the first byte
+ * of its head.  A tv of zero means "no timer" and becomes the cap alone.
+ * Returns 1 when c should have a timer at all. */
+static int
+conn_txn_cap(const struct conn *c, struct timeval *tv)
+{
+    int active = wk->conf->rec.txn_active_in;
+    struct timeval deadline, now, left;
+
+    if (active <= 0)
+        return evutil_timerisset(tv);
+    deadline = c->cn_head_start;
+    deadline.tv_sec += active;
+    event_base_gettimeofday_cached(wk->base, &now);
+    if (evutil_timercmp(&deadline, &now, <=)) {
+        left.tv_sec = 0;
+        left.tv_usec = 1;
+    } else {
+        evutil_timersub(&deadline, &now, &left);
+    }
+    if (!evutil_timerisset(tv) || evutil_timercmp(&left, tv, <))
+        *tv = left;
+    return 1;
+}
+
+/* Arm the read event for c's state.  Its timer runs only while we wait
+ * for the client to send (ATS's _in timeouts: the accept, keep-alive,
+ * header and transaction inactivity timers); while the client waits for
+ * us (the origin's _out timers run, or the write event's) it reads
+ * without one, only to notice a close and buffer pipelined requests. */
 static void
 conn_wait_read(struct conn *c)
 {
@@ -364,6 +411,13 @@ conn_wait_read(struct conn *c)
         tv.tv_sec = rec->ka_no_activity_in;
         break;
     case CONN_HEAD: {
+        if (c->cn_fresh && c->cn_in.end == c->cn_in.start
+            && (c->cn_tls == NULL || c->cn_tls_up)) {
+            /* accepted, nothing sent yet (a TLS handshake counts as the
+             * head: it runs against the header deadline) */
+            tv.tv_sec = rec->accept_no_activity;
+            break;
+        }
         struct timeval deadline = c->cn_head_start;
         deadline.tv_sec += rec->request_header_timeout;
         event_base_gettimeofday_cached(wk->base, &now);
@@ -380,13 +434,17 @@ conn_wait_read(struct conn *c)
         break;
     }
     case CONN_BODY:
-    case CONN_SEND:
         tv.tv_sec = rec->txn_no_activity_in;
+        conn_txn_cap(c, &tv);
         break;
+    case CONN_SEND:
     case CONN_PROXY:
-        /* Waiting for the origin, whose own timeouts apply; reading only
-         * to notice the client's close and buffer pipelined requests. */
-        event_add(&c->cn_rev, NULL);
+        /* event_add() keeps a pending event's old timer: drop it */
+        event_remove_timer(&c->cn_rev);
+        if (conn_txn_cap(c, &tv))
+            event_add(&c->cn_rev, &tv);
+        else
+            event_add(&c->cn_rev, NULL);
         if (c->cn_tls && tls_conn_pending(c))
             event_active(&c->cn_rev, EV_READ, 1);
         return;
@@ -405,6 +463,30 @@ conn_wait_read(struct conn *c)
     event_add(&c->cn_rev, &tv);
     if (c->cn_tls && tls_conn_pending(c))
         event_active(&c->cn_rev, EV_READ, 1);   /* the socket will not say */
+}
+
+/* The client does not take our output yet: wait for it.  The write
+ * event's timer is now the client's inactivity timer
+ * (transaction_no_activity_timeout_in), restarted only when bytes moved,
+ * so an origin refilling our buffer cannot keep alive a client that reads
+ * nothing; the read side stops timing (unless a head is still being read
+ * behind the response).  Returns 0, or -1: out of memory. */
+static int
+conn_wait_write(struct conn *c, int progress)
+{
+    struct timeval tv = { wk->conf->rec.txn_no_activity_in, 0 };
+
+    conn_txn_cap(c, &tv);
+    if (c->cn_state == CONN_SEND || c->cn_state == CONN_PROXY)
+        event_remove_timer(&c->cn_rev);
+    if (c->cn_tls && c->cn_tls_wr) {
+        /* TLS writing may have to read first (tls.c) */
+        event_add(&c->cn_rev, &tv);
+        return 0;
+    }
+    if (!progress && c->cn_wev && event_pending(&c->cn_wev->ev, EV_WRITE, NULL))
+        return 0;   /* nothing moved: the running timer stands */
+    return conn_want_write(c, &tv);
 }
 
 const char *
@@ -641,6 +723,21 @@ conn_route(struct conn *c, int keep_alive)
     /* A mapped request: the cache's business first, then the origin. */
     char key[STORE_KEY_MAX];
     size_t keylen = store_key(key, sizeof(key), res.scheme, res.host, res.port, res.path);
+    if (keylen && rule && cf->rec.pristine_host_hdr) {
+        /* The origin is asked with the client's Host (proxy_start), so two
+         * vhosts mapped to one origin are two objects: the key names the
+         * Host sent too, after a space (never in a URL). */
+        char ph[300];
+        size_t phl = proxy_pristine_host(r, ph, sizeof(ph));
+        if (phl == 0 || keylen + 1 + phl >= sizeof(key)) {
+            keylen = 0;     /* not cacheable */
+        } else {
+            key[keylen++] = ' ';
+            for (size_t i = 0; i < phl; i++)
+                key[keylen++] = (char)tolower((unsigned char)ph[i]);
+            key[keylen] = '\0';
+        }
+    }
     const char *fwd = wk->cache ? "method" : "bypass";
 
     if (r->method == HTTP_PURGE) {
@@ -663,17 +760,23 @@ conn_route(struct conn *c, int keep_alive)
     }
     int verdict = STORE_MISS, claimed = 0;
     uint8_t h[16];
-    if (wk->cache && (r->method == HTTP_GET || r->method == HTTP_HEAD)) {
+    /* A GET or HEAD with a body (content RFC 9110 9.3.1 gives no meaning,
+     * but an origin may answer by it) neither takes an answer from the
+     * shared cache nor leaves one there: it is passed through. */
+    if (wk->cache && (r->method == HTTP_GET || r->method == HTTP_HEAD) && !r->has_body) {
         if (keylen && (verdict = store_serve(c, key, keylen, local_ka, &fwd)) == STORE_HIT)
             return 0;
         if (!keylen)
             fwd = "bypass";
+    } else if (r->has_body && (r->method == HTTP_GET || r->method == HTTP_HEAD)) {
+        fwd = "bypass";
     }
     if (rule == NULL)
         fwd = "bypass";     /* forward proxying is not cached */
     /* Collapsed forwarding: one fetch per missing object, all workers. */
     if (wk->cache && rule && keylen && verdict == STORE_MISS && r->method == HTTP_GET
-        && !r->has_body && !c->cn_nowait && wk->conf->rec.collapse_timeout > 0) {
+        && !r->has_body && !c->cn_nowait && wk->conf->rec.collapse_timeout > 0
+        && !http_req_no_store(r)) {
         struct timeval now;
         event_base_gettimeofday_cached(wk->base, &now);
         cache_key_hash(wk->cache, key, keylen, h);
@@ -717,12 +820,37 @@ conn_route(struct conn *c, int keep_alive)
     return rc == 0;
 }
 
+/* Every answer given here rather than by an origin or a PUSH (admin
+ * pages, ip_allow refusals, redirects, 404s, PURGE, TRACE and OPTIONS,
+ * hits, errors) ends through this one function, which decides what
+ * becomes of the request's body: read and dropped before the answer goes
+ * out (held from `mark` in cn_out, so a malformed body still gets its 400
+ * instead), or the connection closes after the answer.  Never is a body
+ * left in the input to be parsed as the next request. */
+static void
+conn_answered(struct conn *c, size_t mark, int keep_alive)
+{
+    const struct http_req *r = &c->cn_req->r;
+
+    alog_end(c);
+    if (r->has_body && conn_body_discardable(r) && !c->cn_close) {
+        c->cn_hold = 1;
+        c->cn_hold_mark = mark;
+        c->cn_discarded = 0;
+        c->cn_state = CONN_BODY;
+        return;
+    }
+    if (!keep_alive || !conn_body_discardable(r))
+        c->cn_close = 1;
+}
+
 /* A complete, checked head: decide and queue the answer. */
 static void
 conn_request(struct conn *c)
 {
     struct http_req *r = &c->cn_req->r;
     int keep_alive = r->keep_alive && !wk->draining;
+    size_t mark = c->cn_out.end;
 
     wk->ctr->requests++;
     c->cn_nowait = 0;
@@ -739,14 +867,12 @@ conn_request(struct conn *c)
         resp_simple(c, 403, "Connection: close\r\n", NULL,
                     "access denied by ip_allow.config", r->method == HTTP_HEAD);
         alog_result(c, "TCP_DENIED", 0);
-        alog_end(c);
-        c->cn_close = 1;
+        c->cn_close = 1;    /* no body of a refused client is read */
+        conn_answered(c, mark, 0);
         return;
     }
     if (admin_handle(c, keep_alive && conn_body_discardable(r))) {
-        alog_end(c);
-        if (!keep_alive || !conn_body_discardable(r))
-            c->cn_close = 1;
+        conn_answered(c, mark, keep_alive);
         return;
     }
     conn_dispatch(c);
@@ -770,18 +896,7 @@ conn_dispatch(struct conn *c)
             c->cn_close = 1;
         return;
     }
-    alog_end(c);        /* answered here: a hit, a redirect, a 404... */
-    if (r->has_body && conn_body_discardable(r) && !c->cn_close) {
-        /* Read the unwanted body before the answer goes out, so a
-         * malformed body still gets its 400 instead of our answer. */
-        c->cn_hold = 1;
-        c->cn_hold_mark = mark;
-        c->cn_discarded = 0;
-        c->cn_state = CONN_BODY;
-        return;
-    }
-    if (!keep_alive || !conn_body_discardable(r))
-        c->cn_close = 1;
+    conn_answered(c, mark, keep_alive);
 }
 
 /* The current head has been dispatched: step over it. */
@@ -923,6 +1038,7 @@ conn_process(struct conn *c)
                 break;
             }
             c->cn_state = CONN_SEND;
+            c->cn_fresh = 0;
             conn_request(c);
             if (c->cn_state == CONN_WAIT)
                 break;      /* the head stays in the buffer until we resume */
@@ -991,14 +1107,22 @@ conn_process(struct conn *c)
 /* Write what is queued (our bytes, then body bytes lent by the origin
  * transaction), let the transaction refill, and when all is done: close,
  * go idle, or answer the next pipelined request.
+ *
+ * Re-entry: the transaction may find the origin broken while we pump it
+ * (proxy_pump -> up_fail) and call back here; that nested call returns at
+ * once and this loop, which looks at the state again after every pump,
+ * does the work.  Without the guard the nested call could close c under
+ * the outer loop (a client that half-closed, then an origin that failed).
  * Returns 0, or -1 when the connection was closed (c is gone). */
 int
 conn_flush(struct conn *c)
 {
     struct buf *o = &c->cn_out;
+    int progress = 0;
 
-    if (c->cn_in_process)
-        return 0;       /* conn_process() flushes when it is done */
+    if (c->cn_in_process || c->cn_in_flush)
+        return 0;       /* the outer caller flushes when it is done */
+    c->cn_in_flush = 1;
     for (;;) {
         if (c->cn_abort) {
             conn_reset(c);
@@ -1029,11 +1153,8 @@ conn_flush(struct conn *c)
                 if (errno == EINTR)
                     continue;
                 if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                    struct timeval tv = { wk->conf->rec.txn_no_activity_in, 0 };
-                    /* TLS writing may have to read first (tls.c) */
-                    if (c->cn_tls && c->cn_tls_wr) {
-                        event_add(&c->cn_rev, &tv);
-                    } else if (conn_want_write(c, &tv) < 0) {
+                    c->cn_in_flush = 0;
+                    if (conn_wait_write(c, progress) < 0) {
                         conn_close(c);
                         return -1;
                     }
@@ -1042,6 +1163,7 @@ conn_flush(struct conn *c)
                 conn_close(c);      /* the peer is gone: nothing to save */
                 return -1;
             }
+            progress = 1;
             wk->ctr->bytes_out += (uint64_t)k;
             if ((size_t)k <= head) {
                 o->start += (size_t)k;
@@ -1070,12 +1192,14 @@ conn_flush(struct conn *c)
             conn_reset(c);
             return -1;
         case PROXY_WAIT:
+            c->cn_in_flush = 0;
             conn_unwant_write(c);
             if (!c->cn_in_eof)
                 conn_wait_read(c);
             return 0;
         }
     }
+    c->cn_in_flush = 0;
     conn_unwant_write(c);
     if (c->cn_fd < 0 && c->cn_state != CONN_PROXY && c->cn_state != CONN_WAIT) {
         conn_close(c);      /* the background transaction is over */
@@ -1206,6 +1330,15 @@ conn_on_read(evutil_socket_t fd, short what, void *arg)
                 conn_close(c);
                 return;
             }
+        } else if (c->cn_state == CONN_HEAD && c->cn_out.end == c->cn_out.start
+                   && c->cn_body_len == 0) {
+            /* A head that fills the largest buffer and is still not
+             * whole (the scanner's own limits should have said so first):
+             * never stop reading without a timer, answer. */
+            event_del(&c->cn_rev);
+            conn_refuse(c, 431, "request header section too large");
+            conn_flush(c);
+            return;
         } else {
             /* Full of input we cannot take yet (pipelined requests behind
              * a slow response, or a body the origin is slow to accept):
@@ -1215,6 +1348,10 @@ conn_on_read(evutil_socket_t fd, short what, void *arg)
             return;
         }
     }
+    if (c->cn_fresh && c->cn_state == CONN_HEAD && in->end == in->start
+        && (c->cn_tls == NULL || c->cn_tls_up))
+        /* the header deadline runs from the head's first byte */
+        event_base_gettimeofday_cached(wk->base, &c->cn_head_start);
     if (c->cn_tls)
         n = tls_conn_read(c, in->data + in->end, in->size - in->end);
     else

@@ -260,8 +260,10 @@ http_head_scan(struct http_req *r, const char *buf, size_t len,
 
         if (r->nlines == 0) {
             if (linelen == 0) {
-                /* Leading blank line before the request line. */
-                if (pos - r->start >= 2 * HTTP_MAX_LEADING_BLANKS) {
+                /* Leading blank line before the request line: r->start
+                 * counts their bytes (a limit on the distance from r->start,
+                 * which moves past each one, never fired). */
+                if (r->start >= 2 * HTTP_MAX_LEADING_BLANKS) {
                     r->reason = "too many blank lines before the request";
                     return 400;
                 }
@@ -419,6 +421,16 @@ http_list_has(const char *p, size_t n, const char *tok)
 
     while (http_list_next(&p, end, &t, &tl))
         if (tl == want && strncasecmp(t, tok, tl) == 0)
+            return 1;
+    return 0;
+}
+
+int
+http_req_no_store(const struct http_req *r)
+{
+    for (int i = http_field_find_id(r, HTTP_F_CACHE_CONTROL, 0); i >= 0;
+         i = http_field_find_id(r, HTTP_F_CACHE_CONTROL, i + 1))
+        if (http_list_has(r->base + r->fields[i].value, r->fields[i].value_len, "no-store"))
             return 1;
     return 0;
 }

@@ -209,6 +209,9 @@ http_field_is(const struct http_req *r, int i, const char *name)
 /* Index of the first field named name at or after index from, or -1.
  * A known name is found by its id (no string compares). */
 int  http_field_find(const struct http_req *r, const char *name, int from);
+/* The request's Cache-Control carries no-store (RFC 9111 5.2.1.5). */
+int http_req_no_store(const struct http_req *r);
+
 /* The same by id (not HTTP_F_OTHER): O(1) for the first one. */
 static inline int
 http_field_find_id(const struct http_req *r, enum http_fid id, int from)

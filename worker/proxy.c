@@ -172,6 +172,27 @@ up_get(void)
     return up;
 }
 
+/* The timer for a wait on the origin: transaction_no_activity_timeout_out,
+ * cut to what is left of transaction_active_timeout_out when one is set.
+ * Returns 0, or -1 when the active timeout has passed already. */
+static int
+up_timer(const struct upstream *up, struct timeval *tv)
+{
+    struct timeval now, left;
+
+    tv->tv_sec = wk->conf->rec.txn_no_activity_out;
+    tv->tv_usec = 0;
+    if (!evutil_timerisset(&up->up_deadline))
+        return 0;
+    event_base_gettimeofday_cached(wk->base, &now);
+    if (evutil_timercmp(&up->up_deadline, &now, <=))
+        return -1;
+    evutil_timersub(&up->up_deadline, &now, &left);
+    if (evutil_timercmp(&left, tv, <))
+        *tv = left;
+    return 0;
+}
+
 static void
 up_free(struct conn *c)
 {
@@ -245,6 +266,35 @@ proxy_error(struct conn *c, int status, const char *body)
     c->cn_state = CONN_SEND;
 }
 
+size_t
+proxy_pristine_host(const struct http_req *r, char *out, size_t outlen)
+{
+    const char *v;
+    size_t n;
+    int def = r->https ? 443 : 80;
+
+    if (r->absolute) {
+        /* RFC 9112 3.2.2: the target's authority replaces Host */
+        v = r->base + r->host;
+        n = r->host_len;
+    } else if (r->f_host >= 0) {
+        v = r->base + r->fields[r->f_host].value;
+        n = r->fields[r->f_host].value_len;
+        def = -1;   /* as received, port and all */
+    } else {
+        return 0;
+    }
+    if (n + 8 > outlen)
+        return 0;
+    memcpy(out, v, n);
+    if (def >= 0 && r->port != def) {
+        out[n++] = ':';
+        n = (size_t)(fmt_u64(out + n, (uint64_t)r->port) - out);
+    }
+    out[n] = '\0';
+    return n;
+}
+
 int
 proxy_start(struct conn *c, const struct conf_remap_result *res,
             const struct conf_remap_rule *rule, int keep_alive,
@@ -291,22 +341,27 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
     struct timeval now;
     event_base_gettimeofday_cached(wk->base, &now);
     up->up_req_time = now.tv_sec;
+    if (rec->txn_active_out > 0) {
+        up->up_deadline = now;
+        up->up_deadline.tv_sec += rec->txn_active_out;
+    }
     if (key && keylen <= sizeof(up->up_key)) {
         /* kept for every method: an unsafe one invalidates the URL */
         memcpy(up->up_key, key, keylen);
         up->up_keylen = keylen;
     }
     int range_pass = http_field_find_id(r, HTTP_F_RANGE, 0) >= 0 && !rec->range_write;
-    if (key && r->method == HTTP_GET && keylen <= sizeof(up->up_key) && !range_pass) {
+    if (key && r->method == HTTP_GET && keylen <= sizeof(up->up_key) && !range_pass
+        && !r->has_body) {
         up->up_store = 1;
         up->up_req_auth = http_field_find_id(r, HTTP_F_AUTHORIZATION, 0) >= 0;
         /* The request forbids storing what answers it (RFC 9111 5.2.1.5). */
-        int cci = http_field_find_id(r, HTTP_F_CACHE_CONTROL, 0);
-        if (cci >= 0 && http_list_has(r->base + r->fields[cci].value,
-                                      r->fields[cci].value_len, "no-store")) {
+        if (http_req_no_store(r)) {
             up->up_store = 0;
             up->up_cdetail = "request-no-store";
         }
+    } else if (key && r->has_body && (r->method == HTTP_GET || r->method == HTTP_HEAD)) {
+        up->up_cdetail = "request-body";
     }
     up->up_safe = !r->has_body
                   && (r->method == HTTP_GET || r->method == HTTP_HEAD
@@ -319,9 +374,11 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
     err |= buf_lit(o, " ");
     err |= buf_append(o, res->path, res->pathlen);
     err |= buf_lit(o, " HTTP/1.1\r\nHost: ");
-    if (rec->pristine_host_hdr && r->f_host >= 0) {
-        const struct http_field *f = &r->fields[r->f_host];
-        err |= buf_append(o, r->base + f->value, f->value_len);
+    char ph[300];
+    size_t phl;
+    if (rec->pristine_host_hdr && (phl = proxy_pristine_host(r, ph, sizeof(ph))) > 0) {
+        /* (the cache key carries the same value: see conn_route) */
+        err |= buf_append(o, ph, phl);
     } else {
         err |= buf_puts(o, res->host);
         if (res->port != (https ? 443 : 80)) {
@@ -346,6 +403,8 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
             err |= buf_lit(o, "\r\n");
             continue;
         }
+        if (f->id == HTTP_F_OTHER && http_field_is(r, i, "proxy-authorization"))
+            continue;   /* credentials for us, the proxy (RFC 9110 11.7.1) */
         switch (f->id) {
         case HTTP_F_HOST:   /* written above */
         case HTTP_F_EXPECT: /* ours to answer */
@@ -489,7 +548,12 @@ static void
 up_send(struct upstream *up)
 {
     struct buf *o = &up->up_out;
-    struct timeval tv = { wk->conf->rec.txn_no_activity_out, 0 };
+    struct timeval tv;
+
+    if (up_timer(up, &tv) < 0) {
+        up_fail(up, 504, "transaction_active_timeout_out");
+        return;
+    }
 
     while (o->end > o->start) {
         ssize_t n = up->up_tls ? tls_origin_write(up, o->data + o->start, o->end - o->start)
@@ -545,24 +609,41 @@ up_on_read(evutil_socket_t fd, short what, void *arg)
     struct buf *in = &up->up_in;
     ssize_t n;
 
+    struct timeval tv;
+
+    if (up_timer(up, &tv) < 0) {
+        up_fail(up, 504, "transaction_active_timeout_out");
+        return;
+    }
     if (what & EV_TIMEOUT) {
         up_fail(up, 504, "no response within transaction_no_activity_timeout_out");
         return;
     }
+    if (evutil_timerisset(&up->up_deadline))
+        event_add(&up->up_rev, &tv);    /* the cap comes nearer */
     if (buf_alloc(in) < 0) {
         up_fail(up, 502, "out of memory");
         return;
     }
     if (in->end == in->size) {
-        if (in->start > 0 && c->cn_body_len == 0 && in->start == up->up_parsed) {
+        if (in->start > 0 && c->cn_body_len == 0
+            && (in->start == up->up_parsed || up->up_state != UP_BODY)) {
+            /* (before the body, only interim responses were consumed) */
             size_t keep = in->end - in->start;
             memmove(in->data, in->data + in->start, keep);
             in->end = keep;
-            up->up_parsed -= in->start;
+            up->up_parsed = up->up_state == UP_BODY ? up->up_parsed - in->start : 0;
             in->start = 0;
         } else if (up->up_state == UP_HEAD && in->start == 0
                    && in->size < (size_t)wk->conf->rec.response_header_max_size + BUF_SIZE) {
             buf_grow(in, BUF_SIZE);
+        }
+        if (in->end == in->size && up->up_state != UP_BODY && c->cn_body_len == 0
+            && c->cn_out.end == c->cn_out.start) {
+            /* A head that fills the largest buffer and is still not whole:
+             * no client is holding us back, so waiting cannot help. */
+            up_fail(up, 502, "response head too large");
+            return;
         }
         if (in->end == in->size) {
             /* The client has not taken what we have: stop reading. */
@@ -936,7 +1017,13 @@ proxy_pump_body(struct conn *c, struct upstream *up)
     if (in->start == up->up_parsed && in->start == in->end) {
         in->start = in->end = up->up_parsed = 0;
         if (!up->up_eof) {
-            event_add(&up->up_rev, NULL);
+            /* the client took everything: the origin's turn, timed (a
+             * pending event keeps its timer; a stopped one gets it back) */
+            struct timeval tv;
+            if (!event_pending(&up->up_rev, EV_READ, NULL)) {
+                up_timer(up, &tv);
+                event_add(&up->up_rev, &tv);
+            }
             if (tls_origin_pending(up))
                 event_active(&up->up_rev, EV_READ, 1);
         }

@@ -239,8 +239,9 @@ store_norm_ae(const char *v, size_t n, int mode)
     return gzip ? "gzip" : "";
 }
 
-/* The normalised value of a varying field in request r: every line of it,
- * joined by ", ", OWS trimmed.  Writes into out; returns the length, or -1
+/* The value of a varying field in request r as it was forwarded: every
+ * line of it, joined by ", " (Accept-Encoding as normalised, since that is
+ * what we forward).  Writes into out; returns the length, or -1
  * when it does not fit. */
 static int
 store_vary_value(const struct http_req *r, const char *name, size_t nl,
@@ -265,29 +266,17 @@ store_vary_value(const struct http_req *r, const char *name, size_t nl,
             memcpy(out, ae, al);
             return (int)al;
         }
-        /* Normalised: list members joined by ", ", whitespace around them
-         * dropped, so "a,b" and "a, b" select the same variant. */
-        const char *q = v, *qe = v + vl;
-        while (q < qe) {
-            while (q < qe && (*q == ' ' || *q == '\t' || *q == ','))
-                q++;
-            const char *ms = q;
-            while (q < qe && *q != ',')
-                q++;
-            const char *me = q;
-            while (me > ms && (me[-1] == ' ' || me[-1] == '\t'))
-                me--;
-            if (me == ms)
-                continue;
-            if (len + (size_t)(me - ms) + 2 >= outlen)
-                return -1;
-            if (len) {
-                memcpy(out + len, ", ", 2);
-                len += 2;
-            }
-            memcpy(out + len, ms, (size_t)(me - ms));
-            len += (size_t)(me - ms);
+        /* As forwarded: the origin chose its answer by these bytes, so
+         * only the same bytes select it (`en,` is not `en`).  Several
+         * lines are joined by ", ", which RFC 9110 5.3 makes the same. */
+        if (len + vl + 2 >= outlen)
+            return -1;
+        if (len) {
+            memcpy(out + len, ", ", 2);
+            len += 2;
         }
+        memcpy(out + len, v, vl);
+        len += vl;
     }
     return (int)len;
 }
@@ -723,6 +712,11 @@ store_skip_field(const struct http_req *resp, int i)
     case HTTP_F_VIA:
     case HTTP_F_CACHE_STATUS:
         return 1;
+    case HTTP_F_OTHER:
+        /* one client's cookie is never replayed to another (a response
+         * with one is stored only when proxy.config.cistern.cache.
+         * set_cookie says so, and then without it) */
+        return http_field_is(resp, i, "set-cookie");
     default:
         return 0;
     }
@@ -814,6 +808,8 @@ store_fill_begin(const char *key, size_t keylen, const struct http_req *resp,
     }
     if (cc.private_)
         return "private";
+    if (!rec->cache_set_cookie && http_field_find(resp, "set-cookie", 0) >= 0)
+        return "set-cookie";
     if (resp->status < 200 || resp->status == 206 || resp->status == 304)
         return "status";
     if (lifetime < 0 && !cc.no_cache)

@@ -127,6 +127,10 @@ struct conn {
     unsigned         cn_tls_up:1;     /* TLS handshake done */
     unsigned         cn_tls_rw:1;     /* SSL_read waits for writability */
     unsigned         cn_tls_wr:1;     /* SSL_write waits for readability */
+    unsigned         cn_in_flush:1;   /* inside conn_flush(): a nested call
+                                         (an origin failure found while
+                                         pumping) leaves the work to it */
+    unsigned         cn_fresh:1;      /* no request head completed yet */
     uint64_t         cn_id;
     struct event     cn_rev;
     struct conn_wev *cn_wev;          /* write interest, from the worker's pool
@@ -231,6 +235,7 @@ struct upstream {
     unsigned         up_store:1;      /* GET with a key: may fill */
     unsigned         up_req_auth:1;   /* the request had Authorization */
     int64_t          up_req_time;     /* when we sent the request */
+    struct timeval   up_deadline;     /* transaction_active_timeout_out, or 0 */
     const char      *up_cstatus;      /* Cache-Status fwd= value */
     const char      *up_cdetail;      /* why not stored, or NULL */
     unsigned         up_reval:1;      /* conditional on a held stale object */
@@ -315,6 +320,10 @@ int  proxy_start(struct conn *c, const struct conf_remap_result *res,
                  const struct conf_remap_rule *rule, int keep_alive,
                  const char *key, size_t keylen, const char *fwd);
 void proxy_origin_ready(struct upstream *up, int err);
+/* The Host value sent with proxy.config.url_remap.pristine_host_hdr: the
+ * client's Host, or an absolute-form target's authority.  Into out (NUL
+ * ended); returns its length, 0 when there is none or it does not fit. */
+size_t proxy_pristine_host(const struct http_req *r, char *out, size_t outlen);
 /* For origin_get(): set up up's events on its (pooled) connection and arm
  * the read side, before proxy_origin_ready(up, 0). */
 void proxy_origin_attach(struct upstream *up);
