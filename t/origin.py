@@ -64,6 +64,56 @@ Response selection, first match wins:
                         and record only its length and SHA-256 (the body
                         field stays empty): for huge uploads
       slow-read/MS      with sink: sleep MS ms after each 64 KiB read
+      rate/BPS          with stream/N: send at about BPS bytes per second
+                        (64 KiB pieces, or smaller so that one goes out at
+                        least every 0.5 s): a long, slow, still-moving origin
+      slow-head/MS      send the response head one line at a time, MS ms
+                        between lines (an origin trickling its head)
+      head-stall        send the first half of the response head, then wait
+                        (up to 120 s) for the peer to close
+      head-close        send the first half of the head, then close
+      head-reset        send the first half of the head, then close with a
+                        RST
+      silent-after-head/N  announce Content-Length N, send the head and no
+                        body byte, then wait for the peer to close
+      reset-mid-body/N  announce Content-Length N, send N/2 bytes, then
+                        close with a RST
+      close-early       read the request head and close before reading any
+                        request body (the unread body makes the kernel send
+                        a RST)
+      reset-early       read the request head and close with a RST before
+                        reading any request body
+      deaf/MS           read the request head, then read nothing more (the
+                        request body backs up) and send nothing for MS ms,
+                        then close
+      malformed/KIND    a head that breaks RFC 9112, then the body, keeping
+                        the connection open (a proxy must not reuse it).
+                        KIND: status-line (`HTTP/1.1 2OO OK`), no-colon (a
+                        field line without a colon), bad-length
+                        (`Content-Length: 12x`), two-lengths (two different
+                        Content-Length values), length-and-chunked
+                        (Content-Length and Transfer-Encoding: chunked, body
+                        framed by the length), empty-lines (endless
+                        leading CRLFs: empty lines sent without end until the
+                        peer closes, never a status line), bad-chunk
+                        (a valid chunked head, half the body in one chunk,
+                        then the chunk-size line `zz`)
+      extra/K           with a length-framed body: send K bytes more than the
+                        Content-Length announced (K `X` bytes), and keep the
+                        connection open
+      smuggle           with a length-framed body: follow it, in the same
+                        write, with a complete second response (`HTTP/1.1 200
+                        OK`, Content-Length 20, body `SMUGGLED-RESPONSE!!\n`),
+                        and keep the connection open
+      once              the fault directives of this path (delay, slow-*,
+                        close*, reset*, deaf, hang, stall, head-*,
+                        silent-after-head, malformed, extra, smuggle,
+                        rate) apply only to the first request for the
+                        path since the last /__reset; later requests
+                        get the plain response (slow-body/N,
+                        close-mid-body/N, stall/N, silent-after-head/N,
+                        reset-mid-body/N become bytes/N): a test can
+                        check what a follow-up GET gets
     Every record also carries "body_len" and "body_sha256".
     Unknown segments are ignored, so `/anything/else` gets 200 with the body
     "METHOD TARGET\\n".
@@ -252,6 +302,43 @@ def num(a):
         return None
 
 
+# Directives a `once` path drops after its first request: name -> number
+# of arguments.  The ones in BECOME_BYTES turn into bytes/N instead.
+FAULTS = {"delay": 1, "slow-body": 2, "close-mid-body": 1, "close": 0,
+          "reset": 0, "hang": 0, "stall": 1, "slow-head": 1,
+          "head-stall": 0, "head-close": 0, "head-reset": 0,
+          "silent-after-head": 1, "reset-mid-body": 1, "close-early": 0,
+          "reset-early": 0, "deaf": 1, "malformed": 1, "extra": 1,
+          "smuggle": 0, "rate": 1}
+BECOME_BYTES = ("slow-body", "close-mid-body", "stall", "silent-after-head",
+                "reset-mid-body")
+
+
+def plain_segs(segs):
+    """segs without the fault directives (see `once`)."""
+    out = []
+    i = 0
+    while i < len(segs):
+        d = segs[i]
+        if d in FAULTS:
+            nargs = FAULTS[d]
+            if d == "slow-body" and (i + 2 >= len(segs)
+                                     or num(segs[i + 2]) is None):
+                nargs = 1
+            args = segs[i + 1:i + 1 + nargs]
+            if nargs and (not args or num(args[0]) is None) \
+                    and d != "malformed":
+                nargs = 0
+                args = []
+            if d in BECOME_BYTES and args:
+                out += ["bytes", args[0]]
+            i += 1 + nargs
+            continue
+        out.append(d)
+        i += 1
+    return out
+
+
 def parse_head(head):
     lines = head[:-4].split(b"\r\n")
     parts = lines[0].decode("latin-1").split(" ")
@@ -285,6 +372,7 @@ class Origin:
         self.nconn = 0
         self.open = 0
         self.conns = {}         # cid -> {"conn", "opened", "closed", "end"}
+        self.seen_paths = set()  # for the once directive
         fam = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.lsock = socket.socket(fam, socket.SOCK_STREAM)
         self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -376,6 +464,22 @@ class Origin:
         if cl is not None and num(cl) is None:
             raise BadRequest("bad content-length %r" % cl)
         has_body = te is not None or (cl is not None and int(cl) > 0)
+        if not path.startswith("/__") and ("close-early" in segs
+                                           or "reset-early" in segs
+                                           or "deaf" in segs):
+            with self.lock:
+                first = path not in self.seen_paths
+            if "once" not in segs or first:
+                with self.lock:
+                    self.seen_paths.add(path)
+                if "deaf" in segs:
+                    k = segs.index("deaf")
+                    ms = num(segs[k + 1]) if k + 1 < len(segs) else None
+                    time.sleep((ms or 1000) / 1000.0)
+                if "reset-early" in segs:
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                 b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                return False
         if expect and has_body and "reject-continue" in segs:
             s.sendall(b"HTTP/1.1 417 Expectation Failed\r\nContent-Length: 0"
                       b"\r\nConnection: close\r\n\r\n")
@@ -432,6 +536,8 @@ class Origin:
             self.log.append(rec)
             if len(self.log) > MAX_LOG:
                 del self.log[:len(self.log) - MAX_LOG]
+            first_for_path = path not in self.seen_paths
+            self.seen_paths.add(path)
             script = None if dropped else self.scripts.get(path)
             resp = None
             if script:
@@ -444,6 +550,8 @@ class Origin:
                 ["X-Origin-Seq", str(seq)], ["X-Origin-Conn", str(cid)]]
         if resp is not None:
             return self.send_scripted(s, method, resp, base, keep)
+        if "once" in segs and not first_for_path:
+            segs = plain_segs(segs)
         return self.send_conventional(s, method, segs, query, headers, rec,
                                       base, keep, r)
 
@@ -456,6 +564,7 @@ class Origin:
                 self.log = []
                 self.scripts = {}
                 self.seq = 0
+                self.seen_paths = set()
             out = b"{}"
         elif path == "/__script":
             try:
@@ -539,6 +648,71 @@ class Origin:
         s.sendall(out)
         return keep
 
+    @staticmethod
+    def send_head_badly(s, out, how, slow_ms, reader):
+        """slow-head / head-*: send the head out of order; False when the
+        connection is done."""
+        if how == "slow":
+            lines = out.split(b"\r\n")
+            for j, ln in enumerate(lines[:-1]):
+                if j:
+                    time.sleep(slow_ms / 1000.0)
+                s.sendall(ln + b"\r\n")
+            return True
+        s.sendall(out[:len(out) // 2])
+        if how == "stall":
+            if reader is not None:
+                reader.peer_closed = reader.wait_peer_close()
+        elif how == "reset":
+            time.sleep(0.05)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                         b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        return False
+
+    def send_malformed(self, s, kind, status, headers, body, reader):
+        """malformed/KIND: see the module docstring.  The connection stays
+        open (a proxy must not reuse it) until the peer closes it."""
+        hs = [[k, v] for k, v in headers
+              if k.lower() not in ("content-length", "transfer-encoding",
+                                   "connection")]
+        n = len(body)
+        line = b"HTTP/1.1 %d OK\r\n" % status
+        fields = [("%s: %s" % (k, v)).encode("latin-1") for k, v in hs]
+        tail = body
+        if kind == "empty-lines":
+            s.settimeout(120)
+            try:
+                while True:
+                    s.sendall(b"\r\n" * 512)
+                    time.sleep(0.01)
+            except OSError:
+                pass
+            return False
+        if kind == "status-line":
+            line = b"HTTP/1.1 2OO OK\r\n"
+            fields.append(b"Content-Length: %d" % n)
+        elif kind == "no-colon":
+            fields += [b"X-Broken-Line-Without-Colon",
+                       b"Content-Length: %d" % n]
+        elif kind == "bad-length":
+            fields.append(b"Content-Length: %dx" % n)
+        elif kind == "two-lengths":
+            fields += [b"Content-Length: %d" % n,
+                       b"Content-Length: %d" % (n + 1)]
+        elif kind == "length-and-chunked":
+            fields += [b"Content-Length: %d" % n,
+                       b"Transfer-Encoding: chunked"]
+        elif kind == "bad-chunk":
+            fields.append(b"Transfer-Encoding: chunked")
+            half = body[:n // 2]
+            tail = b"%x\r\n%s\r\nzz\r\n" % (len(half), half)
+        else:
+            raise BadRequest("unknown malformed kind %r" % kind)
+        s.sendall(line + b"\r\n".join(fields) + b"\r\n\r\n" + tail)
+        if reader is not None:
+            reader.peer_closed = reader.wait_peer_close()
+        return False
+
     def send_conventional(self, s, method, segs, query, req_headers, rec,
                           base, keep, reader=None):
         status = 200
@@ -550,11 +724,38 @@ class Origin:
         idle_close_ms = None
         extra = []
         seed = None
+        head_mode = None      # slow | stall | close | reset
+        slow_head_ms = 0
+        malformed = None
+        extra_n = 0
+        smuggle = False
+        rate = 0
         i = 0
         while i < len(segs):
             d = segs[i]
             arg = segs[i + 1] if i + 1 < len(segs) else None
-            if d == "seed" and arg is not None:
+            if d == "slow-head" and num(arg) is not None:
+                head_mode, slow_head_ms = "slow", num(arg)
+                i += 1
+            elif d in ("head-stall", "head-close", "head-reset"):
+                head_mode = d[5:]
+            elif d in ("silent-after-head", "reset-mid-body") \
+                    and num(arg) is not None:
+                body = pattern(num(arg))
+                mode = "silent" if d == "silent-after-head" else "rmid"
+                i += 1
+            elif d == "malformed" and arg is not None:
+                malformed = arg
+                i += 1
+            elif d == "extra" and num(arg) is not None:
+                extra_n = num(arg)
+                i += 1
+            elif d == "smuggle":
+                smuggle = True
+            elif d == "rate" and num(arg) is not None:
+                rate = num(arg)
+                i += 1
+            elif d == "seed" and arg is not None:
                 seed = arg
                 i += 1
             elif d == "status" and num(arg) is not None:
@@ -640,7 +841,8 @@ class Origin:
             body = ("%s %s\n" % (rec["method"], rec["target"])).encode(
                 "latin-1")
         elif seed is not None and mode in ("length", "chunked", "no-length",
-                                           "slow", "mid", "stall") \
+                                           "slow", "mid", "stall", "silent",
+                                           "rmid") \
                 and body == pattern(len(body)):
             body = seeded(seed, len(body))
         bodyless = status in (204, 304) or 100 <= status < 200
@@ -657,18 +859,45 @@ class Origin:
             headers.append(["Content-Length", str(stream_n)])
         elif "content-length" not in names:
             headers.append(["Content-Length", str(len(body))])
-        if mode in ("mid", "stall"):
+        if mode in ("mid", "stall", "silent", "rmid"):
             keep = False
         if not keep and "connection" not in names:
             headers.append(["Connection", "close"])
         elif (keep and rec["version"] == "HTTP/1.0"
               and "connection" not in names):
             headers.append(["Connection", "keep-alive"])
+        if malformed is not None:
+            return self.send_malformed(s, malformed, status, headers, body,
+                                       reader)
         out = self._head_bytes(status, "X" if status != 200 else "OK",
                                headers)
+        if head_mode is not None:
+            if not self.send_head_badly(s, out, head_mode, slow_head_ms,
+                                        reader):
+                return False
+            out = b""
         if method == "HEAD" or bodyless:
             s.sendall(out)
             return keep
+        if mode == "length" and (extra_n or smuggle):
+            more = b"X" * extra_n
+            if smuggle:
+                more += (b"HTTP/1.1 200 OK\r\nContent-Length: 20\r\n"
+                         b"Cache-Control: max-age=600\r\n\r\n"
+                         b"SMUGGLED-RESPONSE!!\n")
+            s.sendall(out + body + more)
+            return keep
+        if mode == "silent":
+            s.sendall(out)
+            if reader is not None:
+                reader.peer_closed = reader.wait_peer_close()
+            return False
+        if mode == "rmid":
+            s.sendall(out + body[:len(body) // 2])
+            time.sleep(0.05)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                         b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            return False
         if mode == "chunked":
             parts = [out]
             for j in range(0, len(body), 1024):
@@ -694,8 +923,17 @@ class Origin:
         elif mode == "stream":
             s.sendall(out)
             piece = 256 * 1024
+            if rate:
+                piece = max(4, min(64 * 1024, rate // 2) // 4 * 4)
+            gen = random.Random("cistern-seed:" + str(seed)) \
+                if seed is not None else None
             for j in range(0, stream_n, piece):
-                s.sendall(pattern(min(piece, stream_n - j), j))
+                n = min(piece, stream_n - j)
+                # pieces are multiples of 4 bytes, so the seeded pieces
+                # concatenate to seeded(seed, stream_n)
+                s.sendall(gen.randbytes(n) if gen else pattern(n, j))
+                if rate:
+                    time.sleep(n / float(rate))
         else:
             s.sendall(out + body)
         if keep and idle_close_ms is not None and reader is not None:

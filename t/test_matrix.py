@@ -1,0 +1,1426 @@
+#!/usr/bin/env python3
+"""The condition matrix (issue 16, "Trustworthy in the field").
+
+Every phase of a transaction (request head, request body, waiting for the
+origin, response head, response body on a miss, body of a hit, PUSH body)
+meets every adversity that applies to it (a client that reads at 1 KiB/s,
+half-closes, resets or goes silent; an origin that trickles, goes silent
+past its timeout, closes early, resets, sends a malformed head or sends
+more than it announced).  Each cell is one function below; t/README.md has
+the table of expected outcomes (`python3 t/test_matrix.py --table` prints
+it from the cells themselves).
+
+The cells run concurrently, in threads, against ONE daemon (one worker, so
+the fd accounting is exact), each on its own URLs.  Every cell asserts its
+own outcome and then a follow-up plain GET of its URL: a clean hit or a
+clean miss with the byte-exact body (the origin's `once` directive makes
+the follow-up get the plain response; `seed/S` makes every cell's body
+different).  After all cells: the worker is the same process (none died),
+its open fd count is back at the baseline (leaked sockets are named with
+the cell that opened them when it can be told), and the harness teardown
+finds no [error]/[crit] line and no sanitizer report.
+
+When cells fail in the concurrent run, each failing cell is run again
+ALONE on a fresh daemon (a crash in one cell fails every cell in flight),
+and both results are reported: the isolated one is the reproduction.
+
+The long and slow transfers of the issue (a 20 MiB hit and a 20 MiB miss to
+a reader limited to 1 MiB/s, a 20 s origin) are cells L1-L3 of the same run.
+
+Run some cells only:  MATRIX_CELLS='P5\\.A8|P3' python3 -B t/test_matrix.py
+"""
+
+import concurrent.futures
+import hashlib
+import os
+import re
+import socket
+import sys
+import time
+import traceback
+
+import harness
+from harness import (Cistern, Origin, TestFailure, expect, expect_body,
+                     expect_eq, fail, is_hit, seeded)
+
+HOST = "m.test"
+# Short inactivity timeouts, distinct so that a cut can be told apart.
+T_IN = 2          # transaction_no_activity_timeout_in
+T_OUT = 4         # transaction_no_activity_timeout_out
+T_HEAD = 3        # request_header_timeout
+T_KA_IN = 2       # keep_alive_no_activity_timeout_in
+T_KA_OUT = 1      # keep_alive_no_activity_timeout_out: pooled origin
+#                   connections go quickly, so the fd count settles
+EARLY = 0.3       # a timer may fire this much early (granularity)
+LATE = 12.0       # ...and this much late (ASan on a loaded 2-core box)
+RECORDS = {
+    "proxy.config.http.transaction_no_activity_timeout_in": T_IN,
+    "proxy.config.http.transaction_no_activity_timeout_out": T_OUT,
+    "proxy.config.cistern.request_header_timeout": T_HEAD,
+    "proxy.config.http.keep_alive_no_activity_timeout_in": T_KA_IN,
+    "proxy.config.http.keep_alive_no_activity_timeout_out": T_KA_OUT,
+    "proxy.config.http.push_method_enabled": 1,
+    "proxy.config.cache.max_doc_size": ("INT", "64M"),
+}
+# 20 MiB objects must fit in one segment: a 300 MiB store gets 32 MiB
+# segments (cache/FORMAT.md: seg_size halves from 64 MiB until there are
+# at least 8; 256 MiB would give 16 MiB).
+STORAGE = ["cache 300M"]
+CC = "headers?Cache-Control=max-age%3D600"
+SLOW = 1024                 # the slow reader / sender: 1 KiB/s
+BIG = 8 << 20               # more than the socket buffers hold
+HUGE = 20 << 20             # the long transfers
+
+PHASES = [
+    ("P1", "request head"),
+    ("P2", "request body"),
+    ("P3", "waiting for the origin"),
+    ("P4", "response head"),
+    ("P5", "response body on a miss"),
+    ("P6", "body of a hit"),
+    ("P7", "PUSH body"),
+]
+ADVERSITIES = [
+    ("A1", "client reads at 1 KiB/s"),
+    ("A2", "client half-closes"),
+    ("A3", "client resets"),
+    ("A4", "client goes silent"),
+    ("A5", "origin trickles"),
+    ("A6", "origin goes silent past its timeout"),
+    ("A7", "origin closes early"),
+    ("A8", "origin resets"),
+    ("A9", "origin sends a malformed head"),
+    ("A10", "origin sends more than it announced"),
+]
+
+CELLS = []        # (cid, phase, adversity, expected, fn, preload)
+NA = {}           # (phase, adversity) -> reason
+
+
+def cell(cid, expected, preload=None):
+    """Register a cell: cid is "P5.A8" or "P5.A8b"; preload names what
+    must be in the cache before the cells start (see _preload)."""
+    def deco(fn):
+        CELLS.append((cid, expected, fn, preload))
+        return fn
+    return deco
+
+
+def na(phase, advs, reason):
+    for a in advs:
+        NA[(phase, a)] = reason
+
+
+# ---------------------------------------------------------------------------
+# A client connection that can misbehave
+
+class Outcome:
+    """What a client got: kind is "complete" (a response framed by
+    Content-Length or chunked, whole), "close-delimited" (no framing, ended
+    by the close: looks complete), "cut" (bytes, then the close before the
+    response was whole), "none" (closed with no byte) or "open" (nothing
+    more within the time limit)."""
+
+    def __init__(self, kind, resp=None, extra=b"", raw=b"", reset=False):
+        self.kind, self.resp, self.extra, self.raw = kind, resp, extra, raw
+        self.reset = reset
+        self.status = resp.status if resp is not None else \
+            harness.status_of(bytes(raw[:40]))
+        self.closed_at = None
+
+    def __repr__(self):
+        return "<%s status=%s %d bytes%s%s>" % (
+            self.kind, self.status, len(self.raw),
+            " reset" if self.reset else "",
+            " extra=%r" % bytes(self.extra[:60]) if self.extra else "")
+
+
+def _parse_head(buf):
+    """(Response with headers, body start) or None when the head is not
+    all there."""
+    he = buf.find(b"\r\n\r\n")
+    if he < 0:
+        return None
+    lines = bytes(buf[:he]).decode("latin-1").split("\r\n")
+    m = re.match(r"^(HTTP/\d\.\d) (\d{3})(?: (.*))?$", lines[0])
+    if not m:
+        fail("bad status line from the proxy: %r" % lines[0])
+    r = harness.Response()
+    r.version, r.status, r.reason = m.group(1), int(m.group(2)), \
+        m.group(3) or ""
+    for ln in lines[1:]:
+        if ":" not in ln:
+            fail("bad header line from the proxy: %r" % ln)
+        k, v = ln.split(":", 1)
+        r.headers.append((k, v.strip(" \t")))
+    return r, he + 4
+
+
+class Client:
+    def __init__(self, ctx, rcvbuf=None, timeout=30.0):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        s.settimeout(timeout)
+        s.connect(("127.0.0.1", ctx.port))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = s
+        self.lport = s.getsockname()[1]
+        ctx.lports.append(self.lport)
+        self.buf = bytearray()
+        self.eof = self.reset = False
+        self.eof_at = None
+        self.t_sent = time.monotonic()     # last byte sent
+
+    def send(self, data):
+        self.sock.sendall(data)
+        self.t_sent = time.monotonic()
+
+    def send_slowly(self, data, bps=SLOW, tick=0.25):
+        step = max(1, int(bps * tick))
+        for i in range(0, len(data), step):
+            if i:
+                time.sleep(tick)
+            self.send(data[i:i + step])
+
+    def half_close(self):
+        self.sock.shutdown(socket.SHUT_WR)
+
+    def rst(self):
+        """Close with a RST (SO_LINGER 0)."""
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                             b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        self.sock.close()
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def recv_some(self, timeout, n=1 << 20):
+        """Returns bytes; None at EOF/reset; b"" on timeout."""
+        if self.eof:
+            return None
+        self.sock.settimeout(max(timeout, 0.001))
+        try:
+            d = self.sock.recv(n)
+        except socket.timeout:
+            return b""
+        except ConnectionResetError:
+            self.eof = self.reset = True
+            self.eof_at = time.monotonic()
+            return None
+        if not d:
+            self.eof = True
+            self.eof_at = time.monotonic()
+            return None
+        self.buf += d
+        return d
+
+    def outcome(self, method="GET"):
+        """Classify what the buffer holds now (see Outcome)."""
+        buf = self.buf
+        if not buf:
+            return Outcome("none" if self.eof else "open", reset=self.reset)
+        ph = _parse_head(buf)
+        if ph is None:
+            return Outcome("cut" if self.eof else "open", raw=buf,
+                           reset=self.reset)
+        r, bstart = ph
+        te = r.header("Transfer-Encoding")
+        cl = r.header("Content-Length")
+        bodyless = method == "HEAD" or r.status in (204, 304) or \
+            100 <= r.status < 200
+        end = None
+        if bodyless:
+            end = bstart
+        elif te is not None and "chunked" in te.lower():
+            r.chunked = True
+            e, body, _, err = harness._dechunk(bytes(buf), bstart)
+            if err:
+                fail("bad chunked framing from the proxy: %s" % err)
+            if e is not None:
+                end, r.body = e, body
+        elif cl is not None:
+            n = int(cl)
+            if len(buf) - bstart >= n:
+                end = bstart + n
+                r.body = bytes(buf[bstart:end])
+        elif self.eof:
+            r.body = bytes(buf[bstart:])
+            return Outcome("close-delimited", r, raw=buf, reset=self.reset)
+        if end is None:
+            return Outcome("cut" if self.eof else "open", raw=buf,
+                           reset=self.reset)
+        return Outcome("complete", r, extra=buf[end:], raw=buf,
+                       reset=self.reset)
+
+    def read_response(self, timeout=30.0, rate=None, method="GET"):
+        """Read until a complete response, the close, or timeout seconds
+        without one.  rate: read at most that many bytes per second."""
+        deadline = time.monotonic() + timeout
+        tick = 0.25
+        while True:
+            o = self.outcome(method)
+            if o.kind != "open":
+                o.closed_at = self.eof_at
+                return o
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return o
+            if rate:
+                t0 = time.monotonic()
+                self.recv_some(min(left, 5.0), max(1, int(rate * tick)))
+                rest = tick - (time.monotonic() - t0)
+                if rest > 0 and not self.eof:
+                    time.sleep(rest)
+            else:
+                self.recv_some(min(left, 1.0))
+
+    def read_until_close(self, timeout=30.0):
+        """Read until EOF; True if it came within timeout seconds."""
+        deadline = time.monotonic() + timeout
+        while not self.eof:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self.recv_some(left)
+        return True
+
+
+# ---------------------------------------------------------------------------
+# What every cell shares
+
+class Ctx:
+    def __init__(self, cid, port, origin):
+        self.cid, self.port, self.origin = cid, port, origin
+        self.lports = []
+        self.tag = cid.replace(".", "-")
+
+    def client(self, **kw):
+        return Client(self, **kw)
+
+    def path(self, directives, cacheable=True, tag=None):
+        """A URL for this cell: its own name, `once` (faults only on the
+        first request), its own seed, then directives."""
+        tag = tag or self.tag
+        p = "/%s/once/seed/%s/%s" % (tag, tag, directives.strip("/"))
+        return p + ("/" + CC if cacheable else "")
+
+    def body(self, n, tag=None):
+        return seeded(tag or self.tag, n)
+
+
+def get_req(path, extra=""):
+    return ("GET %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (path, HOST, extra)
+            ).encode("latin-1")
+
+
+def followup(ctx, path, want, stored):
+    """The follow-up plain GET: 200 with the byte-exact body; stored is
+    "yes" (must be a hit), "no" (must be a miss) or "either"."""
+    r = harness.one_request(ctx.port, "GET", path, host=HOST, timeout=60)
+    expect(r is not None, "follow-up GET %s: no complete response" % path)
+    expect_eq(r.status, 200, "follow-up GET status")
+    expect_body(r.body, want, "follow-up GET body")
+    if stored == "yes":
+        expect(is_hit(r), "follow-up GET was not a hit (Cache-Status %r): "
+               "the object was not stored" % r.header("Cache-Status"))
+    elif stored == "no":
+        expect(not is_hit(r), "follow-up GET was a hit: a failed transfer "
+               "was stored")
+    return r
+
+
+def origin_conn_of(ctx, path):
+    """The origin connection id of the first request for path."""
+    for rec in ctx.origin.requests():
+        if rec["target"] == path:
+            return rec["conn"]
+    fail("the origin never saw %s" % path)
+
+
+def probe_not_reused(ctx, bad_conn):
+    """A fresh URL right after a broken exchange: must not ride on the
+    broken origin connection (it would read the left-over bytes)."""
+    p = "/%s-probe/seed/%s-probe/bytes/1000" % (ctx.tag, ctx.tag)
+    r = harness.one_request(ctx.port, "GET", p, host=HOST, timeout=30)
+    expect(r is not None and r.status == 200, "probe after the broken "
+           "exchange: %r" % r)
+    expect_body(r.body, seeded(ctx.tag + "-probe", 1000), "probe body")
+    expect(r.header("X-Origin-Conn") != str(bad_conn),
+           "the origin connection of the broken exchange (%s) was reused"
+           % bad_conn)
+
+
+def expect_complete(o, want, what="response"):
+    expect_eq(o.kind, "complete", "%s: %r" % (what, o))
+    expect_eq(o.resp.status, 200, "%s status" % what)
+    expect_body(o.resp.body, want, "%s body" % what)
+
+
+def expect_cut(o, what="response"):
+    """A transfer that failed after the head went out: never complete."""
+    expect(o.kind in ("cut", "none"), "%s must be cut short (no complete "
+           "response, no close-delimited one), got %r" % (what, o))
+
+
+def expect_status_or_close(o, statuses, what):
+    """Either one of statuses, or a close with no byte."""
+    if o.kind == "none":
+        return
+    expect(o.kind == "complete" and o.status in statuses,
+           "%s: want %s or a plain close, got %r" % (
+               what, "/".join(map(str, statuses)), o))
+
+
+def expect_gateway_error(ctx, o, path, status, want):
+    """502/504 before any byte.  A 200 is fine only when it came from a
+    retry: the origin saw the path twice (a pooled connection that failed
+    is retried once on a fresh one) and the body is right."""
+    if o.kind == "complete" and o.status == 200:
+        n = sum(1 for rec in ctx.origin.requests() if rec["target"] == path)
+        expect(n >= 2, "200 after an origin failure, without a retry: %r"
+               % o)
+        expect_body(o.resp.body, want, "retried body")
+        return
+    expect(o.kind == "complete" and o.status == status,
+           "want a %d, got %r" % (status, o))
+
+
+def expect_elapsed(t, lo, hi, what):
+    expect(t >= lo - EARLY, "%s after %.2fs: earlier than the %ds timeout"
+           % (what, t, lo))
+    expect(t <= hi + LATE, "%s after %.2fs: want about %ds" % (what, t, hi))
+
+
+def expect_prompt(c, what):
+    """A half-close mid-request is known at once: the answer must not wait
+    for a timer."""
+    t = c.eof_at - c.t_sent
+    expect(t < min(T_IN, T_HEAD) - EARLY, "%s: closed after %.2fs, i.e. "
+           "by a timer, not on the half-close" % (what, t))
+
+
+def expect_origin_never_saw(ctx, path, full=None):
+    """No request for path reached the origin (with full: none with a
+    whole body of that length)."""
+    for rec in ctx.origin.requests():
+        if rec["target"] == path and (full is None
+                                      or rec["body_len"] == full):
+            fail("the origin got the request %s (body %d bytes)"
+                 % (path, rec["body_len"]))
+
+
+# ---------------------------------------------------------------------------
+# P1: the request head
+
+HEAD_PART = "X-Part: of a head that never ends"
+
+na("P1", ["A5", "A6", "A7", "A8", "A9", "A10"],
+   "the origin is not contacted before the request head is complete")
+
+
+@cell("P1.A1", "the client SENDS its head at 1 KiB/s (2 KiB, 2 s: past "
+      "transaction_no_activity_timeout_in, within request_header_timeout) "
+      "-> 200, byte-exact")
+def p1_a1(ctx):
+    p = ctx.path("bytes/3000")
+    c = ctx.client()
+    head = get_req(p, "X-Pad: %s\r\n" % ("p" * 1900))
+    c.send_slowly(head)
+    expect_complete(c.read_response(), ctx.body(3000))
+    c.close()
+    followup(ctx, p, ctx.body(3000), "yes")
+
+
+@cell("P1.A2", "half-close mid-head -> 400 or a plain close, at once; "
+      "nothing reaches the origin")
+def p1_a2(ctx):
+    p = ctx.path("bytes/3000")
+    c = ctx.client()
+    c.send(get_req(p)[:-2] + (HEAD_PART + "\r\n").encode())
+    c.half_close()
+    o = c.read_response(T_HEAD + LATE)
+    expect_status_or_close(o, (400,), "half-closed head")
+    expect(c.eof, "connection still open after a half-closed head")
+    expect_prompt(c, "half-closed head")
+    c.close()
+    expect_origin_never_saw(ctx, p)
+    followup(ctx, p, ctx.body(3000), "no")
+
+
+@cell("P1.A3", "reset mid-head -> dropped; nothing reaches the origin")
+def p1_a3(ctx):
+    p = ctx.path("bytes/3000")
+    c = ctx.client()
+    c.send(get_req(p)[:-2] + (HEAD_PART + "\r\n").encode())
+    time.sleep(0.3)
+    c.rst()
+    time.sleep(0.5)
+    expect_origin_never_saw(ctx, p)
+    followup(ctx, p, ctx.body(3000), "no")
+
+
+@cell("P1.A4", "silent mid-head -> 408 and close after "
+      "min(transaction_no_activity_timeout_in, request_header_timeout), "
+      "not earlier; nothing reaches the origin")
+def p1_a4(ctx):
+    p = ctx.path("bytes/3000")
+    c = ctx.client()
+    c.send(get_req(p)[:-2] + (HEAD_PART + "\r\n").encode())
+    o = c.read_response(T_HEAD + LATE + 5)
+    expect(c.read_until_close(5), "no close after the 408: %r" % o)
+    expect_eq(o.status, 408, "answer to a silent head (%r)" % o)
+    expect_elapsed(c.eof_at - c.t_sent, min(T_IN, T_HEAD),
+                   min(T_IN, T_HEAD), "silent head closed")
+    c.close()
+    expect_origin_never_saw(ctx, p)
+    followup(ctx, p, ctx.body(3000), "no")
+
+
+# ---------------------------------------------------------------------------
+# P2: the request body (a POST, streamed to the origin)
+
+def post_head(path, n):
+    return ("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n"
+            % (path, HOST, n)).encode("latin-1")
+
+
+def origin_body_ok(ctx, path, body):
+    for rec in ctx.origin.requests():
+        if rec["target"] == path:
+            expect_eq(rec["body_len"], len(body), "body length at the "
+                      "origin")
+            expect_eq(rec["body_sha256"], hashlib.sha256(body).hexdigest(),
+                      "body SHA-256 at the origin")
+            return
+    fail("the origin never got %s" % path)
+
+
+na("P2", ["A9", "A10"], "the origin answers after the request body: its "
+   "response head and body are rows P4 and P5")
+
+
+@cell("P2.A1", "the client SENDS a 6 KiB body at 1 KiB/s (6 s: past both "
+      "transaction timeouts) -> never cut; 200; the origin gets the body "
+      "byte-exact")
+def p2_a1(ctx):
+    p = ctx.path("sink/bytes/100", cacheable=False)
+    body = seeded(ctx.tag + "-req", 6144)
+    c = ctx.client()
+    c.send(post_head(p, len(body)))
+    c.send_slowly(body)
+    expect_complete(c.read_response(T_OUT + LATE), ctx.body(100))
+    c.close()
+    origin_body_ok(ctx, p, body)
+    followup(ctx, p, ctx.body(100), "either")
+
+
+@cell("P2.A2", "half-close mid-body -> 400 or a plain close, never a 2xx; "
+      "the origin never gets a whole request")
+def p2_a2(ctx):
+    p = ctx.path("sink/bytes/100", cacheable=False)
+    c = ctx.client()
+    c.send(post_head(p, 20000) + b"b" * 3000)
+    c.half_close()
+    o = c.read_response(T_IN + T_OUT + LATE)
+    expect_status_or_close(o, (400,), "half-closed body")
+    expect(c.read_until_close(5), "connection open after a half-closed "
+           "body")
+    expect_prompt(c, "half-closed body")
+    c.close()
+    expect_origin_never_saw(ctx, p, 20000)
+    followup(ctx, p, ctx.body(100), "either")
+
+
+@cell("P2.A3", "reset mid-body -> dropped; the origin connection closed "
+      "(the origin never gets a whole request)")
+def p2_a3(ctx):
+    p = ctx.path("sink/bytes/100", cacheable=False)
+    c = ctx.client()
+    c.send(post_head(p, 20000) + b"b" * 3000)
+    time.sleep(0.5)
+    c.rst()
+    time.sleep(0.5)
+    expect_origin_never_saw(ctx, p, 20000)
+    followup(ctx, p, ctx.body(100), "either")
+
+
+@cell("P2.A4", "silent mid-body -> 408 or a plain close after "
+      "transaction_no_activity_timeout_in, not earlier; never a 2xx")
+def p2_a4(ctx):
+    p = ctx.path("sink/bytes/100", cacheable=False)
+    c = ctx.client()
+    c.send(post_head(p, 20000) + b"b" * 3000)
+    o = c.read_response(T_IN + T_OUT + LATE)
+    expect(c.read_until_close(5), "no close: %r" % o)
+    expect_status_or_close(o, (408,), "silent body")
+    expect_elapsed(c.eof_at - c.t_sent, T_IN, T_IN, "silent body closed")
+    c.close()
+    expect_origin_never_saw(ctx, p, 20000)
+    followup(ctx, p, ctx.body(100), "either")
+
+
+@cell("P2.A5", "the origin READS an 8 MiB body slowly (about 8 s; the "
+      "client is held back, not idle) -> never cut; 200; body byte-exact")
+def p2_a5(ctx):
+    p = ctx.path("sink/slow-read/60/bytes/100", cacheable=False)
+    body = seeded(ctx.tag + "-req", BIG)
+    c = ctx.client(timeout=60)
+    c.send(post_head(p, len(body)) + body)
+    expect_complete(c.read_response(T_OUT + LATE), ctx.body(100))
+    c.close()
+    origin_body_ok(ctx, p, body)
+    followup(ctx, p, ctx.body(100), "either")
+
+
+@cell("P2.A6", "the origin stops reading the body and answers nothing "
+      "(8 MiB body backs up) -> 504 or a plain close, never a 2xx")
+def p2_a6(ctx):
+    p = ctx.path("deaf/20000/bytes/100", cacheable=False)
+    body = seeded(ctx.tag + "-req", BIG)
+    c = ctx.client(timeout=T_OUT + T_IN + LATE)
+    try:
+        c.send(post_head(p, len(body)) + body)
+    except OSError:
+        pass            # the proxy gave up while we were still sending
+    o = c.read_response(T_OUT + LATE)
+    expect_status_or_close(o, (504, 502, 408), "origin deaf to the body")
+    expect(o.kind != "open", "no answer within %ds: %r" % (T_OUT + LATE, o))
+    c.close()
+    followup(ctx, p, ctx.body(100), "either")
+
+
+@cell("P2.A7", "the origin closes before reading the body -> 502")
+def p2_a7(ctx):
+    p = ctx.path("close-early/bytes/100", cacheable=False)
+    c = ctx.client()
+    c.send(post_head(p, 20000) + b"b" * 20000)
+    o = c.read_response(T_OUT + LATE)
+    expect(o.kind == "complete" and o.status == 502, "want a 502, got %r"
+           % o)
+    c.close()
+    followup(ctx, p, ctx.body(100), "either")
+
+
+@cell("P2.A8", "the origin resets before reading the body -> 502")
+def p2_a8(ctx):
+    p = ctx.path("reset-early/bytes/100", cacheable=False)
+    c = ctx.client()
+    c.send(post_head(p, 20000) + b"b" * 20000)
+    o = c.read_response(T_OUT + LATE)
+    expect(o.kind == "complete" and o.status == 502, "want a 502, got %r"
+           % o)
+    c.close()
+    followup(ctx, p, ctx.body(100), "either")
+
+
+# ---------------------------------------------------------------------------
+# P3: waiting for the origin (the request is complete, no response byte)
+
+na("P3", ["A1"], "there is nothing to read yet (slow readers: P5, P6)")
+na("P3", ["A5"], "a trickle is response bytes: rows P4 and P5")
+na("P3", ["A9"], "the head is row P4")
+na("P3", ["A10"], "nothing is announced before the head: row P5")
+
+
+@cell("P3.A2", "half-close after the complete request -> the whole "
+      "response, then the close; stored")
+def p3_a2(ctx):
+    p = ctx.path("delay/1000/bytes/20000")
+    c = ctx.client()
+    c.send(get_req(p))
+    c.half_close()
+    expect_complete(c.read_response(T_OUT + LATE), ctx.body(20000))
+    expect(c.read_until_close(T_KA_IN + LATE), "no close after the response "
+           "to a half-closed request")
+    c.close()
+    followup(ctx, p, ctx.body(20000), "yes")
+
+
+@cell("P3.A3", "reset while the origin works -> dropped, no leak; the "
+      "follow-up is a clean miss (or a clean hit if the fill completed)")
+def p3_a3(ctx):
+    p = ctx.path("delay/1500/bytes/20000")
+    c = ctx.client()
+    c.send(get_req(p))
+    time.sleep(0.5)
+    c.rst()
+    time.sleep(1.5)
+    followup(ctx, p, ctx.body(20000), "either")
+
+
+@cell("P3.A4", "the client sends and reads nothing while the origin takes "
+      "2.8 s (past transaction_no_activity_timeout_in, within ..._out) "
+      "-> 200, stored")
+def p3_a4(ctx):
+    p = ctx.path("delay/2800/bytes/20000")
+    c = ctx.client()
+    c.send(get_req(p))
+    time.sleep(T_IN + 1.5)
+    expect_complete(c.read_response(T_OUT + LATE), ctx.body(20000))
+    c.close()
+    followup(ctx, p, ctx.body(20000), "yes")
+
+
+@cell("P3.A6", "the origin is silent -> 504 after "
+      "transaction_no_activity_timeout_out, not earlier; nothing stored")
+def p3_a6(ctx):
+    p = ctx.path("hang/bytes/20000")
+    c = ctx.client()
+    c.send(get_req(p))
+    o = c.read_response(T_OUT + LATE + 5)
+    expect(o.kind == "complete" and o.status == 504, "want a 504, got %r"
+           % o)
+    expect_elapsed(time.monotonic() - c.t_sent, T_OUT, T_OUT, "504")
+    c.close()
+    followup(ctx, p, ctx.body(20000), "no")
+
+
+@cell("P3.A7", "the origin closes without a byte -> 502; nothing stored")
+def p3_a7(ctx):
+    p = ctx.path("close/bytes/20000")
+    c = ctx.client()
+    c.send(get_req(p))
+    o = c.read_response(T_OUT + LATE)
+    expect_gateway_error(ctx, o, p, 502, ctx.body(20000))
+    c.close()
+    followup(ctx, p, ctx.body(20000), "either" if o.status == 200 else "no")
+
+
+@cell("P3.A8", "the origin resets without a byte -> 502; nothing stored")
+def p3_a8(ctx):
+    p = ctx.path("reset/bytes/20000")
+    c = ctx.client()
+    c.send(get_req(p))
+    o = c.read_response(T_OUT + LATE)
+    expect_gateway_error(ctx, o, p, 502, ctx.body(20000))
+    c.close()
+    followup(ctx, p, ctx.body(20000), "either" if o.status == 200 else "no")
+
+
+# ---------------------------------------------------------------------------
+# P4: the response head
+
+na("P4", ["A1"], "a head is a few hundred bytes; slow readers: P5, P6")
+na("P4", ["A4"], "a client waiting for a head sends and reads nothing by "
+   "nature: P3.A4")
+na("P4", ["A10"], "nothing is announced until the head ends: row P5")
+
+MALFORMED = ["status-line", "no-colon", "bad-length", "two-lengths",
+             "length-and-chunked", "empty-lines"]
+
+
+@cell("P4.A2", "half-close while the origin trickles its head -> the whole "
+      "response, then the close; stored")
+def p4_a2(ctx):
+    p = ctx.path("slow-head/400/bytes/20000")
+    c = ctx.client()
+    c.send(get_req(p))
+    time.sleep(1.0)
+    c.half_close()
+    expect_complete(c.read_response(T_OUT + LATE + 5), ctx.body(20000))
+    expect(c.read_until_close(T_KA_IN + LATE), "no close after the response "
+           "to a half-closed request")
+    c.close()
+    followup(ctx, p, ctx.body(20000), "yes")
+
+
+@cell("P4.A3", "reset while the origin trickles its head -> dropped; the "
+      "follow-up is clean")
+def p4_a3(ctx):
+    p = ctx.path("slow-head/500/bytes/20000")
+    c = ctx.client()
+    c.send(get_req(p))
+    time.sleep(1.2)
+    c.rst()
+    time.sleep(4.5)
+    followup(ctx, p, ctx.body(20000), "either")
+
+
+@cell("P4.A5", "the origin sends its head one line every 0.8 s (about 6 s, "
+      "past every timeout) -> never cut; 200; stored")
+def p4_a5(ctx):
+    p = ctx.path("slow-head/800/bytes/20000")
+    c = ctx.client()
+    c.send(get_req(p))
+    expect_complete(c.read_response(T_OUT + LATE + 10), ctx.body(20000))
+    c.close()
+    followup(ctx, p, ctx.body(20000), "yes")
+
+
+@cell("P4.A6", "the origin goes silent mid-head -> 504 after "
+      "transaction_no_activity_timeout_out, not earlier; nothing stored")
+def p4_a6(ctx):
+    p = ctx.path("head-stall/bytes/20000")
+    c = ctx.client()
+    c.send(get_req(p))
+    o = c.read_response(T_OUT + LATE + 5)
+    expect(o.kind == "complete" and o.status == 504, "want a 504, got %r"
+           % o)
+    expect_elapsed(time.monotonic() - c.t_sent, T_OUT, T_OUT, "504")
+    c.close()
+    followup(ctx, p, ctx.body(20000), "no")
+
+
+@cell("P4.A7", "the origin closes mid-head -> 502; nothing stored")
+def p4_a7(ctx):
+    p = ctx.path("head-close/bytes/20000")
+    c = ctx.client()
+    c.send(get_req(p))
+    o = c.read_response(T_OUT + LATE)
+    expect(o.kind == "complete" and o.status == 502, "want a 502, got %r"
+           % o)
+    c.close()
+    followup(ctx, p, ctx.body(20000), "no")
+
+
+@cell("P4.A8", "the origin resets mid-head -> 502; nothing stored")
+def p4_a8(ctx):
+    p = ctx.path("head-reset/bytes/20000")
+    c = ctx.client()
+    c.send(get_req(p))
+    o = c.read_response(T_OUT + LATE)
+    expect(o.kind == "complete" and o.status == 502, "want a 502, got %r"
+           % o)
+    c.close()
+    followup(ctx, p, ctx.body(20000), "no")
+
+
+def _malformed_cell(kind):
+    def fn(ctx):
+        p = ctx.path("malformed/%s/bytes/2000" % kind)
+        c = ctx.client()
+        c.send(get_req(p))
+        o = c.read_response(T_OUT + LATE)
+        expect(o.kind == "complete" and o.status == 502,
+               "malformed head (%s): want a 502, got %r" % (kind, o))
+        c.close()
+        probe_not_reused(ctx, origin_conn_of(ctx, p))
+        followup(ctx, p, ctx.body(2000), "no")
+    fn.__name__ = "p4_a9_" + kind.replace("-", "_")
+    return fn
+
+
+for _i, _k in enumerate(MALFORMED):
+    cell("P4.A9%s" % "abcdefgh"[_i],
+         "malformed head: %s -> 502; nothing stored; the origin "
+         "connection not reused" % _k)(_malformed_cell(_k))
+
+
+# ---------------------------------------------------------------------------
+# P5: the response body on a miss (cacheable)
+
+@cell("P5.A1", "a 20 KiB miss read at 1 KiB/s (20 s, small receive "
+      "buffer) -> never cut; byte-exact; stored")
+def p5_a1(ctx):
+    p = ctx.path("bytes/20480")
+    c = ctx.client(rcvbuf=2048)
+    c.send(get_req(p))
+    expect_complete(c.read_response(60, rate=SLOW), ctx.body(20480))
+    c.close()
+    followup(ctx, p, ctx.body(20480), "yes")
+
+
+@cell("P5.A2", "half-close mid-body -> the whole response, then the "
+      "close; stored")
+def p5_a2(ctx):
+    p = ctx.path("slow-body/20000/300")
+    c = ctx.client()
+    c.send(get_req(p))
+    c.recv_some(5)
+    time.sleep(0.7)
+    c.half_close()
+    expect_complete(c.read_response(T_OUT + LATE + 5), ctx.body(20000))
+    expect(c.read_until_close(T_KA_IN + LATE), "no close after the response "
+           "to a half-closed request")
+    c.close()
+    followup(ctx, p, ctx.body(20000), "yes")
+
+
+@cell("P5.A3", "reset mid-body -> the fill is aborted or completes; the "
+      "follow-up is a clean miss or a clean hit")
+def p5_a3(ctx):
+    p = ctx.path("slow-body/20000/300")
+    c = ctx.client()
+    c.send(get_req(p))
+    c.recv_some(5)
+    time.sleep(1.0)
+    c.rst()
+    time.sleep(3.5)
+    followup(ctx, p, ctx.body(20000), "either")
+
+
+@cell("P5.A4", "the client stops reading an 8 MiB miss -> cut after "
+      "transaction_no_activity_timeout_in (the rest, read later, ends "
+      "short); the follow-up is clean")
+def p5_a4(ctx):
+    p = ctx.path("stream/%d" % BIG)
+    c = ctx.client(rcvbuf=4096)
+    c.send(get_req(p))
+    while len(c.buf) < 65536 and c.recv_some(10, 8192):
+        pass
+    time.sleep(T_IN + 6)
+    o = c.read_response(T_IN + LATE)
+    expect_cut(o, "a response the client stopped reading")
+    c.close()
+    followup(ctx, p, ctx.body(BIG), "either")
+
+
+@cell("P5.A5", "the origin trickles the body (10 pieces 0.7 s apart: "
+      "past transaction_no_activity_timeout_out) -> never cut; stored")
+def p5_a5(ctx):
+    p = ctx.path("slow-body/20000/700")
+    c = ctx.client()
+    c.send(get_req(p))
+    expect_complete(c.read_response(T_OUT + LATE + 10), ctx.body(20000))
+    c.close()
+    followup(ctx, p, ctx.body(20000), "yes")
+
+
+@cell("P5.A6", "the origin goes silent mid-body -> the client is cut "
+      "after transaction_no_activity_timeout_out (short of "
+      "Content-Length), not earlier; nothing stored")
+def p5_a6(ctx):
+    p = ctx.path("stall/20000")
+    c = ctx.client()
+    c.send(get_req(p))
+    while _parse_head(c.buf) is None and c.recv_some(10):
+        pass
+    t_head = time.monotonic()
+    o = c.read_response(T_OUT + LATE + 5)
+    expect_cut(o, "a body the origin stopped sending")
+    expect_elapsed(c.eof_at - t_head, T_OUT, T_OUT, "stalled body cut")
+    c.close()
+    followup(ctx, p, ctx.body(20000), "no")
+
+
+@cell("P5.A6b", "the origin goes silent right after its head -> 504 (head "
+      "not forwarded yet) or the client cut; never complete; nothing "
+      "stored")
+def p5_a6b(ctx):
+    p = ctx.path("silent-after-head/20000")
+    c = ctx.client()
+    c.send(get_req(p))
+    o = c.read_response(T_OUT + LATE + 5)
+    if o.kind == "complete":
+        expect_eq(o.status, 504, "silent after the head: %r" % o)
+    else:
+        expect_cut(o, "a body that never came")
+    c.close()
+    followup(ctx, p, ctx.body(20000), "no")
+
+
+@cell("P5.A7", "the origin closes mid-body -> the client is cut; nothing "
+      "stored")
+def p5_a7(ctx):
+    p = ctx.path("close-mid-body/20000")
+    c = ctx.client()
+    c.send(get_req(p))
+    expect_cut(c.read_response(T_OUT + LATE), "a body the origin closed")
+    c.close()
+    followup(ctx, p, ctx.body(20000), "no")
+
+
+@cell("P5.A8", "the origin resets mid-body -> the client is cut; nothing "
+      "stored")
+def p5_a8(ctx):
+    p = ctx.path("reset-mid-body/20000")
+    c = ctx.client()
+    c.send(get_req(p))
+    expect_cut(c.read_response(T_OUT + LATE), "a body the origin reset")
+    c.close()
+    followup(ctx, p, ctx.body(20000), "no")
+
+
+@cell("P5.A9", "malformed chunked framing mid-body (chunk size `zz`) -> "
+      "the client is cut (no last chunk) or 502; nothing stored; the origin "
+      "connection not reused")
+def p5_a9(ctx):
+    p = ctx.path("malformed/bad-chunk/bytes/20000")
+    c = ctx.client()
+    c.send(get_req(p))
+    o = c.read_response(T_OUT + LATE)
+    if o.kind == "complete":
+        expect_eq(o.status, 502, "bad chunk framing: %r" % o)
+    else:
+        expect_cut(o, "a body with bad chunk framing")
+    c.close()
+    probe_not_reused(ctx, origin_conn_of(ctx, p))
+    followup(ctx, p, ctx.body(20000), "no")
+
+
+def _more_than_announced(ctx, directive):
+    p = ctx.path("bytes/20000/%s" % directive)
+    c = ctx.client()
+    c.send(get_req(p))
+    o = c.read_response(T_OUT + LATE)
+    expect_complete(o, ctx.body(20000))
+    # nothing after the response on a kept-alive client connection
+    deadline = time.monotonic() + 1.0
+    while not c.eof and time.monotonic() < deadline:
+        c.recv_some(deadline - time.monotonic())
+    o2 = c.outcome()
+    expect_eq(bytes(o2.extra), b"", "bytes after the response")
+    expect(b"SMUGGLED" not in c.buf and b"XXXX" not in c.buf,
+           "the extra bytes reached the client")
+    c.close()
+    probe_not_reused(ctx, origin_conn_of(ctx, p))
+    r = followup(ctx, p, ctx.body(20000), "either")
+    expect(b"SMUGGLED" not in r.body, "smuggled response served")
+
+
+@cell("P5.A10", "Content-Length N, then N+100 bytes -> exactly N bytes, a "
+      "complete response; the extra never served; the origin connection "
+      "not reused; stored only with the N bytes")
+def p5_a10(ctx):
+    _more_than_announced(ctx, "extra/100")
+
+
+@cell("P5.A10b", "Content-Length N, then a whole second response in the "
+      "same write -> as P5.A10: never parsed as a response, never served")
+def p5_a10b(ctx):
+    _more_than_announced(ctx, "smuggle")
+
+
+# ---------------------------------------------------------------------------
+# P6: the body of a hit (preloaded)
+
+na("P6", ["A5", "A6", "A7", "A8", "A9", "A10"],
+   "a hit does not touch the origin")
+
+
+@cell("P6.A1", "a 20 KiB hit read at 1 KiB/s (20 s, small receive "
+      "buffer) -> never cut; byte-exact", preload=("bytes/20480", 20480))
+def p6_a1(ctx):
+    p = ctx.path("bytes/20480")
+    c = ctx.client(rcvbuf=2048)
+    c.send(get_req(p))
+    o = c.read_response(60, rate=SLOW)
+    expect_complete(o, ctx.body(20480))
+    expect(is_hit(o.resp), "not a hit")
+    c.close()
+    followup(ctx, p, ctx.body(20480), "yes")
+
+
+@cell("P6.A2", "half-close after the request -> the whole hit, then the "
+      "close", preload=("bytes/20000", 20000))
+def p6_a2(ctx):
+    p = ctx.path("bytes/20000")
+    c = ctx.client()
+    c.send(get_req(p))
+    c.half_close()
+    o = c.read_response(T_IN + LATE)
+    expect_complete(o, ctx.body(20000))
+    expect(is_hit(o.resp), "not a hit")
+    expect(c.read_until_close(T_KA_IN + LATE), "no close after the hit to a "
+           "half-closed request")
+    c.close()
+    followup(ctx, p, ctx.body(20000), "yes")
+
+
+@cell("P6.A3", "reset mid-hit (8 MiB) -> dropped; the object is still a "
+      "clean hit", preload=("stream/%d" % BIG, BIG))
+def p6_a3(ctx):
+    p = ctx.path("stream/%d" % BIG)
+    c = ctx.client(rcvbuf=4096)
+    c.send(get_req(p))
+    while len(c.buf) < 65536 and c.recv_some(10, 8192):
+        pass
+    c.rst()
+    time.sleep(0.5)
+    followup(ctx, p, ctx.body(BIG), "yes")
+
+
+@cell("P6.A4", "the client stops reading an 8 MiB hit -> cut after "
+      "transaction_no_activity_timeout_in; the object is still a clean hit",
+      preload=("stream/%d" % BIG, BIG))
+def p6_a4(ctx):
+    p = ctx.path("stream/%d" % BIG)
+    c = ctx.client(rcvbuf=4096)
+    c.send(get_req(p))
+    while len(c.buf) < 65536 and c.recv_some(10, 8192):
+        pass
+    time.sleep(T_IN + 6)
+    expect_cut(c.read_response(T_IN + LATE), "a hit the client stopped "
+               "reading")
+    c.close()
+    followup(ctx, p, ctx.body(BIG), "yes")
+
+
+# ---------------------------------------------------------------------------
+# P7: the PUSH body (a whole response in the request body)
+
+na("P7", ["A5", "A6", "A7", "A8", "A9", "A10"],
+   "a PUSH never contacts the origin")
+
+
+def push_bytes(ctx, n):
+    body = ctx.body(n, ctx.tag + "-push")
+    head = ("HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\n"
+            "Content-Length: %d\r\n\r\n" % n).encode()
+    return head + body, body
+
+
+def push_head(path, n):
+    return ("PUSH %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n"
+            % (path, HOST, n)).encode("latin-1")
+
+
+@cell("P7.A1", "the client SENDS a 6 KiB PUSH at 1 KiB/s (past "
+      "transaction_no_activity_timeout_in) -> 201; stored byte-exact")
+def p7_a1(ctx):
+    p = ctx.path("bytes/6000")
+    data, body = push_bytes(ctx, 6000)
+    c = ctx.client()
+    c.send(push_head(p, len(data)))
+    c.send_slowly(data)
+    o = c.read_response(T_IN + LATE)
+    expect(o.kind == "complete" and o.status == 201, "PUSH answer: %r" % o)
+    c.close()
+    followup(ctx, p, body, "yes")
+
+
+@cell("P7.A2", "half-close after the whole PUSH -> 201; stored")
+def p7_a2(ctx):
+    p = ctx.path("bytes/6000")
+    data, body = push_bytes(ctx, 6000)
+    c = ctx.client()
+    c.send(push_head(p, len(data)) + data)
+    c.half_close()
+    o = c.read_response(T_IN + LATE)
+    expect(o.kind == "complete" and o.status == 201, "PUSH answer: %r" % o)
+    c.close()
+    followup(ctx, p, body, "yes")
+
+
+@cell("P7.A2b", "half-close mid-PUSH-body -> 400 or a plain close, never "
+      "a 2xx; nothing stored")
+def p7_a2b(ctx):
+    p = ctx.path("bytes/6000")
+    data, body = push_bytes(ctx, 6000)
+    c = ctx.client()
+    c.send(push_head(p, len(data)) + data[:3000])
+    c.half_close()
+    o = c.read_response(T_IN + LATE)
+    expect_status_or_close(o, (400,), "half-closed PUSH")
+    expect(c.read_until_close(5), "open after a half-closed PUSH")
+    expect_prompt(c, "half-closed PUSH")
+    c.close()
+    followup(ctx, p, ctx.body(6000), "no")
+
+
+@cell("P7.A3", "reset mid-PUSH-body -> nothing stored; the follow-up is a "
+      "clean miss")
+def p7_a3(ctx):
+    p = ctx.path("bytes/6000")
+    data, body = push_bytes(ctx, 6000)
+    c = ctx.client()
+    c.send(push_head(p, len(data)) + data[:3000])
+    time.sleep(0.3)
+    c.rst()
+    time.sleep(0.5)
+    followup(ctx, p, ctx.body(6000), "no")
+
+
+@cell("P7.A4", "silent mid-PUSH-body -> 408 or a plain close after "
+      "transaction_no_activity_timeout_in, not earlier; nothing stored")
+def p7_a4(ctx):
+    p = ctx.path("bytes/6000")
+    data, body = push_bytes(ctx, 6000)
+    c = ctx.client()
+    c.send(push_head(p, len(data)) + data[:3000])
+    o = c.read_response(T_IN + LATE + 5)
+    expect(c.read_until_close(5), "no close: %r" % o)
+    expect_status_or_close(o, (408,), "silent PUSH")
+    expect_elapsed(c.eof_at - c.t_sent, T_IN, T_IN, "silent PUSH closed")
+    c.close()
+    followup(ctx, p, ctx.body(6000), "no")
+
+
+# ---------------------------------------------------------------------------
+# Long and slow transfers
+
+MIB = 1 << 20
+
+
+@cell("L1", "a 20 MiB hit to a reader limited to 1 MiB/s -> complete, "
+      "byte-exact", preload=("stream/%d" % HUGE, HUGE))
+def l1(ctx):
+    p = ctx.path("stream/%d" % HUGE)
+    c = ctx.client(timeout=60)
+    c.send(get_req(p))
+    o = c.read_response(90, rate=MIB)
+    expect_complete(o, ctx.body(HUGE), "20 MiB hit")
+    expect(is_hit(o.resp), "not a hit")
+    c.close()
+
+
+@cell("L2", "a 20 MiB miss to a reader limited to 1 MiB/s -> complete, "
+      "byte-exact; stored")
+def l2(ctx):
+    p = ctx.path("stream/%d" % HUGE)
+    c = ctx.client(timeout=60)
+    c.send(get_req(p))
+    expect_complete(c.read_response(90, rate=MIB), ctx.body(HUGE),
+                    "20 MiB miss")
+    c.close()
+    followup(ctx, p, ctx.body(HUGE), "yes")
+
+
+@cell("L3", "a 20 s origin (20 MiB at 1 MiB/s) -> complete, byte-exact; "
+      "stored")
+def l3(ctx):
+    p = ctx.path("stream/%d/rate/%d" % (HUGE, MIB))
+    c = ctx.client(timeout=60)
+    c.send(get_req(p))
+    expect_complete(c.read_response(90), ctx.body(HUGE), "20 s origin")
+    c.close()
+    followup(ctx, p, ctx.body(HUGE), "yes")
+
+
+# ---------------------------------------------------------------------------
+# Running the cells
+
+def fd_links(pid):
+    out = {}
+    d = "/proc/%d/fd" % pid
+    for fd in os.listdir(d):
+        try:
+            out[int(fd)] = os.readlink(os.path.join(d, fd))
+        except OSError:
+            pass
+    return out
+
+
+def tcp_table():
+    """socket inode -> (local port, remote port, state) from /proc/net."""
+    out = {}
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                lines = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for ln in lines:
+            f = ln.split()
+            out[f[9]] = (int(f[1].rsplit(":", 1)[1], 16),
+                         int(f[2].rsplit(":", 1)[1], 16), f[3])
+    return out
+
+
+TCP_STATES = {"01": "ESTABLISHED", "02": "SYN_SENT", "04": "FIN_WAIT1",
+              "05": "FIN_WAIT2", "06": "TIME_WAIT", "07": "CLOSE",
+              "08": "CLOSE_WAIT", "09": "LAST_ACK", "0A": "LISTEN",
+              "0B": "CLOSING"}
+
+
+def worker_pid(c):
+    """The one worker: the child of the master holding the other end of a
+    connection we keep open (the cache manager is a child too)."""
+    with socket.create_connection(("127.0.0.1", c.port), timeout=5) as s:
+        s.sendall(b"GET /_stats HTTP/1.1\r\nHost: %s\r\n\r\n"
+                  % HOST.encode())
+        s.recv(100)             # the worker has accepted it by now
+        lport = s.getsockname()[1]
+        tcp = tcp_table()
+        for pid in harness.children_of(c.pid):
+            for tgt in fd_links(pid).values():
+                m = re.match(r"socket:\[(\d+)\]", tgt)
+                if m and tcp.get(m.group(1), (0, 0))[1] == lport:
+                    return pid
+    fail("no child of the master holds our connection")
+
+
+def _preload(port, path, n, tag):
+    """Fill the cache with path; it must then be a hit."""
+    want = seeded(tag, n)
+    for i in range(2):
+        r = harness.one_request(port, "GET", path, host=HOST, timeout=60)
+        expect(r is not None and r.status == 200,
+               "preload %s: %r" % (path, r))
+        expect_body(r.body, want, "preload %s" % path)
+    expect(is_hit(r), "preload %s: the second GET was not a hit" % path)
+
+
+def selected():
+    rx = os.environ.get("MATRIX_CELLS")
+    cells = CELLS
+    if rx:
+        cells = [c for c in CELLS if re.search(rx, c[0])]
+    return cells
+
+
+def run_cells(cells):
+    """Run cells concurrently on one fresh daemon.  Returns {cid: error
+    text} for the failing ones, plus "(daemon)" for problems no cell can
+    be blamed for alone."""
+    errors = {}
+    with Origin() as o:
+        c = Cistern(records=RECORDS, storage=STORAGE, workers=1,
+                    remap=["map http://%s/ http://%s/" % (HOST,
+                                                          o.authority)])
+        try:
+            _run_on(c, o, cells, errors)
+        except (AssertionError, OSError, harness.HarnessError) as e:
+            errors["(setup)"] = "%s: %s" % (type(e).__name__, e)
+        finally:
+            # the teardown checks (error log, sanitizers, exit status)
+            c.stop(raise_on_problems=False)
+            if c.problems or errors:
+                c._failed = True
+            if c.problems:
+                errors["(daemon)"] = (errors.get("(daemon)", "") + "\n"
+                                      + "\n".join(c.problems)).strip()
+            kept = c._cleanup()
+            if kept and errors:
+                errors["(kept)"] = kept
+    return errors
+
+
+def _run_on(c, o, cells, errors):
+    wpid = worker_pid(c)
+    # Warm up (the cache, the pools, the log files), then the baseline.
+    for cid, _, _, pre in cells:
+        if pre:
+            tag = cid.replace(".", "-")
+            _preload(c.port, "/%s/once/seed/%s/%s/%s" % (tag, tag, pre[0],
+                                                         CC), pre[1], tag)
+    harness.one_request(c.port, "GET", "/warm/bytes/10", host=HOST)
+    time.sleep(T_KA_OUT + 2.5)          # pooled origin connections go
+    base = fd_links(wpid)
+    ctxs = {}
+
+    def one(entry):
+        cid, _, fn, _ = entry
+        ctx = Ctx(cid, c.port, o)
+        ctxs[cid] = ctx
+        t0 = time.monotonic()
+        try:
+            fn(ctx)
+            return cid, None, time.monotonic() - t0
+        except (AssertionError, OSError, harness.HarnessError) as e:
+            return cid, "%s: %s" % (type(e).__name__, e), \
+                time.monotonic() - t0
+        except Exception:  # noqa: BLE001
+            return cid, traceback.format_exc(), time.monotonic() - t0
+
+    with concurrent.futures.ThreadPoolExecutor(len(cells)) as ex:
+        for cid, err, dt in ex.map(one, cells):
+            if os.environ.get("CISTERN_TEST_VERBOSE"):
+                print("    cell %s: %s (%.1fs)" % (cid, "ok" if not err
+                                                   else "FAIL", dt))
+            if err:
+                errors[cid] = err
+    # No worker died...
+    now = worker_pid(c)
+    if now != wpid or not os.path.exists("/proc/%d" % wpid):
+        errors["(daemon)"] = "the worker %d died during the cells (the "\
+            "worker is now %r)" % (wpid, now)
+        return
+    # ...and its fds are back at the baseline (connections linger up to 2 s
+    # after a close; pooled origin connections go after T_KA_OUT).
+    def settled():
+        return len(fd_links(wpid)) <= len(base)
+    try:
+        harness.wait_for(settled, timeout=15, what="the worker's fds")
+    except TestFailure:
+        links = fd_links(wpid)
+        tcp = tcp_table()
+        owner = {}
+        by_tag = {ctx.tag: cid for cid, ctx in ctxs.items()}
+        for cid, ctx in ctxs.items():
+            for lp in ctx.lports:
+                owner[lp] = cid
+        # the origin knows which of its clients (our origin sockets) asked
+        # for which path
+        for rec in o.requests():
+            m = re.match(r"/([A-Za-z0-9-]+?)(-probe)?/", rec["target"])
+            if m and m.group(1) in by_tag:
+                owner.setdefault(rec["client"][1], by_tag[m.group(1)])
+        lines = []
+        blamed = set()
+        for fd, tgt in sorted(links.items()):
+            if base.get(fd) == tgt:
+                continue
+            m = re.match(r"socket:\[(\d+)\]", tgt)
+            info = tcp.get(m.group(1)) if m else None
+            who = "?"
+            if info:
+                lp, rp, st = info
+                who = owner.get(rp) or owner.get(lp) or "?"
+                desc = "tcp %d->%d %s" % (lp, rp, TCP_STATES.get(st, st))
+            else:
+                desc = tgt
+            lines.append("fd %d: %s (cell %s)" % (fd, desc, who))
+            blamed.add(who)
+        msg = "the worker has %d fds, %d at the start:\n      %s" % (
+            len(links), len(base), "\n      ".join(lines))
+        errors["(fds)"] = msg
+        for who in blamed:
+            if who in ctxs:
+                errors.setdefault(who, "leaked an fd of the worker")
+
+
+@harness.timeout(900)
+def test_matrix():
+    cells = selected()
+    if not cells:
+        raise harness.SkipTest("no cell matches MATRIX_CELLS")
+    errors = run_cells(cells)
+    if not errors:
+        return
+    report = ["%d of %d cells failed in the concurrent run: %s" % (
+        len([k for k in errors if not k.startswith("(")]), len(cells),
+        " ".join(sorted(k for k in errors if not k.startswith("("))))]
+    for k in sorted(errors):
+        report.append("%s: %s" % (k, errors[k].replace("\n", "\n      ")))
+    failing = [e for e in cells if e[0] in errors]
+    if len(cells) > 1 and not os.environ.get("MATRIX_NO_ISOLATE"):
+        if "(daemon)" in errors or "(fds)" in errors:
+            failing = cells
+        report.append("each failing cell again, alone on a fresh daemon "
+                      "(the reproduction: MATRIX_CELLS='^CELL$'):")
+        for e in failing:
+            iso = run_cells([e])
+            iso.pop("(kept)", None)
+            if not iso:
+                report.append("%s alone: PASS" % e[0])
+                continue
+            for k in sorted(iso):
+                report.append("%s alone: %s%s" % (
+                    e[0], "" if k == e[0] else k + " ",
+                    iso[k].replace("\n", "\n      ")))
+    fail("\n    ".join(report))
+
+
+def table():
+    """The markdown table of t/README.md, from the cells."""
+    by = {}
+    for cid, exp, _, _ in CELLS:
+        m = re.match(r"(P\d)\.(A\d+)", cid)
+        if m:
+            by.setdefault((m.group(1), m.group(2)), []).append((cid, exp))
+    out = ["| phase | adversity | cell | expected outcome |",
+           "|---|---|---|---|"]
+    for p, pn in PHASES:
+        for a, an in ADVERSITIES:
+            if (p, a) in by:
+                for cid, exp in by[(p, a)]:
+                    out.append("| %s | %s | %s | %s |" % (pn, an, cid, exp))
+            else:
+                out.append("| %s | %s | n/a | %s |" % (
+                    pn, an, NA.get((p, a), "MISSING")))
+    for cid, exp, _, _ in CELLS:
+        if cid.startswith("L"):
+            out.append("| long and slow | | %s | %s |" % (cid, exp))
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--table"]:
+        print(table())
+        sys.exit(0)
+    harness.main()
