@@ -103,6 +103,7 @@ conn_want_write(struct conn *c, const struct timeval *tv)
         }
         event_assign(&e->ev, w->base, c->cn_fd, EV_WRITE | EV_PERSIST,
                      conn_on_write, c);
+        e->unsent = -1;
         c->cn_wev = e;
     }
     event_add(&e->ev, tv);
@@ -486,7 +487,10 @@ conn_wait_write(struct conn *c, int progress)
     }
     if (!progress && c->cn_wev && event_pending(&c->cn_wev->ev, EV_WRITE, NULL))
         return 0;   /* nothing moved: the running timer stands */
-    return conn_want_write(c, &tv);
+    if (conn_want_write(c, &tv) < 0)
+        return -1;
+    c->cn_wev->unsent = progress ? sock_unsent(c->cn_fd) : -1;
+    return 0;
 }
 
 const char *
@@ -1403,6 +1407,18 @@ conn_on_write(evutil_socket_t fd, short what, void *arg)
     struct conn *c = arg;
 
     if (what & EV_TIMEOUT) {
+        struct conn_wev *e = c->cn_wev;
+        struct timeval tv = { wk->conf->rec.txn_no_activity_in, 0 };
+        int q = sock_unsent(fd);
+
+        /* Still reading, only slower than the kernel's buffer lets us
+         * see: not inactive (unless the transaction's cap has come). */
+        if (e && q >= 0 && e->unsent >= 0 && q < e->unsent
+            && !(conn_txn_cap(c, &tv) && tv.tv_sec == 0 && tv.tv_usec <= 1)) {
+            e->unsent = q;
+            event_add(&e->ev, &tv);
+            return;
+        }
         wk->ctr->timeouts++;
         conn_close(c);
         return;

@@ -564,6 +564,7 @@ up_send(struct upstream *up)
             if (errno == EAGAIN) {
                 event_add(&up->up_wev, &tv);
                 event_add(&up->up_rev, &tv);
+                up->up_unsent = sock_unsent(up->up_fd);
                 return;
             }
             if (up_retry(up))
@@ -578,6 +579,8 @@ up_send(struct upstream *up)
         up->up_req_done = 1;
         if (up->up_state == UP_SENDING)
             up->up_state = UP_HEAD;
+        if (up->up_req_body)
+            up->up_unsent = sock_unsent(up->up_fd);
     }
     /* Keep the request bytes for a retry until the response begins. */
     if (!up->up_safe)
@@ -589,12 +592,37 @@ up_send(struct upstream *up)
     }
 }
 
+/* A timer of up fired while the request was still going out, or still
+ * sat in the kernel's buffer (a large body is "sent" seconds before the
+ * origin has read it): if the origin has been taking it all along (its
+ * unacknowledged bytes shrank), it is not silent, only slower than our
+ * view through that buffer; start the timers again and return 1. */
+static int
+up_still_taking(struct upstream *up)
+{
+    struct timeval tv;
+    int q;
+
+    if (up_timer(up, &tv) < 0)
+        return 0;
+    q = sock_unsent(up->up_fd);
+    if (q < 0 || up->up_unsent < 0 || q >= up->up_unsent)
+        return 0;
+    up->up_unsent = q;
+    if (event_pending(&up->up_wev, EV_WRITE, NULL))
+        event_add(&up->up_wev, &tv);
+    event_add(&up->up_rev, &tv);
+    return 1;
+}
+
 static void
 up_on_write(evutil_socket_t fd, short what, void *arg)
 {
     struct upstream *up = arg;
 
     if (what & EV_TIMEOUT) {
+        if (up_still_taking(up))
+            return;
         up_fail(up, 504, "timeout sending the request");
         return;
     }
@@ -616,6 +644,8 @@ up_on_read(evutil_socket_t fd, short what, void *arg)
         return;
     }
     if (what & EV_TIMEOUT) {
+        if (up_still_taking(up))
+            return;
         up_fail(up, 504, "no response within transaction_no_activity_timeout_out");
         return;
     }

@@ -25,10 +25,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/sockios.h>
 
 #include "master/log.h"
 #include "worker/worker.h"
@@ -43,6 +45,14 @@ struct worker *wk;
 /* Buffer pool: BUF_SIZE blocks recycled within the worker, so steady-state
  * traffic never calls malloc.  The ASan build uses malloc/free directly so
  * the sanitizer sees every overrun and use-after-release. */
+
+int
+sock_unsent(int fd)
+{
+    int n;
+
+    return fd >= 0 && ioctl(fd, SIOCOUTQ, &n) == 0 ? n : -1;
+}
 
 int
 buf_alloc(struct buf *b)

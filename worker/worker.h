@@ -105,6 +105,8 @@ union conn_addr {
 struct conn_wev {
     struct event         ev;
     struct conn_wev     *next;        /* the worker's free list */
+    int                  unsent;      /* sock_unsent() when the timer was
+                                         last started: see conn_on_write */
 };
 
 struct conn {
@@ -240,6 +242,8 @@ struct upstream {
     const char      *up_cdetail;      /* why not stored, or NULL */
     unsigned         up_reval:1;      /* conditional on a held stale object */
     unsigned         up_claim:1;      /* we hold the fill-table entry */
+    int              up_unsent;       /* sock_unsent() at the last wait to
+                                         write the request (up_on_timeout) */
     uint8_t          up_hash[16];
     struct store_cond up_cond;        /* the client's conditions */
     struct cache_fill *up_fill;
@@ -471,6 +475,13 @@ ssize_t tls_origin_read(struct upstream *up, char *p, size_t n);
 ssize_t tls_origin_write(struct upstream *up, const char *p, size_t n);
 int  tls_origin_pending(const struct upstream *up);
 void tls_origin_free(struct ssl_st *ssl);
+
+/* Bytes written to socket fd that its peer has not acknowledged yet
+ * (SIOCOUTQ), or -1.  A write timer that fires while this shrinks is not
+ * a silent peer: it reads, and the kernel's buffer hid it from us (with
+ * megabytes queued, writability can take longer to come back than a
+ * timeout, at 1 MiB/s). */
+int  sock_unsent(int fd);
 
 /* buffers (worker.c) */
 int  buf_alloc(struct buf *b);
