@@ -164,7 +164,11 @@ struct conf_remap_result {
  * matches.  On match, fills *res with the rewritten target: path prefix
  * replaced, the rest of the path and the query appended, regex_map's $0-$9
  * substituted into the target host.  Returns NULL too when the rewritten
- * target would not fit in *res. */
+ * target would not fit in *res, or when it would hold a dot segment the
+ * request path did not (a from-path not ending in '/' glues the rest to the
+ * to-path: "/p.." under "map http://a/p http://o/q/" would be "/q/..").
+ * path is expected normalised (http_path_normalize): matching is on bytes,
+ * so "/a/../b" would match a rule for "/a/". */
 const struct conf_remap_rule *
 conf_remap_find(const struct conf_remap *rm, const char *scheme,
                 const char *host, size_t hostlen, int port,

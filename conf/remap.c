@@ -242,6 +242,39 @@ fail:
     return -1;
 }
 
+/* Rewrite the percent-encodings of path in place as requests' paths are:
+ * unreserved characters decoded, the others' hex digits uppercased.
+ * Returns the new length. */
+static size_t
+remap_pct_normalise(char *path)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t i, o = 0;
+
+    for (i = 0; path[i] != '\0'; i++) {
+        const char *h1, *h2;
+
+        if (path[i] != '%' || !isxdigit((unsigned char)path[i + 1])
+            || !isxdigit((unsigned char)path[i + 2])) {
+            path[o++] = path[i];
+            continue;
+        }
+        h1 = strchr(hex, toupper((unsigned char)path[i + 1]));
+        h2 = strchr(hex, toupper((unsigned char)path[i + 2]));
+        int v = (int)((h1 - hex) * 16 + (h2 - hex));
+        if (isalnum(v) || v == '-' || v == '.' || v == '_' || v == '~') {
+            path[o++] = (char)v;
+        } else {
+            path[o++] = '%';
+            path[o++] = *h1;
+            path[o++] = *h2;
+        }
+        i += 2;
+    }
+    path[o] = '\0';
+    return o;
+}
+
 /* ---------------------------------------------------------------------
  * Parsing
  */
@@ -374,6 +407,12 @@ remap_line(void *arg, char *line, int lineno)
         return 0;
     }
 
+    /* Requests are matched on their normalised path (worker/http.h,
+     * http_path_normalize): a from-path must be written the same way or
+     * "/%7Euser/" would never match. */
+    if (d->type != CONF_REMAP_REVERSE_MAP)
+        rule.from.pathlen = remap_pct_normalise(rule.from.path);
+
     if (d->type == CONF_REMAP_REGEX_MAP) {
         char *pat;
 
@@ -499,6 +538,40 @@ remap_join(char *out, size_t outsz, size_t *len, const char *base,
     return 0;
 }
 
+/* Is p[0..n) "." or "..", a dot possibly written "%2e"? */
+static int
+remap_is_dots(const char *p, size_t n)
+{
+    int dots = 0;
+
+    for (size_t i = 0; i < n; dots++) {
+        if (p[i] == '.')
+            i++;
+        else if (n - i >= 3 && p[i] == '%' && p[i + 1] == '2' && (p[i + 2] | 0x20) == 'e')
+            i += 3;
+        else
+            return 0;
+    }
+    return dots == 1 || dots == 2;
+}
+
+/* Is the segment of path[0..len) around position at (the query aside) a
+ * dot segment?  A normalised request path has none, but a from-path that
+ * does not end in '/' glues the rest of the request path to the to-path's
+ * last segment: "map http://a/p http://o/q/" maps "/p.." to "/q/..", which
+ * an origin resolves outside /q/. */
+static int
+remap_dots_at(const char *path, size_t len, size_t at)
+{
+    size_t s = at, e = at;
+
+    while (s > 0 && path[s - 1] != '/')
+        s--;
+    while (e < len && path[e] != '/' && path[e] != '?')
+        e++;
+    return remap_is_dots(path + s, e - s);
+}
+
 /* Substitute $0..$9 in tmpl from the match groups of subject. */
 static int
 remap_subst(char *out, size_t outsz, const char *tmpl, const char *subject,
@@ -607,7 +680,9 @@ conf_remap_find(const struct conf_remap *rm, const char *scheme,
                            r->to.pathlen,
                            r->from.path[r->from.pathlen - 1] == '/',
                            path + r->from.pathlen,
-                           pathlen - r->from.pathlen) < 0)
+                           pathlen - r->from.pathlen) < 0
+                || (r->from.path[r->from.pathlen - 1] != '/'
+                    && remap_dots_at(res->path, len, r->to.pathlen)))
                 return NULL;
             res->pathlen = len;
             return r;

@@ -130,11 +130,13 @@ def test_access_log_hostile_bytes():
     backslashes, tabs, non-ASCII) come out escaped and overlong fields cut,
     the same bytes in every format: a miss (logged after its head has left
     the input buffer), two hits (logged at once), a refused request."""
-    # the target's escaped form runs to 1017 characters, then non-ASCII:
-    # the cut falls in the middle of the run
-    head = b'/bytes/5/headers/q"u\\o\'te<>{}|^`~\x80\xe9\xff%00;@'
+    # the target's escaped form runs to 1017 characters, then quotes: the
+    # cut falls in the middle of the run (a backslash, %00 and bytes outside
+    # ASCII in a target are refused with 400 since issue 16: the referer and
+    # user agent carry those)
+    head = b'/bytes/5/headers/q"u\'te<>{}|^`~;@'
     pad = 1017 - len(log_escape(head, 1024))
-    target = head + b"x" * pad + b"\xfe" * 20 + b"?Cache-Control=max-age%3D300"
+    target = head + b"x" * pad + b'"' * 20 + b"?Cache-Control=max-age%3D300"
     ref1 = b'http://r.test/"a\\b"\t\x80\xff end'
     ua1 = b'Mozilla/5.0 (\xe9t\xe9; "x") \\\t\''
     ref2 = b"x" * 249 + b'"' + b"y" * 10        # cut after an escape

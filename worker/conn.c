@@ -647,7 +647,7 @@ conn_route(struct conn *c, int keep_alive)
     const struct conf_remap_rule *rule;
     const char *path = base + r->path;
     size_t pathlen = r->path_len;
-    char loc[sizeof(res.path) + 512];
+    char loc[sizeof(res.path) + 512], npath[sizeof(res.path) + 1];
     int head = r->method == HTTP_HEAD;
     int local_ka = keep_alive && conn_body_discardable(r);
     const char *ch = conn_connection_hdr(r->minor, local_ka);
@@ -662,9 +662,16 @@ conn_route(struct conn *c, int keep_alive)
                     "PUSH is disabled (proxy.config.http.push_method_enabled)", 0);
         return 0;
     }
-    if (pathlen == 0) {
-        path = "/";
-        pathlen = 1;
+    /* OPTIONS * asks about the server as a whole (RFC 9110 9.3.7): us. */
+    if (r->method == HTTP_OPTIONS && pathlen == 1 && path[0] == '*') {
+        conn_answer_final(c, ch);
+        return 0;
+    }
+    /* Remap, the cache key and the origin all see the normalised path. */
+    if ((path = http_req_path(r, npath, sizeof(npath), &pathlen)) == NULL) {
+        conn_count_status(c, 414);
+        resp_simple(c, 414, ch, NULL, "request target too long to map", head);
+        return 0;
     }
 
     /* Over TLS an origin-form request is an https one, and a Host without

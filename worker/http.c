@@ -804,6 +804,269 @@ http_req_line(struct http_req *r, char *head, size_t len)
     return HTTP_OK;
 }
 
+/* ------------------------------------------------------------------ */
+/* The request path (see http_path_normalize in http.h). */
+
+static int
+http_hexval(unsigned char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c |= 0x20;
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* RFC 3986 2.3: percent-encodings of these mean the character itself. */
+static int
+http_unreserved(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+           || c == '-' || c == '.' || c == '_' || c == '~';
+}
+
+/* Is p[0..n) "." or "..", each dot written '.' or "%2e" in either case?
+ * (The checker calls it on raw bytes, the normaliser on decoded ones.) */
+static int
+http_is_dots(const char *p, size_t n)
+{
+    int dots = 0;
+
+    for (size_t i = 0; i < n; dots++) {
+        if (p[i] == '.')
+            i++;
+        else if (n - i >= 3 && p[i] == '%' && p[i + 1] == '2' && (p[i + 2] | 0x20) == 'e')
+            i += 3;
+        else
+            return 0;
+    }
+    return dots == 1 || dots == 2;
+}
+
+/* One path segment seg[0..n) (between slashes; its percent-encodings
+ * checked): NULL, or why it is refused.  The segment is cut at ';' and at
+ * an encoded slash, backslash or semicolon (%2F, %5C, %3B); when it has
+ * several pieces and one of them is a dot segment ("..%2Fx", "a%5C..",
+ * "..;x"), it is refused: normalising it would mean decoding what must
+ * stay encoded, and an origin that decodes %2F or %5C, or strips path
+ * parameters (Tomcat, Jetty; Spring after decoding), would take that
+ * piece for ".." and climb out of the prefix we mapped. */
+static const char *
+http_segment_bad(const char *seg, size_t n)
+{
+    size_t s = 0, i = 0, skip;
+    int pieces = 0, dots = 0;
+
+    for (;;) {
+        if (i == n)
+            skip = 0;
+        else if (seg[i] == ';')
+            skip = 1;
+        else if (seg[i] == '%' && ((seg[i + 1] == '2' && (seg[i + 2] | 0x20) == 'f')
+                                   || (seg[i + 1] == '3' && (seg[i + 2] | 0x20) == 'b')
+                                   || (seg[i + 1] == '5' && (seg[i + 2] | 0x20) == 'c')))
+            skip = 3;
+        else {
+            i++;
+            continue;
+        }
+        pieces++;
+        dots |= http_is_dots(seg + s, i - s);
+        if (i == n)
+            break;
+        i += skip;
+        s = i;
+    }
+    return pieces > 1 && dots ? "dot segment behind an encoded slash or a parameter" : NULL;
+}
+
+/* Request-target bytes, as http_path_scan sees them.  HP_BAD: never in
+ * a request-target (controls and spaces, which the head scanner refused
+ * already, DEL and bytes outside ASCII). */
+enum {
+    HP_PLAIN = 0, HP_BAD, HP_HASH, HP_BSLASH, HP_PCT, HP_SLASH, HP_QUERY, HP_DOT, HP_SEMI
+};
+static uint8_t http_path_class[256];
+
+__attribute__((constructor)) static void
+http_path_init(void)
+{
+    for (int c = 0; c < 256; c++)
+        http_path_class[c] = c <= 0x20 || c >= 0x7f ? HP_BAD : HP_PLAIN;
+    http_path_class['#'] = HP_HASH;
+    http_path_class['\\'] = HP_BSLASH;
+    http_path_class['%'] = HP_PCT;
+    http_path_class['/'] = HP_SLASH;
+    http_path_class['?'] = HP_QUERY;
+    http_path_class['.'] = HP_DOT;
+    http_path_class[';'] = HP_SEMI;
+}
+
+/* The end of the path segment seg[0..n), which held the byte classes in
+ * the bits of saw: NULL or why it is refused; *normal = 0 when it needs
+ * normalising (a percent-encoding, or a dot segment). */
+static const char *
+http_segment_end(const char *seg, size_t n, unsigned saw, int *normal)
+{
+    if (saw & (1u << HP_PCT)) {
+        *normal = 0;
+        return http_segment_bad(seg, n);
+    }
+    if (saw & (1u << HP_DOT)) {
+        if (n <= 2 && http_is_dots(seg, n))
+            *normal = 0;
+        else if (saw & (1u << HP_SEMI))
+            return http_segment_bad(seg, n);
+    }
+    return NULL;
+}
+
+/* A request-target's path and query p[0..n) (after the authority of the
+ * absolute form): NULL when acceptable, else why it is refused (400).
+ * Beyond what the head scanner refuses (controls, spaces): DEL and bytes
+ * outside ASCII, a fragment (RFC 9112 3.2: a request-target has none),
+ * and in the path a backslash (some origins take it for '/'), a malformed
+ * or NUL percent-encoding, and the dot segments http_segment_bad
+ * describes.  *normal: 1 when http_path_normalize would leave the path as
+ * it is (it starts with '/', has no percent-encoding nor dot segment). */
+static const char *
+http_path_scan(const char *p, size_t n, int *normal)
+{
+    const char *why;
+    size_t i, seg = 0;
+    unsigned saw = 0;
+
+    *normal = n > 0 && p[0] == '/';
+    for (i = 0; i < n; i++) {
+        unsigned k = http_path_class[(unsigned char)p[i]];
+        int hi, lo;
+
+        switch (k) {
+        case HP_PLAIN:
+            continue;
+        case HP_BAD:
+            return "invalid byte in the request target";
+        case HP_HASH:
+            return "fragment in the request target";
+        case HP_BSLASH:
+            return "backslash in the request path";
+        case HP_PCT:
+            if (n - i < 3 || (hi = http_hexval((unsigned char)p[i + 1])) < 0
+                || (lo = http_hexval((unsigned char)p[i + 2])) < 0)
+                return "invalid percent-encoding in the request path";
+            if (hi == 0 && lo == 0)
+                return "encoded NUL in the request path";
+            i += 2;
+            break;
+        case HP_SLASH:
+        case HP_QUERY:
+            if (saw && (why = http_segment_end(p + seg, i - seg, saw, normal)) != NULL)
+                return why;
+            if (k == HP_QUERY)
+                goto query;
+            seg = i + 1;
+            saw = 0;
+            continue;
+        }
+        saw |= 1u << k;
+    }
+    return saw ? http_segment_end(p + seg, n - seg, saw, normal) : NULL;
+
+query:
+    /* The query is kept as sent: only bytes a target never holds. */
+    for (i++; i < n; i++) {
+        unsigned k = http_path_class[(unsigned char)p[i]];
+        if (k == HP_BAD)
+            return "invalid byte in the request target";
+        if (k == HP_HASH)
+            return "fragment in the request target";
+    }
+    return NULL;
+}
+
+const char *
+http_req_path(const struct http_req *r, char *buf, size_t bufsz, size_t *outlen)
+{
+    if (r->path_normal && r->path_len + 2 <= bufsz) {
+        *outlen = r->path_len;
+        return r->base + r->path;
+    }
+    return http_path_normalize(r->base + r->path, r->path_len, buf, bufsz, outlen);
+}
+
+const char *
+http_path_normalize(const char *p, size_t n, char *buf, size_t bufsz, size_t *outlen)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t pe, i, o;
+
+    /* room for the "/" an empty path gets */
+    if (n + 2 > bufsz)
+        return NULL;
+    for (pe = 0; pe < n && p[pe] != '?'; pe++)
+        ;
+    /* Already normal (the common case): no percent sign, no dot segment. */
+    if (pe > 0 && p[0] == '/') {
+        for (i = 1; i < pe; i++)
+            if (p[i] == '%' || (p[i] == '.' && p[i - 1] == '/'
+                                && (i + 1 == pe || p[i + 1] == '/'
+                                    || (p[i + 1] == '.' && (i + 2 == pe || p[i + 2] == '/')))))
+                break;
+        if (i == pe) {
+            *outlen = n;
+            return p;
+        }
+    }
+
+    /* Segment by segment: decode, then drop "." and let ".." take the
+     * segment before it away (RFC 3986 5.2.4; at the root it is dropped).
+     * buf[0..o) holds "/seg/seg..." without a trailing slash. */
+    o = 0;
+    i = pe > 0 && p[0] == '/' ? 1 : 0;
+    while (pe > 0) {
+        size_t start = o + 1, d = start;
+
+        buf[o] = '/';
+        for (; i < pe && p[i] != '/'; i++) {
+            if (p[i] != '%') {
+                buf[d++] = p[i];
+                continue;
+            }
+            int hi = i + 2 < pe ? http_hexval((unsigned char)p[i + 1]) : -1;
+            int lo = hi < 0 ? -1 : http_hexval((unsigned char)p[i + 2]);
+            int v = hi * 16 + lo;
+            if (lo < 0) {
+                buf[d++] = p[i];    /* not from the parser: left alone */
+                continue;
+            }
+            if (http_unreserved((unsigned char)v)) {
+                buf[d++] = (char)v;
+            } else {
+                buf[d++] = '%';
+                buf[d++] = hex[v >> 4];
+                buf[d++] = hex[v & 15];
+            }
+            i += 2;
+        }
+        if (!http_is_dots(buf + start, d - start)) {
+            o = d;
+        } else {
+            if (d - start == 2)
+                while (o > 0 && buf[--o] != '/')
+                    ;
+            if (i >= pe)
+                buf[o++] = '/';     /* "/a/." and "/a/b/..": "/a/" */
+        }
+        if (i >= pe)
+            break;
+        i++;
+    }
+    if (o == 0)
+        buf[o++] = '/';             /* "" and "?q": the path is "/" */
+    memcpy(buf + o, p + pe, n - pe);
+    *outlen = o + n - pe;
+    return buf;
+}
+
 /* Where the request goes: absolute-form authority, else Host. */
 static int
 http_req_target(struct http_req *r)
@@ -814,6 +1077,7 @@ http_req_target(struct http_req *r)
 
     r->absolute = 0;
     r->https = 0;
+    r->path_normal = 0;
     if (t[0] == '/') {
         r->path = r->target;
         r->path_len = r->target_len;
@@ -865,6 +1129,11 @@ http_req_target(struct http_req *r)
         }
         if (u.field_set & (1 << UF_FRAGMENT))
             return http_refuse(r, 400, "fragment in the request target");
+    }
+    if (r->path_len != 1 || r->base[r->path] != '*') {
+        const char *why = http_path_scan(r->base + r->path, r->path_len, &r->path_normal);
+        if (why)
+            return http_refuse(r, 400, why);
     }
 
     if (r->f_host >= 0) {

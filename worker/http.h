@@ -146,6 +146,7 @@ struct http_req {
     uint32_t host, host_len;
     int      port;              /* explicit or the scheme's default */
     uint32_t path, path_len;    /* path and query ("/" for "*") */
+    int      path_normal;       /* http_req_path() would not change it */
     int      has_body;
     int      body_done;         /* set by http_req_body at message end */
     /* responses (http_resp_parse) */
@@ -194,6 +195,28 @@ int http_req_body(struct http_req *r, const char *buf, size_t len,
 /* The peer closed: for a close-delimited body this completes the message
  * (HTTP_OK); otherwise the message is truncated (400). */
 int http_body_eof(struct http_req *r);
+
+/* The path remap matches, the cache keys and the origin is sent, from a
+ * request's path and query p[0..n) (r->path, which http_req_parse
+ * checked): RFC 3986 6.2.2 normalisation of the path (the query is kept
+ * as sent).  Percent-encoded unreserved characters are decoded ("%7E",
+ * "%2e"), the hex digits of the others uppercased ("%2f" -> "%2F": an
+ * encoded slash stays encoded), dot segments removed (5.2.4: "/a/./b",
+ * "/a/x/../b" and "/a/%2E%2E/a/b" are "/a/b"; ".." at the root is
+ * dropped), and an empty path becomes "/" ("?q" -> "/?q", RFC 9112
+ * 3.2.1).  Slashes are not merged.  Returns p itself when it is normal
+ * already (*outlen = n), else buf holding the result (*outlen bytes, no
+ * NUL), or NULL when n + 2 > bufsz.  What cannot be normalised safely
+ * the parser refused with 400 before: a malformed or NUL
+ * percent-encoding, a backslash, a fragment, bytes outside visible
+ * ASCII, and dot segments glued to an encoded slash or a ';' parameter
+ * ("..%2F", "..;x"). */
+const char *http_path_normalize(const char *p, size_t n, char *buf, size_t bufsz,
+                                size_t *outlen);
+/* The same for a parsed request (r->path), skipping the work when the
+ * parse found the path normal already (the common case). */
+const char *http_req_path(const struct http_req *r, char *buf, size_t bufsz,
+                          size_t *outlen);
 
 /* Field helpers. */
 /* Is field i named name (case-insensitive)?  Inline so the length of a

@@ -42,6 +42,38 @@ check_fields(const struct http_req *r)
     }
 }
 
+/* The path remap and the cache see (http_req_path): it starts with '/',
+ * holds no dot segment (in any spelling), agrees with what
+ * http_path_normalize finds for itself, and normalising it again changes
+ * nothing. */
+static void
+check_path(const struct http_req *r)
+{
+    static char buf[70000], again[70000];
+    const char *p, *q;
+    size_t n, n2, s = 0;
+
+    if (r->method == HTTP_CONNECT || (r->path_len == 1 && r->base[r->path] == '*'))
+        return;
+    p = http_req_path(r, buf, sizeof(buf), &n);
+    FZ_CHECK(p != NULL && n > 0 && p[0] == '/');
+    q = http_path_normalize(r->base + r->path, r->path_len, again, sizeof(again), &n2);
+    FZ_CHECK(q != NULL && n2 == n && memcmp(p, q, n) == 0);
+    for (size_t i = 1; i <= n; i++) {
+        if (i < n && p[i] != '/' && p[i] != '?')
+            continue;
+        size_t l = i - s - 1;
+        const char *g = p + s + 1;
+        FZ_CHECK(!(l == 1 && g[0] == '.') && !(l == 2 && g[0] == '.' && g[1] == '.'));
+        FZ_CHECK(!(l >= 3 && g[0] == '%' && g[1] == '2' && (g[2] | 0x20) == 'e'));
+        if (i == n || p[i] == '?')
+            break;
+        s = i;
+    }
+    q = http_path_normalize(p, n, again, sizeof(again), &n2);
+    FZ_CHECK(q != NULL && n2 == n && memcmp(p, q, n) == 0);
+}
+
 /* Scan buf[0..len) in pieces whose sizes come from the data itself. */
 static int
 scan_pieces(struct http_req *r, const char *buf, size_t len,
@@ -143,8 +175,9 @@ one_request(const char *buf, size_t len, const struct http_limits *lim)
     }
     for (uint32_t k = 0; k < r.path_len; k++) {
         unsigned char c = (unsigned char)head[r.path + k];
-        FZ_CHECK(c > 0x20 && c != 0x7f);
+        FZ_CHECK(c > 0x20 && c != 0x7f && c < 0x80 && c != '#');
     }
+    check_path(&r);
 
     size_t pos = r.start + r.head_len;
     if (r.has_body) {

@@ -607,6 +607,41 @@ START_TEST(test_remap_paths)
 }
 END_TEST
 
+/* A from-path that does not end in '/' glues the rest of the request path
+ * to the to-path's last segment: that must never make a dot segment the
+ * (normalised) request path did not have. */
+START_TEST(test_remap_join_makes_no_dot_segment)
+{
+    int rc = remap(
+        "map http://a/pre http://o/pub/\n"
+        "map http://b/pre http://o/pub\n"
+        "map http://c/ http://o/\n"
+        "redirect http://d/pre http://o/pub/\n");
+
+    ck_assert_int_eq(rc, 0);
+    ck_assert_str_eq(find("http", "a", 80, "/pre.."), "-");
+    ck_assert_str_eq(find("http", "a", 80, "/pre../x"), "-");
+    ck_assert_str_eq(find("http", "a", 80, "/pre./x?q"), "-");
+    ck_assert_str_eq(find("http", "a", 80, "/pre%2e%2e/x"), "-");
+    ck_assert_str_eq(find("http", "a", 80, "/pre..."), "http://o:80/pub/...");
+    ck_assert_str_eq(find("http", "a", 80, "/pre.x"), "http://o:80/pub/.x");
+    ck_assert_str_eq(find("http", "a", 80, "/pre/x?a/.."), "http://o:80/pub/x?a/..");
+    ck_assert_str_eq(find("http", "a", 80, "/prefix"), "http://o:80/pub/fix");
+    ck_assert_str_eq(find("http", "b", 80, "/pre.."), "http://o:80/pub..");
+    ck_assert_str_eq(find("http", "c", 80, "/x/y"), "http://o:80/x/y");
+    ck_assert_str_eq(find("http", "d", 80, "/pre../x"), "-");
+    conf_remap_free(&rm);
+
+    /* from-paths are written as requests' normalised paths are */
+    rc = remap("map http://a/%7euser/%2fx%41/ http://o/u/\n"
+               "reverse_map http://o/%7e/ http://a/t/\n");
+    ck_assert_int_eq(rc, 0);
+    ck_assert_str_eq(find("http", "a", 80, "/~user/%2FxA/i"), "http://o:80/u/i");
+    ck_assert_str_eq(rm.rules[1].from.path, "/%7e/");
+    conf_remap_free(&rm);
+}
+END_TEST
+
 START_TEST(test_remap_first_match)
 {
     int rc = remap(
@@ -1261,6 +1296,7 @@ conf_suite(void)
     tcase_add_test(tc, test_remap_precedence);
     tcase_add_test(tc, test_remap_ports_and_hosts);
     tcase_add_test(tc, test_remap_paths);
+    tcase_add_test(tc, test_remap_join_makes_no_dot_segment);
     tcase_add_test(tc, test_remap_first_match);
     tcase_add_test(tc, test_remap_regex);
     tcase_add_test(tc, test_remap_include);
