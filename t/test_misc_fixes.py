@@ -2,13 +2,23 @@
 """Regression tests for the smaller findings of issue 16 ("Trustworthy in
 the field"), one test per finding, each failing before its fix:
 
+- the store handed to the unprivileged user without being led out of it
+  by a symlink or a hard link (root only, else skipped);
 - a refused PUSH answered with its own reason, not another connection's.
 """
+
+import ctypes
+import os
+import pwd
+import re
+import threading
 
 import harness
 from harness import (Cistern, Conn, Origin, cache_stats, expect, expect_eq,
                      wait_for)
 
+AT_FDCWD = -100
+RENAME_EXCHANGE = 2
 PUSH_ON = {"proxy.config.http.push_method_enabled": 1}
 BYTES_IN = "proxy.process.cistern.client_bytes_in"
 
@@ -82,6 +92,112 @@ def test_push_refusals_keep_their_own_reason():
                    "PUSH A (%s) got another connection's reason: %r"
                    % (first_cc, ra.body))
 
+
+# ---------------------------------------------------------------------------
+# The store handed over by root: never a step outside it
+
+def _need_root_and_nobody():
+    if os.geteuid() != 0:
+        raise harness.SkipTest("needs root (the privilege drop)")
+    try:
+        return pwd.getpwnam("nobody")
+    except KeyError:
+        raise harness.SkipTest("no user nobody on this system")
+
+
+class _Swapper(threading.Thread):
+    """Exchange two names (a directory and a symlink) as fast as possible,
+    atomically (renameat2 RENAME_EXCHANGE), as a process of the store's
+    owner could while root walks the store."""
+
+    def __init__(self, a, b):
+        super().__init__(daemon=True)
+        self.a, self.b = os.fsencode(a), os.fsencode(b)
+        self.stop = threading.Event()
+        self.swaps = 0
+        libc = ctypes.CDLL(None, use_errno=True)
+        self.renameat2 = libc.renameat2
+        self.renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p,
+                                   ctypes.c_int, ctypes.c_char_p,
+                                   ctypes.c_uint]
+
+    def run(self):
+        while not self.stop.is_set():
+            for _ in range(1000):
+                if self.renameat2(AT_FDCWD, self.a, AT_FDCWD, self.b,
+                                  RENAME_EXCHANGE) == 0:
+                    self.swaps += 1
+
+
+@harness.timeout(300)
+def test_store_chown_never_leaves_the_store():
+    """Started as root with a user to drop to, the master gives the store
+    directory to that user, and must never give anything outside it: not
+    through a symlink in the store (to a file or to a directory), not
+    through a hard link to an outside file, not through a directory that a
+    process of the user swaps for a symlink while the master walks (the
+    walk by path name followed it).  Everything outside stays root's; the
+    store itself is the user's."""
+    nobody = _need_root_and_nobody()
+    c = Cistern(records={"proxy.config.admin.user_id": "nobody"},
+                storage=["cache 64M"], workers=1, start=False)
+    swapper = None
+    try:
+        os.chmod(c.tmpdir, 0o755)       # nobody must reach the store
+        outside = os.path.join(c.tmpdir, "outside")
+        os.mkdir(outside, 0o755)
+        bait = {}
+        for name in ("secret", "linked", "in-dir"):
+            bait[name] = os.path.join(outside, name)
+            with open(bait[name], "w") as f:
+                f.write("root's\n")
+        store = os.path.join(c.confdir, "cache")
+        os.mkdir(store, 0o700)
+        os.symlink(bait["secret"], os.path.join(store, "to-secret"))
+        os.symlink(outside, os.path.join(store, "to-outside"))
+        os.link(bait["linked"], os.path.join(store, "hard-link"))
+        os.mkdir(os.path.join(store, "sub"))
+        with open(os.path.join(store, "sub", "mine"), "w") as f:
+            f.write("the store's\n")
+        os.symlink(outside, os.path.join(store, "swap"))
+        swapper = _Swapper(os.path.join(store, "sub"),
+                           os.path.join(store, "swap"))
+        swapper.start()
+    except BaseException:
+        c._abort()
+        raise
+
+    def outside_owners():
+        return {p: (os.lstat(p).st_uid, os.lstat(p).st_gid)
+                for p in [outside] + list(bait.values())}
+
+    try:
+        with c:
+            for attempt in range(8):
+                if attempt:
+                    c.restart()
+                changed = {p: o for p, o in outside_owners().items()
+                           if o != (0, 0)}
+                expect(not changed, "start %d (%d swaps so far) gave files "
+                       "outside the store to nobody: %s"
+                       % (attempt + 1, swapper.swaps, changed))
+            expect(swapper.swaps > 1000, "the swapper hardly ran (%d swaps)"
+                   % swapper.swaps)
+            swapper.stop.set()
+            swapper.join(10)
+            # what the store holds by right is the user's
+            for p in [store, os.path.join(store, "content")]:
+                expect_eq(os.lstat(p).st_uid, nobody.pw_uid, "owner of %s" % p)
+            log = c.error_log()
+            for name, why in (("to-secret", "is a symbolic link"),
+                              ("to-outside", "is a symbolic link"),
+                              ("hard-link", "has other hard links")):
+                expect(re.search(r"\[warn\] .*/%s %s.*: left alone"
+                                 % (name, why), log),
+                       "no warning for %s (%s)" % (name, why))
+    finally:
+        swapper.stop.set()
+        swapper.join(10)
 
 if __name__ == "__main__":
     harness.main()
