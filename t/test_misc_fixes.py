@@ -4,6 +4,8 @@ the field"), one test per finding, each failing before its fix:
 
 - the store handed to the unprivileged user without being led out of it
   by a symlink or a hard link (root only, else skipped);
+- workers (and the cache manager) gone within a second of a SIGKILL to
+  the master, whatever they were doing, and the store intact after;
 - a refused PUSH answered with its own reason, not another connection's.
 """
 
@@ -11,11 +13,14 @@ import ctypes
 import os
 import pwd
 import re
+import signal
+import socket
 import threading
+import time
 
 import harness
-from harness import (Cistern, Conn, Origin, cache_stats, expect, expect_eq,
-                     wait_for)
+from harness import (Cistern, Conn, Origin, cache_stats, curl, expect,
+                     expect_body, expect_eq, is_hit, wait_for)
 
 AT_FDCWD = -100
 RENAME_EXCHANGE = 2
@@ -91,6 +96,83 @@ def test_push_refusals_keep_their_own_reason():
             expect(("not storable: %s" % first_cc).encode() in ra.body,
                    "PUSH A (%s) got another connection's reason: %r"
                    % (first_cc, ra.body))
+
+
+# ---------------------------------------------------------------------------
+# The master killed: the rest follows at once
+
+@harness.timeout(120)
+def test_kill9_master_busy_workers_leave_within_a_second():
+    """SIGKILL to the master while its workers are busy with every kind of
+    work (a fill streaming in, a request waiting on a hanging origin, a
+    collapsed waiter, a PUSH half sent, a half-sent request head, idle
+    keep-alive connections): every child is gone within a second (EOF on
+    the master pipe and PR_SET_PDEATHSIG), and the next start on the same
+    store serves what was stored before, byte for byte."""
+    with Origin() as o, Cistern(
+            storage=["cache 64M"], workers=2,
+            records=dict(PUSH_ON, **{
+                "proxy.config.cistern.collapse_timeout": 30}),
+            remap=["map http://p.test/ http://%s/" % o.authority]) as c:
+        kept = "/seed/kept/bytes/70000/headers?Cache-Control=max-age%3D600"
+        r0 = curl([c.url(kept), "-H", "Host: p.test"])
+        expect_eq(r0.status, 200, "the object stored before the kill")
+        socks = []
+
+        def req(data):
+            s = socket.create_connection(("127.0.0.1", c.port), 5)
+            s.sendall(data)
+            socks.append(s)
+        try:
+            for i in range(4):
+                # a fill streaming in (stored when complete), its collapsed
+                # twin, a hanging origin, a PUSH and a head half sent, idle
+                slow = ("/seed/s%d/slow-body/200000/2000/headers?"
+                        "Cache-Control=max-age%%3D600" % i).encode()
+                req(b"GET " + slow + b" HTTP/1.1\r\nHost: p.test\r\n\r\n")
+                req(b"GET " + slow + b" HTTP/1.1\r\nHost: p.test\r\n\r\n")
+                req(b"GET /hang/%d HTTP/1.1\r\nHost: p.test\r\n\r\n" % i)
+                pushed = _pushed_head("max-age=600", 100000) + b"p" * 5000
+                req(_push_head("/pushed/%d" % i, len(pushed) + 95000)
+                    + pushed)
+                req(b"GET /half HTTP/1.1\r\nHo")
+                req(b"")
+            wait_for(lambda: len(o.requests()) >= 9, 10,
+                     what="the origin to see the fills and the hanging "
+                     "requests")
+            family = harness.descendants_of(c.pid)
+            expect(len(family) >= 3, "workers and manager: %s" % family)
+            os.kill(c.pid, signal.SIGKILL)
+            t0 = time.monotonic()
+            gone = {}
+            while len(gone) < len(family) and time.monotonic() - t0 < 10:
+                for p in family:
+                    if p not in gone and not harness._alive(p):
+                        gone[p] = time.monotonic() - t0
+                time.sleep(0.002)
+            c.proc.wait(5)
+            c.stopped = True
+            c._close_files()
+            left = [p for p in family if p not in gone]
+            for p in left:
+                os.kill(p, signal.SIGKILL)
+            expect(not left, "still alive 10 s after the master's SIGKILL: "
+                   "%s" % left)
+            slowest = max(gone.values())
+            expect(slowest < 1.0, "the last child left %.2f s after the "
+                   "master's SIGKILL (each: %s)" % (slowest, sorted(
+                       "%.3f" % t for t in gone.values())))
+        finally:
+            for s in socks:
+                s.close()
+        # The store after the crash: what was stored is served intact.
+        c.start()
+        r = curl([c.url(kept), "-H", "Host: p.test"])
+        expect_eq(r.status, 200, "after the restart")
+        expect(is_hit(r), "the object stored before the kill is no hit: "
+               "Cache-Status %r" % r.header("Cache-Status"))
+        expect_body(r.body, harness.seeded("kept", 70000), "body after the "
+                    "restart")
 
 
 # ---------------------------------------------------------------------------
