@@ -34,6 +34,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
 #include <stdio.h>
@@ -159,20 +160,46 @@ priv_drop(const char *who)
     return 0;
 }
 
-/* chown one path to the user unless it is theirs already (never follows a
- * symlink).  Returns 1 changed, 0 already right, -1 failed (logged). */
-static int
-priv_chown_one(const char *path)
-{
-    struct stat st;
+/*
+ * Handing a directory over, without ever being led outside it.
+ *
+ * The directories we chown already belong to the user (from the previous
+ * start), so whatever runs as the user, a compromised worker included, can
+ * rename, link and swap entries in them while we walk.  A walk by path
+ * name would follow a directory swapped for a symlink between readdir and
+ * opendir, and chown a file that was hard-linked in from elsewhere: root
+ * would give /etc away.  So the walk holds a descriptor for each directory
+ * and looks at every entry relative to it:
+ *  - each entry is opened with openat(O_PATH | O_NOFOLLOW) on the
+ *    descriptor of its directory and checked with fstat on its own
+ *    descriptor: a symlink opens as itself, never as its target, whatever
+ *    was swapped in since readdir;
+ *  - a directory is then reopened for reading through that descriptor and
+ *    walked, a regular file (with a single link, on the same filesystem)
+ *    chowned through it: the inode checked is the inode chowned;
+ *  - a symlink is left alone (nothing is ever chowned through it), and so
+ *    is anything on another filesystem (a mount inside the store), a file
+ *    with other hard links, a device, fifo or socket: each with a warning
+ *    naming it, since the store holds none of these by itself.
+ * Only the starting directory is opened by its configured path, following
+ * it: it is the administrator's choice (a store symlinked onto a larger
+ * disk), and its parent is not the user's.
+ */
 
-    if (lstat(path, &st) < 0) {
-        log_error("cannot give %s to user %s: %s", path, P.name, strerror(errno));
-        return -1;
-    }
-    if (st.st_uid == P.uid && st.st_gid == P.gid)
+static int
+priv_owned(const struct stat *st)
+{
+    return st->st_uid == P.uid && st->st_gid == P.gid;
+}
+
+/* Give the object behind fd (described by st) to the user unless it is
+ * theirs already.  Returns 1 changed, 0 already right, -1 failed (logged). */
+static int
+priv_chown_fd(int fd, const struct stat *st, const char *path)
+{
+    if (priv_owned(st))
         return 0;
-    if (lchown(path, P.uid, P.gid) < 0) {
+    if (fchownat(fd, "", P.uid, P.gid, AT_EMPTY_PATH) < 0) {
         log_error("cannot give %s to user %s: chown: %s", path, P.name,
                   strerror(errno));
         return -1;
@@ -180,38 +207,102 @@ priv_chown_one(const char *path)
     return 1;
 }
 
-/* dir and its entries (recursively up to depth, or only files ending in
- * suffix when suffix is set).  Returns the number changed, -1 on error. */
-static int
-priv_chown_dir(const char *dir, const char *suffix, int depth)
+/* An entry that is left alone; said once per start (not on the quiet
+ * re-chowns after a log reopen). */
+static void
+priv_skip(int quiet, const char *path, const char *why)
 {
-    DIR *d;
-    struct dirent *de;
-    int n, total;
+    if (!quiet)
+        log_warn("%s %s: left alone, not given to user %s", path, why, P.name);
+}
 
-    if ((total = priv_chown_one(dir)) < 0)
-        return -1;
-    if ((d = opendir(dir)) == NULL) {
+/* Give the directory open on dfd (which this takes over) and its entries:
+ * subdirectories recursively up to depth more levels, or, with suffix, only
+ * the regular files whose names end in it.  Never leaves filesystem dev.
+ * Returns the number of objects changed, or -1 on error (logged). */
+static int
+priv_chown_walk(int dfd, const char *dir, const char *suffix, int depth,
+                dev_t dev, int quiet)
+{
+    struct stat st;
+    struct dirent *de;
+    size_t slen = suffix ? strlen(suffix) : 0;
+    int n, total;
+    DIR *d;
+
+    if (fstat(dfd, &st) < 0) {
         log_error("cannot give %s to user %s: %s", dir, P.name, strerror(errno));
+        close(dfd);
+        return -1;
+    }
+    if ((total = priv_chown_fd(dfd, &st, dir)) < 0) {
+        close(dfd);
+        return -1;
+    }
+    if ((d = fdopendir(dfd)) == NULL) {
+        log_error("cannot give %s to user %s: %s", dir, P.name, strerror(errno));
+        close(dfd);
         return -1;
     }
     while ((de = readdir(d)) != NULL) {
+        const char *name = de->d_name;
+        size_t len = strlen(name);
         char path[4096];
-        size_t len = strlen(de->d_name);
+        int fd;
 
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+        if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
             continue;
-        if (suffix && (len < strlen(suffix)
-                       || strcmp(de->d_name + len - strlen(suffix), suffix) != 0))
+        if (suffix && (len < slen || strcmp(name + len - slen, suffix) != 0))
             continue;
-        if (snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= (int)sizeof(path))
-            continue;
-        if (de->d_type == DT_DIR && !suffix && depth > 0)
-            n = priv_chown_dir(path, NULL, depth - 1);
-        else if (de->d_type == DT_REG || (de->d_type == DT_DIR && !suffix))
-            n = priv_chown_one(path);
-        else
-            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, name);   /* for the log */
+        /* O_PATH opens anything without side effects (a fifo does not
+         * block, a device is not opened); O_NOFOLLOW stops at a symlink. */
+        fd = openat(dirfd(d), name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) {
+            if (errno == ENOENT)
+                continue;           /* gone since readdir */
+            log_error("cannot give %s to user %s: %s", path, P.name,
+                      strerror(errno));
+            closedir(d);
+            return -1;
+        }
+        if (fstat(fd, &st) < 0) {
+            log_error("cannot give %s to user %s: %s", path, P.name,
+                      strerror(errno));
+            close(fd);
+            closedir(d);
+            return -1;
+        }
+        n = 0;
+        if (S_ISLNK(st.st_mode)) {
+            priv_skip(quiet, path, "is a symbolic link (never followed)");
+        } else if (st.st_dev != dev) {
+            priv_skip(quiet, path, "is on another filesystem");
+        } else if (S_ISREG(st.st_mode)) {
+            /* Another name for this inode may be outside the store. */
+            if (st.st_nlink != 1 && !priv_owned(&st))
+                priv_skip(quiet, path, "has other hard links");
+            else
+                n = priv_chown_fd(fd, &st, path);
+        } else if (S_ISDIR(st.st_mode) && !suffix) {
+            /* Reopen for reading, relative to this O_PATH descriptor of
+             * the directory we checked: no name is looked up again. */
+            int sub = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+            if (sub < 0) {
+                log_error("cannot give %s to user %s: %s", path, P.name,
+                          strerror(errno));
+                n = -1;
+            } else if (depth > 0) {
+                n = priv_chown_walk(sub, path, NULL, depth - 1, dev, quiet);
+            } else {
+                n = priv_chown_fd(sub, &st, path);
+                close(sub);
+            }
+        } else if (!S_ISDIR(st.st_mode)) {
+            priv_skip(quiet, path, "is not a regular file or a directory");
+        }
+        close(fd);
         if (n < 0) {
             closedir(d);
             return -1;
@@ -220,6 +311,23 @@ priv_chown_dir(const char *dir, const char *suffix, int depth)
     }
     closedir(d);
     return total;
+}
+
+/* Give dir (followed: the configured path) and its entries; see
+ * priv_chown_walk.  Returns the number changed, -1 on error (logged). */
+static int
+priv_chown_dir(const char *dir, const char *suffix, int depth, int quiet)
+{
+    struct stat st;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        log_error("cannot give %s to user %s: %s", dir, P.name, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return priv_chown_walk(fd, dir, suffix, depth, st.st_dev, quiet);
 }
 
 /* A directory we must never hand over: the root, or a shared one like /tmp
@@ -284,7 +392,7 @@ priv_give_logs(const char *dir, int quiet)
                  "workers cannot reopen their logs", dir, P.name);
         return 0;
     }
-    if ((n = priv_chown_dir(dir, ".log", 0)) < 0)
+    if ((n = priv_chown_dir(dir, ".log", 0, quiet)) < 0)
         return -1;
     if (n > 0 && !quiet)
         log_notice("log directory %s and its log files now belong to user %s "
@@ -306,7 +414,7 @@ priv_give_store(const char *dir, char *err, size_t errlen)
                  "not giving it to user %s", dir, P.name);
         return -1;
     }
-    if ((n = priv_chown_dir(dir, NULL, PRIV_MAX_DEPTH)) < 0) {
+    if ((n = priv_chown_dir(dir, NULL, PRIV_MAX_DEPTH, 0)) < 0) {
         snprintf(err, errlen, "cannot give %s to user %s", dir, P.name);
         return -1;
     }

@@ -36,6 +36,7 @@ struct push {
     struct req_ctx   *resp;
     struct cache_fill *fill;
     const char       *why;           /* reason for the 400 */
+    char              why_buf[96];   /* a reason built for this push only */
     int64_t           req_time;
     int               keep_alive;
     size_t            keylen;
@@ -156,9 +157,11 @@ push_sink(void *arg, const char *data, size_t n)
     const char *why = store_fill_begin(p->key, p->keylen, resp, NULL, 0,
                                        p->req_time, &p->fill);
     if (why) {
-        static char msg[128];
-        snprintf(msg, sizeof(msg), "the pushed response is not storable: %s", why);
-        push_fail(p, msg);
+        /* Built in this push's own buffer: the message is sent when the
+         * request body ends, after other connections may have failed too. */
+        snprintf(p->why_buf, sizeof(p->why_buf),
+                 "the pushed response is not storable: %s", why);
+        push_fail(p, p->why_buf);
         return;
     }
     p->state = PUSH_BODY;
