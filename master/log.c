@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -72,9 +73,18 @@ log_open(const char *dir)
         errno = ENAMETOOLONG;
         return -1;
     }
-    fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    /* Root reopens this in a directory the user owns: never through a
+     * link the user planted (a symlink or a hard link to a file of
+     * root's), nor into anything but a plain file. */
+    fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0644);
     if (fd < 0)
         return -1;
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+        close(fd);
+        errno = EPERM;
+        return -1;
+    }
     if (log_file_fd < 0) {
         log_file_fd = fd;
         return 0;

@@ -28,8 +28,8 @@ usage(FILE *out)
 "              reload (check, then SIGHUP; waits for the result),\n"
 "              stop (SIGTERM, fast), quit (SIGQUIT, graceful drain),\n"
 "              reopen (SIGUSR1, reopen the error and access logs)\n"
-"  -V          print the version and exit\n"
-"  -h          this help\n"
+"  -V, --version  print the version and exit\n"
+"  -h, --help  this help\n"
 "\n"
 "Without -f, cistern detaches once its workers are ready; the exit status\n"
 "says whether the start worked.  Exit status: 0 ok, 1 error (bad\n"
@@ -43,6 +43,17 @@ main(int argc, char **argv)
     const char *confdir = CST_SYSCONFDIR, *sig = NULL;
     int foreground = 0, check = 0, opt;
 
+    /* the long spellings users try first */
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
+        if (strcmp(argv[i], "--help") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("cistern %s\n", PACKAGE_VERSION);
+            return 0;
+        }
+    }
     while ((opt = getopt(argc, argv, "c:fts:Vh")) != -1) {
         switch (opt) {
         case 'c': confdir = optarg; break;

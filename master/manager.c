@@ -57,6 +57,9 @@ manager_prepare(const struct cache_conf *cf, char *err, size_t errlen)
     if (pid == 0) {
         char msg[512] = "";
         close(p[0]);
+        /* as the user that will own the store, never as root */
+        if (priv_drop("store check") < 0)
+            _exit(1);
         int rc = cache_store_prepare(cf, msg, sizeof(msg));
         if (rc != CACHE_OK && write(p[1], msg, strlen(msg)) < 0) {
             /* the master sees a failure without a reason */

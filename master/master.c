@@ -1118,11 +1118,16 @@ master_run(const char *confdir, int foreground)
         goto out_listen;
     }
     if (cache_len) {
+        /* The store is given to the user before anything is opened in
+         * it, and the check runs as the user (manager_prepare): root never
+         * opens a file in a directory the user could plant a link in. */
         if (cache_shm_init(M.shm.cache_area, cache_len, &M.ccf, (int)M.nslots) != CACHE_OK)
             log_error("cache disabled: cannot lay out its shared memory");
-        else if (manager_prepare(&M.ccf, err, sizeof(err)) < 0)
-            log_error("cache disabled: store %s: %s", M.ccf.dir, err);
+        else if (mkdir(M.ccf.dir, 0700) < 0 && errno != EEXIST)
+            log_error("cache disabled: mkdir %s: %s", M.ccf.dir, strerror(errno));
         else if (priv_give_store(M.ccf.dir, err, sizeof(err)) < 0)
+            log_error("cache disabled: store %s: %s", M.ccf.dir, err);
+        else if (manager_prepare(&M.ccf, err, sizeof(err)) < 0)
             log_error("cache disabled: store %s: %s", M.ccf.dir, err);
         else
             M.cache_cf = &M.ccf;

@@ -281,5 +281,47 @@ def test_store_chown_never_leaves_the_store():
         swapper.stop.set()
         swapper.join(10)
 
+@harness.timeout(120)
+def test_root_never_opens_through_a_planted_link():
+    """Root never opens a file in a directory the user owns: the store
+    check runs as the user (a symlink planted as the store's `content` made
+    root truncate and grow its target), and the error log is reopened on
+    SIGUSR1 without following a link the user put in its place."""
+    _need_root_and_nobody()
+    c = Cistern(records={"proxy.config.admin.user_id": "nobody"},
+                storage=["cache 64M"], workers=1, start=False)
+    try:
+        os.chmod(c.tmpdir, 0o755)
+        victim = os.path.join(c.tmpdir, "victim")
+        with open(victim, "w") as f:
+            f.write("root's own file\n")
+        store = os.path.join(c.confdir, "cache")
+        os.mkdir(store, 0o700)
+        os.chown(store, pwd.getpwnam("nobody").pw_uid, -1)
+        os.symlink(victim, os.path.join(store, "content"))
+    except BaseException:
+        c._abort()
+        raise
+    with c:
+        c.start()
+        c.expect_log(r"cache disabled|content")
+        c.expect_log(r"reopening the error log")
+        expect_eq(open(victim).read(), "root's own file\n", "the store's link target")
+        victim2 = os.path.join(c.tmpdir, "victim2")
+        with open(victim2, "w") as f:
+            f.write("root's log target\n")
+        log = os.path.join(c.log_dir, "error.log")
+        os.rename(log, log + ".1")
+        os.symlink(victim2, log)
+        c.signal(signal.SIGUSR1)
+        time.sleep(1.5)
+        os.kill(c.pid, signal.SIGUSR1)
+        time.sleep(0.5)
+        expect_eq(open(victim2).read(), "root's log target\n",
+                  "root wrote its log through a planted symlink")
+        os.unlink(log)
+        os.rename(log + ".1", log)
+
+
 if __name__ == "__main__":
     harness.main()
