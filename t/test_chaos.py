@@ -31,14 +31,6 @@ RECORDS = {
     "proxy.config.http.per_server.connection.max_idle": 8,
 }
 
-# What origin faults and hostile clients may log at [error]: the origin's
-# misbehaviour is the daemon's to report, never a crash.
-EXPECTED_LOG = [
-    r"origin", r"upstream", r"malformed", r"timed out", r"timeout",
-    r"reset", r"closed", r"parse", r"invalid", r"PUSH",
-]
-
-
 def sanitizer_build():
     """True when the daemon links AddressSanitizer (gcc: libasan.so in
     its dynamic section; clang: the runtime inside): either way the binary
@@ -69,8 +61,8 @@ def test_chaos():
     with Origin() as o, Cistern(
             storage=["cache 64M"], records=RECORDS, workers=2, env=env,
             remap=["map http://c.test/ http://%s/" % o.authority]) as c:
-        for rx in EXPECTED_LOG:
-            c.expect_log(rx)
+        # Origin faults and hostile clients are [warn] and [info] lines:
+        # no [error] line is expected at all.
         lines = []
 
         def log(s):
