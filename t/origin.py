@@ -114,6 +114,15 @@ Response selection, first match wins:
                         close-mid-body/N, stall/N, silent-after-head/N,
                         reset-mid-body/N become bytes/N): a test can
                         check what a follow-up GET gets
+      extra-resp/N      after a Content-Length or chunked body, send N more
+                        bytes: fake responses ("HTTP/1.1 200 OK ...
+                        SMUGGLED") cut to N bytes, and keep the connection
+                        (an origin that sends more than it announced)
+      blank-lines       send empty lines (CRLF) instead of a response head,
+                        as fast as the peer reads, until it closes (up to
+                        120 s)
+      bad-head/K        send malformed response K (BAD_HEADS[K % len]) and
+                        close
     Every record also carries "body_len" and "body_sha256".
     Unknown segments are ignored, so `/anything/else` gets 200 with the body
     "METHOD TARGET\\n".
@@ -182,6 +191,44 @@ def seeded(seed, n):
     (the same in every process and run: random.Random seeds a str through
     SHA-512).  Used by the seed/S directive."""
     return random.Random("cistern-seed:" + str(seed)).randbytes(n)
+
+
+# The fake response that extra/N repeats after the real one: a proxy that
+# reads it as the answer to its next request serves "SMUGGLED".
+EXTRA_RESPONSE = (b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n"
+                  b"Cache-Control: max-age=600\r\n\r\nSMUGGLED")
+
+# Malformed response heads (bad-head/K), each sent as is, then the close.
+BAD_HEADS = [
+    b"HTTP/1.1 2x0 OK\r\nContent-Length: 5\r\n\r\nhello",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\n"
+    b"hello12",
+    b"HTTP/1.1 200 OK\r\nBad Header Line\r\nContent-Length: 5\r\n\r\n"
+    b"hello",
+    b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\nhello",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello"
+    b"\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\n Folded: x\r\nContent-Length: 5\r\n\r\nhello",
+    b"HTTP/1.1 200 OK\nContent-Length: 5\n\nhello",
+    b"ICY 200 OK\r\n\r\nhello",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked"
+    b"\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nX: a\0b\r\nContent-Length: 5\r\n\r\nhello",
+    b"HTTP/1.1 200 OK\r\nX-Big: " + b"b" * 200000 + b"\r\n"
+    b"Content-Length: 5\r\n\r\nhello",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\n"
+    b"hello",
+    b"HTTP/1.1 100 Continue\r\n\r\n" * 2000,
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"ffffffffffffffffff\r\nhello\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nhello",
+    b"HTTP/1.1 999999 OK\r\nContent-Length: 5\r\n\r\nhello",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n",
+    b"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\nhello",
+    b"HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"5\r\nhello\r\n0\r\n\r\n",
+    b"\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+]
 
 
 class BadRequest(Exception):
@@ -713,6 +760,10 @@ class Origin:
             reader.peer_closed = reader.wait_peer_close()
         return False
 
+    def _extra(n):
+        reps = n // len(EXTRA_RESPONSE) + 1
+        return (EXTRA_RESPONSE * reps)[:n]
+
     def send_conventional(self, s, method, segs, query, req_headers, rec,
                           base, keep, reader=None):
         status = 200
@@ -722,6 +773,7 @@ class Origin:
         slow_ms = 0
         stream_n = 0
         idle_close_ms = None
+        extra_resp_n = 0
         extra = []
         seed = None
         head_mode = None      # slow | stall | close | reset
@@ -800,6 +852,22 @@ class Origin:
                 stream_n, mode = num(arg), "stream"
                 body = b""
                 i += 1
+            elif d == "extra-resp" and num(arg) is not None:
+                extra_resp_n = num(arg)
+                i += 1
+            elif d == "blank-lines":
+                s.settimeout(120)
+                try:
+                    line = b"\r\n" * 512
+                    deadline = time.monotonic() + 120
+                    while time.monotonic() < deadline:
+                        s.sendall(line)
+                except OSError:
+                    pass
+                return False
+            elif d == "bad-head" and num(arg) is not None:
+                s.sendall(BAD_HEADS[num(arg) % len(BAD_HEADS)])
+                return False
             elif d == "drop-next":
                 if reader is not None:
                     reader.drop_next = True
@@ -904,7 +972,7 @@ class Origin:
                 c = body[j:j + 1024]
                 parts.append(b"%x\r\n%s\r\n" % (len(c), c))
             parts.append(b"0\r\n\r\n")
-            s.sendall(b"".join(parts))
+            s.sendall(b"".join(parts) + self._extra(extra_resp_n))
         elif mode == "slow":
             s.sendall(out)
             step = max(1, (len(body) + 9) // 10)
@@ -935,7 +1003,7 @@ class Origin:
                 if rate:
                     time.sleep(n / float(rate))
         else:
-            s.sendall(out + body)
+            s.sendall(out + body + self._extra(extra_resp_n))
         if keep and idle_close_ms is not None and reader is not None:
             # Keep the connection open (no Connection: close) but drop it
             # after idle_close_ms of silence, as origins with a short
