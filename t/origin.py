@@ -760,6 +760,7 @@ class Origin:
             reader.peer_closed = reader.wait_peer_close()
         return False
 
+    @staticmethod
     def _extra(n):
         reps = n // len(EXTRA_RESPONSE) + 1
         return (EXTRA_RESPONSE * reps)[:n]
