@@ -435,5 +435,27 @@ def test_client_no_store_keeps_collapsing_for_others():
             expect_eq(len(o.requests()), 1, "origin fetches for 4 concurrent requests")
 
 
+def test_trailer_lines_must_be_field_lines():
+    """A chunked body's trailer section holds field lines only: `Bad
+    Trailer` (no colon) or `Name : v` is a 400 and a close, never a message
+    end another parser might place elsewhere (found by the chaos client:
+    the line was forwarded and the bytes after it served as a request)."""
+    with Origin() as o:
+        with Cistern(remap=remap_for(o), workers=1, storage=ST) as c:
+            for bad in (b"Bad Trailer", b"X-T : 1", b" X-T: 1", b"X-T\x01: 1"):
+                req = (b"POST /echo HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: "
+                       b"chunked\r\n\r\n5\r\nhello\r\n0\r\n" + bad + b"\r\n\r\n"
+                       + get("/smuggled"))
+                data, closed = raw(c.port, req, timeout=3)
+                rs = parse_responses(data)
+                expect_eq([r.status for r in rs], [400], "trailer %r" % bad)
+                expect(closed, "closed after %r" % bad)
+            expect("smuggled" not in str(origin_targets(o)), "smuggled request reached the origin")
+            req = (b"POST /echo HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n"
+                   b"\r\n5\r\nhello\r\n0\r\nX-Sum: 1\r\n\r\n" + get("/after"))
+            rs = parse_responses(raw(c.port, req, timeout=3)[0])
+            expect_eq([r.status for r in rs], [200, 200], "a valid trailer, then a request")
+
+
 if __name__ == "__main__":
     harness.main()

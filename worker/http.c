@@ -1322,7 +1322,7 @@ http_resp_parse(struct http_req *r, char *head, int req_method)
  * bare CR or LF, bounded extensions and trailers. */
 enum {
     CS_SIZE = 0, CS_SIZE_BWS, CS_EXT, CS_SIZE_LF, CS_DATA, CS_DATA_CR,
-    CS_DATA_LF, CS_TRAILER, CS_TRAILER_LINE, CS_TRAILER_LF, CS_END_LF,
+    CS_DATA_LF, CS_TRAILER, CS_TRAILER_NAME, CS_TRAILER_LINE, CS_TRAILER_LF, CS_END_LF,
 };
 #define HTTP_CHUNK_EXT_MAX   4096
 #define HTTP_TRAILER_MAX     16384
@@ -1465,13 +1465,25 @@ http_req_body(struct http_req *r, const char *buf, size_t len, size_t *used,
         case CS_TRAILER:        /* at the start of a trailer line */
             if (ch == '\r') {
                 r->bstate = CS_END_LF;
-            } else if (ch == '\n' || ch == ' ' || ch == '\t') {
+            } else if (!http_tchar[(unsigned char)ch]) {
                 return http_chunk_fail(r, "malformed trailer");
             } else {
-                r->bstate = CS_TRAILER_LINE;
+                r->bstate = CS_TRAILER_NAME;
                 if (++r->bcount > HTTP_TRAILER_MAX)
                     return http_chunk_fail(r, "trailer section too large");
             }
+            i++;
+            break;
+        case CS_TRAILER_NAME:
+            /* field-name ":" as in the head (RFC 9112 7.1.2, 5): a line
+             * that is not a field line is where parsers disagree on the
+             * end of the message, so it ends the connection instead */
+            if (ch == ':')
+                r->bstate = CS_TRAILER_LINE;
+            else if (!http_tchar[(unsigned char)ch])
+                return http_chunk_fail(r, "malformed trailer field");
+            if (++r->bcount > HTTP_TRAILER_MAX)
+                return http_chunk_fail(r, "trailer section too large");
             i++;
             break;
         case CS_TRAILER_LINE:
