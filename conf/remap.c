@@ -569,7 +569,27 @@ remap_dots_at(const char *path, size_t len, size_t at)
         s--;
     while (e < len && path[e] != '/' && path[e] != '?')
         e++;
-    return remap_is_dots(path + s, e - s);
+    /* Each piece of the segment too, cut where an origin may cut it (at
+     * ';' for path parameters, at %2F %5C %3B once decoded), as the
+     * request checker does for a whole segment: "/p..;x" gave "/q/..;x". */
+    for (size_t i = s, ps = s;; i++) {
+        size_t skip = 0;
+        if (i < e && path[i] == ';')
+            skip = 1;
+        else if (i + 2 < e && path[i] == '%'
+                 && ((path[i + 1] == '2' && (path[i + 2] | 0x20) == 'f')
+                     || (path[i + 1] == '3' && (path[i + 2] | 0x20) == 'b')
+                     || (path[i + 1] == '5' && (path[i + 2] | 0x20) == 'c')))
+            skip = 3;
+        if (i < e && skip == 0)
+            continue;
+        if (remap_is_dots(path + ps, i - ps))
+            return 1;
+        if (i >= e)
+            return 0;
+        i += skip - 1;
+        ps = i + 1;
+    }
 }
 
 /* Substitute $0..$9 in tmpl from the match groups of subject. */

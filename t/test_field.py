@@ -457,5 +457,30 @@ def test_trailer_lines_must_be_field_lines():
             expect_eq([r.status for r in rs], [200, 200], "a valid trailer, then a request")
 
 
+@harness.timeout(60)
+def test_client_stalling_mid_body_is_its_own_timeout():
+    """A client that stops mid-body gets 408 at its own _in timeout: the
+    origin, which waits for that body, is not blamed (a 504 at the _out
+    timeout, counted as an origin error, before); and an upstream dropped
+    before it was connected leaves no libevent warning on stderr."""
+    with Origin() as o:
+        rec = dict(TIMERS)
+        rec["proxy.config.http.transaction_no_activity_timeout_in"] = 4
+        rec["proxy.config.http.transaction_no_activity_timeout_out"] = 2
+        with Cistern(remap=remap_for(o), workers=1, storage=ST, records=rec) as c:
+            with Conn(c.port, timeout=15) as k:
+                k.send(b"POST /echo HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked"
+                       b"\r\n\r\n5\r\nhel")
+                t0 = time.monotonic()
+                r = k.response(method="POST", timeout=12)
+                expect_eq(r.status, 408, "a stalled request body")
+                expect(time.monotonic() - t0 >= 3.5, "before the _in timeout")
+            one_request(c.port, "GET", "/warm", host=HOST)
+            for _ in range(3):
+                raw(c.port, b"POST /echo HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: "
+                    b"chunked\r\n\r\n5\r\nhelloXX\r\n0\r\n\r\n", timeout=3)
+            expect("event_del" not in c.stderr(), "libevent warned: %r" % c.stderr()[-300:])
+
+
 if __name__ == "__main__":
     harness.main()

@@ -1426,6 +1426,10 @@ conn_on_write(evutil_socket_t fd, short what, void *arg)
             event_add(&e->ev, &tv);
             return;
         }
+        /* A reset, not a close: the data the client will not read must
+         * not sit in our send queue for minutes (FIN-WAIT-1). */
+        struct linger lg = { 1, 0 };
+        setsockopt(c->cn_fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
         wk->ctr->timeouts++;
         conn_close(c);
         return;

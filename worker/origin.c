@@ -322,8 +322,11 @@ origin_release(struct upstream *up)
         evdns_getaddrinfo_cancel(d);
     }
     if (up->up_fd >= 0) {
-        event_del(&up->up_rev);
-        event_del(&up->up_wev);
+        /* (a connect still in progress has only its write event) */
+        if (event_initialized(&up->up_rev))
+            event_del(&up->up_rev);
+        if (event_initialized(&up->up_wev))
+            event_del(&up->up_wev);
         close(up->up_fd);
         up->up_fd = -1;
     }

@@ -585,7 +585,15 @@ up_send(struct upstream *up)
     /* Keep the request bytes for a retry until the response begins. */
     if (!up->up_safe)
         o->start = o->end = 0;
-    event_add(&up->up_rev, &tv);
+    if (up->up_req_body && up->up_client->cn_state == CONN_BODY) {
+        /* The origin has all we have: we wait for the client's body, and
+         * its timer runs (a 408 if it stalls), not the origin's (still
+         * read: it may answer early). */
+        event_remove_timer(&up->up_rev);
+        event_add(&up->up_rev, NULL);
+    } else {
+        event_add(&up->up_rev, &tv);
+    }
     if (up->up_req_body && up->up_client->cn_state == CONN_BODY) {
         o->start = o->end = 0;
         conn_read_resume(up->up_client);
