@@ -4,8 +4,8 @@
  * ATS 8 line syntax, keys in any order:
  *     src_ip=RANGE action=ip_allow|ip_deny [method=M1|M2|...|ALL]
  * RANGE is one address, "lo-hi", or a CIDR block, IPv4 or IPv6.  ATS 8's
- * dest_ip= lines (filtering by the proxy's own address) are not supported;
- * they are ignored with a warning so an ATS file still loads.
+ * dest_ip= lines (filtering by the proxy's own address) are not supported
+ * yet, and are an error: ignoring one that denies would fail open.
  *
  * Decision (conf_ip_allowed): rules are tried in file order, and the first
  * one whose range holds the client address AND whose method set holds the
@@ -295,8 +295,10 @@ ip_line(void *arg, char *line, int lineno)
         *slot = eq + 1;
     }
     if (dest) {
-        conf_warn(ps->e, ps->file, lineno,
-                  "dest_ip rules are not supported; line ignored");
+        /* ignoring a rule that may deny would fail open */
+        conf_error(ps->e, ps->file, lineno,
+                   "dest_ip rules are not supported (ignoring one could "
+                   "allow what it denies)");
         return 0;
     }
 

@@ -4,8 +4,9 @@
  *
  * Directives (one table, remap_directives): map, reverse_map, regex_map,
  * redirect, redirect_temporary, each "DIRECTIVE FROM TO [@option...]", plus
- * ".include FILE".  Options are ATS plugin/ACL hooks Cistern does not have;
- * they are ignored with a warning so an ATS file still loads.
+ * ".include FILE".  Options are ATS plugin/ACL hooks Cistern does not have
+ * yet; a rule with one is an error (ignoring an @action=deny or an auth
+ * plugin would open what it restricts).
  *
  * Invariants of a parsed struct conf_remap:
  *  - rules[] is in file order, with included files spliced in where their
@@ -391,9 +392,13 @@ remap_line(void *arg, char *line, int lineno)
                        opt);
             return 0;
         }
-        conf_warn(ps->e, ps->file, lineno,
-                  "%s: option \"%s\" is not supported and is ignored",
-                  d->name, opt);
+        /* @action=deny, @src_ip=, @method=, @plugin= (an auth plugin):
+         * ignoring one would load a rule meant to restrict access as an
+         * unrestricted one.  Fail closed until they are implemented. */
+        conf_error(ps->e, ps->file, lineno,
+                   "%s: option \"%s\" is not supported (ignoring it could "
+                   "open what the rule restricts)", d->name, opt);
+        return 0;
     }
 
     memset(&rule, 0, sizeof(rule));

@@ -428,21 +428,41 @@ find(const char *scheme, const char *host, int port, const char *path)
     return out;
 }
 
+/* ATS's @options restrict access (@action=deny, @src_ip=, @method=) or
+ * hand the request to a plugin (an auth check): ignored, they would load
+ * a restricted rule as an open one.  Each is an error until implemented. */
+START_TEST(test_remap_options_fail_closed)
+{
+    int rc = remap(
+        "map http://a/ http://o/ @action=deny @src_ip=10.0.0.0-10.255.255.255\n"
+        "map http://b/ http://o/ @method=GET\n"
+        "map http://c/ http://o/ @plugin=auth.so @pparam=x\n"
+        "map http://d/ http://o/\n");
+
+    ck_assert_int_eq(rc, -1);
+    check_error("remap.config:1: map: option \"@action=deny\" is not supported "
+                "(ignoring it could open what the rule restricts)");
+    check_error("remap.config:2: map: option \"@method=GET\" is not supported "
+                "(ignoring it could open what the rule restricts)");
+    check_error("remap.config:3: map: option \"@plugin=auth.so\" is not supported "
+                "(ignoring it could open what the rule restricts)");
+    ck_assert_int_eq(errs.n, 3);
+}
+END_TEST
+
 START_TEST(test_remap_parse_urls)
 {
     int rc = remap(
         "# comment\n"
         "map HTTP://WWW.Example.COM http://origin:8080/base/\n"
-        "map https://[::1]:8443/x http://[2001:db8::1]/y @plugin=foo.so\n"
+        "map https://[::1]:8443/x http://[2001:db8::1]/y\n"
         "reverse_map http://origin:8080/ http://www.example.com/\n"
         "  redirect http://old/ https://new/  # trailing comment\n");
     const struct conf_remap_rule *r;
 
     ck_assert_int_eq(rc, 0);
     ck_assert_int_eq(errs.n, 0);
-    ck_assert_int_eq(errs.nwarn, 1);
-    check_warning("remap.config:3: map: option \"@plugin=foo.so\" is not "
-                  "supported and is ignored");
+    ck_assert_int_eq(errs.nwarn, 0);
     ck_assert_int_eq(rm.nrules, 4);
     r = &rm.rules[0];
     ck_assert_int_eq(r->type, CONF_REMAP_MAP);
@@ -975,13 +995,13 @@ START_TEST(test_ip_allow_errors)
     check_error("ip_allow.config:9: src_ip \"1.2.3.4/33\": bad prefix length");
     check_error("ip_allow.config:10: src_ip given twice");
     check_error("ip_allow.config:11: \"ip_allow\" is not key=value");
-    check_warning("ip_allow.config:12: dest_ip rules are not supported; line "
-                  "ignored");
+    check_error("ip_allow.config:12: dest_ip rules are not supported (ignoring "
+                "one could allow what it denies)");
     check_warning("ip_allow.config:13: unknown method \"BREW\" (it stands for "
                   "every non-standard method)");
     check_error("ip_allow.config:14: src_ip \"::/x\": bad prefix length");
-    ck_assert_int_eq(errs.n, 12);
-    ck_assert_int_eq(errs.nwarn, 2);
+    ck_assert_int_eq(errs.n, 13);
+    ck_assert_int_eq(errs.nwarn, 1);
     ck_assert_int_eq(ia.nrules, 1);
     ck_assert_uint_eq(ia.rules[0].methods,
                       CONF_METHOD_GET | CONF_METHOD_OTHER);
@@ -1204,11 +1224,11 @@ START_TEST(test_load_warnings_do_not_fail)
     put("records.config", "CONFIG proxy.config.some.ats.key INT 1\n"
                           "CONFIG proxy.config.http.request_line_max_size "
                           "INT 1M\n");
-    put("remap.config", "map http://a/ http://b/ @action=allow\n");
+    put("remap.config", "map http://a/ http://b/\n");
     c = conf_load(tmpdir, &errs);
     ck_assert_ptr_nonnull(c);
     ck_assert_int_eq(errs.n, 0);
-    ck_assert_int_eq(errs.nwarn, 3);
+    ck_assert_int_eq(errs.nwarn, 2);
     check_warning("records.config: proxy.config.http.request_line_max_size "
                   "(1048576) exceeds proxy.config.http.request_header_max_size"
                   " (131072); the header limit applies");
@@ -1292,6 +1312,7 @@ conf_suite(void)
     tc = tcase_create("remap");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_remap_parse_urls);
+    tcase_add_test(tc, test_remap_options_fail_closed);
     tcase_add_test(tc, test_remap_errors);
     tcase_add_test(tc, test_remap_precedence);
     tcase_add_test(tc, test_remap_ports_and_hosts);
