@@ -507,5 +507,21 @@ def test_access_rules_cistern_lacks_fail_closed():
             expect_eq(r.status, 200, "the running configuration still serves")
 
 
+def test_every_local_answer_is_counted():
+    """Every answer Cistern makes itself is counted where it is made (a
+    PURGE of a URL too long to key answered 404 uncounted at 2281e96)."""
+    with Origin() as o:
+        with Cistern(remap=remap_for(o), workers=1, storage=ST,
+                     records={"proxy.config.http.push_method_enabled": 1}) as c:
+            before = harness.cache_stats(c.port).get("proxy.process.http.4xx_responses", 0)
+            long_path = "/" + "p" * 4090
+            r = one_request(c.port, "PURGE", long_path, host=HOST)
+            expect_eq(r.status, 404, "PURGE of an unkeyable URL")
+            r = one_request(c.port, "PURGE", "/never-stored", host=HOST)
+            expect_eq(r.status, 404, "PURGE of an absent object")
+            after = harness.cache_stats(c.port).get("proxy.process.http.4xx_responses", 0)
+            expect_eq(after - before, 2, "4xx responses counted")
+
+
 if __name__ == "__main__":
     harness.main()

@@ -147,13 +147,11 @@ admin_handle(struct conn *c, int keep_alive)
         return 0;
     if (!conf_ip_allowed(&wk->conf->admin_allow, &c->cn_peer.sa,
                          CONF_METHOD_ALL)) {
-        conn_count_status(c, 403);
         resp_simple(c, 403, conn_connection_hdr(r->minor, keep_alive), NULL,
                     "the stats are not available to this address", r->method == HTTP_HEAD);
         return 1;
     }
     if (r->method != HTTP_GET && r->method != HTTP_HEAD) {
-        conn_count_status(c, 405);
         resp_simple(c, 405, conn_connection_hdr(r->minor, keep_alive),
                     "Allow: GET, HEAD\r\n", "use GET", r->method == HTTP_HEAD);
         return 1;
@@ -181,7 +179,6 @@ admin_handle(struct conn *c, int keep_alive)
                          (unsigned long long)st[i].v);
         }
     }
-    conn_count_status(c, 200);
     resp_body(c, 200, conn_connection_hdr(r->minor, keep_alive),
               json ? "application/json" : "text/plain; version=0.0.4",
               out.buf, out.len, r->method == HTTP_HEAD);

@@ -561,7 +561,6 @@ conn_refuse(struct conn *c, int status, const char *reason)
         c->cn_out.end = c->cn_hold_mark;
         c->cn_hold = 0;
     }
-    conn_count_status(c, status);
     resp_simple(c, status, "Connection: close\r\n", extra,
                 reason ? reason : http_status_text(status),
                 r && r->method == HTTP_HEAD && status != 400);
@@ -578,7 +577,6 @@ conn_answer_final(struct conn *c, const char *ch)
 {
     const struct http_req *r = &c->cn_req->r;
 
-    conn_count_status(c, 200);
     if (r->method == HTTP_OPTIONS) {
         resp_simple(c, 200, ch, CONN_ALLOW, NULL, 0);
         return;
@@ -657,7 +655,6 @@ conn_route(struct conn *c, int keep_alive)
         return 0;
     }
     if (r->method == HTTP_M_PUSH && !cf->rec.push_method_enabled) {
-        conn_count_status(c, 403);
         resp_simple(c, 403, ch, NULL,
                     "PUSH is disabled (proxy.config.http.push_method_enabled)", 0);
         return 0;
@@ -669,7 +666,6 @@ conn_route(struct conn *c, int keep_alive)
     }
     /* Remap, the cache key and the origin all see the normalised path. */
     if ((path = http_req_path(r, npath, sizeof(npath), &pathlen)) == NULL) {
-        conn_count_status(c, 414);
         resp_simple(c, 414, ch, NULL, "request target too long to map", head);
         return 0;
     }
@@ -700,7 +696,6 @@ conn_route(struct conn *c, int keep_alive)
         res.pathlen += pathlen;
         rule = NULL;
     } else if (rule == NULL) {
-        conn_count_status(c, 404);
         resp_simple(c, 404, ch, NULL, "no remap rule matches this request", head);
         return 0;
     } else if (rule->type == CONF_REMAP_REDIRECT
@@ -708,7 +703,6 @@ conn_route(struct conn *c, int keep_alive)
         int def = strcmp(res.scheme, "https") == 0 ? 443 : 80;
         int status = rule->type == CONF_REMAP_REDIRECT ? 301 : 307;
         if (r->method == HTTP_M_PUSH || r->method == HTTP_PURGE) {
-            conn_count_status(c, 404);
             resp_simple(c, 404, ch, NULL, "a redirect rule holds no cached object", 0);
             return 0;
         }
@@ -718,7 +712,6 @@ conn_route(struct conn *c, int keep_alive)
         else
             snprintf(loc, sizeof(loc), "Location: %s://%s:%d%s\r\n",
                      res.scheme, res.host, res.port, res.path);
-        conn_count_status(c, status);
         resp_simple(c, status, ch, loc, http_status_text(status), head);
         return 0;
     }
@@ -760,7 +753,6 @@ conn_route(struct conn *c, int keep_alive)
     }
     if (r->method == HTTP_M_PUSH) {
         if (wk->cache == NULL || keylen == 0) {
-            conn_count_status(c, 503);
             resp_simple(c, 503, "Connection: close\r\n", NULL,
                         wk->cache ? "URL too long to cache" : "no cache is configured", 0);
             c->cn_close = 1;
@@ -874,7 +866,6 @@ conn_request(struct conn *c)
         conn_peer_str(c, peer, sizeof(peer));
         log_notice("conn %llu from %s: %s denied by ip_allow.config",
                    (unsigned long long)c->cn_id, peer, http_method_name(r->method));
-        conn_count_status(c, 403);
         resp_simple(c, 403, "Connection: close\r\n", NULL,
                     "access denied by ip_allow.config", r->method == HTTP_HEAD);
         alog_result(c, "TCP_DENIED", 0);

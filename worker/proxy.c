@@ -255,7 +255,6 @@ proxy_error(struct conn *c, int status, const char *body)
     int ka = up->up_client_ka && !up->up_req_body && !wk->draining;
 
     wk->ctr->origin_errors++;
-    conn_count_status(c, status);
     up_free(c);
     resp_simple(c, status, conn_connection_hdr(c->cn_req ? c->cn_req->r.minor : 1, ka),
                 NULL, body, c->cn_req && c->cn_req->r.method == HTTP_HEAD);
@@ -310,7 +309,6 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
     int https = strcmp(res->scheme, "https") == 0;
 
     if (!https && strcmp(res->scheme, "http") != 0) {
-        conn_count_status(c, 502);
         resp_simple(c, 502, "Connection: close\r\n", NULL,
                     "unsupported origin scheme", r->method == HTTP_HEAD);
         c->cn_close = 1;
@@ -319,7 +317,6 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
     if ((up = up_get()) == NULL || buf_alloc(&up->up_out) < 0) {
         if (up)
             free(up);
-        conn_count_status(c, 503);
         resp_simple(c, 503, "Connection: close\r\n", NULL, "out of memory", 0);
         c->cn_close = 1;
         return -1;
@@ -889,7 +886,6 @@ proxy_answer_held(struct conn *c, const struct store_cond *cond, int ka,
 {
     if (store_send(c, cond, ka, cs, hdr, hdrlen) < 0) {
         store_release(c);
-        conn_count_status(c, 502);
         resp_simple(c, 502, "Connection: close\r\n", NULL, "cannot build the answer", 0);
         ka = 0;
     }

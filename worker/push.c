@@ -181,7 +181,6 @@ push_start(struct conn *c, const char *key, size_t keylen, int keep_alive)
     struct push *p;
 
     if (!r->has_body) {
-        conn_count_status(c, 400);
         resp_simple(c, 400, conn_connection_hdr(r->minor, keep_alive), NULL,
                     "PUSH needs a body: the response to store", 0);
         return -1;
@@ -193,7 +192,6 @@ push_start(struct conn *c, const char *key, size_t keylen, int keep_alive)
             buf_release(&p->head);
             free(p);
         }
-        conn_count_status(c, 503);
         resp_simple(c, 503, "Connection: close\r\n", NULL, "out of memory", 0);
         c->cn_close = 1;
         return -1;
@@ -257,19 +255,16 @@ push_body(struct conn *c)
         if (rc != CACHE_OK) {
             log_info("conn %llu: PUSH %.*s not stored: %s", (unsigned long long)c->cn_id,
                      (int)p->keylen, p->key, cache_strerror(rc));
-            conn_count_status(c, 503);
             resp_simple(c, 503, ch, NULL, "the cache could not store the object", 0);
         } else {
             log_info("conn %llu: PUSH stored %.*s (%s)", (unsigned long long)c->cn_id,
                      (int)p->keylen, p->key, replaced ? "replaced" : "new");
-            conn_count_status(c, replaced ? 200 : 201);
             resp_simple(c, replaced ? 200 : 201, ch, NULL,
                         replaced ? "replaced" : "created", 0);
         }
     } else {
         log_info("conn %llu: PUSH %.*s refused: %s", (unsigned long long)c->cn_id,
                  (int)p->keylen, p->key, p->why);
-        conn_count_status(c, 400);
         wk->ctr->bad_requests++;
         resp_simple(c, 400, ch, NULL, p->why, 0);
     }
@@ -293,13 +288,10 @@ purge_handle(struct conn *c, const char *key, size_t keylen, int keep_alive)
     if (rc == CACHE_OK) {
         log_info("conn %llu: PURGE removed %.*s", (unsigned long long)c->cn_id,
                  (int)keylen, key);
-        conn_count_status(c, 200);
         resp_simple(c, 200, ch, NULL, "purged", 0);
     } else if (rc == CACHE_MISS) {
-        conn_count_status(c, 404);
         resp_simple(c, 404, ch, NULL, "not cached", 0);
     } else {
-        conn_count_status(c, 500);
         resp_simple(c, 500, ch, NULL, "the cache could not remove the object", 0);
     }
 }

@@ -48,6 +48,7 @@ resp_simple(struct conn *c, int status, const char *conn_hdr,
     struct buf *b = &c->cn_out;
     int n;
 
+    conn_count_status(c, status);   /* every answer of ours, counted here */
     if (buf_alloc(b) < 0)
         return -1;
     if (b->size - b->end < need && buf_grow(b, need) < 0)
@@ -78,6 +79,7 @@ resp_body(struct conn *c, int status, const char *conn_hdr, const char *ctype,
     struct buf *b = &c->cn_out;
     int n;
 
+    conn_count_status(c, status);
     if (buf_alloc(b) < 0 || buf_grow(b, 512 + blen) < 0)
         return -1;
     n = snprintf(b->data + b->end, b->size - b->end,

@@ -494,7 +494,6 @@ store_send(struct conn *c, const struct store_cond *sc, int keep_alive,
         char cr[64];
         snprintf(cr, sizeof(cr), "Content-Range: bytes */%llu\r\n",
                  (unsigned long long)o->body_len);
-        conn_count_status(c, 416);
         resp_simple(c, 416, conn_connection_hdr(sc->minor, keep_alive), cr,
                     "range not satisfiable", sc->method == HTTP_HEAD);
         store_release(c);
@@ -686,7 +685,6 @@ store_serve(struct conn *c, const char *key, size_t keylen, int keep_alive,
 
 miss:
     if (rcc.only_if_cached) {
-        conn_count_status(c, 504);
         resp_simple(c, 504, conn_connection_hdr(r->minor, keep_alive),
                     "Cache-Status: cistern; fwd=miss; detail=only-if-cached\r\n",
                     "not in cache (only-if-cached)", r->method == HTTP_HEAD);

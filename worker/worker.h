@@ -420,7 +420,8 @@ char *fmt_i64(char *p, int64_t v);
 /* The current Date header value (29 bytes, RFC 9110 5.6.7), refreshed at
  * most once a second. */
 const char *resp_date(void);
-/* Append a complete short response to c->cn_out: status line, Date,
+/* Count status (the access log's and /_stats's), then append a complete
+ * short response to c->cn_out: status line, Date,
  * Server, Content-Type text/plain, Content-Length, `conn_hdr` (a whole
  * "Connection: ...\r\n" line or ""), any `extra` header lines (each ending
  * in CRLF), and body plus CRLF (the body is omitted for HEAD, the length
