@@ -178,14 +178,9 @@ conn_close(struct conn *c)
     }
     push_free(c);
     alog_end(c);        /* a transaction cut short is still logged */
-    if (c->cn_bgclaim) {
-        /* a background revalidation that never reached the origin */
-        struct timeval now;
-        uint64_t wake[4];
-        event_base_gettimeofday_cached(w->base, &now);
-        filltab_release(w->shm->filltab, c->cn_req->whash, (int)w->slotno,
-                        (int64_t)now.tv_sec * 1000, 0, wake);
-    }
+    if (c->cn_bgclaim)   /* a background revalidation that never reached
+                            the origin: its waiters fetch for themselves */
+        fill_release(c->cn_req->whash, 0);
     event_del(&c->cn_rev);
     conn_unwant_write(c);
     if (c->cn_tls)
@@ -352,8 +347,7 @@ conn_bg_revalidate(struct conn *c, const char *key, size_t keylen)
         conn_req_get(g);    /* carries the claim (whash) */
     if (g == NULL || g->cn_req == NULL || buf_alloc(&g->cn_in) < 0
         || buf_grow(&g->cn_in, r->head_len) < 0) {
-        uint64_t wake[4];
-        filltab_release(wk->shm->filltab, h, (int)wk->slotno, 0, 0, wake);
+        fill_release(h, 0);
         if (g)
             conn_close(g);
         return;
@@ -813,11 +807,7 @@ conn_route(struct conn *c, int keep_alive)
             memcpy(c->cn_up->up_hash, h, 16);
         } else {
             /* failed at once: let the waiters try for themselves */
-            struct upstream tmp;
-            memset(&tmp, 0, sizeof(tmp));
-            tmp.up_claim = 1;
-            memcpy(tmp.up_hash, h, 16);
-            proxy_release_claim(&tmp, 0);
+            fill_release(h, 0);
         }
     }
     return rc == 0;

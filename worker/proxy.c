@@ -1129,20 +1129,26 @@ proxy_pump_body(struct conn *c, struct upstream *up)
 }
 
 void
-proxy_release_claim(struct upstream *up, int64_t pass_ms)
+fill_release(const uint8_t h[16], int64_t pass_ms)
 {
     struct timeval now;
     uint64_t wake[4], one = 1;
 
-    if (!up->up_claim)
-        return;
-    up->up_claim = 0;
     event_base_gettimeofday_cached(wk->base, &now);
-    filltab_release(wk->shm->filltab, up->up_hash, (int)wk->slotno,
+    filltab_release(wk->shm->filltab, h, (int)wk->slotno,
                     (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000, pass_ms, wake);
     for (unsigned s = 0; s < wk->nslots && s < FILLTAB_MAX_SLOTS; s++)
         if ((wake[s / 64] >> (s % 64)) & 1)
             if (write(wk->wake_fds[s], &one, sizeof(one)) < 0) { /* already pending */ }
+}
+
+void
+proxy_release_claim(struct upstream *up, int64_t pass_ms)
+{
+    if (!up->up_claim)
+        return;
+    up->up_claim = 0;
+    fill_release(up->up_hash, pass_ms);
 }
 
 void

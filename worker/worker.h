@@ -401,6 +401,9 @@ void conn_wait_start(struct conn *c, const uint8_t h[16]);
 void conn_wait_check(struct worker *w, int deadlines_only);
 /* Release our fill-table claim for up and wake its waiters. */
 void proxy_release_claim(struct upstream *up, int64_t pass_ms);
+/* Release our claim on key hash h (pass_ms: hit-for-miss for that long)
+ * and wake every worker with waiters on it: the one way a claim ends. */
+void fill_release(const uint8_t h[16], int64_t pass_ms);
 
 /* conn.c, for proxy.c and tls.c */
 int  conn_want_write(struct conn *c, const struct timeval *tv);
