@@ -73,14 +73,22 @@ log_open(const char *dir)
         errno = ENAMETOOLONG;
         return -1;
     }
-    /* Root reopens this in a directory the user owns: never through a
-     * link the user planted (a symlink or a hard link to a file of
-     * root's), nor into anything but a plain file. */
-    fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0644);
+    /* Root reopens this in a directory the user may own: there, never
+     * through a link the user planted (a symlink or a hard link to a file
+     * of root's), nor into anything but a plain file.  In a directory only
+     * root can write, links are the administrator's own (error.log ->
+     * /dev/stdout in a container) and are followed.  O_NONBLOCK: a FIFO
+     * put in its place must not block the master in open(2). */
+    struct stat ds, st;
+    int trusted = geteuid() != 0
+                  || (stat(dir, &ds) == 0 && ds.st_uid == 0 && !(ds.st_mode & 022));
+    fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK
+                    | (trusted ? 0 : O_NOFOLLOW), 0644);
     if (fd < 0)
         return -1;
-    struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+    if (fstat(fd, &st) < 0
+        || (!trusted && (!S_ISREG(st.st_mode) || st.st_nlink != 1))
+        || fcntl(fd, F_SETFL, O_WRONLY | O_APPEND) < 0) {
         close(fd);
         errno = EPERM;
         return -1;

@@ -146,6 +146,7 @@ conn_req_get(struct conn *c)
     http_req_reset(&c->cn_req->r);
     c->cn_req->obj_held = 0;
     c->cn_req->log.active = 0;
+    c->cn_req->counted = 0;
 }
 
 static void
@@ -495,18 +496,50 @@ conn_connection_hdr(int minor, int keep_alive)
     return minor == 0 ? "Connection: keep-alive\r\n" : "";
 }
 
-void
-conn_count_status(struct conn *c, int status)
+/* The response counter of status's class. */
+static uint64_t *
+conn_status_ctr(int status)
 {
     struct shm_counters *ctr = wk->ctr;
 
-    alog_status(c, status);
     switch (status / 100) {
-    case 1: ctr->resp_1xx++; break;
-    case 2: ctr->resp_2xx++; break;
-    case 3: ctr->resp_3xx++; break;
-    case 4: ctr->resp_4xx++; break;
-    default: ctr->resp_5xx++; break;
+    case 1: return &ctr->resp_1xx;
+    case 2: return &ctr->resp_2xx;
+    case 3: return &ctr->resp_3xx;
+    case 4: return &ctr->resp_4xx;
+    default: return &ctr->resp_5xx;
+    }
+}
+
+void
+conn_count_status(struct conn *c, int status)
+{
+    if (c->cn_bg)
+        return;     /* a background revalidation answers no client */
+    alog_status(c, status);
+    (*conn_status_ctr(status))++;
+    if (c->cn_req)
+        c->cn_req->counted = status;
+}
+
+void
+conn_count_interim(struct conn *c)
+{
+    if (!c->cn_bg)
+        wk->ctr->resp_1xx++;
+}
+
+/* The answer held while a request body was read is void (the body was
+ * malformed, or never came): it never reaches the client, so its count
+ * goes. */
+static void
+conn_void_held(struct conn *c)
+{
+    c->cn_out.end = c->cn_hold_mark;
+    c->cn_hold = 0;
+    if (c->cn_req && c->cn_req->counted) {
+        (*conn_status_ctr(c->cn_req->counted))--;
+        c->cn_req->counted = 0;
     }
 }
 
@@ -550,11 +583,8 @@ conn_refuse(struct conn *c, int status, const char *reason)
         wk->ctr->bad_requests++;
     if (status == 405)
         extra = CONN_ALLOW;
-    if (c->cn_hold) {
-        /* The answer we held is void: the request turned out malformed. */
-        c->cn_out.end = c->cn_hold_mark;
-        c->cn_hold = 0;
-    }
+    if (c->cn_hold)     /* the request turned out malformed */
+        conn_void_held(c);
     resp_simple(c, status, "Connection: close\r\n", extra,
                 reason ? reason : http_status_text(status),
                 r && r->method == HTTP_HEAD && status != 400);
@@ -846,6 +876,7 @@ conn_request(struct conn *c)
     size_t mark = c->cn_out.end;
 
     wk->ctr->requests++;
+    c->cn_req->counted = 0;
     c->cn_nowait = 0;
     c->cn_collapsed = 0;
     alog_begin(c);
@@ -1371,10 +1402,8 @@ conn_on_read(evutil_socket_t fd, short what, void *arg)
             }
             if (c->cn_state == CONN_BODY || c->cn_in.end > c->cn_in.start) {
                 proxy_abort(c);
-                if (c->cn_hold) {
-                    c->cn_out.end = c->cn_hold_mark;
-                    c->cn_hold = 0;
-                }
+                if (c->cn_hold)
+                    conn_void_held(c);
                 c->cn_close = 1;
             }
             break;

@@ -466,7 +466,8 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
     if (r->has_body && r->expect_continue) {
         /* We read the body ourselves; the client may send it now. */
         buf_alloc(&c->cn_out);
-        buf_lit(&c->cn_out, "HTTP/1.1 100 Continue\r\n\r\n");
+        if (buf_lit(&c->cn_out, "HTTP/1.1 100 Continue\r\n\r\n") == 0)
+            conn_count_interim(c);
     }
     wk->ctr->origin_requests++;
     c->cn_state = r->has_body ? CONN_BODY : CONN_PROXY;
@@ -977,6 +978,8 @@ proxy_pump(struct conn *c)
                 err |= buf_lit(o, "\r\n");
                 if (err)
                     o->end = mark;  /* no room: the client does without it */
+                else
+                    conn_count_interim(c);
             }
             in->start += resp->start + resp->head_len;
             http_req_reset(resp);
@@ -1023,6 +1026,8 @@ proxy_pump(struct conn *c)
         in->start += resp->start + resp->head_len;
         up->up_parsed = in->start;
         up->up_state = UP_BODY;
+        up->up_unsent = -1;     /* the request is taken: a timer now is
+                                   the response's (up_still_taking) */
         if (!resp->has_body)
             resp->body_done = 1;
         /* Body bytes that came with the head go out with it, in one

@@ -181,6 +181,8 @@ struct req_ctx {
     struct alog_txn  log;
     struct cache_obj obj;             /* a hit being sent (pinned) */
     int              obj_held;
+    int              counted;         /* the status last counted (a held
+                                         answer voided takes it back) */
     size_t           obj_keylen;      /* its key (a variant's, with Vary) */
     char             obj_key[STORE_KEY_MAX];
     /* CONN_WAIT (and a background revalidation's claim): here, not in
@@ -411,6 +413,8 @@ void conn_unwant_write(struct conn *c);
 void conn_peer_str(const struct conn *c, char *out, size_t len);
 int  conn_flush(struct conn *c);
 void conn_count_status(struct conn *c, int status);
+/* An interim (1xx) response went to the client: counted, not logged. */
+void conn_count_interim(struct conn *c);
 const char *conn_connection_hdr(int minor, int keep_alive);
 void conn_read_resume(struct conn *c);
 
