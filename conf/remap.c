@@ -38,6 +38,7 @@
 #include <strings.h>
 
 #include "conf/conf.h"
+#include "conf/path.h"
 
 #define REMAP_MAX_INCLUDE_DEPTH 8
 
@@ -543,23 +544,6 @@ remap_join(char *out, size_t outsz, size_t *len, const char *base,
     return 0;
 }
 
-/* Is p[0..n) "." or "..", a dot possibly written "%2e"? */
-static int
-remap_is_dots(const char *p, size_t n)
-{
-    int dots = 0;
-
-    for (size_t i = 0; i < n; dots++) {
-        if (p[i] == '.')
-            i++;
-        else if (n - i >= 3 && p[i] == '%' && p[i + 1] == '2' && (p[i + 2] | 0x20) == 'e')
-            i += 3;
-        else
-            return 0;
-    }
-    return dots == 1 || dots == 2;
-}
-
 /* Is the segment of path[0..len) around position at (the query aside) a
  * dot segment?  A normalised request path has none, but a from-path that
  * does not end in '/' glues the rest of the request path to the to-path's
@@ -574,27 +558,11 @@ remap_dots_at(const char *path, size_t len, size_t at)
         s--;
     while (e < len && path[e] != '/' && path[e] != '?')
         e++;
-    /* Each piece of the segment too, cut where an origin may cut it (at
-     * ';' for path parameters, at %2F %5C %3B once decoded), as the
-     * request checker does for a whole segment: "/p..;x" gave "/q/..;x". */
-    for (size_t i = s, ps = s;; i++) {
-        size_t skip = 0;
-        if (i < e && path[i] == ';')
-            skip = 1;
-        else if (i + 2 < e && path[i] == '%'
-                 && ((path[i + 1] == '2' && (path[i + 2] | 0x20) == 'f')
-                     || (path[i + 1] == '3' && (path[i + 2] | 0x20) == 'b')
-                     || (path[i + 1] == '5' && (path[i + 2] | 0x20) == 'c')))
-            skip = 3;
-        if (i < e && skip == 0)
-            continue;
-        if (remap_is_dots(path + ps, i - ps))
-            return 1;
-        if (i >= e)
-            return 0;
-        i += skip - 1;
-        ps = i + 1;
-    }
+    /* Each piece of the segment too, cut where an origin may cut it, as
+     * the request checker does for a whole segment: "/p..;x" gave
+     * "/q/..;x". */
+    int pieces;
+    return conf_path_dot_piece(path + s, e - s, &pieces);
 }
 
 /* Substitute $0..$9 in tmpl from the match groups of subject. */

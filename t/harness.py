@@ -152,6 +152,18 @@ class Collector:
         return False
 
 
+def need_root_and_nobody():
+    """Skip unless running as root with a user `nobody` to drop to (the
+    privilege-drop tests); returns nobody's passwd entry."""
+    import pwd
+    if os.geteuid() != 0:
+        raise SkipTest("needs root (the privilege drop)")
+    try:
+        return pwd.getpwnam("nobody")
+    except KeyError:
+        raise SkipTest("no user nobody on this system")
+
+
 # ---------------------------------------------------------------------------
 # Locating the daemon
 

@@ -178,13 +178,7 @@ def test_kill9_master_busy_workers_leave_within_a_second():
 # ---------------------------------------------------------------------------
 # The store handed over by root: never a step outside it
 
-def _need_root_and_nobody():
-    if os.geteuid() != 0:
-        raise harness.SkipTest("needs root (the privilege drop)")
-    try:
-        return pwd.getpwnam("nobody")
-    except KeyError:
-        raise harness.SkipTest("no user nobody on this system")
+_need_root_and_nobody = harness.need_root_and_nobody
 
 
 class _Swapper(threading.Thread):

@@ -378,13 +378,7 @@ def _ids(pid):
     return uids, gids, groups
 
 
-def _need_root_and_nobody():
-    if os.geteuid() != 0:
-        raise harness.SkipTest("needs root (the privilege drop)")
-    try:
-        return pwd.getpwnam("nobody")
-    except KeyError:
-        raise harness.SkipTest("no user nobody on this system")
+_need_root_and_nobody = harness.need_root_and_nobody
 
 
 @harness.timeout(120)

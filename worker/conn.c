@@ -363,6 +363,22 @@ conn_bg_revalidate(struct conn *c, const char *key, size_t keylen)
 
 /* ------------------------------------------------------------------ */
 
+/* The time from now to deadline into left: at least a microsecond, so a
+ * deadline already past fires at once instead of meaning "no timer". */
+static void
+conn_time_left(const struct timeval *deadline, struct timeval *left)
+{
+    struct timeval now;
+
+    event_base_gettimeofday_cached(wk->base, &now);
+    if (evutil_timercmp(deadline, &now, <=)) {
+        left->tv_sec = 0;
+        left->tv_usec = 1;
+    } else {
+        evutil_timersub(deadline, &now, left);
+    }
+}
+
 /* tv, cut to what is left of the client transaction's
  * transaction_active_timeout_in (0: no cap), counted from the first byte
  * of its head.  A tv of zero means "no timer" and becomes the cap alone.
@@ -371,19 +387,13 @@ static int
 conn_txn_cap(const struct conn *c, struct timeval *tv)
 {
     int active = wk->conf->rec.txn_active_in;
-    struct timeval deadline, now, left;
+    struct timeval deadline, left;
 
     if (active <= 0)
         return evutil_timerisset(tv);
     deadline = c->cn_head_start;
     deadline.tv_sec += active;
-    event_base_gettimeofday_cached(wk->base, &now);
-    if (evutil_timercmp(&deadline, &now, <=)) {
-        left.tv_sec = 0;
-        left.tv_usec = 1;
-    } else {
-        evutil_timersub(&deadline, &now, &left);
-    }
+    conn_time_left(&deadline, &left);
     if (!evutil_timerisset(tv) || evutil_timercmp(&left, tv, <))
         *tv = left;
     return 1;
@@ -398,7 +408,7 @@ static void
 conn_wait_read(struct conn *c)
 {
     const struct conf_records *rec = &wk->conf->rec;
-    struct timeval tv = { 0, 0 }, now;
+    struct timeval tv = { 0, 0 };
 
     if (c->cn_fd < 0)
         return;     /* internal: nothing to read */
@@ -416,13 +426,7 @@ conn_wait_read(struct conn *c)
         }
         struct timeval deadline = c->cn_head_start;
         deadline.tv_sec += rec->request_header_timeout;
-        event_base_gettimeofday_cached(wk->base, &now);
-        if (evutil_timercmp(&deadline, &now, <=)) {
-            tv.tv_sec = 0;
-            tv.tv_usec = 1;
-        } else {
-            evutil_timersub(&deadline, &now, &tv);
-        }
+        conn_time_left(&deadline, &tv);
         if (tv.tv_sec >= rec->txn_no_activity_in) {
             tv.tv_sec = rec->txn_no_activity_in;
             tv.tv_usec = 0;

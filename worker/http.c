@@ -28,6 +28,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "conf/path.h"
 #include "worker/http.h"
 
 /* tchar (RFC 9110 5.6.2) */
@@ -824,24 +825,6 @@ http_unreserved(unsigned char c)
            || c == '-' || c == '.' || c == '_' || c == '~';
 }
 
-/* Is p[0..n) "." or "..", each dot written '.' or "%2e" in either case?
- * (The checker calls it on raw bytes, the normaliser on decoded ones.) */
-static int
-http_is_dots(const char *p, size_t n)
-{
-    int dots = 0;
-
-    for (size_t i = 0; i < n; dots++) {
-        if (p[i] == '.')
-            i++;
-        else if (n - i >= 3 && p[i] == '%' && p[i + 1] == '2' && (p[i + 2] | 0x20) == 'e')
-            i += 3;
-        else
-            return 0;
-    }
-    return dots == 1 || dots == 2;
-}
-
 /* One path segment seg[0..n) (between slashes; its percent-encodings
  * checked): NULL, or why it is refused.  The segment is cut at ';' and at
  * an encoded slash, backslash or semicolon (%2F, %5C, %3B); when it has
@@ -853,29 +836,8 @@ http_is_dots(const char *p, size_t n)
 static const char *
 http_segment_bad(const char *seg, size_t n)
 {
-    size_t s = 0, i = 0, skip;
-    int pieces = 0, dots = 0;
+    int pieces, dots = conf_path_dot_piece(seg, n, &pieces);
 
-    for (;;) {
-        if (i == n)
-            skip = 0;
-        else if (seg[i] == ';')
-            skip = 1;
-        else if (seg[i] == '%' && ((seg[i + 1] == '2' && (seg[i + 2] | 0x20) == 'f')
-                                   || (seg[i + 1] == '3' && (seg[i + 2] | 0x20) == 'b')
-                                   || (seg[i + 1] == '5' && (seg[i + 2] | 0x20) == 'c')))
-            skip = 3;
-        else {
-            i++;
-            continue;
-        }
-        pieces++;
-        dots |= http_is_dots(seg + s, i - s);
-        if (i == n)
-            break;
-        i += skip;
-        s = i;
-    }
     return pieces > 1 && dots ? "dot segment behind an encoded slash or a parameter" : NULL;
 }
 
@@ -912,7 +874,7 @@ http_segment_end(const char *seg, size_t n, unsigned saw, int *normal)
         return http_segment_bad(seg, n);
     }
     if (saw & (1u << HP_DOT)) {
-        if (n <= 2 && http_is_dots(seg, n))
+        if (n <= 2 && conf_path_is_dots(seg, n))
             *normal = 0;
         else if (saw & (1u << HP_SEMI))
             return http_segment_bad(seg, n);
@@ -1047,7 +1009,7 @@ http_path_normalize(const char *p, size_t n, char *buf, size_t bufsz, size_t *ou
             }
             i += 2;
         }
-        if (!http_is_dots(buf + start, d - start)) {
+        if (!conf_path_is_dots(buf + start, d - start)) {
             o = d;
         } else {
             if (d - start == 2)
