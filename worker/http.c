@@ -890,6 +890,49 @@ http_segment_end(const char *seg, size_t n, unsigned saw, int *normal)
  * or NUL percent-encoding, and the dot segments http_segment_bad
  * describes.  *normal: 1 when http_path_normalize would leave the path as
  * it is (it starts with '/', has no percent-encoding nor dot segment). */
+/* Is the target p[0..n) plainly acceptable and normal: it starts with
+ * '/', holds no byte the scan below stops at ('%', '#', '\\', ';', a
+ * control, a space, DEL or non-ASCII) and no "/." (where every dot
+ * segment starts)?  Eight bytes a step, by the has-zero-byte trick, which
+ * may flag a byte that is not one of these (the full scan then decides)
+ * but never misses one.  A profile put the byte-at-a-time scan at ~11
+ * instructions a byte of every request target. */
+static int
+http_path_plain(const char *p, size_t n)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    uint64_t carry = 0;     /* the previous word's last byte was '/' */
+    size_t i = 0;
+
+    if (n == 0 || p[0] != '/')
+        return 0;
+#define HTTP_HAS(x, c) ((((x) ^ ((c) * ones)) - ones) & ~((x) ^ ((c) * ones)) & highs)
+    for (; i + 8 <= n; i += 8) {
+        uint64_t x = http_load64(p + i);
+        uint64_t bad = (((x - 0x21 * ones) & ~x) | x) & highs;
+        bad |= HTTP_HAS(x, 0x7f) | HTTP_HAS(x, '%') | HTTP_HAS(x, '#')
+               | HTTP_HAS(x, '\\') | HTTP_HAS(x, ';');
+        uint64_t slash = HTTP_HAS(x, '/'), dot = HTTP_HAS(x, '.');
+        if (bad || (((slash << 8) | carry) & dot))
+            return 0;
+        carry = slash >> 56;    /* byte 7's flag, as byte 0's */
+    }
+#undef HTTP_HAS
+    for (; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c <= 0x20 || c >= 0x7f || c == '%' || c == '#' || c == '\\' || c == ';'
+            || (c == '.' && i > 0 && p[i - 1] == '/'))
+            return 0;
+    }
+    return 1;
+#else
+    (void)p;
+    (void)n;
+    return 0;
+#endif
+}
+
 static const char *
 http_path_scan(const char *p, size_t n, int *normal)
 {
@@ -897,6 +940,10 @@ http_path_scan(const char *p, size_t n, int *normal)
     size_t i, seg = 0;
     unsigned saw = 0;
 
+    if (http_path_plain(p, n)) {
+        *normal = 1;
+        return NULL;
+    }
     *normal = n > 0 && p[0] == '/';
     for (i = 0; i < n; i++) {
         unsigned k = http_path_class[(unsigned char)p[i]];

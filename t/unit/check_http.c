@@ -247,6 +247,47 @@ START_TEST(test_normalised_stays_under_its_prefix)
 }
 END_TEST
 
+/* The word-at-a-time shortcut (http_path_plain) may only ever say "plain
+ * and normal" where the byte scan agrees: random targets of every length
+ * up to 48 over the bytes that matter, so that they straddle the 8-byte
+ * steps; every accepted one must normalise to what the parser kept, and
+ * the refusals must hold however far into the target they sit. */
+START_TEST(test_plain_shortcut_agrees)
+{
+    static const char alphabet[] = "/./a/%2e;#\\?xE";
+    char target[64];
+    unsigned seed = 777;
+
+    for (int t = 0; t < 200000; t++) {
+        seed = seed * 1103515245u + 12345u;
+        size_t n = 1 + (seed >> 16) % 48;
+        target[0] = '/';
+        for (size_t i = 1; i < n; i++) {
+            seed = seed * 1103515245u + 12345u;
+            target[i] = alphabet[(seed >> 16) % (sizeof(alphabet) - 1)];
+        }
+        target[n] = '\0';
+        if (parse("GET", target) == HTTP_OK)
+            norm(target);       /* asserts the shortcut and the scan agree */
+    }
+    static const char *const refused[] = {
+        "/aaaaaaaaaaaaaaa#f", "/aaaaaaa/\\bbbbbbbb", "/aaaaaaaaaaaaaa/..%2fx",
+        "/aaaaaaaaaaaaaa/..;x", "/aaaaaaa%zz", "/aaaaaaaaaaaaaaaa%00",
+    };
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+        ck_assert_msg(parse("GET", refused[i]) == 400, "%s accepted", refused[i]);
+    static const char *const climbs[] = {
+        "/aaaaaaa/../b", "/aaaaaa/./bbbbbbbb", "/aaaaaaaaaaaaaa/.", "/aaaaaaaaaaaaaaa/..",
+    };
+    for (size_t i = 0; i < sizeof(climbs) / sizeof(climbs[0]); i++) {
+        ck_assert_int_eq(parse("GET", climbs[i]), HTTP_OK);
+        ck_assert_msg(!r.path_normal, "%s taken as normal", climbs[i]);
+        ck_assert_msg(strstr(norm(climbs[i]), "/.") == NULL, "%s kept a dot segment",
+                      climbs[i]);
+    }
+}
+END_TEST
+
 static Suite *
 http_suite(void)
 {
@@ -258,6 +299,7 @@ http_suite(void)
     tcase_add_test(tc, test_refused);
     tcase_add_test(tc, test_normalise_lengths);
     tcase_add_test(tc, test_normalised_stays_under_its_prefix);
+    tcase_add_test(tc, test_plain_shortcut_agrees);
     suite_add_tcase(s, tc);
     return s;
 }
