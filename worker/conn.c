@@ -1310,13 +1310,24 @@ conn_on_read(evutil_socket_t fd, short what, void *arg)
     struct buf *in = &c->cn_in;
     ssize_t n;
 
-    if (what & EV_TIMEOUT) {
+    /* A timer that expires as input arrives (libevent then reports both)
+     * loses to the input: closing with unread bytes would answer the
+     * client's request with a reset (a drained keep-alive connection whose
+     * next request was on its way, under load).  An idle connection whose
+     * request is already waiting is served, not closed. */
+    if ((what & EV_TIMEOUT) && !(what & EV_READ)) {
+        char b;
         if (c->cn_state == CONN_LINGER) {
             conn_close(c);
             return;
         }
-        conn_timeout(c);
-        return;
+        if (!((c->cn_state == CONN_IDLE
+               || (c->cn_state == CONN_HEAD && in->end == in->start))
+              && (recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0
+                  || (c->cn_tls && tls_conn_pending(c))))) {
+            conn_timeout(c);
+            return;
+        }
     }
     if (c->cn_state == CONN_LINGER) {
         char sink[4096];
