@@ -482,10 +482,13 @@ def test_reload_bounded_generations():
             expect(r.rc == 0, "-s reload after a generation left: %r" % r)
             expect_eq(rule_version(c), GEN_MAX + 1, "rules after the reload")
             # SIGTERM applies to every generation, held ones included:
-            # the teardown's stop must exit 0 at once.
+            # the teardown's stop must exit 0 at once, not after the held
+            # requests' 60 s shutdown_timeout.  (10 s, not 3: eight ASan
+            # workers each run LeakSanitizer at exit, and on a loaded
+            # 2-CPU machine that alone took 3.8 and 4.3 s.)
             t0 = time.monotonic()
             c.stop()
-            expect(time.monotonic() - t0 < 3, "fast stop with draining "
+            expect(time.monotonic() - t0 < 10, "fast stop with draining "
                    "generations took %.1fs" % (time.monotonic() - t0))
         finally:
             for k in held:
