@@ -495,8 +495,9 @@ class Origin:
         method, target, version, headers = parse_head(head)
         url = urllib.parse.urlsplit(target)
         path = url.path
-        query = urllib.parse.parse_qsl(url.query, keep_blank_values=True)
-        segs = [urllib.parse.unquote(x) for x in path.split("/") if x]
+        query = urllib.parse.parse_qsl(url.query, keep_blank_values=True,
+                                        encoding="latin-1")
+        segs = [urllib.parse.unquote(x, encoding="latin-1") for x in path.split("/") if x]
 
         conn_hdr = (hget(headers, "Connection") or "").lower()
         if version == "HTTP/1.1":
