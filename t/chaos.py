@@ -58,7 +58,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
-from harness import _parse, children_of, rss_anon  # noqa: E402
+from harness import _parse, children_of, listen_inodes, rss_anon  # noqa: E402
 from origin import seeded, pattern, BAD_HEADS  # noqa: E402
 
 CC = "headers?Cache-Control=max-age%3D600"
@@ -428,18 +428,7 @@ class Driver:
 def listeners(pids, port):
     """Those of pids with a TCP socket listening on port (from
     /proc/net/tcp{,6} and each process's fd links)."""
-    inodes = set()
-    for f in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(f) as fh:
-                rows = fh.read().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            col = row.split()
-            if len(col) > 9 and col[3] == "0A" \
-                    and int(col[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add("socket:[%s]" % col[9])
+    inodes = listen_inodes(port)
     out = []
     for p in pids:
         try:

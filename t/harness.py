@@ -349,6 +349,23 @@ def check_config(records=None, remap=None, ip_allow=None, storage=None,
 # ---------------------------------------------------------------------------
 # /proc helpers
 
+def listen_inodes(port):
+    """Inodes of the TCP sockets listening on port (IPv4 and IPv6)."""
+    out = set()
+    for f in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(f) as fh:
+                lines = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for ln in lines:
+            p = ln.split()
+            if len(p) > 9 and p[3] == "0A" \
+                    and int(p[1].rsplit(":", 1)[1], 16) == port:
+                out.add("socket:[%s]" % p[9])
+    return out
+
+
 def _proc_stat(pid):
     """(ppid, pgrp, session, state) of pid, or None."""
     try:

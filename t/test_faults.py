@@ -30,7 +30,7 @@ import time
 
 import harness
 from harness import (Cistern, Origin, cache_stats, expect, expect_body,
-                     expect_eq, is_hit, seeded)
+                     expect_eq, is_hit, listen_inodes, seeded)
 
 HOST = "f.test"
 PUSH_ON = {"proxy.config.http.push_method_enabled": 1}
@@ -120,23 +120,6 @@ def req_ok(port, method, path, body=None, **kw):
 
 def push(port, path, body, **kw):
     return request(port, "PUSH", path, response_bytes(body), **kw)
-
-
-def listen_inodes(port):
-    """Inodes of the TCP sockets listening on port (IPv4 and IPv6)."""
-    out = set()
-    for f in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(f) as fh:
-                lines = fh.read().splitlines()[1:]
-        except OSError:
-            continue
-        for ln in lines:
-            p = ln.split()
-            if len(p) > 9 and p[3] == "0A" \
-                    and int(p[1].rsplit(":", 1)[1], 16) == port:
-                out.add("socket:[%s]" % p[9])
-    return out
 
 
 def serving_workers(c):
