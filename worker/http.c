@@ -1096,9 +1096,14 @@ http_req_target(struct http_req *r)
         r->path = r->target;
         r->path_len = 1;
     } else if (r->method == HTTP_CONNECT) {
+        /* authority-form, port required (RFC 9112 3.2.3); refused later
+         * with 405 either way, but never with bytes a log or a key
+         * could be confused by. */
+        if (http_host_split(t, tl, &hl, &port) != 0 || port < 0)
+            return http_refuse(r, 400, "invalid CONNECT target");
         r->path = r->target;
         r->path_len = r->target_len;
-        return HTTP_OK;     /* refused later with 405; no Host logic */
+        return HTTP_OK;     /* no Host logic */
     } else {
         struct http_parser_url u;
 

@@ -135,6 +135,13 @@ START_TEST(test_refused)
     ck_assert_int_eq(parse("GET", "/a b"), 400);
     ck_assert_int_eq(parse("OPTIONS", "*"), HTTP_OK);
     ck_assert_int_eq(parse("GET", "*"), 400);
+    /* CONNECT takes only authority-form, port required (RFC 9112 3.2.3) */
+    ck_assert_int_eq(parse("CONNECT", "a.test:443"), HTTP_OK);
+    ck_assert_int_eq(parse("CONNECT", "[::1]:443"), HTTP_OK);
+    ck_assert_int_eq(parse("CONNECT", "a.test"), 400);
+    ck_assert_int_eq(parse("CONNECT", "m/t5\x89\x89"), 400);
+    ck_assert_int_eq(parse("CONNECT", "a.test:443/x"), 400);
+    ck_assert_int_eq(parse("CONNECT", "u@a.test:443"), 400);
 }
 END_TEST
 
