@@ -128,7 +128,7 @@ admin_json_string(struct admin_out *o, const char *s)
 }
 
 int
-admin_handle(struct conn *c, int keep_alive)
+admin_handle(struct conn *c, struct req_synth *syn)
 {
     static struct admin_out out;
     struct http_req *r = &c->cn_req->r;
@@ -147,13 +147,14 @@ admin_handle(struct conn *c, int keep_alive)
         return 0;
     if (!conf_ip_allowed(&wk->conf->admin_allow, &c->cn_peer.sa,
                          CONF_METHOD_ALL)) {
-        resp_simple(c, 403, conn_connection_hdr(r->minor, keep_alive), NULL,
-                    "the stats are not available to this address", r->method == HTTP_HEAD);
+        syn->status = 403;
+        syn->body = "the stats are not available to this address";
         return 1;
     }
     if (r->method != HTTP_GET && r->method != HTTP_HEAD) {
-        resp_simple(c, 405, conn_connection_hdr(r->minor, keep_alive),
-                    "Allow: GET, HEAD\r\n", "use GET", r->method == HTTP_HEAD);
+        syn->status = 405;
+        syn->extra = "Allow: GET, HEAD\r\n";
+        syn->body = "use GET";
         return 1;
     }
 
@@ -179,8 +180,9 @@ admin_handle(struct conn *c, int keep_alive)
                          (unsigned long long)st[i].v);
         }
     }
-    resp_body(c, 200, conn_connection_hdr(r->minor, keep_alive),
-              json ? "application/json" : "text/plain; version=0.0.4",
-              out.buf, out.len, r->method == HTTP_HEAD);
+    syn->status = 200;
+    syn->ctype = json ? "application/json" : "text/plain; version=0.0.4";
+    syn->body = out.buf;
+    syn->blen = out.len;
     return 1;
 }

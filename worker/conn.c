@@ -60,23 +60,15 @@
 
 #define OUT_HIGH         (BUF_SIZE / 2)
 #define CONN_LINGER_MS   2000
-/* A request body we do not need is read and dropped up to this size;
- * beyond it we answer and close rather than swallow an upload. */
-#define DISCARD_MAX      (1024 * 1024)
 /* On drain, a connection with no request in progress gets this long to
  * send one (answered with Connection: close) before it is closed: closing
  * at once would race a client that is sending right now. */
 #define DRAIN_IDLE_GRACE_MS 1000
 
-/* The methods a mapped URL takes (405 and OPTIONS answers); PUSH too when
- * proxy.config.http.push_method_enabled says so, not listed. */
-#define CONN_ALLOW "Allow: GET, HEAD, POST, PUT, DELETE, OPTIONS, TRACE, PURGE\r\n"
 
 static void conn_on_read(evutil_socket_t fd, short what, void *arg);
 static void conn_on_write(evutil_socket_t fd, short what, void *arg);
 static int conn_process(struct conn *c);
-static void conn_dispatch(struct conn *c);
-static void conn_wait_unlink(struct conn *c);
 static struct conn *conn_new(struct worker *w, int fd, const struct sockaddr *sa,
                              socklen_t salen);
 static void conn_wait_read(struct conn *c);
@@ -128,39 +120,19 @@ conn_unwant_write(struct conn *c)
 #endif
 }
 
+static const struct req_owner_ops conn_req_ops;
+
 static void
 conn_req_get(struct conn *c)
 {
-    struct worker *w = wk;
-
-    if (c->cn_req)
-        return;
-    if (w->free_reqs) {
-        c->cn_req = w->free_reqs;
-        w->free_reqs = c->cn_req->next;
-    } else {
-        c->cn_req = malloc(sizeof(*c->cn_req));
-        if (c->cn_req == NULL)
-            return;
-    }
-    http_req_reset(&c->cn_req->r);
-    c->cn_req->obj_held = 0;
-    c->cn_req->log.active = 0;
-    c->cn_req->counted = 0;
+    if (c->cn_req == NULL)
+        c->cn_req = req_new(c, &conn_req_ops);
 }
 
 static void
 conn_req_put(struct conn *c)
 {
-    if (c->cn_req == NULL)
-        return;
-    store_release(c);
-#ifdef CST_ASAN
-    free(c->cn_req);
-#else
-    c->cn_req->next = wk->free_reqs;
-    wk->free_reqs = c->cn_req;
-#endif
+    req_free(c->cn_req);
     c->cn_req = NULL;
 }
 
@@ -171,17 +143,11 @@ conn_close(struct conn *c)
 
     if (c->cn_magic != CONN_MAGIC)
         abort();
+    if (c->cn_req)
+        req_abort(c->cn_req);   /* a transaction cut short is still logged */
     if (c->cn_up)
         proxy_abort(c);
-    if (c->cn_state == CONN_WAIT) {
-        conn_wait_unlink(c);
-        filltab_unwait(w->shm->filltab, c->cn_req->whash, (int)w->slotno);
-    }
     push_free(c);
-    alog_end(c);        /* a transaction cut short is still logged */
-    if (c->cn_bgclaim)   /* a background revalidation that never reached
-                            the origin: its waiters fetch for themselves */
-        fill_release(c->cn_req->whash, 0);
     event_del(&c->cn_rev);
     conn_unwant_write(c);
     if (c->cn_tls)
@@ -223,7 +189,7 @@ conn_reset(struct conn *c)
      * chunked without its last chunk) is better served by a plain close:
      * a reset can destroy the bytes the client has not read yet. */
     if (c->cn_up == NULL || c->cn_up->up_resp == NULL
-        || c->cn_up->up_resp->r.until_close || c->cn_up->up_decode)
+        || c->cn_up->up_resp->until_close || c->cn_up->up_decode)
         setsockopt(c->cn_fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
     conn_close(c);
 }
@@ -315,14 +281,14 @@ conn_new(struct worker *w, int fd, const struct sockaddr *sa, socklen_t salen)
     return c;
 }
 
-/* stale-while-revalidate: c was just answered with a stale object; fetch
- * a fresh one in the background, once per object across all workers (the
- * fill table decides who), on an internal connection that replays c's
- * request head and throws its answer away. */
-void
-conn_bg_revalidate(struct conn *c, const char *key, size_t keylen)
+/* stale-while-revalidate: rq was just answered with a stale object;
+ * fetch a fresh one in the background, once per object across all
+ * workers (the fill table decides who), on an internal connection that
+ * replays rq's request head and throws its answer away. */
+static void
+conn_bg_revalidate(struct req *rq, const char *key, size_t keylen)
 {
-    struct http_req *r = &c->cn_req->r;
+    struct http_req *r = &rq->r;
     struct timeval now;
     struct conn *g;
     uint8_t h[16];
@@ -343,7 +309,7 @@ conn_bg_revalidate(struct conn *c, const char *key, size_t keylen)
     default:
         return;
     }
-    g = conn_new(wk, -1, &c->cn_peer.sa, sizeof(c->cn_peer));
+    g = conn_new(wk, -1, &rq->rq_conn->cn_peer.sa, sizeof(rq->rq_conn->cn_peer));
     if (g)
         conn_req_get(g);    /* carries the claim (whash) */
     if (g == NULL || g->cn_req == NULL || buf_alloc(&g->cn_in) < 0
@@ -354,7 +320,8 @@ conn_bg_revalidate(struct conn *c, const char *key, size_t keylen)
         return;
     }
     g->cn_bg = 1;
-    g->cn_bgclaim = 1;
+    g->cn_req->rq_bg = 1;
+    g->cn_req->rq_claim = 1;
     memcpy(g->cn_req->whash, h, 16);
     memcpy(g->cn_in.data, r->base, r->head_len);
     g->cn_in.end = r->head_len;
@@ -449,7 +416,7 @@ conn_wait_read(struct conn *c)
             event_active(&c->cn_rev, EV_READ, 1);
         return;
     case CONN_WAIT:
-        return;     /* reads nothing until resumed (see conn_wait_start) */
+        return;     /* reads nothing until resumed (conn_after_steps) */
     case CONN_LINGER:
         tv.tv_sec = CONN_LINGER_MS / 1000;
         break;
@@ -571,281 +538,27 @@ conn_peer_str(const struct conn *c, char *out, size_t len)
         inet_ntop(AF_INET6, &c->cn_peer.in6.sin6_addr, out, (socklen_t)len);
 }
 
-/* Refuse a request we cannot trust: answer, then close. */
+/* Refuse a request we cannot trust (a head that does not parse, a body
+ * that does not, a timeout): the request answers it (SYNTH), then we
+ * close. */
 static void
 conn_refuse(struct conn *c, int status, const char *reason)
 {
-    const struct http_req *r = c->cn_req ? &c->cn_req->r : NULL;
-    char peer[64];
-    const char *extra = NULL;
-
-    conn_peer_str(c, peer, sizeof(peer));
-    log_info("conn %llu from %s: %d %s: %s", (unsigned long long)c->cn_id,
-             peer, status, http_status_text(status), reason ? reason : "");
-    size_t before = c->cn_out.end;
-    if (status < 500 && status != 405)
-        wk->ctr->bad_requests++;
-    if (status == 405)
-        extra = CONN_ALLOW;
     if (c->cn_hold)     /* the request turned out malformed */
         conn_void_held(c);
-    resp_simple(c, status, "Connection: close\r\n", extra,
-                reason ? reason : http_status_text(status),
-                r && r->method == HTTP_HEAD && status != 400);
-    alog_refused(c, status, c->cn_out.end - before);
+    if (c->cn_req) {
+        req_refuse(c->cn_req, status, reason);
+    } else {
+        /* no request to answer with: out of memory */
+        resp_simple(c, status, "Connection: close\r\n", NULL,
+                    reason ? reason : http_status_text(status), 0);
+    }
     c->cn_close = 1;
     c->cn_state = CONN_SEND;
 }
 
-/* The answer of the final recipient to TRACE (the request head echoed as
- * message/http, without the credentials it carried: RFC 9110 9.3.8) or
- * OPTIONS (the methods we take). */
-static void
-conn_answer_final(struct conn *c, const char *ch)
-{
-    const struct http_req *r = &c->cn_req->r;
-
-    if (r->method == HTTP_OPTIONS) {
-        resp_simple(c, 200, ch, CONN_ALLOW, NULL, 0);
-        return;
-    }
-    /* each line as received plus CRLF (a bare-LF line grows by one) */
-    char *echo = malloc(r->head_len + 2 * (size_t)r->nfields + 4);   /* rare: no pool */
-    const char *eol = memchr(r->base, '\n', r->head_len);
-    size_t n;
-
-    if (echo == NULL || eol == NULL) {
-        free(echo);
-        conn_refuse(c, 500, "out of memory");
-        return;
-    }
-    n = (size_t)(eol + 1 - r->base);
-    memcpy(echo, r->base, n);
-    for (int i = 0; i < r->nfields; i++) {
-        const struct http_field *f = &r->fields[i];
-        if (f->id == HTTP_F_AUTHORIZATION
-            || http_field_is(r, i, "proxy-authorization") || http_field_is(r, i, "cookie"))
-            continue;
-        size_t l = f->value + f->value_len - f->name;
-        memcpy(echo + n, r->base + f->name, l);
-        n += l;
-        echo[n++] = '\r';
-        echo[n++] = '\n';
-    }
-    echo[n++] = '\r';
-    echo[n++] = '\n';
-    resp_body(c, 200, ch, "message/http", echo, n, 0);
-    free(echo);
-}
-
 /* ------------------------------------------------------------------ */
-/* Routing: remap, then a redirect, a 404, or the origin. */
-
-/* A body we answer without: small ones are read and dropped (so the
- * connection survives); with Expect: 100-continue the client may never
- * send it, and a large one is not worth swallowing, so those close. */
-static int
-conn_body_discardable(const struct http_req *r)
-{
-    return !r->has_body || (!r->expect_continue
-                            && (r->chunked || r->content_length <= DISCARD_MAX));
-}
-
-/* "name:port" or "[v6]:port", as opposed to "name" or "[v6]". */
-static int
-conn_host_has_port(const char *v, size_t n)
-{
-    while (n > 0 && (v[n - 1] >= '0' && v[n - 1] <= '9'))
-        n--;
-    return n > 0 && v[n - 1] == ':' && (v[0] != '[' || (n >= 2 && v[n - 2] == ']'));
-}
-
-/* Decide and queue the answer for a complete head.  Returns 1 when the
- * request's body (if any) now belongs to someone else (an origin
- * transaction or a PUSH), 0 when the answer is local. */
-static int
-conn_route(struct conn *c, int keep_alive)
-{
-    const struct conf *cf = wk->conf;
-    struct http_req *r = &c->cn_req->r;
-    const char *base = r->base;
-    struct conf_remap_result res;
-    const struct conf_remap_rule *rule;
-    const char *path = base + r->path;
-    size_t pathlen = r->path_len;
-    char loc[sizeof(res.path) + 512], npath[sizeof(res.path) + 1];
-    int head = r->method == HTTP_HEAD;
-    int local_ka = keep_alive && conn_body_discardable(r);
-    const char *ch = conn_connection_hdr(r->minor, local_ka);
-
-    if (r->method == HTTP_CONNECT) {
-        conn_refuse(c, 405, "CONNECT is not supported");
-        return 0;
-    }
-    if (r->method == HTTP_M_PUSH && !cf->rec.push_method_enabled) {
-        resp_simple(c, 403, ch, NULL,
-                    "PUSH is disabled (proxy.config.http.push_method_enabled)", 0);
-        return 0;
-    }
-    /* OPTIONS * asks about the server as a whole (RFC 9110 9.3.7): us. */
-    if (r->method == HTTP_OPTIONS && pathlen == 1 && path[0] == '*') {
-        conn_answer_final(c, ch);
-        return 0;
-    }
-    /* Remap, the cache key and the origin all see the normalised path. */
-    if ((path = http_req_path(r, npath, sizeof(npath), &pathlen)) == NULL) {
-        resp_simple(c, 414, ch, NULL, "request target too long to map", head);
-        return 0;
-    }
-
-    /* Over TLS an origin-form request is an https one, and a Host without
-     * a port means 443 (the parser, knowing no connection, said 80). */
-    int https = r->https, port = r->port;
-    if (c->cn_tls && !r->absolute) {
-        https = 1;
-        if (r->f_host >= 0 && !conn_host_has_port(base + r->fields[r->f_host].value,
-                                                  r->fields[r->f_host].value_len))
-            port = 443;
-    }
-    rule = r->host_len == 0 ? NULL
-         : conf_remap_find(&cf->remap, https ? "https" : "http",
-                           base + r->host, r->host_len, port, path,
-                           pathlen, &res);
-    if (rule == NULL && r->absolute && !cf->rec.remap_required
-        && r->host_len < sizeof(res.host) && pathlen + 1 < sizeof(res.path)) {
-        /* Forward proxy: the target's own authority is the origin. */
-        memset(&res, 0, sizeof(res));
-        snprintf(res.scheme, sizeof(res.scheme), "%s", r->https ? "https" : "http");
-        memcpy(res.host, base + r->host, r->host_len);
-        res.port = r->port;
-        if (path[0] != '/')
-            res.path[res.pathlen++] = '/';
-        memcpy(res.path + res.pathlen, path, pathlen);
-        res.pathlen += pathlen;
-        rule = NULL;
-    } else if (rule == NULL) {
-        resp_simple(c, 404, ch, NULL, "no remap rule matches this request", head);
-        return 0;
-    } else if (rule->type == CONF_REMAP_REDIRECT
-               || rule->type == CONF_REMAP_REDIRECT_TEMPORARY) {
-        int def = strcmp(res.scheme, "https") == 0 ? 443 : 80;
-        int status = rule->type == CONF_REMAP_REDIRECT ? 301 : 307;
-        if (r->method == HTTP_M_PUSH || r->method == HTTP_PURGE) {
-            resp_simple(c, 404, ch, NULL, "a redirect rule holds no cached object", 0);
-            return 0;
-        }
-        if (res.port == def)
-            snprintf(loc, sizeof(loc), "Location: %s://%s%s\r\n", res.scheme,
-                     res.host, res.path);
-        else
-            snprintf(loc, sizeof(loc), "Location: %s://%s:%d%s\r\n",
-                     res.scheme, res.host, res.port, res.path);
-        resp_simple(c, status, ch, loc, http_status_text(status), head);
-        return 0;
-    }
-
-    /* RFC 9110 7.6.2: TRACE or OPTIONS with Max-Forwards: 0 is answered
-     * here, as its final recipient. */
-    int mfi;
-    if (http_max_forwards(r, &mfi) == 0) {
-        conn_answer_final(c, ch);
-        return 0;
-    }
-
-    /* A mapped request: the cache's business first, then the origin. */
-    char key[STORE_KEY_MAX];
-    size_t keylen = store_key(key, sizeof(key), res.scheme, res.host, res.port, res.path);
-    if (keylen && rule && cf->rec.pristine_host_hdr) {
-        /* The origin is asked with the client's Host (proxy_start), so two
-         * vhosts mapped to one origin are two objects: the key names the
-         * Host sent too, after a space (never in a URL). */
-        char ph[300];
-        size_t phl = proxy_pristine_host(r, ph, sizeof(ph));
-        if (phl == 0 || keylen + 1 + phl >= sizeof(key)) {
-            keylen = 0;     /* not cacheable */
-        } else {
-            key[keylen++] = ' ';
-            for (size_t i = 0; i < phl; i++)
-                key[keylen++] = (char)tolower((unsigned char)ph[i]);
-            key[keylen] = '\0';
-        }
-    }
-    const char *fwd = wk->cache ? "method" : "bypass";
-
-    if (r->method == HTTP_PURGE) {
-        if (keylen)
-            purge_handle(c, key, keylen, local_ka);
-        else
-            resp_simple(c, 404, ch, NULL, "not cached", 0);
-        return 0;
-    }
-    if (r->method == HTTP_M_PUSH) {
-        if (wk->cache == NULL || keylen == 0) {
-            resp_simple(c, 503, "Connection: close\r\n", NULL,
-                        wk->cache ? "URL too long to cache" : "no cache is configured", 0);
-            c->cn_close = 1;
-            return 0;
-        }
-        push_start(c, key, keylen, keep_alive);
-        return c->cn_state == CONN_BODY;
-    }
-    int verdict = STORE_MISS, claimed = 0;
-    uint8_t h[16];
-    /* A GET or HEAD with a body (content RFC 9110 9.3.1 gives no meaning,
-     * but an origin may answer by it) neither takes an answer from the
-     * shared cache nor leaves one there: it is passed through. */
-    if (wk->cache && (r->method == HTTP_GET || r->method == HTTP_HEAD) && !r->has_body) {
-        if (keylen && (verdict = store_serve(c, key, keylen, local_ka, &fwd)) == STORE_HIT)
-            return 0;
-        if (!keylen)
-            fwd = "bypass";
-    } else if (r->has_body && (r->method == HTTP_GET || r->method == HTTP_HEAD)) {
-        fwd = "bypass";
-    }
-    if (rule == NULL)
-        fwd = "bypass";     /* forward proxying is not cached */
-    /* Collapsed forwarding: one fetch per missing object, all workers. */
-    if (wk->cache && rule && keylen && verdict == STORE_MISS && r->method == HTTP_GET
-        && !r->has_body && !c->cn_nowait && wk->conf->rec.collapse_timeout > 0
-        && !http_req_no_store(r)) {
-        struct timeval now;
-        event_base_gettimeofday_cached(wk->base, &now);
-        cache_key_hash(wk->cache, key, keylen, h);
-        switch (filltab_claim(wk->shm->filltab, h, (int)wk->slotno,
-                              (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000,
-                              (int64_t)wk->conf->rec.txn_no_activity_out * 1000 + 5000)) {
-        case FT_CLAIMED:
-            claimed = 1;
-            break;
-        case FT_WAIT:
-            conn_wait_start(c, h);
-            return 1;
-        case FT_PASS:
-            fwd = "uri-miss";     /* hit-for-miss: straight to the origin */
-            break;
-        default:
-            break;
-        }
-    }
-    int rc = proxy_start(c, &res, rule, keep_alive, (keylen && rule) ? key : NULL,
-                         keylen, fwd);
-    if (c->cn_bgclaim && rc == 0 && c->cn_up) {
-        /* the background revalidation's fetch carries its claim */
-        c->cn_up->up_claim = 1;
-        memcpy(c->cn_up->up_hash, c->cn_req->whash, 16);
-        c->cn_bgclaim = 0;
-    }
-    if (claimed) {
-        if (rc == 0 && c->cn_up) {
-            c->cn_up->up_claim = 1;
-            memcpy(c->cn_up->up_hash, h, 16);
-        } else {
-            /* failed at once: let the waiters try for themselves */
-            fill_release(h, 0);
-        }
-    }
-    return rc == 0;
-}
+/* Requests: the steps (req.c) decide, the connection carries it out. */
 
 /* Every answer given here rather than by an origin or a PUSH (admin
  * pages, ip_allow refusals, redirects, 404s, PURGE, TRACE and OPTIONS,
@@ -859,71 +572,49 @@ conn_answered(struct conn *c, size_t mark, int keep_alive)
 {
     const struct http_req *r = &c->cn_req->r;
 
-    alog_end(c);
-    if (r->has_body && conn_body_discardable(r) && !c->cn_close) {
+    if (c->cn_req->rq_close)
+        c->cn_close = 1;
+    if (r->has_body && req_body_discardable(r) && !c->cn_close) {
         c->cn_hold = 1;
         c->cn_hold_mark = mark;
         c->cn_discarded = 0;
         c->cn_state = CONN_BODY;
         return;
     }
-    if (!keep_alive || !conn_body_discardable(r))
+    if (!keep_alive || !req_body_discardable(r))
         c->cn_close = 1;
 }
 
-/* A complete, checked head: decide and queue the answer. */
+/* The steps ran and parked (or ended): put the connection in the state
+ * they ask for.  mark: cn_out's end before the answer. */
 static void
-conn_request(struct conn *c)
+conn_after_steps(struct conn *c, size_t mark)
 {
-    struct http_req *r = &c->cn_req->r;
-    int keep_alive = r->keep_alive && !wk->draining;
-    size_t mark = c->cn_out.end;
+    struct req *rq = c->cn_req;
+    int keep_alive = rq->r.keep_alive && !wk->draining;
 
-    wk->ctr->requests++;
-    c->cn_req->counted = 0;
-    c->cn_nowait = 0;
-    c->cn_collapsed = 0;
-    alog_begin(c);
-    if (!conf_ip_allowed(&wk->conf->ip_allow, &c->cn_peer.sa,
-                         conf_method_bit(http_method_name(r->method),
-                                         strlen(http_method_name(r->method))))) {
-        char peer[64];
-        conn_peer_str(c, peer, sizeof(peer));
-        log_notice("conn %llu from %s: %s denied by ip_allow.config",
-                   (unsigned long long)c->cn_id, peer, http_method_name(r->method));
-        resp_simple(c, 403, "Connection: close\r\n", NULL,
-                    "access denied by ip_allow.config", r->method == HTTP_HEAD);
-        alog_result(c, "TCP_DENIED", 0);
-        c->cn_close = 1;    /* no body of a refused client is read */
-        conn_answered(c, mark, 0);
+    switch (rq->rq_step) {
+    case REQ_WAIT:
+        /* reads nothing (the head stays where it is in the input) until
+         * the request moves (conn_req_moved) */
+        c->cn_state = CONN_WAIT;
+        event_del(&c->cn_rev);
+        conn_unwant_write(c);
         return;
-    }
-    if (admin_handle(c, keep_alive && conn_body_discardable(r))) {
+    case REQ_FETCH:
+    case REQ_PUSH:
+        if (c->cn_state == CONN_BODY || c->cn_state == CONN_PROXY)
+            return;     /* the body belongs to the transaction / PUSH */
+        /* it failed at once and queued its own answer */
+        req_finish(rq);
+        if (!keep_alive || rq->r.has_body)
+            c->cn_close = 1;
+        return;
+    default:    /* DONE: answered; HIT: answered, its body lent */
+        c->cn_state = CONN_SEND;
         conn_answered(c, mark, keep_alive);
         return;
     }
-    conn_dispatch(c);
-}
-
-/* Route and answer (again, after waiting on another worker's fill). */
-static void
-conn_dispatch(struct conn *c)
-{
-    struct http_req *r = &c->cn_req->r;
-    int keep_alive = r->keep_alive && !wk->draining;
-    size_t mark = c->cn_out.end;
-
-    if (conn_route(c, keep_alive)) {
-        if (c->cn_state == CONN_BODY || c->cn_state == CONN_PROXY
-            || c->cn_state == CONN_WAIT)
-            return;         /* the body belongs to the transaction / PUSH */
-        /* it failed at once and queued its own answer */
-        alog_end(c);
-        if (!keep_alive || r->has_body)
-            c->cn_close = 1;
-        return;
-    }
-    conn_answered(c, mark, keep_alive);
 }
 
 /* The current head has been dispatched: step over it. */
@@ -938,79 +629,36 @@ conn_consume_head(struct conn *c)
         http_req_reset(r);
 }
 
-/* ------------------------------------------------------------------ */
-/* Collapsed forwarding: waiting for another worker's fill.
- *
- * A waiting connection reads nothing (its head must stay where it is in
- * the input buffer) and sits on the worker's wait list.  It resumes when
- * the fill table no longer shows the fill in progress (the filler's wake-up
- * on our eventfd, or the master's after the filler died), or at its
- * deadline, after which it goes to the origin itself, uncollapsed. */
-
-void
-conn_wait_start(struct conn *c, const uint8_t h[16])
+/* A complete, checked head: run the request's steps. */
+static void
+conn_request(struct conn *c)
 {
-    struct timeval now;
+    size_t mark = c->cn_out.end;
 
-    memcpy(c->cn_req->whash, h, 16);
-    event_base_gettimeofday_cached(wk->base, &now);
-    c->cn_req->wdeadline = now;
-    c->cn_req->wdeadline.tv_sec += wk->conf->rec.collapse_timeout;
-    c->cn_state = CONN_WAIT;
-    event_del(&c->cn_rev);
-    conn_unwant_write(c);
-    c->cn_req->wnext = wk->waitq;
-    wk->waitq = c;
+    req_run(c->cn_req);
+    conn_after_steps(c, mark);
 }
 
+/* A waiting request moved (req.c, after a WAIT): carry on. */
 static void
-conn_wait_unlink(struct conn *c)
+conn_req_moved(struct req *rq)
 {
-    for (struct conn **pp = &wk->waitq; *pp; pp = &(*pp)->cn_req->wnext)
-        if (*pp == c) {
-            *pp = c->cn_req->wnext;
-            break;
-        }
-    c->cn_req->wnext = NULL;
-}
+    struct conn *c = rq->rq_conn;
 
-static void
-conn_wait_resume(struct conn *c, int timed_out)
-{
-    conn_wait_unlink(c);
-    if (timed_out)
-        filltab_unwait(wk->shm->filltab, c->cn_req->whash, (int)wk->slotno);
-    c->cn_nowait = timed_out;
-    c->cn_collapsed = !timed_out;
+    if (c->cn_magic != CONN_MAGIC)
+        abort();
     c->cn_state = CONN_SEND;
-    c->cn_in_process = 1;
-    conn_dispatch(c);
-    c->cn_in_process = 0;
+    conn_after_steps(c, c->cn_out.end);
     if (c->cn_state == CONN_WAIT)
         return;     /* another fill started meanwhile: wait for that one */
     conn_consume_head(c);
     conn_process(c);
 }
 
-void
-conn_wait_check(struct worker *w, int deadlines_only)
-{
-    struct timeval now;
-    struct conn *c, *next;
-
-    event_base_gettimeofday_cached(w->base, &now);
-    int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000;
-    for (c = w->waitq; c; c = next) {
-        next = c->cn_req->wnext;
-        if (evutil_timercmp(&now, &c->cn_req->wdeadline, >=))
-            conn_wait_resume(c, 1);
-        else if (!deadlines_only
-                 && !filltab_busy(w->shm->filltab, c->cn_req->whash, (int)w->slotno, now_ms))
-            conn_wait_resume(c, 0);
-        /* next was read before resuming: a resumed connection may have
-         * closed, never one further down the list */
-    }
-}
+static const struct req_owner_ops conn_req_ops = {
+    .moved = conn_req_moved,
+    .revalidate = conn_bg_revalidate,
+};
 
 /* Parse and answer as many complete requests as the input holds.
  * Returns 0, or -1 when the connection was closed (c is gone). */
@@ -1035,7 +683,7 @@ conn_process(struct conn *c)
             /* A new request: whatever answered the last one (a proxy, a
              * PUSH, a refusal) may have left the parser mid-state. */
             if (c->cn_req)
-                http_req_reset(&c->cn_req->r);
+                req_reset(c->cn_req);
             c->cn_state = CONN_HEAD;
             event_base_gettimeofday_cached(w->base, &c->cn_head_start);
         }
@@ -1084,6 +732,7 @@ conn_process(struct conn *c)
                     conn_refuse(c, rc, r->reason);
                     break;
                 }
+                req_finish(c->cn_req);
                 http_req_reset(r);
                 continue;
             }
@@ -1104,7 +753,7 @@ conn_process(struct conn *c)
             c->cn_in.start += used;
             w->ctr->bytes_in += used;
             c->cn_discarded += used;
-            if (rc == HTTP_AGAIN && c->cn_discarded > DISCARD_MAX) {
+            if (rc == HTTP_AGAIN && c->cn_discarded > REQ_DISCARD_MAX) {
                 /* Not worth swallowing: answer and close. */
                 c->cn_hold = 0;
                 c->cn_close = 1;
@@ -1203,8 +852,9 @@ conn_flush(struct conn *c)
                     proxy_client_sent(c, (size_t)k);
             }
         }
-        if (c->cn_up == NULL && c->cn_body_len == 0)
-            store_release(c);       /* a hit's body is out: unpin */
+        if (c->cn_up == NULL && c->cn_body_len == 0 && c->cn_req)
+            req_sent_all(c->cn_req);    /* a hit's or a transaction's answer
+                                           is out: DONE */
         if (!c->cn_hold)
             o->start = o->end = 0;
         if (c->cn_up == NULL || c->cn_hold)
@@ -1213,8 +863,7 @@ conn_flush(struct conn *c)
         case PROXY_MORE:
             continue;
         case PROXY_DONE:
-            alog_end(c);
-            continue;
+            continue;   /* DONE once a body lent from the cache is out too */
         case PROXY_ABORT:
             conn_reset(c);
             return -1;

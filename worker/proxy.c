@@ -209,8 +209,8 @@ up_free(struct conn *c)
 #ifdef CST_ASAN
         free(up->up_resp);
 #else
-        up->up_resp->next = wk->free_reqs;
-        wk->free_reqs = up->up_resp;
+        *(struct http_req **)up->up_resp = wk->free_heads;
+        wk->free_heads = up->up_resp;
 #endif
     }
     up->up_magic = 0;
@@ -936,16 +936,16 @@ proxy_pump(struct conn *c)
             return PROXY_WAIT;
         }
         if (up->up_resp == NULL) {
-            if (wk->free_reqs) {
-                up->up_resp = wk->free_reqs;
-                wk->free_reqs = up->up_resp->next;
+            if (wk->free_heads) {
+                up->up_resp = wk->free_heads;
+                wk->free_heads = *(struct http_req **)up->up_resp;
             } else if ((up->up_resp = malloc(sizeof(*up->up_resp))) == NULL) {
                 up_fail(up, 502, "out of memory");
                 return PROXY_MORE;
             }
-            http_req_reset(&up->up_resp->r);
+            http_req_reset(up->up_resp);
         }
-        resp = &up->up_resp->r;
+        resp = up->up_resp;
         rc = http_head_scan(resp, in->data + in->start, avail, &wk->resp_limits);
         if (rc == HTTP_AGAIN) {
             if (up->up_eof) {
@@ -1046,7 +1046,7 @@ static enum proxy_pump
 proxy_pump_body(struct conn *c, struct upstream *up)
 {
     struct buf *in = &up->up_in;
-    struct http_req *resp = &up->up_resp->r;
+    struct http_req *resp = up->up_resp;
     int rc;
 
     /* A framing error was found already (http_req_body() set the reason

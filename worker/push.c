@@ -33,7 +33,7 @@ struct push {
     uint32_t          magic;
     enum push_state   state;
     struct buf        head;          /* the pushed response head, growing */
-    struct req_ctx   *resp;
+    struct http_req  *resp;         /* its parse (heap: an http_req is large) */
     struct cache_fill *fill;
     const char       *why;           /* reason for the 400 */
     char              why_buf[96];   /* a reason built for this push only */
@@ -83,7 +83,7 @@ push_sink_body(void *arg, const char *data, size_t n)
 static void
 push_body_bytes(struct push *p, const char *data, size_t n)
 {
-    struct http_req *resp = &p->resp->r;
+    struct http_req *resp = p->resp;
 
     while (n > 0 && p->state == PUSH_BODY) {
         size_t used;
@@ -110,7 +110,7 @@ static void
 push_sink(void *arg, const char *data, size_t n)
 {
     struct push *p = arg;
-    struct http_req *resp = &p->resp->r;
+    struct http_req *resp = p->resp;
     struct buf *h = &p->head;
     int rc;
 
@@ -198,7 +198,7 @@ push_start(struct conn *c, const char *key, size_t keylen, int keep_alive)
     }
     p->magic = PUSH_MAGIC;
     p->state = PUSH_HEAD;
-    http_req_reset(&p->resp->r);
+    http_req_reset(p->resp);
     memcpy(p->key, key, keylen);
     p->keylen = keylen;
     p->keep_alive = keep_alive;
@@ -237,7 +237,7 @@ push_body(struct conn *c)
     }
 
     /* The request body ended: so must the pushed response. */
-    struct http_req *resp = &p->resp->r;
+    struct http_req *resp = p->resp;
     if (p->state == PUSH_HEAD)
         push_fail(p, "the body is not a complete HTTP response");
     else if (p->state == PUSH_BODY && !resp->body_done
@@ -274,24 +274,4 @@ push_body(struct conn *c)
     alog_end(c);
     c->cn_state = CONN_SEND;
     return HTTP_OK;
-}
-
-void
-purge_handle(struct conn *c, const char *key, size_t keylen, int keep_alive)
-{
-    struct http_req *r = &c->cn_req->r;
-    const char *ch = conn_connection_hdr(r->minor, keep_alive);
-    int rc = wk->cache ? cache_remove(wk->cache, key, keylen) : CACHE_MISS;
-
-    alog_result(c, "TCP_MISS", 0);     /* Squid's code for PURGE and PUSH */
-
-    if (rc == CACHE_OK) {
-        log_info("conn %llu: PURGE removed %.*s", (unsigned long long)c->cn_id,
-                 (int)keylen, key);
-        resp_simple(c, 200, ch, NULL, "purged", 0);
-    } else if (rc == CACHE_MISS) {
-        resp_simple(c, 404, ch, NULL, "not cached", 0);
-    } else {
-        resp_simple(c, 500, ch, NULL, "the cache could not remove the object", 0);
-    }
 }

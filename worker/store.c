@@ -89,7 +89,7 @@ store_key(char *out, size_t outlen, const char *scheme, const char *host,
 void
 store_release(struct conn *c)
 {
-    struct req_ctx *q = c->cn_req;
+    struct req *q = c->cn_req;
 
     if (q && q->obj_held) {
         cache_obj_release(wk->cache, &q->obj);
@@ -585,7 +585,7 @@ store_stale_window(const struct cache_obj *o, const char *dir, int64_t now)
 int
 store_stale_on_error(struct conn *c)
 {
-    struct req_ctx *q = c->cn_req;
+    struct req *q = c->cn_req;
     struct timeval now;
 
     if (q == NULL || !q->obj_held)
@@ -600,16 +600,14 @@ store_stale_on_error(struct conn *c)
 /* ------------------------------------------------------------------ */
 
 int
-store_serve(struct conn *c, const char *key, size_t keylen, int keep_alive,
-            const char **why)
+store_lookup(struct conn *c, const char *key, size_t keylen, const char **why,
+             char *cs, size_t cslen)
 {
-    struct req_ctx *q = c->cn_req;
+    struct req *q = c->cn_req;
     struct http_req *r = &q->r;
     struct cache_obj *o = &q->obj;
     struct cc_req rcc;
     struct timeval now;
-    struct store_cond sc;
-    char cs[96];
     int64_t age, ttl;
     int fresh;
 
@@ -644,32 +642,19 @@ store_serve(struct conn *c, const char *key, size_t keylen, int keep_alive,
         && !(rcc.max_age >= 0 && age > rcc.max_age))
         fresh = 1;      /* the client accepts it this stale */
     if (fresh) {
-        store_cond_from(&sc, r);
-        char *e = store_put(cs, c->cn_collapsed ? "cistern; fwd=uri-miss; collapsed; ttl="
+        char *e = store_put(cs, q->rq_collapsed ? "cistern; fwd=uri-miss; collapsed; ttl="
                                                 : "cistern; hit; ttl=",
-                            c->cn_collapsed ? 38 : 18);
+                            q->rq_collapsed ? 38 : 18);
         *fmt_i64(e, ttl) = '\0';
-        alog_result(c, "TCP_HIT", 0);
-        if (store_send(c, &sc, keep_alive, cs, NULL, 0) < 0) {
-            store_release(c);
-            goto miss;
-        }
         return STORE_HIT;
     }
     /* stale-while-revalidate (RFC 5861): serve it now, refresh it behind. */
-    if (!c->cn_bg && r->method == HTTP_GET && ttl <= 0 && !rcc.no_cache
+    if (!q->rq_bg && r->method == HTTP_GET && ttl <= 0 && !rcc.no_cache
         && !(o->meta.flags & (STORE_F_NO_CACHE | STORE_F_MUST_REVALIDATE))
         && store_stale_window(o, "stale-while-revalidate=", now.tv_sec)) {
-        store_cond_from(&sc, r);
-        snprintf(cs, sizeof(cs), "cistern; hit; ttl=%lld; detail=stale-while-revalidate",
+        snprintf(cs, cslen, "cistern; hit; ttl=%lld; detail=stale-while-revalidate",
                  (long long)ttl);
-        alog_result(c, "TCP_HIT", 0);
-        conn_bg_revalidate(c, key, keylen);
-        if (store_send(c, &sc, keep_alive, cs, NULL, 0) < 0) {
-            store_release(c);
-            goto miss;
-        }
-        return STORE_HIT;
+        return STORE_HIT_STALE;
     }
     /* stale by itself, or only for this request's directives (RFC 9211) */
     *why = (ttl <= 0 || (o->meta.flags & STORE_F_NO_CACHE)) && !rcc.no_cache
@@ -684,13 +669,7 @@ store_serve(struct conn *c, const char *key, size_t keylen, int keep_alive,
     return STORE_REVALIDATE;
 
 miss:
-    if (rcc.only_if_cached) {
-        resp_simple(c, 504, conn_connection_hdr(r->minor, keep_alive),
-                    "Cache-Status: cistern; fwd=miss; detail=only-if-cached\r\n",
-                    "not in cache (only-if-cached)", r->method == HTTP_HEAD);
-        return STORE_HIT;
-    }
-    return STORE_MISS;
+    return rcc.only_if_cached ? STORE_ONLY_CACHED : STORE_MISS;
 }
 
 /* ------------------------------------------------------------------ */

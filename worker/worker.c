@@ -294,7 +294,7 @@ worker_on_wake(evutil_socket_t fd, short what, void *arg)
     uint64_t n;
 
     if (read(fd, &n, sizeof(n)) < 0) { /* spurious: check anyway */ }
-    conn_wait_check(arg, 0);
+    req_wait_check(arg, 0);
 }
 
 static void
@@ -304,7 +304,7 @@ worker_on_tick(evutil_socket_t fd, short what, void *arg)
     struct timeval now;
 
     if (w->waitq)
-        conn_wait_check(w, 0);
+        req_wait_check(w, 0);
     event_base_gettimeofday_cached(w->base, &now);
     w->slot->heartbeat = (uint64_t)now.tv_sec;
     alog_flush();
@@ -463,9 +463,14 @@ worker_main(const struct worker_args *a)
         free(e);
     }
     while (w->free_reqs) {
-        struct req_ctx *q = w->free_reqs;
+        struct req *q = w->free_reqs;
         w->free_reqs = q->next;
         free(q);
+    }
+    while (w->free_heads) {
+        struct http_req *h = w->free_heads;
+        w->free_heads = *(struct http_req **)h;
+        free(h);
     }
     while (w->nfree_bufs > 0)
         free(w->free_bufs[--w->nfree_bufs]);

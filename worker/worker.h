@@ -25,8 +25,8 @@
 #include "shm/shm.h"
 #include "worker/http.h"
 #include "cache/cache.h"
+#include "worker/req.h"
 
-#define STORE_KEY_MAX 4096
 /* cache_meta.flags of ours */
 #define STORE_F_NO_CACHE        0x1   /* always revalidate */
 #define STORE_F_MUST_REVALIDATE 0x2   /* never served stale */
@@ -41,7 +41,13 @@ struct store_cond {
     char     range[128];
     char     if_range[128];
 };
-enum store_verdict { STORE_MISS = 0, STORE_HIT, STORE_REVALIDATE };
+enum store_verdict {
+    STORE_MISS = 0,
+    STORE_HIT,          /* fresh (or stale as the client allows): serve it */
+    STORE_HIT_STALE,    /* stale-while-revalidate: serve it, refresh behind */
+    STORE_REVALIDATE,   /* held for a conditional request to the origin */
+    STORE_ONLY_CACHED,  /* a miss the client forbids us to fetch (504) */
+};
 
 struct origin_idle;
 struct evdns_getaddrinfo_request;
@@ -89,7 +95,6 @@ enum conn_state {
     CONN_LINGER,                     /* SHUT_WR sent; draining input */
 };
 
-struct req_ctx;
 struct upstream;
 struct push;
 
@@ -121,11 +126,7 @@ struct conn {
     unsigned         cn_in_process:1; /* inside conn_process(): no re-entry */
     unsigned         cn_hold:1;       /* cn_out waits until the request body
                                          we are discarding has ended */
-    unsigned         cn_nowait:1;     /* waited already: fetch uncollapsed */
-    unsigned         cn_collapsed:1;  /* answered by another's fill */
     unsigned         cn_bg:1;         /* internal: a background revalidation */
-    unsigned         cn_bgclaim:1;    /* ...holding the fill claim
-                                         cn_req->whash */
     unsigned         cn_tls_up:1;     /* TLS handshake done */
     unsigned         cn_tls_rw:1;     /* SSL_read waits for writability */
     unsigned         cn_tls_wr:1;     /* SSL_write waits for readability */
@@ -140,7 +141,7 @@ struct conn {
                                          else NULL: idle connections hold none */
     struct buf       cn_in;           /* request bytes */
     struct buf       cn_out;          /* response bytes */
-    struct req_ctx  *cn_req;          /* NULL while idle */
+    struct req      *cn_req;          /* NULL while idle */
     struct upstream *cn_up;           /* the origin transaction, if any */
     struct push     *cn_push;         /* a PUSH being received, if any */
     const char      *cn_body;         /* body bytes to send after cn_out */
@@ -152,45 +153,6 @@ struct conn {
     struct ssl_st   *cn_tls;          /* TLS (tls.c), or NULL: plain TCP */
     struct conn     *cn_next;         /* free list / all-connections list */
     struct conn     *cn_prev;
-};
-
-/* One access-log record (alog.c), kept with its request.  The target,
- * referer and user agent are kept raw, escaped when the line is written.
- * A field's next byte goes into the line only while fewer than these many
- * characters of the field are there, so no more raw bytes are kept.  (The
- * 1 KiB and 256-byte buffers of the first format less room for a \xHH and
- * a NUL: overlong fields are cut where they always were.) */
-#define ALOG_TARGET_MAX 1019
-#define ALOG_FIELD_MAX  251
-struct alog_txn {
-    int              active;
-    struct timeval   start;
-    const char      *method;
-    const char      *result;          /* TCP_HIT, TCP_MISS, ... */
-    int              minor;
-    int              status, ostatus;
-    uint64_t         bytes;
-    uint16_t         target_len, referer_len, ua_len;
-    char             target[ALOG_TARGET_MAX];
-    char             referer[ALOG_FIELD_MAX];
-    char             ua[ALOG_FIELD_MAX];
-};
-
-struct req_ctx {
-    struct http_req  r;
-    struct alog_txn  log;
-    struct cache_obj obj;             /* a hit being sent (pinned) */
-    int              obj_held;
-    int              counted;         /* the status last counted (a held
-                                         answer voided takes it back) */
-    size_t           obj_keylen;      /* its key (a variant's, with Vary) */
-    char             obj_key[STORE_KEY_MAX];
-    /* CONN_WAIT (and a background revalidation's claim): here, not in
-     * struct conn, since only a connection with a request waits. */
-    uint8_t          whash[16];       /* the key waited for (or claimed) */
-    struct timeval   wdeadline;
-    struct conn     *wnext;           /* the worker's wait list */
-    struct req_ctx  *next;            /* free list */
 };
 
 #define UP_MAGIC 0x55505354u           /* "UPST" */
@@ -216,7 +178,7 @@ struct upstream {
                                          body ready for the client */
     struct buf       up_out;          /* us -> origin */
     size_t           up_parsed;       /* offset in up_in parsed so far */
-    struct req_ctx  *up_resp;         /* response head index + parser */
+    struct http_req *up_resp;         /* the response head's parse */
     struct evdns_getaddrinfo_request *up_dns;
     char             up_host[256];    /* origin host (pool key with port) */
     int              up_port;
@@ -276,7 +238,7 @@ struct worker {
     uint64_t             next_id;
     struct conn         *free_conns;
     struct conn_wev     *free_wevs;
-    struct req_ctx      *free_reqs;
+    struct req          *free_reqs;
     char               **free_bufs;   /* stack of BUF_SIZE blocks */
     unsigned             nfree_bufs, cap_free_bufs;
     struct http_limits   limits;
@@ -286,6 +248,7 @@ struct worker {
     unsigned             nidle;
     struct origin_idle  *free_idle;
     struct upstream     *free_ups;
+    struct http_req     *free_heads;  /* origin response parses */
     char                 via[300];    /* "1.1 NAME" */
     char                 debug_hdr[96];/* "X-Cistern-Worker: ..." or "" */
     struct cache        *cache;       /* NULL: no store */
@@ -293,7 +256,7 @@ struct worker {
     const int           *wake_fds;    /* every slot's eventfd */
     unsigned             nslots;
     struct event        *wake_ev;
-    struct conn         *waitq;       /* connections in CONN_WAIT */
+    struct req          *waitq;       /* requests in REQ_WAIT */
     int                  cache_area_ok;/* the shm cache area is laid out */
 };
 
@@ -345,12 +308,12 @@ void proxy_free_pools(struct worker *w);
 /* store.c: keys, hits and fills */
 size_t store_key(char *out, size_t outlen, const char *scheme,
                  const char *host, int port, const char *path);
-/* Answer the current request of c from the cache if it can.  STORE_HIT:
- * an answer is queued (a body lent from the pinned mapping, or a 504 for
- * only-if-cached).  STORE_REVALIDATE: a stale object is held (c->cn_req->
- * obj) for a conditional request.  STORE_MISS.  *why: Cache-Status fwd=. */
-int  store_serve(struct conn *c, const char *key, size_t keylen,
-                 int keep_alive, const char **why);
+/* Look key up for the current request of c.  A verdict of STORE_HIT
+ * or STORE_HIT_STALE holds the object (c->cn_req->obj) with its
+ * Cache-Status in cs; STORE_REVALIDATE may hold a stale one for a
+ * conditional request.  *why: Cache-Status fwd= for the others. */
+int  store_lookup(struct conn *c, const char *key, size_t keylen, const char **why,
+                  char *cs, size_t cslen);
 void store_release(struct conn *c);
 void store_cond_from(struct store_cond *sc, const struct http_req *r);
 /* Queue the answer for the held object (conditionals, Range honoured);
@@ -390,17 +353,10 @@ int  push_start(struct conn *c, const char *key, size_t keylen, int keep_alive);
  * for a malformed request body. */
 int  push_body(struct conn *c);
 void push_free(struct conn *c);
-void purge_handle(struct conn *c, const char *key, size_t keylen, int keep_alive);
 
 /* proxy.c */
 int  buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* conn.c: collapsed forwarding, background revalidation */
-void conn_bg_revalidate(struct conn *c, const char *key, size_t keylen);
-void conn_wait_start(struct conn *c, const uint8_t h[16]);
-/* Resume waiters whose fill ended (or, with deadlines_only, whose wait
- * timed out). */
-void conn_wait_check(struct worker *w, int deadlines_only);
 /* Release our fill-table claim for up and wake its waiters. */
 void proxy_release_claim(struct upstream *up, int64_t pass_ms);
 /* Release our claim on key hash h (pass_ms: hit-for-miss for that long)
@@ -417,6 +373,9 @@ void conn_count_status(struct conn *c, int status);
 void conn_count_interim(struct conn *c);
 const char *conn_connection_hdr(int minor, int keep_alive);
 void conn_read_resume(struct conn *c);
+
+/* req.c */
+int  req_body_discardable(const struct http_req *r);
 
 /* resp.c */
 /* v in decimal (as printf's %llu / %lld) at p, which has room for 20
@@ -452,8 +411,9 @@ void alog_status(struct conn *c, int status);
 void alog_end(struct conn *c);
 void alog_refused(struct conn *c, int status, uint64_t bytes);
 
-/* admin.c: /_stats and /_metrics; returns 1 when it answered. */
-int admin_handle(struct conn *c, int keep_alive);
+/* admin.c: /_stats and /_metrics; returns 1 (the answer described in
+ * *syn) when the request is for them. */
+int admin_handle(struct conn *c, struct req_synth *syn);
 
 /* tls.c: TLS on client and origin connections (see its essay) */
 /* Set c up for a server handshake on its socket; 0, or -1 (c untouched). */

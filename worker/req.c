@@ -1,0 +1,710 @@
+/*
+ * worker/req.c: a request's steps, Varnish-style.
+ *
+ *   RECV --> ROUTE --> LOOKUP --> HIT ------------------------> DONE
+ *     |        |  \       |  \                                  ^
+ *     |        |   \      |   WAIT --(the fill ended)--> ROUTE  |
+ *     |        |    \     +--> FETCH --(transaction over)-------+
+ *     |        |     +--> PUSH --(body stored)--> SYNTH --------+
+ *     |        +--------> PURGE ------------------> SYNTH ------+
+ *     +--(admin, ip_allow, redirects, 404s, errors)--> SYNTH ---+
+ *
+ * Each step is a function that does its work and returns the next step;
+ * req_steps() is the one loop that runs them.  A step that must wait
+ * (WAIT for another worker's fill, FETCH and PUSH for their transaction,
+ * HIT for its lent body to go out) returns REQ_PARK, and the request goes
+ * on from where it is when its owner or an event resumes it.
+ *
+ * Invariants:
+ *  - Only req_steps() writes rq_step.  Only the connection code (conn.c)
+ *    writes connection state: a request says what it wants (rq_close, the
+ *    step it parked in) and its owner acts on it.
+ *  - Every answer a step decides for itself is made in SYNTH, which also
+ *    counts its status (through resp.c).  Steps describe it in rq->syn.
+ *  - DONE is the one place a request's access-log line is written and its
+ *    held object and fill claim are released; it runs exactly once per
+ *    request (req_finish, req_abort and req_reset all end in it), and
+ *    every claim it releases wakes the waiters (fill_release).
+ *  - The only call from here up to the owner is through rq_ops (moved,
+ *    revalidate): a request never calls conn.c by name.
+ *
+ * State that lives only while the steps run (the remap result, the cache
+ * key, a redirect's Location) is in struct req_route on req_steps()'s
+ * stack, not in the request: a WAIT resumes at ROUTE and computes it anew.
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "master/log.h"
+#include "shm/filltab.h"
+#include "worker/req.h"
+#include "worker/worker.h"
+
+/* The methods a mapped URL takes (405 and OPTIONS answers); PUSH too when
+ * proxy.config.http.push_method_enabled says so, not listed. */
+#define REQ_ALLOW "Allow: GET, HEAD, POST, PUT, DELETE, OPTIONS, TRACE, PURGE\r\n"
+
+struct req_route {
+    struct conf_remap_result res;
+    const struct conf_remap_rule *rule;
+    const char      *fwd;             /* Cache-Status fwd= */
+    int              verdict;         /* LOOKUP's (enum store_verdict) */
+    int              claimed;         /* LOOKUP claimed the fill */
+    uint8_t          hash[16];        /* ...of this key */
+    size_t           keylen;          /* 0: not cacheable */
+    char             key[STORE_KEY_MAX];
+    char             cs[112];         /* a hit's Cache-Status */
+    char             loc[sizeof(((struct conf_remap_result *)0)->path) + 512];
+};
+
+typedef enum req_step (*req_step_fn)(struct req *, struct req_route *);
+
+/* ------------------------------------------------------------------ */
+/* The pool */
+
+struct req *
+req_new(struct conn *owner, const struct req_owner_ops *ops)
+{
+    struct req *rq;
+
+    if (wk->free_reqs) {
+        rq = wk->free_reqs;
+        wk->free_reqs = rq->next;
+    } else if ((rq = malloc(sizeof(*rq))) == NULL) {
+        return NULL;
+    }
+    rq->rq_magic = REQ_MAGIC;
+    rq->rq_step = REQ_DONE;     /* nothing running yet */
+    rq->rq_conn = owner;
+    rq->rq_ops = ops;
+    rq->obj_held = 0;
+    rq->rq_claim = 0;
+    rq->rq_bg = 0;
+    rq->wnext = NULL;
+    rq->log.active = 0;
+    req_reset(rq);
+    return rq;
+}
+
+void
+req_free(struct req *rq)
+{
+    if (rq == NULL)
+        return;
+    if (rq->rq_magic != REQ_MAGIC)
+        abort();
+    req_abort(rq);
+    rq->rq_magic = 0;
+#ifdef CST_ASAN
+    free(rq);
+#else
+    rq->next = wk->free_reqs;
+    wk->free_reqs = rq;
+#endif
+}
+
+void
+req_reset(struct req *rq)
+{
+    if (rq->rq_step != REQ_DONE)
+        req_finish(rq);
+    http_req_reset(&rq->r);
+    rq->counted = 0;
+    rq->rq_close = 0;
+    rq->rq_nowait = 0;
+    rq->rq_collapsed = 0;
+    memset(&rq->syn, 0, sizeof(rq->syn));
+}
+
+/* ------------------------------------------------------------------ */
+/* Helpers of the steps */
+
+static int
+req_keep_alive(const struct req *rq)
+{
+    return rq->r.keep_alive && !wk->draining;
+}
+
+/* A body we answer without: small ones are read and dropped (so the
+ * connection survives); with Expect: 100-continue the client may never
+ * send it, and a large one is not worth swallowing, so those close. */
+int
+req_body_discardable(const struct http_req *r)
+{
+    return !r->has_body || (!r->expect_continue
+                            && (r->chunked || r->content_length <= REQ_DISCARD_MAX));
+}
+
+/* Describe an answer of ours for SYNTH. */
+static enum req_step
+req_answer(struct req *rq, int status, const char *extra, const char *body)
+{
+    rq->syn.status = status;
+    rq->syn.extra = extra;
+    rq->syn.body = body;
+    return REQ_SYNTH;
+}
+
+/* "name:port" or "[v6]:port", as opposed to "name" or "[v6]". */
+static int
+req_host_has_port(const char *v, size_t n)
+{
+    while (n > 0 && (v[n - 1] >= '0' && v[n - 1] <= '9'))
+        n--;
+    return n > 0 && v[n - 1] == ':' && (v[0] != '[' || (n >= 2 && v[n - 2] == ']'));
+}
+
+/* The answer of the final recipient to TRACE (the request head echoed as
+ * message/http, without the credentials it carried: RFC 9110 9.3.8) or
+ * OPTIONS (the methods we take). */
+static enum req_step
+req_answer_final(struct req *rq)
+{
+    const struct http_req *r = &rq->r;
+
+    if (r->method == HTTP_OPTIONS)
+        return req_answer(rq, 200, REQ_ALLOW, NULL);
+    /* each line as received plus CRLF (a bare-LF line grows by one) */
+    char *echo = malloc(r->head_len + 2 * (size_t)r->nfields + 4);   /* rare: no pool */
+    const char *eol = memchr(r->base, '\n', r->head_len);
+    size_t n;
+
+    if (echo == NULL || eol == NULL) {
+        free(echo);
+        rq->syn.refuse = 1;
+        rq->syn.close = 1;
+        return req_answer(rq, 500, NULL, "out of memory");
+    }
+    n = (size_t)(eol + 1 - r->base);
+    memcpy(echo, r->base, n);
+    for (int i = 0; i < r->nfields; i++) {
+        const struct http_field *f = &r->fields[i];
+        if (f->id == HTTP_F_AUTHORIZATION
+            || http_field_is(r, i, "proxy-authorization") || http_field_is(r, i, "cookie"))
+            continue;
+        size_t l = f->value + f->value_len - f->name;
+        memcpy(echo + n, r->base + f->name, l);
+        n += l;
+        echo[n++] = '\r';
+        echo[n++] = '\n';
+    }
+    echo[n++] = '\r';
+    echo[n++] = '\n';
+    rq->syn.ctype = "message/http";
+    rq->syn.blen = n;
+    rq->syn.free_body = 1;
+    return req_answer(rq, 200, NULL, echo);
+}
+
+/* The cache key of the routed request into rt->key (keylen 0: none). */
+static void
+req_key(struct req *rq, struct req_route *rt)
+{
+    const struct http_req *r = &rq->r;
+    struct conf_remap_result *res = &rt->res;
+
+    rt->keylen = store_key(rt->key, sizeof(rt->key), res->scheme, res->host, res->port,
+                           res->path);
+    if (rt->keylen && rt->rule && wk->conf->rec.pristine_host_hdr) {
+        /* The origin is asked with the client's Host (proxy_start), so two
+         * vhosts mapped to one origin are two objects: the key names the
+         * Host sent too, after a space (never in a URL). */
+        char ph[300];
+        size_t phl = proxy_pristine_host(r, ph, sizeof(ph));
+        if (phl == 0 || rt->keylen + 1 + phl >= sizeof(rt->key)) {
+            rt->keylen = 0;     /* not cacheable */
+        } else {
+            rt->key[rt->keylen++] = ' ';
+            for (size_t i = 0; i < phl; i++)
+                rt->key[rt->keylen++] = (char)tolower((unsigned char)ph[i]);
+            rt->key[rt->keylen] = '\0';
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* The steps */
+
+static enum req_step
+req_recv(struct req *rq, struct req_route *rt)
+{
+    struct conn *c = rq->rq_conn;
+    const struct http_req *r = &rq->r;
+    const char *m = http_method_name(r->method);
+
+    (void)rt;
+    if (!rq->rq_bg)
+        wk->ctr->requests++;
+    alog_begin(c);
+    if (!conf_ip_allowed(&wk->conf->ip_allow, &c->cn_peer.sa,
+                         conf_method_bit(m, strlen(m)))) {
+        char peer[64];
+        conn_peer_str(c, peer, sizeof(peer));
+        log_notice("conn %llu from %s: %s denied by ip_allow.config",
+                   (unsigned long long)c->cn_id, peer, m);
+        rq->syn.close = 1;      /* no body of a refused client is read */
+        rq->syn.result = "TCP_DENIED";
+        return req_answer(rq, 403, NULL, "access denied by ip_allow.config");
+    }
+    if (admin_handle(c, &rq->syn))
+        return REQ_SYNTH;
+    return REQ_ROUTE;
+}
+
+/* A redirect rule matched: 301 or 307 to its target. */
+static enum req_step
+req_redirect(struct req *rq, struct req_route *rt)
+{
+    const struct conf_remap_result *res = &rt->res;
+    int def = strcmp(res->scheme, "https") == 0 ? 443 : 80;
+    int status = rt->rule->type == CONF_REMAP_REDIRECT ? 301 : 307;
+
+    if (rq->r.method == HTTP_M_PUSH || rq->r.method == HTTP_PURGE)
+        return req_answer(rq, 404, NULL, "a redirect rule holds no cached object");
+    if (res->port == def)
+        snprintf(rt->loc, sizeof(rt->loc), "Location: %s://%s%s\r\n", res->scheme,
+                 res->host, res->path);
+    else
+        snprintf(rt->loc, sizeof(rt->loc), "Location: %s://%s:%d%s\r\n", res->scheme,
+                 res->host, res->port, res->path);
+    return req_answer(rq, status, rt->loc, http_status_text(status));
+}
+
+static enum req_step
+req_route(struct req *rq, struct req_route *rt)
+{
+    const struct conf *cf = wk->conf;
+    const struct http_req *r = &rq->r;
+    const char *base = r->base, *path = base + r->path;
+    size_t pathlen = r->path_len;
+    char npath[sizeof(rt->res.path) + 1];
+    int mfi;
+
+    if (r->method == HTTP_CONNECT) {
+        rq->syn.refuse = 1;
+        rq->syn.close = 1;
+        return req_answer(rq, 405, NULL, "CONNECT is not supported");
+    }
+    if (r->method == HTTP_M_PUSH && !cf->rec.push_method_enabled)
+        return req_answer(rq, 403, NULL,
+                          "PUSH is disabled (proxy.config.http.push_method_enabled)");
+    /* OPTIONS * asks about the server as a whole (RFC 9110 9.3.7): us. */
+    if (r->method == HTTP_OPTIONS && pathlen == 1 && path[0] == '*')
+        return req_answer_final(rq);
+    /* Remap, the cache key and the origin all see the normalised path. */
+    if ((path = http_req_path(r, npath, sizeof(npath), &pathlen)) == NULL)
+        return req_answer(rq, 414, NULL, "request target too long to map");
+
+    /* Over TLS an origin-form request is an https one, and a Host without
+     * a port means 443 (the parser, knowing no connection, said 80). */
+    int https = r->https, port = r->port;
+    if (rq->rq_conn->cn_tls && !r->absolute) {
+        https = 1;
+        if (r->f_host >= 0 && !req_host_has_port(base + r->fields[r->f_host].value,
+                                                 r->fields[r->f_host].value_len))
+            port = 443;
+    }
+    rt->rule = r->host_len == 0 ? NULL
+             : conf_remap_find(&cf->remap, https ? "https" : "http", base + r->host,
+                               r->host_len, port, path, pathlen, &rt->res);
+    if (rt->rule == NULL && r->absolute && !cf->rec.remap_required
+        && r->host_len < sizeof(rt->res.host) && pathlen + 1 < sizeof(rt->res.path)) {
+        /* Forward proxy: the target's own authority is the origin. */
+        struct conf_remap_result *res = &rt->res;
+        memset(res, 0, sizeof(*res));
+        snprintf(res->scheme, sizeof(res->scheme), "%s", r->https ? "https" : "http");
+        memcpy(res->host, base + r->host, r->host_len);
+        res->port = r->port;
+        if (path[0] != '/')
+            res->path[res->pathlen++] = '/';
+        memcpy(res->path + res->pathlen, path, pathlen);
+        res->pathlen += pathlen;
+    } else if (rt->rule == NULL) {
+        return req_answer(rq, 404, NULL, "no remap rule matches this request");
+    } else if (rt->rule->type == CONF_REMAP_REDIRECT
+               || rt->rule->type == CONF_REMAP_REDIRECT_TEMPORARY) {
+        return req_redirect(rq, rt);
+    }
+
+    /* RFC 9110 7.6.2: TRACE or OPTIONS with Max-Forwards: 0 is answered
+     * here, as its final recipient. */
+    if (http_max_forwards(r, &mfi) == 0)
+        return req_answer_final(rq);
+
+    /* A mapped request: the cache's business first, then the origin. */
+    req_key(rq, rt);
+    rt->fwd = wk->cache ? "method" : "bypass";
+    if (r->method == HTTP_PURGE)
+        return rt->keylen ? REQ_PURGE : req_answer(rq, 404, NULL, "not cached");
+    if (r->method == HTTP_M_PUSH) {
+        if (wk->cache == NULL || rt->keylen == 0) {
+            rq->syn.close = 1;
+            return req_answer(rq, 503, NULL,
+                              wk->cache ? "URL too long to cache" : "no cache is configured");
+        }
+        return REQ_PUSH;
+    }
+    return REQ_LOOKUP;
+}
+
+static enum req_step
+req_lookup(struct req *rq, struct req_route *rt)
+{
+    const struct http_req *r = &rq->r;
+    int cacheable_method = r->method == HTTP_GET || r->method == HTTP_HEAD;
+
+    rt->verdict = STORE_MISS;
+    rt->claimed = 0;
+    /* A GET or HEAD with a body (content RFC 9110 9.3.1 gives no meaning,
+     * but an origin may answer by it) neither takes an answer from the
+     * shared cache nor leaves one there: it is passed through. */
+    if (wk->cache && cacheable_method && !r->has_body) {
+        if (rt->keylen) {
+            rt->verdict = store_lookup(rq->rq_conn, rt->key, rt->keylen, &rt->fwd, rt->cs,
+                                       sizeof(rt->cs));
+            if (rt->verdict == STORE_HIT || rt->verdict == STORE_HIT_STALE)
+                return REQ_HIT;
+            if (rt->verdict == STORE_ONLY_CACHED) {
+                rq->syn.extra = "Cache-Status: cistern; fwd=miss; detail=only-if-cached\r\n";
+                rq->syn.status = 504;
+                rq->syn.body = "not in cache (only-if-cached)";
+                return REQ_SYNTH;
+            }
+        } else {
+            rt->fwd = "bypass";
+        }
+    } else if (r->has_body && cacheable_method) {
+        rt->fwd = "bypass";
+    }
+    if (rt->rule == NULL)
+        rt->fwd = "bypass";     /* forward proxying is not cached */
+    /* Collapsed forwarding: one fetch per missing object, all workers. */
+    if (wk->cache && rt->rule && rt->keylen && rt->verdict == STORE_MISS
+        && r->method == HTTP_GET && !r->has_body && !rq->rq_nowait
+        && wk->conf->rec.collapse_timeout > 0 && !http_req_no_store(r)) {
+        struct timeval now;
+        event_base_gettimeofday_cached(wk->base, &now);
+        cache_key_hash(wk->cache, rt->key, rt->keylen, rt->hash);
+        switch (filltab_claim(wk->shm->filltab, rt->hash, (int)wk->slotno,
+                              (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000,
+                              (int64_t)wk->conf->rec.txn_no_activity_out * 1000 + 5000)) {
+        case FT_CLAIMED:
+            rt->claimed = 1;
+            break;
+        case FT_WAIT:
+            return REQ_WAIT;
+        case FT_PASS:
+            rt->fwd = "uri-miss";     /* hit-for-miss: straight to the origin */
+            break;
+        default:
+            break;
+        }
+    }
+    return REQ_FETCH;
+}
+
+/* Collapsed forwarding: wait for another worker's fill.  The request sits
+ * on the worker's wait list (its owner reads nothing meanwhile) until the
+ * fill table no longer shows the fill in progress (the filler's wake-up
+ * on our eventfd, or the master's after the filler died), or until its
+ * deadline, after which it goes to the origin itself, uncollapsed. */
+static enum req_step
+req_wait(struct req *rq, struct req_route *rt)
+{
+    struct timeval now;
+
+    memcpy(rq->whash, rt->hash, 16);
+    event_base_gettimeofday_cached(wk->base, &now);
+    rq->wdeadline = now;
+    rq->wdeadline.tv_sec += wk->conf->rec.collapse_timeout;
+    rq->wnext = wk->waitq;
+    wk->waitq = rq;
+    return REQ_PARK;
+}
+
+static void
+req_wait_unlink(struct req *rq)
+{
+    for (struct req **pp = &wk->waitq; *pp; pp = &(*pp)->wnext)
+        if (*pp == rq) {
+            *pp = rq->wnext;
+            break;
+        }
+    rq->wnext = NULL;
+}
+
+static enum req_step
+req_hit(struct req *rq, struct req_route *rt)
+{
+    struct conn *c = rq->rq_conn;
+    struct store_cond sc;
+
+    alog_result(c, "TCP_HIT", 0);
+    /* stale-while-revalidate (RFC 5861): serve it now, refresh it behind */
+    if (rt->verdict == STORE_HIT_STALE && rq->rq_ops->revalidate)
+        rq->rq_ops->revalidate(rq, rt->key, rt->keylen);
+    store_cond_from(&sc, &rq->r);
+    if (store_send(c, &sc, req_keep_alive(rq) && req_body_discardable(&rq->r), rt->cs,
+                   NULL, 0) < 0) {
+        store_release(c);
+        rt->verdict = STORE_MISS;
+        return REQ_FETCH;
+    }
+    /* the lent body goes out first; then req_sent_all() */
+    return c->cn_body_len ? REQ_PARK : REQ_DONE;
+}
+
+static enum req_step
+req_fetch(struct req *rq, struct req_route *rt)
+{
+    struct conn *c = rq->rq_conn;
+    int rc = proxy_start(c, &rt->res, rt->rule, req_keep_alive(rq),
+                         (rt->keylen && rt->rule) ? rt->key : NULL, rt->keylen, rt->fwd);
+
+    if (rq->rq_claim && rc == 0 && c->cn_up) {
+        /* the background revalidation's fetch carries its claim */
+        c->cn_up->up_claim = 1;
+        memcpy(c->cn_up->up_hash, rq->whash, 16);
+        rq->rq_claim = 0;
+    }
+    if (rt->claimed) {
+        if (rc == 0 && c->cn_up) {
+            c->cn_up->up_claim = 1;
+            memcpy(c->cn_up->up_hash, rt->hash, 16);
+        } else {
+            /* failed at once: let the waiters try for themselves */
+            fill_release(rt->hash, 0);
+        }
+    }
+    if (rc == 0)
+        return REQ_PARK;    /* running (or failed at once: its owner sees) */
+    return REQ_DONE;        /* refused before it started, answered */
+}
+
+static enum req_step
+req_push(struct req *rq, struct req_route *rt)
+{
+    struct conn *c = rq->rq_conn;
+
+    if (push_start(c, rt->key, rt->keylen, req_keep_alive(rq)) == 0)
+        return REQ_PARK;        /* receiving the body */
+    return REQ_DONE;            /* refused, answered */
+}
+
+static enum req_step
+req_purge(struct req *rq, struct req_route *rt)
+{
+    int rc = wk->cache ? cache_remove(wk->cache, rt->key, rt->keylen) : CACHE_MISS;
+
+    rq->syn.result = "TCP_MISS";        /* Squid's code for PURGE and PUSH */
+    if (rc == CACHE_OK) {
+        log_info("conn %llu: PURGE removed %.*s", (unsigned long long)rq->rq_conn->cn_id,
+                 (int)rt->keylen, rt->key);
+        return req_answer(rq, 200, NULL, "purged");
+    }
+    if (rc == CACHE_MISS)
+        return req_answer(rq, 404, NULL, "not cached");
+    return req_answer(rq, 500, NULL, "the cache could not remove the object");
+}
+
+/* Every answer of our own: written to the owner's output and counted. */
+static enum req_step
+req_synth(struct req *rq, struct req_route *rt)
+{
+    struct conn *c = rq->rq_conn;
+    struct req_synth *s = &rq->syn;
+    const struct http_req *r = &rq->r;
+    int head = r->method == HTTP_HEAD && !(s->refuse && s->status == 400);
+    int ka = !s->close && req_keep_alive(rq) && req_body_discardable(r);
+    const char *ch = s->close ? "Connection: close\r\n" : conn_connection_hdr(r->minor, ka);
+    const char *extra = s->extra;
+    size_t before = c->cn_out.end;
+
+    (void)rt;
+    if (s->refuse) {
+        char peer[64];
+        conn_peer_str(c, peer, sizeof(peer));
+        log_info("conn %llu from %s: %d %s: %s", (unsigned long long)c->cn_id, peer,
+                 s->status, http_status_text(s->status), s->body ? s->body : "");
+        if (s->status < 500 && s->status != 405)
+            wk->ctr->bad_requests++;
+        if (s->status == 405 && extra == NULL)
+            extra = REQ_ALLOW;
+    }
+    if (s->body == NULL && s->refuse)
+        s->body = http_status_text(s->status);
+    if (s->ctype)
+        resp_body(c, s->status, ch, s->ctype, s->body, s->blen, head);
+    else
+        resp_simple(c, s->status, ch, extra, s->body, head);
+    if (s->result)
+        alog_result(c, s->result, 0);
+    if (s->free_body)
+        free((void *)s->body);
+    s->body = NULL;
+    s->free_body = 0;
+    s->blen = c->cn_out.end - before;   /* the bytes, for a refusal's log */
+    if (s->close)
+        rq->rq_close = 1;
+    return REQ_DONE;
+}
+
+static enum req_step
+req_done(struct req *rq, struct req_route *rt)
+{
+    struct conn *c = rq->rq_conn;
+
+    (void)rt;
+    if (rq->syn.refuse)
+        alog_refused(c, rq->syn.status, rq->syn.blen);
+    else
+        alog_end(c);
+    rq->syn.refuse = 0;
+    if (rq->rq_claim) {
+        /* a background revalidation that never reached the origin: its
+         * waiters fetch for themselves */
+        rq->rq_claim = 0;
+        fill_release(rq->whash, 0);
+    }
+    store_release(c);
+    return REQ_PARK;
+}
+
+static const req_step_fn req_step_fns[REQ_PARK] = {
+    [REQ_RECV] = req_recv,
+    [REQ_ROUTE] = req_route,
+    [REQ_LOOKUP] = req_lookup,
+    [REQ_WAIT] = req_wait,
+    [REQ_HIT] = req_hit,
+    [REQ_FETCH] = req_fetch,
+    [REQ_PUSH] = req_push,
+    [REQ_PURGE] = req_purge,
+    [REQ_SYNTH] = req_synth,
+    [REQ_DONE] = req_done,
+};
+
+/* The one loop: run from step s until a step parks. */
+static void
+req_steps(struct req *rq, enum req_step s)
+{
+    struct req_route rt;
+
+    if (rq->rq_magic != REQ_MAGIC)
+        abort();
+    rt.keylen = 0;
+    rt.rule = NULL;
+    rt.fwd = "bypass";
+    rt.verdict = STORE_MISS;
+    rt.claimed = 0;
+    while (s != REQ_PARK) {
+        rq->rq_step = s;
+        s = req_step_fns[s](rq, &rt);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* What owners and events call */
+
+void
+req_run(struct req *rq)
+{
+    rq->counted = 0;
+    rq->rq_nowait = 0;
+    rq->rq_collapsed = 0;
+    rq->rq_close = 0;
+    memset(&rq->syn, 0, sizeof(rq->syn));
+    req_steps(rq, REQ_RECV);
+}
+
+/* Stop what the step the request parked in runs (no DONE yet). */
+static void
+req_stop(struct req *rq)
+{
+    struct conn *c = rq->rq_conn;
+
+    switch (rq->rq_step) {
+    case REQ_WAIT:
+        req_wait_unlink(rq);
+        filltab_unwait(wk->shm->filltab, rq->whash, (int)wk->slotno);
+        break;
+    case REQ_FETCH:
+        if (c->cn_up)
+            proxy_abort(c);
+        break;
+    case REQ_PUSH:
+        push_free(c);
+        break;
+    default:
+        break;
+    }
+}
+
+void
+req_refuse(struct req *rq, int status, const char *why)
+{
+    req_stop(rq);
+    memset(&rq->syn, 0, sizeof(rq->syn));
+    rq->syn.refuse = 1;
+    rq->syn.close = 1;
+    rq->syn.status = status;
+    rq->syn.body = why;
+    req_steps(rq, REQ_SYNTH);
+}
+
+void
+req_sent_all(struct req *rq)
+{
+    if (rq->rq_step == REQ_HIT
+        || (rq->rq_step == REQ_FETCH && rq->rq_conn->cn_up == NULL))
+        req_steps(rq, REQ_DONE);
+}
+
+void
+req_finish(struct req *rq)
+{
+    if (rq->rq_step != REQ_DONE)
+        req_steps(rq, REQ_DONE);
+}
+
+void
+req_abort(struct req *rq)
+{
+    req_stop(rq);
+    req_finish(rq);
+}
+
+static void
+req_wake(struct req *rq, int timed_out)
+{
+    req_wait_unlink(rq);
+    if (timed_out)
+        filltab_unwait(wk->shm->filltab, rq->whash, (int)wk->slotno);
+    rq->rq_nowait = timed_out;
+    rq->rq_collapsed = !timed_out;
+    req_steps(rq, REQ_ROUTE);
+    rq->rq_ops->moved(rq);
+}
+
+void
+req_wait_check(struct worker *w, int deadlines_only)
+{
+    struct timeval now;
+    struct req *rq, *next;
+
+    event_base_gettimeofday_cached(w->base, &now);
+    int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000;
+    for (rq = w->waitq; rq; rq = next) {
+        next = rq->wnext;
+        if (evutil_timercmp(&now, &rq->wdeadline, >=))
+            req_wake(rq, 1);
+        else if (!deadlines_only
+                 && !filltab_busy(w->shm->filltab, rq->whash, (int)w->slotno, now_ms))
+            req_wake(rq, 0);
+        /* next was read before resuming: a resumed request may have
+         * ended, never one further down the list */
+    }
+}

@@ -1,0 +1,148 @@
+/*
+ * worker/req.h: one request, apart from the connection that carries it.
+ *
+ * A request runs through steps (req.c), each a function that returns the
+ * next: RECV, ROUTE, LOOKUP, WAIT, HIT, FETCH, PUSH, PURGE, SYNTH, DONE.
+ * Its owner (today an HTTP/1 connection, conn.c) gives it a parsed head,
+ * an output buffer and two callbacks, runs it with req_run(), and takes
+ * the answer back from that buffer.  See DESIGN.md, "A request".
+ */
+#ifndef CISTERN_REQ_H
+#define CISTERN_REQ_H
+
+#include <stdint.h>
+#include <sys/time.h>
+
+#include "cache/cache.h"
+#include "worker/http.h"
+
+#define REQ_MAGIC 0x52455155u           /* "REQU" */
+#define STORE_KEY_MAX 4096
+/* A request body we do not need is read and dropped up to this size;
+ * beyond it we answer and close rather than swallow an upload. */
+#define REQ_DISCARD_MAX (1024 * 1024)
+
+/* The steps.  REQ_PARK is not a step: the loop stops, and the request
+ * goes on when its owner or an event resumes it. */
+enum req_step {
+    REQ_RECV = 0,       /* count, log, ip_allow, the admin pages */
+    REQ_ROUTE,          /* remap: a redirect, a 404, or where to fetch */
+    REQ_LOOKUP,         /* the cache: a hit, a stale copy, a miss */
+    REQ_WAIT,           /* another worker is fetching it: wait for that */
+    REQ_HIT,            /* answer from the cache (body lent from the map) */
+    REQ_FETCH,          /* the origin transaction (proxy.c) */
+    REQ_PUSH,           /* receive a PUSH body into the cache (push.c) */
+    REQ_PURGE,          /* remove an object */
+    REQ_SYNTH,          /* every answer of our own: made and counted here */
+    REQ_DONE,           /* logged, held object and claims released */
+    REQ_PARK,
+};
+
+/* One access-log record (alog.c), kept with its request.  The target,
+ * referer and user agent are kept raw, escaped when the line is written.
+ * A field's next byte goes into the line only while fewer than these many
+ * characters of the field are there, so no more raw bytes are kept.  (The
+ * 1 KiB and 256-byte buffers of the first format less room for a \xHH and
+ * a NUL: overlong fields are cut where they always were.) */
+#define ALOG_TARGET_MAX 1019
+#define ALOG_FIELD_MAX  251
+struct alog_txn {
+    int              active;
+    struct timeval   start;
+    const char      *method;
+    const char      *result;          /* TCP_HIT, TCP_MISS, ... */
+    int              minor;
+    int              status, ostatus;
+    uint64_t         bytes;
+    uint16_t         target_len, referer_len, ua_len;
+    char             target[ALOG_TARGET_MAX];
+    char             referer[ALOG_FIELD_MAX];
+    char             ua[ALOG_FIELD_MAX];
+};
+
+/* An answer of our own, described by the step that decides it and made
+ * by SYNTH. */
+struct req_synth {
+    int              status;
+    const char      *extra;           /* header lines, each with CRLF, or NULL */
+    const char      *body;            /* text (NUL ended), or bytes with ctype */
+    size_t           blen;
+    const char      *ctype;           /* NULL: body is text/plain */
+    const char      *result;          /* access log result, or NULL */
+    unsigned         close:1;         /* the connection closes after it */
+    unsigned         refuse:1;        /* a request we do not take (logged) */
+    unsigned         free_body:1;     /* body is malloc'd: SYNTH frees it */
+};
+
+struct conn;
+struct req;
+
+/* What an owner gives its requests: the calls up from a request to the
+ * layer that owns it, as function pointers (the one documented upcall). */
+struct req_owner_ops {
+    /* The request moved by itself (a WAIT ended and the steps ran on):
+     * look at rq_step as after req_run(). */
+    void (*moved)(struct req *rq);
+    /* Start a background revalidation of key, replaying rq's head, on an
+     * owner of its own whose answer goes nowhere. */
+    void (*revalidate)(struct req *rq, const char *key, size_t keylen);
+};
+
+struct req {
+    uint32_t         rq_magic;
+    enum req_step    rq_step;         /* written only by req_run() */
+    struct http_req  r;
+    struct alog_txn  log;
+    struct cache_obj obj;             /* a hit being sent (pinned) */
+    int              obj_held;
+    int              counted;         /* the status last counted (a held
+                                         answer voided takes it back) */
+    unsigned         rq_close:1;      /* the answer ends the connection */
+    unsigned         rq_nowait:1;     /* waited already: fetch uncollapsed */
+    unsigned         rq_collapsed:1;  /* answered by another's fill */
+    unsigned         rq_bg:1;         /* a background revalidation */
+    unsigned         rq_claim:1;      /* holds the fill claim whash (a
+                                         background revalidation's, until
+                                         its fetch takes it over) */
+    struct req_synth syn;             /* SYNTH's answer */
+    size_t           obj_keylen;      /* its key (a variant's, with Vary) */
+    char             obj_key[STORE_KEY_MAX];
+    /* WAIT (and a background revalidation's claim) */
+    uint8_t          whash[16];       /* the key waited for (or claimed) */
+    struct timeval   wdeadline;
+    struct req      *wnext;           /* the worker's wait list */
+    struct conn     *rq_conn;         /* the owner */
+    const struct req_owner_ops *rq_ops;
+    struct req      *next;            /* free list */
+};
+
+/* From the worker's pool (NULL: out of memory), and back. */
+struct req *req_new(struct conn *owner, const struct req_owner_ops *ops);
+void req_free(struct req *rq);
+/* Reset for the next request on the same owner. */
+void req_reset(struct req *rq);
+
+/* A complete, checked head: run the steps from RECV until one parks or
+ * DONE.  The owner then reads rq_step: DONE (answered: rq_close says
+ * whether the connection goes), HIT (a body is lent: call req_sent_all
+ * once it is out), FETCH or PUSH (the transaction owns the request body,
+ * and calls req_finish when over), WAIT (parked; the owner's `woken`
+ * callback runs when it resumes). */
+void req_run(struct req *rq);
+/* A refusal of a head that did not parse, or a request that went wrong
+ * (the status, why): SYNTH, then DONE. */
+void req_refuse(struct req *rq, int status, const char *why);
+/* The answer went out, and a body lent with it (a HIT's, or a FETCH's
+ * whose transaction has ended): DONE. */
+void req_sent_all(struct req *rq);
+/* The transaction (FETCH, PUSH) is over: DONE. */
+void req_finish(struct req *rq);
+/* The owner is going away: stop whatever runs, then DONE. */
+void req_abort(struct req *rq);
+
+/* Resume waiters whose fill ended (or, with deadlines_only, whose wait
+ * timed out). */
+struct worker;
+void req_wait_check(struct worker *w, int deadlines_only);
+
+#endif /* CISTERN_REQ_H */
