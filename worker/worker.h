@@ -24,6 +24,7 @@
 #include "conf/conf.h"
 #include "shm/shm.h"
 #include "worker/http.h"
+#include "worker/variant.h"
 #include "cache/cache.h"
 
 #define STORE_KEY_MAX 4096
@@ -342,9 +343,7 @@ int  proxy_client_body(struct conn *c);
 void proxy_abort(struct conn *c);
 void proxy_free_pools(struct worker *w);
 
-/* store.c: keys, hits and fills */
-size_t store_key(char *out, size_t outlen, const char *scheme,
-                 const char *host, int port, const char *path);
+/* store.c: hits and fills (the pure key, Vary and Range rules: variant.h) */
 /* Answer the current request of c from the cache if it can.  STORE_HIT:
  * an answer is queued (a body lent from the pinned mapping, or a 504 for
  * only-if-cached).  STORE_REVALIDATE: a stale object is held (c->cn_req->
@@ -357,8 +356,6 @@ void store_cond_from(struct store_cond *sc, const struct http_req *r);
  * hdr/hdrlen replace its stored header block when not NULL. */
 int  store_send(struct conn *c, const struct store_cond *sc, int keep_alive,
                 const char *cstatus, const char *hdr, size_t hdrlen);
-const char *store_hdr_get(const char *blk, size_t len, const char *name,
-                          size_t *vlen);
 /* Validators of the held object as request fields into b; 1 if any. */
 int  store_validators(struct conn *c, struct buf *b);
 /* Merge a 304 into the held object's headers and store them; the merged
@@ -366,8 +363,6 @@ int  store_validators(struct conn *c, struct buf *b);
 size_t store_refresh(struct conn *c, const struct http_req *resp,
                      int64_t req_time, char *out, size_t outlen);
 int  store_stale_on_error(struct conn *c);
-/* Accept-Encoding normalised per proxy.config.http.normalize_ae mode. */
-const char *store_norm_ae(const char *v, size_t n, int mode);
 void store_invalidate(const char *key, size_t keylen, const struct http_req *resp,
                       const char *scheme, const char *host, int port);
 /* Start storing the response whose head is resp (for a request sent at
