@@ -28,6 +28,9 @@
  * Accept-Encoding is normalised as ATS's proxy.config.http.normalize_ae
  * says, both in the key and in the request sent to the origin.
  *
+ * The pure rules (the key, the secondary key, Accept-Encoding, Range,
+ * ETag matching, reading a stored block) are in worker/variant.c.
+ *
  * The hit path: one LMDB lookup (two with Vary), the header block copied
  * into the connection's output buffer (a few hundred bytes) followed by
  * Content-Length, Age and Cache-Status, and the body handed to writev
@@ -47,6 +50,7 @@
 #include "cache/cache.h"
 #include "master/log.h"
 #include "worker/cachectl.h"
+#include "worker/variant.h"
 #include "worker/worker.h"
 
 /* A stored header block larger than this is not worth caching. */
@@ -63,29 +67,6 @@ store_put(char *p, const char *s, size_t n)
     return p + n;
 }
 
-size_t
-store_key(char *out, size_t outlen, const char *scheme, const char *host,
-          int port, const char *path)
-{
-    size_t sl = strlen(scheme), hl = strlen(host), pl = strlen(path);
-    int def = strcmp(scheme, "https") == 0 ? 443 : 80;
-    char *p = out;
-
-    if (sl + 3 + hl + 6 + pl + 1 > outlen)
-        return 0;
-    p = store_put(p, scheme, sl);
-    p = store_put(p, "://", 3);
-    for (size_t i = 0; i < hl; i++)     /* the authority is lowercased */
-        *p++ = (char)tolower((unsigned char)host[i]);
-    if (port != def) {
-        *p++ = ':';
-        p = fmt_u64(p, (uint64_t)port);
-    }
-    p = store_put(p, path, pl);
-    *p = '\0';
-    return (size_t)(p - out);
-}
-
 void
 store_release(struct conn *c)
 {
@@ -97,31 +78,6 @@ store_release(struct conn *c)
         c->cn_body = NULL;
         c->cn_body_len = 0;
     }
-}
-
-/* The value of field `name` in a stored header block (lines "Name: v\r\n",
- * the status line first), or NULL. */
-const char *
-store_hdr_get(const char *blk, size_t len, const char *name, size_t *vlen)
-{
-    size_t nl = strlen(name);
-    const char *p = memchr(blk, '\n', len), *end = blk + len;
-
-    while (p && ++p < end) {
-        const char *e = memchr(p, '\n', (size_t)(end - p));
-        size_t ll = e ? (size_t)(e - p) : (size_t)(end - p);
-        if (ll > 0 && p[ll - 1] == '\r')
-            ll--;
-        if (ll > nl && p[nl] == ':' && strncasecmp(p, name, nl) == 0) {
-            const char *v = p + nl + 1, *ve = p + ll;
-            while (v < ve && (*v == ' ' || *v == '\t'))
-                v++;
-            *vlen = (size_t)(ve - v);
-            return v;
-        }
-        p = e;
-    }
-    return NULL;
 }
 
 /* ------------------------------------------------------------------ */
@@ -151,174 +107,8 @@ store_cond_from(struct store_cond *sc, const struct http_req *r)
     store_copy_field(r, HTTP_F_IF_RANGE, sc->if_range, sizeof(sc->if_range));
 }
 
-/* Weak comparison (RFC 9110 8.8.3.2): W/ ignored, opaque tags equal. */
-static int
-store_etag_weak_eq(const char *a, size_t al, const char *b, size_t bl)
-{
-    if (al >= 2 && a[0] == 'W' && a[1] == '/') {
-        a += 2;
-        al -= 2;
-    }
-    if (bl >= 2 && b[0] == 'W' && b[1] == '/') {
-        b += 2;
-        bl -= 2;
-    }
-    return al == bl && al >= 2 && memcmp(a, b, al) == 0;
-}
-
-/* If-None-Match list against the stored ETag. */
-static int
-store_inm_matches(const char *inm, const char *etag, size_t etl)
-{
-    const char *p = inm;
-
-    while (*p) {
-        while (*p == ' ' || *p == '\t' || *p == ',')
-            p++;
-        if (*p == '\0')
-            break;
-        if (*p == '*')
-            return 1;
-        const char *s = p;
-        if (p[0] == 'W' && p[1] == '/')
-            p += 2;
-        if (*p != '"')
-            return 0;       /* malformed: no match (send the full answer) */
-        p++;
-        while (*p && *p != '"')
-            p++;
-        if (*p != '"')
-            return 0;
-        p++;
-        if (etag && store_etag_weak_eq(s, (size_t)(p - s), etag, etl))
-            return 1;
-    }
-    return 0;
-}
-
 /* ------------------------------------------------------------------ */
 /* Vary */
-
-/* Accept-Encoding as ATS's normalize_ae: 1 "gzip" or "", 2 "br", "gzip"
- * or "".  A coding counts when listed with q > 0. */
-const char *
-store_norm_ae(const char *v, size_t n, int mode)
-{
-    int gzip = 0, br = 0;
-    const char *p = v, *end = v + n;
-
-    while (p < end) {
-        while (p < end && (*p == ' ' || *p == '\t' || *p == ','))
-            p++;
-        const char *s = p;
-        while (p < end && *p != ',' && *p != ';' && *p != ' ')
-            p++;
-        size_t tl = (size_t)(p - s);
-        int q0 = 0;
-        while (p < end && *p != ',') {
-            if (*p == 'q' && p + 1 < end && p[1] == '=') {
-                const char *qv = p + 2;
-                q0 = qv < end && *qv == '0';
-                for (qv++; q0 && qv < end && *qv != ',' && *qv != ' '; qv++)
-                    if (*qv != '.' && *qv != '0')
-                        q0 = 0;
-            }
-            p++;
-        }
-        if (q0)
-            continue;
-        if (tl == 4 && strncasecmp(s, "gzip", 4) == 0)
-            gzip = 1;
-        else if (tl == 2 && strncasecmp(s, "br", 2) == 0)
-            br = 1;
-        else if (tl == 1 && *s == '*')
-            gzip = br = 1;
-    }
-    if (mode >= 2 && br)
-        return "br";
-    return gzip ? "gzip" : "";
-}
-
-/* The value of a varying field in request r as it was forwarded: every
- * line of it, joined by ", " (Accept-Encoding as normalised, since that is
- * what we forward).  Writes into out; returns the length, or -1
- * when it does not fit. */
-static int
-store_vary_value(const struct http_req *r, const char *name, size_t nl,
-                 char *out, size_t outlen)
-{
-    size_t len = 0;
-    char nm[64];
-
-    if (nl >= sizeof(nm))
-        return -1;
-    memcpy(nm, name, nl);
-    nm[nl] = '\0';
-    for (int i = r ? http_field_find(r, nm, 0) : -1; i >= 0; i = http_field_find(r, nm, i + 1)) {
-        const char *v = r->base + r->fields[i].value;
-        size_t vl = r->fields[i].value_len;
-        if (nl == 15 && strncasecmp(nm, "accept-encoding", 15) == 0 && wk->conf->rec.normalize_ae) {
-            /* normalised once, over the first line (clients send one) */
-            const char *ae = store_norm_ae(v, vl, wk->conf->rec.normalize_ae);
-            size_t al = strlen(ae);
-            if (al >= outlen)
-                return -1;
-            memcpy(out, ae, al);
-            return (int)al;
-        }
-        /* As forwarded: the origin chose its answer by these bytes, so
-         * only the same bytes select it (`en,` is not `en`).  Several
-         * lines are joined by ", ", which RFC 9110 5.3 makes the same. */
-        if (len + vl + 2 >= outlen)
-            return -1;
-        if (len) {
-            memcpy(out + len, ", ", 2);
-            len += 2;
-        }
-        memcpy(out + len, v, vl);
-        len += vl;
-    }
-    return (int)len;
-}
-
-/* Secondary key: URL key, \x01, set id, then \x01name=value per Vary name. */
-static size_t
-store_variant_key(const char *key, size_t keylen, const char *vary, size_t vlen,
-                  const char *id, size_t idlen, const struct http_req *r,
-                  char *out, size_t outlen)
-{
-    size_t len;
-    const char *p = vary, *end = vary + vlen;
-
-    if (keylen + idlen + 2 >= outlen)
-        return 0;
-    memcpy(out, key, keylen);
-    len = keylen;
-    out[len++] = '\x01';
-    memcpy(out + len, id, idlen);
-    len += idlen;
-    while (p < end) {
-        while (p < end && (*p == ' ' || *p == '\t' || *p == ','))
-            p++;
-        const char *s = p;
-        while (p < end && *p != ',' && *p != ' ' && *p != '\t')
-            p++;
-        size_t nl = (size_t)(p - s);
-        if (nl == 0)
-            continue;
-        if (len + nl + 3 >= outlen)
-            return 0;
-        out[len++] = '\x01';
-        for (size_t k = 0; k < nl; k++)
-            out[len++] = (char)tolower((unsigned char)s[k]);
-        out[len++] = '=';
-        int vl = store_vary_value(r, s, nl, out + len, outlen - len);
-        if (vl < 0)
-            return 0;
-        len += (size_t)vl;
-    }
-    return len;
-}
 
 /* Resolve a Vary marker just looked up into o: the variant for r, whose
  * key goes to vkey (STORE_KEY_MAX bytes) and *vkeylen.  Returns CACHE_OK
@@ -332,7 +122,8 @@ store_follow_marker(const char *key, size_t keylen, const struct http_req *r,
     const char *vary = store_hdr_get(blk, o->hdr_len, "vary", &vl);
     const char *id = store_hdr_get(blk, o->hdr_len, "x-cistern-variants", &il);
 
-    n = (vary && id) ? store_variant_key(key, keylen, vary, vl, id, il, r, vkey, STORE_KEY_MAX) : 0;
+    n = (vary && id) ? store_variant_key(key, keylen, vary, vl, id, il, r, vkey, STORE_KEY_MAX,
+                                         wk->conf->rec.normalize_ae) : 0;
     cache_obj_release(wk->cache, o);
     *vkeylen = n;
     if (n == 0)
@@ -342,54 +133,6 @@ store_follow_marker(const char *key, size_t keylen, const struct http_req *r,
 
 /* ------------------------------------------------------------------ */
 /* Answering from a held object */
-
-/* Parse "bytes=a-b" (one range) against a body of len bytes.  Returns 1
- * with [*from, *to] inclusive, 0 when the field is not a single byte range
- * we serve (answer with the whole object), -1 when unsatisfiable. */
-static int
-store_range(const char *v, uint64_t len, uint64_t *from, uint64_t *to)
-{
-    unsigned long long a, b;
-    char *e;
-
-    if (strncasecmp(v, "bytes=", 6) != 0)
-        return 0;
-    v += 6;
-    while (*v == ' ')
-        v++;
-    if (strchr(v, ','))
-        return 0;       /* several ranges: the whole object is allowed */
-    if (*v == '-') {
-        b = strtoull(v + 1, &e, 10);
-        if (e == v + 1 || *e != '\0')
-            return 0;
-        if (b == 0 || len == 0)
-            return -1;
-        *from = b >= len ? 0 : len - b;
-        *to = len - 1;
-        return 1;
-    }
-    if (*v < '0' || *v > '9')
-        return 0;
-    a = strtoull(v, &e, 10);
-    if (*e != '-')
-        return 0;
-    v = e + 1;
-    if (*v == '\0') {
-        b = len ? len - 1 : 0;
-    } else {
-        b = strtoull(v, &e, 10);
-        if (*e != '\0' || b < a)
-            return 0;
-        if (b >= len)
-            b = len - 1;
-    }
-    if (a >= len)
-        return -1;
-    *from = a;
-    *to = b;
-    return 1;
-}
 
 /* Copy the header block minus fields named in skip (NULL-terminated). */
 static int
@@ -807,7 +550,8 @@ store_fill_begin(const char *key, size_t keylen, const struct http_req *resp,
         if (http_list_has(v, vl, "*"))
             return "vary-star";
         il = store_marker(key, keylen, v, vl, id, sizeof(id), now.tv_sec);
-        kl = il ? store_variant_key(key, keylen, v, vl, id, il, req, vkey, sizeof(vkey)) : 0;
+        kl = il ? store_variant_key(key, keylen, v, vl, id, il, req, vkey, sizeof(vkey),
+                                    wk->conf->rec.normalize_ae) : 0;
         if (kl == 0)
             return "vary-key";
         key = vkey;

@@ -24,6 +24,7 @@
 #include "conf/conf.h"
 #include "shm/shm.h"
 #include "worker/http.h"
+#include "worker/variant.h"
 #include "cache/cache.h"
 #include "worker/req.h"
 
@@ -305,9 +306,7 @@ int  proxy_client_body(struct conn *c);
 void proxy_abort(struct conn *c);
 void proxy_free_pools(struct worker *w);
 
-/* store.c: keys, hits and fills */
-size_t store_key(char *out, size_t outlen, const char *scheme,
-                 const char *host, int port, const char *path);
+/* store.c: hits and fills (the pure key, Vary and Range rules: variant.h) */
 /* Look key up for the current request of c.  A verdict of STORE_HIT
  * or STORE_HIT_STALE holds the object (c->cn_req->obj) with its
  * Cache-Status in cs; STORE_REVALIDATE may hold a stale one for a
@@ -320,8 +319,6 @@ void store_cond_from(struct store_cond *sc, const struct http_req *r);
  * hdr/hdrlen replace its stored header block when not NULL. */
 int  store_send(struct conn *c, const struct store_cond *sc, int keep_alive,
                 const char *cstatus, const char *hdr, size_t hdrlen);
-const char *store_hdr_get(const char *blk, size_t len, const char *name,
-                          size_t *vlen);
 /* Validators of the held object as request fields into b; 1 if any. */
 int  store_validators(struct conn *c, struct buf *b);
 /* Merge a 304 into the held object's headers and store them; the merged
@@ -329,8 +326,6 @@ int  store_validators(struct conn *c, struct buf *b);
 size_t store_refresh(struct conn *c, const struct http_req *resp,
                      int64_t req_time, char *out, size_t outlen);
 int  store_stale_on_error(struct conn *c);
-/* Accept-Encoding normalised per proxy.config.http.normalize_ae mode. */
-const char *store_norm_ae(const char *v, size_t n, int mode);
 void store_invalidate(const char *key, size_t keylen, const struct http_req *resp,
                       const char *scheme, const char *host, int port);
 /* Start storing the response whose head is resp (for a request sent at

@@ -1,0 +1,312 @@
+/*
+ * worker/variant.c: the pure rules of the HTTP side of the cache (see
+ * variant.h): the cache key, Vary's secondary key, Accept-Encoding
+ * normalisation, Range, ETag matching, reading a stored header block.
+ *
+ * Moved out of worker/store.c so that they can be tested one table row at
+ * a time (t/unit/check_variant.c): nothing here knows a connection, the
+ * store or the configuration; a mode the configuration sets (normalize_ae)
+ * is a parameter.  store.c's essay describes what the keys are for.
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "worker/variant.h"
+
+/* Decimal digits of v at p; returns the end.  (The worker's fmt_u64 lives
+ * with the connection code, which this file must not need.) */
+static char *
+variant_u64(char *p, uint64_t v)
+{
+    char tmp[20];
+    size_t n = 0;
+
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n)
+        *p++ = tmp[--n];
+    return p;
+}
+
+/* ------------------------------------------------------------------ */
+/* Keys */
+
+size_t
+store_key(char *out, size_t outlen, const char *scheme, const char *host,
+          int port, const char *path)
+{
+    size_t sl = strlen(scheme), hl = strlen(host), pl = strlen(path);
+    int def = strcmp(scheme, "https") == 0 ? 443 : 80;
+    char *p = out;
+
+    if (sl + 3 + hl + 6 + pl + 1 > outlen)
+        return 0;
+    memcpy(p, scheme, sl);
+    p += sl;
+    memcpy(p, "://", 3);
+    p += 3;
+    for (size_t i = 0; i < hl; i++)     /* the authority is lowercased */
+        *p++ = (char)tolower((unsigned char)host[i]);
+    if (port != def) {
+        *p++ = ':';
+        p = variant_u64(p, (uint64_t)port);
+    }
+    memcpy(p, path, pl);
+    p += pl;
+    *p = '\0';
+    return (size_t)(p - out);
+}
+
+/* ------------------------------------------------------------------ */
+/* Stored header blocks and validators */
+
+/* The value of field `name` in a stored header block (lines "Name: v\r\n",
+ * the status line first), or NULL. */
+const char *
+store_hdr_get(const char *blk, size_t len, const char *name, size_t *vlen)
+{
+    size_t nl = strlen(name);
+    const char *p = memchr(blk, '\n', len), *end = blk + len;
+
+    while (p && ++p < end) {
+        const char *e = memchr(p, '\n', (size_t)(end - p));
+        size_t ll = e ? (size_t)(e - p) : (size_t)(end - p);
+        if (ll > 0 && p[ll - 1] == '\r')
+            ll--;
+        if (ll > nl && p[nl] == ':' && strncasecmp(p, name, nl) == 0) {
+            const char *v = p + nl + 1, *ve = p + ll;
+            while (v < ve && (*v == ' ' || *v == '\t'))
+                v++;
+            *vlen = (size_t)(ve - v);
+            return v;
+        }
+        p = e;
+    }
+    return NULL;
+}
+
+/* Weak comparison (RFC 9110 8.8.3.2): W/ ignored, opaque tags equal. */
+int
+store_etag_weak_eq(const char *a, size_t al, const char *b, size_t bl)
+{
+    if (al >= 2 && a[0] == 'W' && a[1] == '/') {
+        a += 2;
+        al -= 2;
+    }
+    if (bl >= 2 && b[0] == 'W' && b[1] == '/') {
+        b += 2;
+        bl -= 2;
+    }
+    return al == bl && al >= 2 && memcmp(a, b, al) == 0;
+}
+
+/* If-None-Match list against the stored ETag. */
+int
+store_inm_matches(const char *inm, const char *etag, size_t etl)
+{
+    const char *p = inm;
+
+    while (*p) {
+        while (*p == ' ' || *p == '\t' || *p == ',')
+            p++;
+        if (*p == '\0')
+            break;
+        if (*p == '*')
+            return 1;
+        const char *s = p;
+        if (p[0] == 'W' && p[1] == '/')
+            p += 2;
+        if (*p != '"')
+            return 0;       /* malformed: no match (send the full answer) */
+        p++;
+        while (*p && *p != '"')
+            p++;
+        if (*p != '"')
+            return 0;
+        p++;
+        if (etag && store_etag_weak_eq(s, (size_t)(p - s), etag, etl))
+            return 1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Vary */
+
+/* Accept-Encoding as ATS's normalize_ae: 1 "gzip" or "", 2 "br", "gzip"
+ * or "".  A coding counts when listed with q > 0. */
+const char *
+store_norm_ae(const char *v, size_t n, int mode)
+{
+    int gzip = 0, br = 0;
+    const char *p = v, *end = v + n;
+
+    while (p < end) {
+        while (p < end && (*p == ' ' || *p == '\t' || *p == ','))
+            p++;
+        const char *s = p;
+        while (p < end && *p != ',' && *p != ';' && *p != ' ')
+            p++;
+        size_t tl = (size_t)(p - s);
+        int q0 = 0;
+        while (p < end && *p != ',') {
+            if (*p == 'q' && p + 1 < end && p[1] == '=') {
+                const char *qv = p + 2;
+                q0 = qv < end && *qv == '0';
+                for (qv++; q0 && qv < end && *qv != ',' && *qv != ' '; qv++)
+                    if (*qv != '.' && *qv != '0')
+                        q0 = 0;
+            }
+            p++;
+        }
+        if (q0)
+            continue;
+        if (tl == 4 && strncasecmp(s, "gzip", 4) == 0)
+            gzip = 1;
+        else if (tl == 2 && strncasecmp(s, "br", 2) == 0)
+            br = 1;
+        else if (tl == 1 && *s == '*')
+            gzip = br = 1;
+    }
+    if (mode >= 2 && br)
+        return "br";
+    return gzip ? "gzip" : "";
+}
+
+/* The value of a varying field in request r as it was forwarded: every
+ * line of it, joined by ", " (Accept-Encoding as normalised by ae_mode,
+ * since that is what we forward).  Writes into out; returns the length, or -1
+ * when it does not fit. */
+int
+store_vary_value(const struct http_req *r, const char *name, size_t nl,
+                 char *out, size_t outlen, int ae_mode)
+{
+    size_t len = 0;
+    char nm[64];
+
+    if (nl >= sizeof(nm))
+        return -1;
+    memcpy(nm, name, nl);
+    nm[nl] = '\0';
+    for (int i = r ? http_field_find(r, nm, 0) : -1; i >= 0; i = http_field_find(r, nm, i + 1)) {
+        const char *v = r->base + r->fields[i].value;
+        size_t vl = r->fields[i].value_len;
+        if (nl == 15 && strncasecmp(nm, "accept-encoding", 15) == 0 && ae_mode) {
+            /* normalised once, over the first line (clients send one) */
+            const char *ae = store_norm_ae(v, vl, ae_mode);
+            size_t al = strlen(ae);
+            if (al >= outlen)
+                return -1;
+            memcpy(out, ae, al);
+            return (int)al;
+        }
+        /* As forwarded: the origin chose its answer by these bytes, so
+         * only the same bytes select it (`en,` is not `en`).  Several
+         * lines are joined by ", ", which RFC 9110 5.3 makes the same. */
+        if (len + vl + 2 >= outlen)
+            return -1;
+        if (len) {
+            memcpy(out + len, ", ", 2);
+            len += 2;
+        }
+        memcpy(out + len, v, vl);
+        len += vl;
+    }
+    return (int)len;
+}
+
+/* Secondary key: URL key, \x01, set id, then \x01name=value per Vary name. */
+size_t
+store_variant_key(const char *key, size_t keylen, const char *vary, size_t vlen,
+                  const char *id, size_t idlen, const struct http_req *r,
+                  char *out, size_t outlen, int ae_mode)
+{
+    size_t len;
+    const char *p = vary, *end = vary + vlen;
+
+    if (keylen + idlen + 2 >= outlen)
+        return 0;
+    memcpy(out, key, keylen);
+    len = keylen;
+    out[len++] = '\x01';
+    memcpy(out + len, id, idlen);
+    len += idlen;
+    while (p < end) {
+        while (p < end && (*p == ' ' || *p == '\t' || *p == ','))
+            p++;
+        const char *s = p;
+        while (p < end && *p != ',' && *p != ' ' && *p != '\t')
+            p++;
+        size_t nl = (size_t)(p - s);
+        if (nl == 0)
+            continue;
+        if (len + nl + 3 >= outlen)
+            return 0;
+        out[len++] = '\x01';
+        for (size_t k = 0; k < nl; k++)
+            out[len++] = (char)tolower((unsigned char)s[k]);
+        out[len++] = '=';
+        int vl = store_vary_value(r, s, nl, out + len, outlen - len, ae_mode);
+        if (vl < 0)
+            return 0;
+        len += (size_t)vl;
+    }
+    return len;
+}
+
+/* ------------------------------------------------------------------ */
+/* Range */
+
+/* Parse "bytes=a-b" (one range) against a body of len bytes.  Returns 1
+ * with [*from, *to] inclusive, 0 when the field is not a single byte range
+ * we serve (answer with the whole object), -1 when unsatisfiable. */
+int
+store_range(const char *v, uint64_t len, uint64_t *from, uint64_t *to)
+{
+    unsigned long long a, b;
+    char *e;
+
+    if (strncasecmp(v, "bytes=", 6) != 0)
+        return 0;
+    v += 6;
+    while (*v == ' ')
+        v++;
+    if (strchr(v, ','))
+        return 0;       /* several ranges: the whole object is allowed */
+    if (*v == '-') {
+        b = strtoull(v + 1, &e, 10);
+        if (e == v + 1 || *e != '\0')
+            return 0;
+        if (b == 0 || len == 0)
+            return -1;
+        *from = b >= len ? 0 : len - b;
+        *to = len - 1;
+        return 1;
+    }
+    if (*v < '0' || *v > '9')
+        return 0;
+    a = strtoull(v, &e, 10);
+    if (*e != '-')
+        return 0;
+    v = e + 1;
+    if (*v == '\0') {
+        b = len ? len - 1 : 0;
+    } else {
+        b = strtoull(v, &e, 10);
+        if (*e != '\0' || b < a)
+            return 0;
+        if (b >= len)
+            b = len - 1;
+    }
+    if (a >= len)
+        return -1;
+    *from = a;
+    *to = b;
+    return 1;
+}

@@ -1,0 +1,69 @@
+/*
+ * worker/variant.h: the pure rules of the HTTP side of the cache - the
+ * cache key, Vary (the secondary key), Accept-Encoding normalisation,
+ * Range, ETag matching and reading a stored header block.
+ *
+ * Everything here reads bytes, numbers and parsed heads (struct http_req)
+ * and writes into the caller's buffers: no connection, no store, no
+ * configuration, no allocation.  worker/store.c applies these rules to a
+ * request; t/unit/check_variant.c tests them one table row at a time.
+ */
+#ifndef CISTERN_VARIANT_H
+#define CISTERN_VARIANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "worker/http.h"
+
+/* The cache key of a remapped URL: "scheme://host[:port]path", the host
+ * lowercased, the scheme's default port (443 for https, else 80) dropped,
+ * path and query as sent.  Returns its length (out NUL-terminated), or 0
+ * when it does not fit in outlen. */
+size_t store_key(char *out, size_t outlen, const char *scheme,
+                 const char *host, int port, const char *path);
+
+/* The value of field `name` (case-insensitive, NUL-terminated) in a stored
+ * header block: lines "Name: v\r\n", the status line first, which is never
+ * a field.  Returns the value (leading blanks skipped, *vlen its length up
+ * to the line end), or NULL when absent. */
+const char *store_hdr_get(const char *blk, size_t len, const char *name,
+                          size_t *vlen);
+
+/* Weak comparison of two entity-tags (RFC 9110 8.8.3.2): W/ prefixes are
+ * ignored, the opaque tags (quotes included) must be equal.  1 or 0. */
+int store_etag_weak_eq(const char *a, size_t al, const char *b, size_t bl);
+
+/* Does If-None-Match `inm` (NUL-terminated list) match the stored ETag
+ * etag[0..etl) (NULL when the object has none)?  `*` matches anything;
+ * a malformed list matches nothing.  1 or 0. */
+int store_inm_matches(const char *inm, const char *etag, size_t etl);
+
+/* Accept-Encoding as ATS's proxy.config.http.normalize_ae mode: 1 gives
+ * "gzip" or "", 2 gives "br", "gzip" or "".  A coding counts when listed
+ * with q > 0; `*` counts as both.  Returns a static string. */
+const char *store_norm_ae(const char *v, size_t n, int mode);
+
+/* The value of the varying request field name[0..nl) in r as forwarded:
+ * every line of it joined by ", "; Accept-Encoding normalised when ae_mode
+ * (normalize_ae) is not 0.  r may be NULL (no field).  Writes into out;
+ * returns the length, or -1 when it does not fit. */
+int store_vary_value(const struct http_req *r, const char *name, size_t nl,
+                     char *out, size_t outlen, int ae_mode);
+
+/* The secondary key of a variant: key, \x01, the variant-set id, then
+ * \x01name=value per name in the Vary list vary[0..vlen) (names
+ * lowercased, values from store_vary_value).  Returns its length, or 0
+ * when it does not fit in outlen. */
+size_t store_variant_key(const char *key, size_t keylen, const char *vary,
+                         size_t vlen, const char *id, size_t idlen,
+                         const struct http_req *r, char *out, size_t outlen,
+                         int ae_mode);
+
+/* Parse Range value v (NUL-terminated, "bytes=a-b", "bytes=a-" or
+ * "bytes=-n": one range) against a body of len bytes.  Returns 1 with
+ * [*from, *to] inclusive, 0 when it is not a single byte range we serve
+ * (the whole object is the answer), -1 when unsatisfiable (416). */
+int store_range(const char *v, uint64_t len, uint64_t *from, uint64_t *to);
+
+#endif /* CISTERN_VARIANT_H */
