@@ -1339,13 +1339,20 @@ conn_on_read(evutil_socket_t fd, short what, void *arg)
     if (c->cn_tls) {
         c->cn_tls_rw = 0;
         if (!c->cn_tls_up) {
-            int rc = tls_conn_handshake(c);
-            if (rc < 0) {
+            enum tls_want rc = tls_conn_handshake(c);
+            if (rc == TLS_WANT_WRITE) {
+                struct timeval tv = { wk->conf->rec.txn_no_activity_in, 0 };
+                if (conn_want_write(c, &tv) < 0)
+                    rc = TLS_ERR;
+            } else if (rc != TLS_ERR) {
+                conn_unwant_write(c);
+            }
+            if (rc == TLS_ERR) {
                 conn_close(c);
                 return;
             }
             conn_wait_read(c);  /* the head deadline runs from accept */
-            if (rc == 0)
+            if (rc != TLS_OK)
                 return;
         }
         if (c->cn_tls_wr) {
@@ -1390,9 +1397,15 @@ conn_on_read(evutil_socket_t fd, short what, void *arg)
         && (c->cn_tls == NULL || c->cn_tls_up))
         /* the header deadline runs from the head's first byte */
         event_base_gettimeofday_cached(wk->base, &c->cn_head_start);
-    if (c->cn_tls)
+    if (c->cn_tls) {
         n = tls_conn_read(c, in->data + in->end, in->size - in->end);
-    else
+        if (n < 0 && c->cn_tls_rw) {
+            /* the read waits for writability */
+            struct timeval tv = { wk->conf->rec.txn_no_activity_in, 0 };
+            if (conn_want_write(c, &tv) < 0)
+                errno = ENOMEM;     /* closed below */
+        }
+    } else
         n = read(fd, in->data + in->end, in->size - in->end);
     if (n < 0) {
         if (errno == EAGAIN || errno == EINTR)

@@ -30,7 +30,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,60 +56,9 @@ static void up_on_write(evutil_socket_t fd, short what, void *arg);
 static void up_send(struct upstream *up);
 static enum proxy_pump proxy_pump_body(struct conn *c, struct upstream *up);
 
-int
-buf_printf(struct buf *b, const char *fmt, ...)
-{
-    va_list ap;
-    int n;
-
-    for (int tries = 0; tries < 2; tries++) {
-        va_start(ap, fmt);
-        n = vsnprintf(b->data + b->end, b->size - b->end, fmt, ap);
-        va_end(ap);
-        if (n < 0)
-            return -1;
-        if ((size_t)n < b->size - b->end) {
-            b->end += (size_t)n;
-            return 0;
-        }
-        if (buf_grow(b, (size_t)n + 1) < 0)
-            return -1;
-    }
-    return -1;
-}
-
-/* Head writers.  The heads we forward are built with plain copies: a
- * printf per line cost a fifth of a proxied request (callgrind).  Each
- * returns 0, or -1 when the buffer could not grow; callers OR the results
- * and refuse a head with any failure, so a head is never sent with a
- * line missing. */
-static int
-buf_append(struct buf *b, const char *p, size_t n)
-{
-    if (b->size - b->end < n && buf_grow(b, n) < 0)
-        return -1;
-    memcpy(b->data + b->end, p, n);
-    b->end += n;
-    return 0;
-}
-
-/* A string literal. */
-#define buf_lit(b, s) buf_append((b), "" s "", sizeof(s) - 1)
-
-static int
-buf_puts(struct buf *b, const char *s)
-{
-    return buf_append(b, s, strlen(s));
-}
-
-/* Decimal, for ports and statuses. */
-static int
-buf_putu(struct buf *b, unsigned v)
-{
-    char d[20];
-
-    return buf_append(b, d, (size_t)(fmt_u64(d, v) - d));
-}
+/* Head writers.  The heads we forward are built with plain copies
+ * (buf.h's appenders): a printf per line cost a fifth of a proxied
+ * request (callgrind). */
 
 /* A field line as received (name, colon, whitespace, value), with CRLF. */
 static int
@@ -471,7 +419,7 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
     }
     wk->ctr->origin_requests++;
     c->cn_state = r->has_body ? CONN_BODY : CONN_PROXY;
-    origin_get(up, 1);
+    origin_get(up, 1, proxy_origin_ready, proxy_origin_attach);
     return 0;
 }
 
@@ -520,7 +468,7 @@ up_retry(struct upstream *up)
     up->up_out.start = 0;
     up->up_req_done = 0;
     up->up_eof = 0;
-    origin_get(up, 0);
+    origin_get(up, 0, proxy_origin_ready, proxy_origin_attach);
     return 1;
 }
 

@@ -23,6 +23,7 @@
 
 #include "conf/conf.h"
 #include "shm/shm.h"
+#include "worker/buf.h"
 #include "worker/http.h"
 #include "cache/cache.h"
 
@@ -69,15 +70,7 @@ int worker_main(const struct worker_args *a);
 /* internals shared by the files of worker/ */
 
 #define CONN_MAGIC   0x434f4e4eu     /* "CONN" */
-#define BUF_SIZE     16384           /* pooled block: fits a typical head
-                                        and a 1 KiB response many times */
-
-struct buf {
-    char    *data;
-    size_t   size;
-    size_t   start, end;             /* unread / unsent bytes */
-    int      pooled;                 /* returns to the pool when released */
-};
+#define WORKER_MAGIC 0x574f524bu     /* "WORK" */
 
 enum conn_state {
     CONN_IDLE = 0,                   /* keep-alive: waiting, no buffers */
@@ -203,6 +196,13 @@ enum up_state {
     UP_BODY,                          /* streaming the response body */
 };
 
+/* How origin.c (and tls.c) hand an upstream back to its owner: ready
+ * says the connection is usable (err 0) or could not be had (err: the
+ * status to answer, 502 or 504); attach sets up the owner's events on a
+ * pooled connection (see origin_get). */
+typedef void (*origin_ready_fn)(struct upstream *up, int err);
+typedef void (*origin_attach_fn)(struct upstream *up);
+
 /* One origin transaction, owned by its client connection (cn_up). */
 struct upstream {
     uint32_t         up_magic;
@@ -218,6 +218,8 @@ struct upstream {
     size_t           up_parsed;       /* offset in up_in parsed so far */
     struct req_ctx  *up_resp;         /* response head index + parser */
     struct evdns_getaddrinfo_request *up_dns;
+    origin_ready_fn  up_ready;        /* set by origin_get() */
+    origin_attach_fn up_attach;
     char             up_host[256];    /* origin host (pool key with port) */
     int              up_port;
     struct sockaddr_storage up_addr;
@@ -254,6 +256,7 @@ struct upstream {
 };
 
 struct worker {
+    uint32_t             magic;       /* WORKER_MAGIC */
     struct event_base   *base;
     const struct conf   *conf;
     struct shm          *shm;
@@ -277,15 +280,20 @@ struct worker {
     struct conn         *free_conns;
     struct conn_wev     *free_wevs;
     struct req_ctx      *free_reqs;
-    char               **free_bufs;   /* stack of BUF_SIZE blocks */
-    unsigned             nfree_bufs, cap_free_bufs;
     struct http_limits   limits;
     struct http_limits   resp_limits;
     struct evdns_base   *dns;
     struct origin_idle  *idle;        /* pooled origin connections */
     unsigned             nidle;
-    struct origin_idle  *free_idle;
     struct upstream     *free_ups;
+    /* The typed pools (buf.h) that replace the free lists above: conn.c
+     * and proxy.c move to them next (initialised in worker.c; the origin
+     * idle entries' pool by origin_pool_init). */
+    struct pool          conn_pool;   /* struct conn */
+    struct pool          wev_pool;    /* struct conn_wev */
+    struct pool          req_pool;    /* struct req_ctx */
+    struct pool          up_pool;     /* struct upstream */
+    struct pool          idle_pool;   /* origin.c's struct origin_idle */
     char                 via[300];    /* "1.1 NAME" */
     char                 debug_hdr[96];/* "X-Cistern-Worker: ..." or "" */
     struct cache        *cache;       /* NULL: no store */
@@ -308,14 +316,21 @@ void conn_close_all(struct worker *w);
 
 /* origin.c: connections to origins (DNS, connect, the idle pool) */
 /* Start getting a connection for up (host/port set): from the pool when
- * `pooled`, else a new one; calls proxy_origin_ready(up, err) when done
- * (maybe before returning).  err is 0, or the status to answer (502/504). */
-void origin_get(struct upstream *up, int pooled);
+ * `pooled`, else a new one; calls ready(up, err) when done (maybe before
+ * returning).  err is 0, or the status to answer (502/504).  A pooled
+ * connection is given to attach(up) first, while the idle watch still
+ * holds the fd; ready is also called by tls.c after the handshake with
+ * an https origin.  Both are kept in up (up_ready, up_attach). */
+void origin_get(struct upstream *up, int pooled, origin_ready_fn ready,
+                origin_attach_fn attach);
 /* Return up's connection to the pool (or close it when the pool is full). */
 void origin_put(struct upstream *up);
 /* Cancel a pending resolve/connect and close the fd. */
 void origin_release(struct upstream *up);
+void origin_pool_init(struct worker *w);
 void origin_pool_close_all(struct worker *w);
+/* Open a new connection to up_addr; the result arrives through
+ * up->up_ready.  Returns -1 when it failed at once. */
 int  origin_connect_fresh(struct upstream *up);
 
 /* proxy.c: the origin transaction */
@@ -392,9 +407,6 @@ int  push_body(struct conn *c);
 void push_free(struct conn *c);
 void purge_handle(struct conn *c, const char *key, size_t keylen, int keep_alive);
 
-/* proxy.c */
-int  buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
 /* conn.c: collapsed forwarding, background revalidation */
 void conn_bg_revalidate(struct conn *c, const char *key, size_t keylen);
 void conn_wait_start(struct conn *c, const uint8_t h[16]);
@@ -418,12 +430,7 @@ void conn_count_interim(struct conn *c);
 const char *conn_connection_hdr(int minor, int keep_alive);
 void conn_read_resume(struct conn *c);
 
-/* resp.c */
-/* v in decimal (as printf's %llu / %lld) at p, which has room for 20
- * digits and a sign; returns the end.  The hot paths format without
- * printf (a profile showed snprintf at a fifth of a cache hit). */
-char *fmt_u64(char *p, uint64_t v);
-char *fmt_i64(char *p, int64_t v);
+/* resp.c (fmt_u64 and the other formatters are in buf.h) */
 /* The current Date header value (29 bytes, RFC 9110 5.6.7), refreshed at
  * most once a second. */
 const char *resp_date(void);
@@ -455,14 +462,20 @@ void alog_refused(struct conn *c, int status, uint64_t bytes);
 /* admin.c: /_stats and /_metrics; returns 1 when it answered. */
 int admin_handle(struct conn *c, int keep_alive);
 
-/* tls.c: TLS on client and origin connections (see its essay) */
+/* tls.c: TLS on client and origin connections (see its essay).  It arms
+ * no event of the client connection and calls nothing in conn.c or
+ * proxy.c: it says which way it waits, and the caller waits. */
+enum tls_want { TLS_OK = 0, TLS_WANT_READ, TLS_WANT_WRITE, TLS_ERR };
 /* Set c up for a server handshake on its socket; 0, or -1 (c untouched). */
 int  tls_conn_new(struct conn *c);
-/* Drive the handshake: 1 done, 0 waiting (the right event is armed; the
- * read timeout is the caller's), -1 failed (logged, counted). */
-int  tls_conn_handshake(struct conn *c);
+/* Drive the handshake: TLS_OK done, TLS_WANT_READ / TLS_WANT_WRITE
+ * waiting for that (the caller arms the event; the read timeout is the
+ * head's), TLS_ERR failed (logged, counted). */
+enum tls_want tls_conn_handshake(struct conn *c);
 /* read(2) for a TLS connection: > 0 bytes, 0 end of stream, -1 with errno
- * (EAGAIN: wait; cn_tls_rw set when it must wait for writability). */
+ * (EAGAIN: wait; with cn_tls_rw set it must wait for writability, which
+ * the caller arms: cn_tls_rw is only ever set here, so the caller clears
+ * it before the call). */
 ssize_t tls_conn_read(struct conn *c, char *p, size_t n);
 /* Write cn_out then cn_body as full TLS records (the head and the start of
  * the body coalesced in one record); same contract as writev: bytes taken
@@ -477,7 +490,7 @@ int  tls_conn_pending(const struct conn *c);
 void tls_conn_shutdown(struct conn *c);
 void tls_conn_free(struct conn *c);
 /* Origins: after connect, run the client handshake for up (SNI, verify);
- * calls proxy_origin_ready(up, 0 / 502 / 504) when done. */
+ * calls up->up_ready(up, 0 / 502 / 504) when done. */
 void tls_origin_start(struct upstream *up);
 ssize_t tls_origin_read(struct upstream *up, char *p, size_t n);
 ssize_t tls_origin_write(struct upstream *up, const char *p, size_t n);
@@ -490,10 +503,5 @@ void tls_origin_free(struct ssl_st *ssl);
  * megabytes queued, writability can take longer to come back than a
  * timeout, at 1 MiB/s). */
 int  sock_unsent(int fd);
-
-/* buffers (worker.c) */
-int  buf_alloc(struct buf *b);
-void buf_release(struct buf *b);
-int  buf_grow(struct buf *b, size_t need);
 
 #endif /* CISTERN_WORKER_H */
