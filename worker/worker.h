@@ -340,13 +340,14 @@ int  origin_connect_fresh(struct upstream *up);
 int  proxy_start(struct conn *c, const struct conf_remap_result *res,
                  const struct conf_remap_rule *rule, int keep_alive,
                  const char *key, size_t keylen, const char *fwd);
+/* origin_get()'s ready callback (see origin_ready_fn). */
 void proxy_origin_ready(struct upstream *up, int err);
 /* The Host value sent with proxy.config.url_remap.pristine_host_hdr: the
  * client's Host, or an absolute-form target's authority.  Into out (NUL
  * ended); returns its length, 0 when there is none or it does not fit. */
 size_t proxy_pristine_host(const struct http_req *r, char *out, size_t outlen);
-/* For origin_get(): set up up's events on its (pooled) connection and arm
- * the read side, before proxy_origin_ready(up, 0). */
+/* origin_get()'s attach callback: set up up's events on its (pooled)
+ * connection and arm the read side, before proxy_origin_ready(up, 0). */
 void proxy_origin_attach(struct upstream *up);
 /* Client side callbacks from conn.c */
 enum proxy_pump { PROXY_MORE, PROXY_WAIT, PROXY_DONE, PROXY_ABORT };
@@ -419,7 +420,7 @@ void proxy_release_claim(struct upstream *up, int64_t pass_ms);
  * and wake every worker with waiters on it: the one way a claim ends. */
 void fill_release(const uint8_t h[16], int64_t pass_ms);
 
-/* conn.c, for proxy.c and tls.c */
+/* conn.c, for proxy.c (tls.c calls nothing here) */
 int  conn_want_write(struct conn *c, const struct timeval *tv);
 void conn_unwant_write(struct conn *c);
 void conn_peer_str(const struct conn *c, char *out, size_t len);
