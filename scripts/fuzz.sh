@@ -61,7 +61,7 @@ CONF="$S/conf/conf.c $S/conf/records.c $S/conf/remap.c $S/conf/ip_allow.c $S/con
 sources() {
     case $1 in
         request|response|push) echo "$HTTP" ;;
-        cachectl) echo "$HTTP $S/worker/cachectl.c" ;;
+        cachectl) echo "$HTTP $S/worker/buf.c $S/worker/cachectl.c" ;;
         conf_*) echo "$CONF" ;;
         record) echo "$S/cache/record.c $S/cache/store.c $S/cache/ring.c $S/cache/index.c $S/master/log.c" ;;
     esac

@@ -14,35 +14,11 @@
  */
 #include "config.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "master/log.h"
 #include "worker/worker.h"
-
-#define ADMIN_BODY_MAX 16384
-
-struct admin_out {
-    char   buf[ADMIN_BODY_MAX];
-    size_t len;
-};
-
-static void
-admin_printf(struct admin_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void
-admin_printf(struct admin_out *o, const char *fmt, ...)
-{
-    va_list ap;
-    int n;
-
-    va_start(ap, fmt);
-    n = vsnprintf(o->buf + o->len, sizeof(o->buf) - o->len, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        o->len += (size_t)n < sizeof(o->buf) - o->len ? (size_t)n : sizeof(o->buf) - o->len - 1;
-}
 
 struct admin_stat {
     const char *ats;            /* JSON name */
@@ -111,31 +87,33 @@ admin_collect(struct admin_stat *st, int max)
     return n;
 }
 
-static void
-admin_json_string(struct admin_out *o, const char *s)
+static int
+admin_json_string(struct buf *o, const char *s)
 {
-    admin_printf(o, "\"");
+    int err = buf_lit(o, "\"");
+
     for (; *s; s++) {
         unsigned char ch = (unsigned char)*s;
         if (ch == '"' || ch == '\\')
-            admin_printf(o, "\\%c", ch);
+            err |= buf_printf(o, "\\%c", ch);
         else if (ch < 0x20)
-            admin_printf(o, "\\u%04x", ch);
+            err |= buf_printf(o, "\\u%04x", ch);
         else
-            admin_printf(o, "%c", ch);
+            err |= buf_append(o, s, 1);
     }
-    admin_printf(o, "\"");
+    return err | buf_lit(o, "\"");
 }
 
 int
 admin_handle(struct conn *c, struct req_synth *syn)
 {
-    static struct admin_out out;
+    /* kept between requests: SYNTH copies the body out after we return */
+    static struct buf out;
     struct http_req *r = &c->cn_req->r;
     const char *path = r->base + r->path;
     size_t plen = r->path_len, q;
     struct admin_stat st[64];
-    int json, n;
+    int json, n, err;
 
     for (q = 0; q < plen && path[q] != '?'; q++)
         ;
@@ -159,30 +137,36 @@ admin_handle(struct conn *c, struct req_synth *syn)
     }
 
     n = admin_collect(st, (int)(sizeof(st) / sizeof(st[0])));
-    out.len = 0;
-    if (json) {
-        admin_printf(&out, "{\"global\": {\n");
+    out.start = out.end = 0;
+    err = buf_alloc(&out);
+    if (err == 0 && json) {
+        err |= buf_lit(&out, "{\"global\": {\n");
         for (int i = 0; i < n; i++)
-            admin_printf(&out, "  \"%s\": \"%llu\",\n", st[i].ats,
-                         (unsigned long long)st[i].v);
-        admin_printf(&out, "  \"proxy.process.cistern.last_reload_failure\": ");
-        admin_json_string(&out, wk->shm->hdr->last_reload_msg);
-        admin_printf(&out, ",\n  \"proxy.node.version.manager.short\": \"%s\"\n}}\n",
-                     PACKAGE_VERSION);
-    } else {
+            err |= buf_printf(&out, "  \"%s\": \"%llu\",\n", st[i].ats,
+                              (unsigned long long)st[i].v);
+        err |= buf_lit(&out, "  \"proxy.process.cistern.last_reload_failure\": ");
+        err |= admin_json_string(&out, wk->shm->hdr->last_reload_msg);
+        err |= buf_printf(&out, ",\n  \"proxy.node.version.manager.short\": \"%s\"\n}}\n",
+                          PACKAGE_VERSION);
+    } else if (err == 0) {
         const char *last = "";
         for (int i = 0; i < n; i++) {
             if (strcmp(last, st[i].prom) != 0) {
-                admin_printf(&out, "# TYPE %s %s\n", st[i].prom, st[i].type);
+                err |= buf_printf(&out, "# TYPE %s %s\n", st[i].prom, st[i].type);
                 last = st[i].prom;
             }
-            admin_printf(&out, "%s%s %llu\n", st[i].prom, st[i].labels,
-                         (unsigned long long)st[i].v);
+            err |= buf_printf(&out, "%s%s %llu\n", st[i].prom, st[i].labels,
+                              (unsigned long long)st[i].v);
         }
+    }
+    if (err) {
+        syn->status = 500;
+        syn->body = "out of memory";
+        return 1;
     }
     syn->status = 200;
     syn->ctype = json ? "application/json" : "text/plain; version=0.0.4";
-    syn->body = out.buf;
-    syn->blen = out.len;
+    syn->body = out.data + out.start;
+    syn->blen = out.end - out.start;
     return 1;
 }

@@ -117,8 +117,8 @@ alog_close(void)
 /* ------------------------------------------------------------------ */
 /* Writing a line without printf.  Formatted with vsnprintf and escaped
  * byte by byte, the line cost 6.9k instructions on top of an 11.3k cache
- * hit (scripts/profile.sh hit vs hit-nolog); written with the helpers
- * below it costs about 0.8k.
+ * hit (scripts/profile.sh hit vs hit-nolog); written with buf.h's fmt_*
+ * writers and the escaper below it costs about 0.8k.
  *
  * A line is appended in place at the end of alog_buf, and the helpers
  * never check for room: alog_write() first makes sure ALOG_LINE_MAX bytes
@@ -142,44 +142,6 @@ static const uint8_t alog_plain[256] = {
     /* 0x80-0xff: not ASCII */
 };
 
-static char *
-alog_put(char *p, const char *s, size_t n)
-{
-    memcpy(p, s, n);
-    return p + n;
-}
-
-/* A string literal, its length known when compiling. */
-#define alog_put_lit(p, lit) alog_put((p), "" lit, sizeof(lit) - 1)
-
-/* A short string of ours (method, result): a loop beats strlen + memcpy. */
-static char *
-alog_put_str(char *p, const char *s)
-{
-    while (*s)
-        *p++ = *s++;
-    return p;
-}
-
-/* v in decimal, padded on the left to width characters with pad ('0' or
- * ' '), as printf's %03d or %6lld (with '0', the sign comes first). */
-static char *
-alog_put_pad(char *p, int64_t v, int width, char pad)
-{
-    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-    int n = 1 + (v < 0);
-
-    for (uint64_t x = u; x >= 10; x /= 10)
-        n++;
-    if (v < 0 && pad == '0')
-        *p++ = '-';
-    for (; n < width; n++)
-        *p++ = pad;
-    if (v < 0 && pad != '0')
-        *p++ = '-';
-    return fmt_u64(p, u);
-}
-
 /* A field for a quoted log value, escaped (alog_plain).  A byte is written
  * while fewer than max characters have been, so an overlong field ends
  * at most 3 characters past max (inside a \xHH).  Runs of plain bytes
@@ -199,7 +161,7 @@ alog_put_esc(char *p, const char *s, size_t n, size_t max)
 
             while (q < stop && alog_plain[*q])
                 q++;
-            p = alog_put(p, (const char *)u, (size_t)(q - u));
+            p = fmt_mem(p, (const char *)u, (size_t)(q - u));
             u = q;
         } else {
             p[0] = '\\';
@@ -213,9 +175,9 @@ alog_put_esc(char *p, const char *s, size_t n, size_t max)
     return p;
 }
 
-/* The client's address, as conn_peer_str() writes it.  The text of the
- * last address is kept, so the lines of a keep-alive client (or of many
- * connections from one address) cost a compare and a copy. */
+/* The client's address (fmt_peer).  The text of the last address is
+ * kept, so the lines of a keep-alive client (or of many connections from
+ * one address) cost a compare and a copy. */
 static char *
 alog_put_peer(char *p, const struct conn *c)
 {
@@ -230,16 +192,16 @@ alog_put_peer(char *p, const struct conn *c)
 
     if (af != AF_INET && af != AF_INET6) {
         char peer[64];
-        conn_peer_str(c, peer, sizeof(peer));
-        return alog_put_str(p, peer);
+        fmt_peer(&c->cn_peer.sa, peer, sizeof(peer));
+        return fmt_str(p, peer);
     }
     if (af != last_af || memcmp(a, last_addr, alen) != 0) {
-        conn_peer_str(c, last_str, sizeof(last_str));
+        fmt_peer(&c->cn_peer.sa, last_str, sizeof(last_str));
         last_len = strlen(last_str);
         memcpy(last_addr, a, alen);
         last_af = af;
     }
-    return alog_put(p, last_str, last_len);
+    return fmt_mem(p, last_str, last_len);
 }
 
 /* Keep the first bytes of a field that can reach the line. */
@@ -357,91 +319,91 @@ alog_write(struct conn *c, const struct alog_txn *t)
     case ALOG_SQUID:
         /* time.ms elapsed client code/status bytes method URL -
          * hierarchy/origin - */
-        p = alog_put(p, secs, secs_len);
+        p = fmt_mem(p, secs, secs_len);
         *p++ = '.';
-        p = alog_put_pad(p, msec, 3, '0');
+        p = fmt_pad(p, msec, 3, '0');
         *p++ = ' ';
-        p = alog_put_pad(p, ms, 6, ' ');
+        p = fmt_pad(p, ms, 6, ' ');
         *p++ = ' ';
         p = alog_put_peer(p, c);
         *p++ = ' ';
-        p = alog_put_str(p, t->result);
+        p = fmt_str(p, t->result);
         *p++ = '/';
-        p = alog_put_pad(p, t->status, 3, '0');
+        p = fmt_pad(p, t->status, 3, '0');
         *p++ = ' ';
         p = fmt_u64(p, t->bytes);
         *p++ = ' ';
-        p = alog_put_str(p, t->method);
+        p = fmt_str(p, t->method);
         *p++ = ' ';
         p = alog_put_esc(p, t->target, t->target_len, ALOG_TARGET_MAX);
         if (t->ostatus) {
-            p = alog_put_lit(p, " - DIRECT/");
+            p = fmt_lit(p, " - DIRECT/");
             p = fmt_i64(p, t->ostatus);
         } else {
-            p = alog_put_lit(p, " - NONE/-");
+            p = fmt_lit(p, " - NONE/-");
         }
-        p = alog_put_lit(p, " -\n");
+        p = fmt_lit(p, " -\n");
         break;
     case ALOG_JSON:
-        p = alog_put_lit(p, "{\"time\":\"");
-        p = alog_put(p, iso, iso_len);
+        p = fmt_lit(p, "{\"time\":\"");
+        p = fmt_mem(p, iso, iso_len);
         *p++ = '.';
-        p = alog_put_pad(p, msec, 3, '0');
-        p = alog_put_lit(p, "Z\",\"client\":\"");
+        p = fmt_pad(p, msec, 3, '0');
+        p = fmt_lit(p, "Z\",\"client\":\"");
         p = alog_put_peer(p, c);
-        p = alog_put_lit(p, "\",\"method\":\"");
-        p = alog_put_str(p, t->method);
-        p = alog_put_lit(p, "\",\"url\":\"");
+        p = fmt_lit(p, "\",\"method\":\"");
+        p = fmt_str(p, t->method);
+        p = fmt_lit(p, "\",\"url\":\"");
         p = alog_put_esc(p, t->target, t->target_len, ALOG_TARGET_MAX);
-        p = alog_put_lit(p, "\",\"version\":\"HTTP/1.");
+        p = fmt_lit(p, "\",\"version\":\"HTTP/1.");
         p = fmt_i64(p, t->minor);
-        p = alog_put_lit(p, "\",\"status\":");
+        p = fmt_lit(p, "\",\"status\":");
         p = fmt_i64(p, t->status);
-        p = alog_put_lit(p, ",\"bytes\":");
+        p = fmt_lit(p, ",\"bytes\":");
         p = fmt_u64(p, t->bytes);
-        p = alog_put_lit(p, ",\"referer\":\"");
+        p = fmt_lit(p, ",\"referer\":\"");
         p = alog_put_esc(p, t->referer, t->referer_len, ALOG_FIELD_MAX);
-        p = alog_put_lit(p, "\",\"user_agent\":\"");
+        p = fmt_lit(p, "\",\"user_agent\":\"");
         p = alog_put_esc(p, t->ua, t->ua_len, ALOG_FIELD_MAX);
-        p = alog_put_lit(p, "\",\"cache\":\"");
-        p = alog_put_str(p, t->result);
-        p = alog_put_lit(p, "\",\"origin_status\":");
+        p = fmt_lit(p, "\",\"cache\":\"");
+        p = fmt_str(p, t->result);
+        p = fmt_lit(p, "\",\"origin_status\":");
         if (t->ostatus)
             p = fmt_i64(p, t->ostatus);
         else
-            p = alog_put_lit(p, "null");
-        p = alog_put_lit(p, ",\"ms\":");
+            p = fmt_lit(p, "null");
+        p = fmt_lit(p, ",\"ms\":");
         p = fmt_i64(p, ms);
-        p = alog_put_lit(p, "}\n");
+        p = fmt_lit(p, "}\n");
         break;
     default:
         /* client - - [time] "method target HTTP/1.x" status bytes
          * "referer" "agent" result origin-status ms */
         p = alog_put_peer(p, c);
-        p = alog_put_lit(p, " - - [");
-        p = alog_put(p, ncsa, ncsa_len);
-        p = alog_put_lit(p, "] \"");
-        p = alog_put_str(p, t->method);
+        p = fmt_lit(p, " - - [");
+        p = fmt_mem(p, ncsa, ncsa_len);
+        p = fmt_lit(p, "] \"");
+        p = fmt_str(p, t->method);
         *p++ = ' ';
         p = alog_put_esc(p, t->target, t->target_len, ALOG_TARGET_MAX);
-        p = alog_put_lit(p, " HTTP/1.");
+        p = fmt_lit(p, " HTTP/1.");
         p = fmt_i64(p, t->minor);
-        p = alog_put_lit(p, "\" ");
+        p = fmt_lit(p, "\" ");
         p = fmt_i64(p, t->status);
         *p++ = ' ';
         p = fmt_u64(p, t->bytes);
-        p = alog_put_lit(p, " \"");
+        p = fmt_lit(p, " \"");
         if (t->referer_len)
             p = alog_put_esc(p, t->referer, t->referer_len, ALOG_FIELD_MAX);
         else
             *p++ = '-';
-        p = alog_put_lit(p, "\" \"");
+        p = fmt_lit(p, "\" \"");
         if (t->ua_len)
             p = alog_put_esc(p, t->ua, t->ua_len, ALOG_FIELD_MAX);
         else
             *p++ = '-';
-        p = alog_put_lit(p, "\" ");
-        p = alog_put_str(p, t->result);
+        p = fmt_lit(p, "\" ");
+        p = fmt_str(p, t->result);
         *p++ = ' ';
         if (t->ostatus)
             p = fmt_i64(p, t->ostatus);

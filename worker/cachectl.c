@@ -19,6 +19,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "worker/buf.h"
 #include "worker/cachectl.h"
 
 #define DELTA_MAX 2147483648LL      /* RFC 9111 1.2.2 */
@@ -442,18 +443,11 @@ cachectl_date(const char *p, size_t n)
     return -1;
 }
 
+/* One formatter for every date we write: buf.c's. */
 void
 cachectl_fmt_date(time_t t, char out[32])
 {
-    static const char days[7][4] = { "Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat" };
-    static const char mons[12][4] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                                      "Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
-    struct tm tm;
-
-    gmtime_r(&t, &tm);
-    snprintf(out, 32, "%s, %02d %s %04d %02d:%02d:%02d GMT", days[tm.tm_wday],
-             tm.tm_mday, mons[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour,
-             tm.tm_min, tm.tm_sec);
+    fmt_http_date(t, out);
 }
 
 time_t

@@ -45,7 +45,8 @@ void cachectl_parse_req(const struct http_req *r, struct cc_req *cc);
 /* Parse an HTTP-date (IMF-fixdate, obsolete RFC 850 and asctime forms).
  * Returns the time, or -1 when invalid. */
 time_t cachectl_date(const char *p, size_t n);
-/* Format an IMF-fixdate (29 characters) into out[32]. */
+/* Format an IMF-fixdate (29 characters) into out[32]: buf.h's
+ * fmt_http_date, under the name store.c and the fuzz target know. */
 void   cachectl_fmt_date(time_t t, char out[32]);
 
 /* Value of the first field of that name (an id, http.h) as a date, or -1. */

@@ -87,12 +87,8 @@ conn_want_write(struct conn *c, const struct timeval *tv)
     struct conn_wev *e = c->cn_wev;
 
     if (e == NULL) {
-        if (w->free_wevs) {
-            e = w->free_wevs;
-            w->free_wevs = e->next;
-        } else if ((e = malloc(sizeof(*e))) == NULL) {
+        if ((e = pool_get(&w->wev_pool)) == NULL)
             return -1;
-        }
         event_assign(&e->ev, w->base, c->cn_fd, EV_WRITE | EV_PERSIST,
                      conn_on_write, c);
         e->unsent = -1;
@@ -112,12 +108,7 @@ conn_unwant_write(struct conn *c)
         return;
     event_del(&e->ev);
     c->cn_wev = NULL;
-#ifdef CST_ASAN
-    free(e);
-#else
-    e->next = wk->free_wevs;
-    wk->free_wevs = e;
-#endif
+    pool_put(&wk->wev_pool, e);
 }
 
 static const struct req_owner_ops conn_req_ops;
@@ -167,12 +158,7 @@ conn_close(struct conn *c)
     if (c->cn_fd >= 0)
         w->ctr->conns_open--;
     c->cn_magic = 0;
-#ifdef CST_ASAN
-    free(c);
-#else
-    c->cn_next = w->free_conns;
-    w->free_conns = c;
-#endif
+    pool_put(&w->conn_pool, c);
     if (w->draining && w->nconns == 0)
         event_base_loopbreak(w->base);
 }
@@ -255,12 +241,8 @@ conn_new(struct worker *w, int fd, const struct sockaddr *sa, socklen_t salen)
 {
     struct conn *c;
 
-    if (w->free_conns) {
-        c = w->free_conns;
-        w->free_conns = c->cn_next;
-    } else if ((c = malloc(sizeof(*c))) == NULL) {
+    if ((c = pool_get(&w->conn_pool)) == NULL)
         return NULL;
-    }
     memset(c, 0, sizeof(*c));
     c->cn_magic = CONN_MAGIC;
     c->cn_fd = fd;
@@ -988,13 +970,20 @@ conn_on_read(evutil_socket_t fd, short what, void *arg)
     if (c->cn_tls) {
         c->cn_tls_rw = 0;
         if (!c->cn_tls_up) {
-            int rc = tls_conn_handshake(c);
-            if (rc < 0) {
+            enum tls_want rc = tls_conn_handshake(c);
+            if (rc == TLS_WANT_WRITE) {
+                struct timeval tv = { wk->conf->rec.txn_no_activity_in, 0 };
+                if (conn_want_write(c, &tv) < 0)
+                    rc = TLS_ERR;
+            } else if (rc != TLS_ERR) {
+                conn_unwant_write(c);
+            }
+            if (rc == TLS_ERR) {
                 conn_close(c);
                 return;
             }
             conn_wait_read(c);  /* the head deadline runs from accept */
-            if (rc == 0)
+            if (rc != TLS_OK)
                 return;
         }
         if (c->cn_tls_wr) {
@@ -1039,9 +1028,15 @@ conn_on_read(evutil_socket_t fd, short what, void *arg)
         && (c->cn_tls == NULL || c->cn_tls_up))
         /* the header deadline runs from the head's first byte */
         event_base_gettimeofday_cached(wk->base, &c->cn_head_start);
-    if (c->cn_tls)
+    if (c->cn_tls) {
         n = tls_conn_read(c, in->data + in->end, in->size - in->end);
-    else
+        if (n < 0 && c->cn_tls_rw) {
+            /* the read waits for writability */
+            struct timeval tv = { wk->conf->rec.txn_no_activity_in, 0 };
+            if (conn_want_write(c, &tv) < 0)
+                errno = ENOMEM;     /* closed below */
+        }
+    } else
         n = read(fd, in->data + in->end, in->size - in->end);
     if (n < 0) {
         if (errno == EAGAIN || errno == EINTR)

@@ -13,6 +13,11 @@
  * readability: anything arriving on it (the origin's close, or bytes it
  * had no business sending) makes it unusable, and it is closed at once.
  * It is also closed after keep_alive_no_activity_timeout_out.
+ *
+ * Nothing here calls up into the transaction: the owner passes origin_get()
+ * two callbacks, kept in the upstream: up_ready(up, err) when the
+ * connection is ready or cannot be had, and up_attach(up) for a pooled
+ * connection (tls.c calls up_ready too, after an https handshake).
  */
 #include "config.h"
 
@@ -35,7 +40,10 @@
 #define DNS_TTL    60
 #define DNS_CACHE  64
 
+#define IDLE_MAGIC 0x49444c45u       /* "IDLE" */
+
 struct origin_idle {
+    uint32_t            magic;        /* IDLE_MAGIC while pooled */
     int                 fd;
     struct ssl_st      *tls;          /* an https connection's TLS state */
     int                 https;
@@ -67,7 +75,7 @@ origin_connected(struct upstream *up)
     if (up->up_https)
         tls_origin_start(up);
     else
-        proxy_origin_ready(up, 0);
+        up->up_ready(up, 0);
 }
 
 /* ------------------------------------------------------------------ */
@@ -151,6 +159,7 @@ origin_on_dns(int err, struct evutil_addrinfo *ai, void *arg)
             evutil_freeaddrinfo(ai);
         return;     /* origin_release() cancelled us; up may be gone */
     }
+    magic_check(up->up_magic, UP_MAGIC);
     if (dns_in_call) {
         dns_sync_err = (err || ai == NULL) ? (err ? err : EVUTIL_EAI_FAIL) : 0;
         if (ai && !err) {
@@ -169,7 +178,7 @@ origin_on_dns(int err, struct evutil_addrinfo *ai, void *arg)
                  evutil_gai_strerror(err));
         if (ai)
             evutil_freeaddrinfo(ai);
-        proxy_origin_ready(up, 502);
+        up->up_ready(up, 502);
         return;
     }
     memcpy(&up->up_addr, ai->ai_addr, ai->ai_addrlen);
@@ -181,7 +190,7 @@ origin_on_dns(int err, struct evutil_addrinfo *ai, void *arg)
     else
         ((struct sockaddr_in6 *)&up->up_addr)->sin6_port = htons((uint16_t)up->up_port);
     if (origin_connect_fresh(up) < 0)
-        proxy_origin_ready(up, 502);
+        up->up_ready(up, 502);
 }
 
 static void
@@ -191,11 +200,12 @@ origin_on_connect(evutil_socket_t fd, short what, void *arg)
     int err = 0;
     socklen_t len = sizeof(err);
 
+    magic_check(up->up_magic, UP_MAGIC);
     event_del(&up->up_wev);
     if (what & EV_TIMEOUT) {
         log_warn("conn %llu: connect to origin %s:%d timed out",
                  (unsigned long long)up->up_client->cn_id, up->up_host, up->up_port);
-        proxy_origin_ready(up, 504);
+        up->up_ready(up, 504);
         return;
     }
     if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
@@ -204,14 +214,12 @@ origin_on_connect(evutil_socket_t fd, short what, void *arg)
         log_warn("conn %llu: connect to origin %s:%d: %s",
                  (unsigned long long)up->up_client->cn_id, up->up_host,
                  up->up_port, strerror(err));
-        proxy_origin_ready(up, 502);
+        up->up_ready(up, 502);
         return;
     }
     origin_connected(up);
 }
 
-/* Open a new connection to up_addr; the result arrives through
- * proxy_origin_ready().  Returns -1 when it failed at once. */
 int
 origin_connect_fresh(struct upstream *up)
 {
@@ -246,10 +254,13 @@ origin_connect_fresh(struct upstream *up)
 }
 
 void
-origin_get(struct upstream *up, int pooled)
+origin_get(struct upstream *up, int pooled, origin_ready_fn ready,
+           origin_attach_fn attach)
 {
     struct worker *w = wk;
 
+    up->up_ready = ready;
+    up->up_attach = attach;
     up->up_fd = -1;
     for (struct origin_idle *e = pooled ? w->idle : NULL; e; e = e->next) {
         if (e->port == up->up_port && e->https == (int)up->up_https
@@ -261,17 +272,17 @@ origin_get(struct upstream *up, int pooled)
             /* The transaction's read event is added before the idle
              * watch goes: the fd's interest set never changes, and epoll
              * is not told (two epoll_ctl calls per request). */
-            proxy_origin_attach(up);
+            up->up_attach(up);
             origin_idle_close(w, e);
             up->up_reused = 1;
             w->ctr->origin_conns_reused++;
-            proxy_origin_ready(up, 0);
+            up->up_ready(up, 0);
             return;
         }
     }
     if (origin_numeric(up) || origin_dns_cached(up)) {
         if (origin_connect_fresh(up) < 0)
-            proxy_origin_ready(up, 502);
+            up->up_ready(up, 502);
         return;
     }
     if (w->dns == NULL) {
@@ -279,7 +290,7 @@ origin_get(struct upstream *up, int pooled)
                                          | EVDNS_BASE_DISABLE_WHEN_INACTIVE);
         if (w->dns == NULL) {
             log_error("cannot initialise the resolver");
-            proxy_origin_ready(up, 502);
+            up->up_ready(up, 502);
             return;
         }
     }
@@ -302,7 +313,7 @@ origin_get(struct upstream *up, int pooled)
         log_warn("conn %llu: cannot resolve origin %s: %s",
                  (unsigned long long)up->up_client->cn_id, up->up_host,
                  evutil_gai_strerror(dns_sync_err));
-        proxy_origin_ready(up, 502);
+        up->up_ready(up, 502);
         return;
     }
     if (up->up_addr.ss_family == AF_INET)
@@ -310,7 +321,7 @@ origin_get(struct upstream *up, int pooled)
     else
         ((struct sockaddr_in6 *)&up->up_addr)->sin6_port = htons((uint16_t)up->up_port);
     if (origin_connect_fresh(up) < 0)
-        proxy_origin_ready(up, 502);
+        up->up_ready(up, 502);
 }
 
 void
@@ -354,19 +365,18 @@ origin_idle_close(struct worker *w, struct origin_idle *e)
     if (e->next)
         e->next->prev = e->prev;
     w->nidle--;
-#ifdef CST_ASAN
-    free(e);
-#else
-    e->next = w->free_idle;
-    w->free_idle = e;
-#endif
+    e->magic = 0;
+    pool_put(&w->idle_pool, e);
 }
 
 static void
 origin_on_idle_event(evutil_socket_t fd, short what, void *arg)
 {
+    struct origin_idle *e = arg;
+
     /* EOF, stray bytes or the idle timeout: the connection is done. */
-    origin_idle_close(wk, arg);
+    magic_check(e->magic, IDLE_MAGIC);
+    origin_idle_close(wk, e);
 }
 
 void
@@ -383,14 +393,11 @@ origin_put(struct upstream *up)
             same++;
     if (w->draining || same >= w->conf->rec.origin_max_idle || w->nidle >= POOL_MAX
         || w->conf->rec.ka_no_activity_out == 0
-        || (w->free_idle == NULL && (e = malloc(sizeof(*e))) == NULL)) {
+        || (e = pool_get(&w->idle_pool)) == NULL) {
         origin_release(up);
         return;
     }
-    if (w->free_idle) {
-        e = w->free_idle;
-        w->free_idle = e->next;
-    }
+    e->magic = IDLE_MAGIC;
     e->fd = up->up_fd;
     e->tls = up->up_tls;
     e->https = up->up_https;
@@ -413,15 +420,17 @@ origin_put(struct upstream *up)
 }
 
 void
+origin_pool_init(struct worker *w)
+{
+    pool_init(&w->idle_pool, sizeof(struct origin_idle));
+}
+
+void
 origin_pool_close_all(struct worker *w)
 {
     while (w->idle)
         origin_idle_close(w, w->idle);
-    while (w->free_idle) {
-        struct origin_idle *e = w->free_idle;
-        w->free_idle = e->next;
-        free(e);
-    }
+    pool_drain(&w->idle_pool);
     if (w->dns) {
         evdns_base_free(w->dns, 1);
         w->dns = NULL;

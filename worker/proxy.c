@@ -30,7 +30,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,60 +56,9 @@ static void up_on_write(evutil_socket_t fd, short what, void *arg);
 static void up_send(struct upstream *up);
 static enum proxy_pump proxy_pump_body(struct conn *c, struct upstream *up);
 
-int
-buf_printf(struct buf *b, const char *fmt, ...)
-{
-    va_list ap;
-    int n;
-
-    for (int tries = 0; tries < 2; tries++) {
-        va_start(ap, fmt);
-        n = vsnprintf(b->data + b->end, b->size - b->end, fmt, ap);
-        va_end(ap);
-        if (n < 0)
-            return -1;
-        if ((size_t)n < b->size - b->end) {
-            b->end += (size_t)n;
-            return 0;
-        }
-        if (buf_grow(b, (size_t)n + 1) < 0)
-            return -1;
-    }
-    return -1;
-}
-
-/* Head writers.  The heads we forward are built with plain copies: a
- * printf per line cost a fifth of a proxied request (callgrind).  Each
- * returns 0, or -1 when the buffer could not grow; callers OR the results
- * and refuse a head with any failure, so a head is never sent with a
- * line missing. */
-static int
-buf_append(struct buf *b, const char *p, size_t n)
-{
-    if (b->size - b->end < n && buf_grow(b, n) < 0)
-        return -1;
-    memcpy(b->data + b->end, p, n);
-    b->end += n;
-    return 0;
-}
-
-/* A string literal. */
-#define buf_lit(b, s) buf_append((b), "" s "", sizeof(s) - 1)
-
-static int
-buf_puts(struct buf *b, const char *s)
-{
-    return buf_append(b, s, strlen(s));
-}
-
-/* Decimal, for ports and statuses. */
-static int
-buf_putu(struct buf *b, unsigned v)
-{
-    char d[20];
-
-    return buf_append(b, d, (size_t)(fmt_u64(d, v) - d));
-}
+/* Head writers.  The heads we forward are built with plain copies
+ * (buf.h's appenders): a printf per line cost a fifth of a proxied
+ * request (callgrind). */
 
 /* A field line as received (name, colon, whitespace, value), with CRLF. */
 static int
@@ -156,12 +104,8 @@ up_get(void)
 {
     struct upstream *up;
 
-    if (wk->free_ups) {
-        up = wk->free_ups;
-        wk->free_ups = *(struct upstream **)up;
-    } else if ((up = malloc(sizeof(*up))) == NULL) {
+    if ((up = pool_get(&wk->up_pool)) == NULL)
         return NULL;
-    }
     /* All but the two big arrays, which proxy_start() writes before use
      * (store_cond_from() fills up_cond; up_keylen says how much of up_key
      * is valid): zeroing them cost more than the rest of the setup. */
@@ -205,34 +149,12 @@ up_free(struct conn *c)
     proxy_release_claim(up, 0);
     buf_release(&up->up_in);
     buf_release(&up->up_out);
-    if (up->up_resp) {
-#ifdef CST_ASAN
-        free(up->up_resp);
-#else
-        *(struct http_req **)up->up_resp = wk->free_heads;
-        wk->free_heads = up->up_resp;
-#endif
-    }
+    pool_put(&wk->head_pool, up->up_resp);
     up->up_magic = 0;
     c->cn_up = NULL;
     c->cn_body = NULL;
     c->cn_body_len = 0;
-#ifdef CST_ASAN
-    free(up);
-#else
-    *(struct upstream **)up = wk->free_ups;
-    wk->free_ups = up;
-#endif
-}
-
-void
-proxy_free_pools(struct worker *w)
-{
-    while (w->free_ups) {
-        struct upstream *up = w->free_ups;
-        w->free_ups = *(struct upstream **)up;
-        free(up);
-    }
+    pool_put(&wk->up_pool, up);
 }
 
 /* Answer the client with an error of ours and drop the transaction.
@@ -471,7 +393,7 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
     }
     wk->ctr->origin_requests++;
     c->cn_state = r->has_body ? CONN_BODY : CONN_PROXY;
-    origin_get(up, 1);
+    origin_get(up, 1, proxy_origin_ready, proxy_origin_attach);
     return 0;
 }
 
@@ -520,7 +442,7 @@ up_retry(struct upstream *up)
     up->up_out.start = 0;
     up->up_req_done = 0;
     up->up_eof = 0;
-    origin_get(up, 0);
+    origin_get(up, 0, proxy_origin_ready, proxy_origin_attach);
     return 1;
 }
 
@@ -936,10 +858,7 @@ proxy_pump(struct conn *c)
             return PROXY_WAIT;
         }
         if (up->up_resp == NULL) {
-            if (wk->free_heads) {
-                up->up_resp = wk->free_heads;
-                wk->free_heads = *(struct http_req **)up->up_resp;
-            } else if ((up->up_resp = malloc(sizeof(*up->up_resp))) == NULL) {
+            if ((up->up_resp = pool_get(&wk->head_pool)) == NULL) {
                 up_fail(up, 502, "out of memory");
                 return PROXY_MORE;
             }

@@ -71,12 +71,8 @@ req_new(struct conn *owner, const struct req_owner_ops *ops)
 {
     struct req *rq;
 
-    if (wk->free_reqs) {
-        rq = wk->free_reqs;
-        wk->free_reqs = rq->next;
-    } else if ((rq = malloc(sizeof(*rq))) == NULL) {
+    if ((rq = pool_get(&wk->req_pool)) == NULL)
         return NULL;
-    }
     rq->rq_magic = REQ_MAGIC;
     rq->rq_step = REQ_DONE;     /* nothing running yet */
     rq->rq_conn = owner;
@@ -99,12 +95,7 @@ req_free(struct req *rq)
         abort();
     req_abort(rq);
     rq->rq_magic = 0;
-#ifdef CST_ASAN
-    free(rq);
-#else
-    rq->next = wk->free_reqs;
-    wk->free_reqs = rq;
-#endif
+    pool_put(&wk->req_pool, rq);
 }
 
 void

@@ -113,7 +113,6 @@ struct req {
     struct req      *wnext;           /* the worker's wait list */
     struct conn     *rq_conn;         /* the owner */
     const struct req_owner_ops *rq_ops;
-    struct req      *next;            /* free list */
 };
 
 /* From the worker's pool (NULL: out of memory), and back. */
@@ -139,6 +138,10 @@ void req_sent_all(struct req *rq);
 void req_finish(struct req *rq);
 /* The owner is going away: stop whatever runs, then DONE. */
 void req_abort(struct req *rq);
+
+/* May a body we answer without be read and dropped (small, no
+ * 100-continue), rather than closing the connection? */
+int  req_body_discardable(const struct http_req *r);
 
 /* Resume waiters whose fill ended (or, with deadlines_only, whose wait
  * timed out). */

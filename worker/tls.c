@@ -20,10 +20,13 @@
  *  - The handshake runs first, in state CONN_HEAD with an empty input
  *    buffer, so its deadline is the request head's: request_header_timeout
  *    from accept (a client that stalls the handshake is a slowloris like
- *    any other).  tls_conn_handshake() says which way it waits; conn.c
- *    arms the read event with the head deadline, or the write event.
+ *    any other).  tls_conn_handshake() says which way it waits (enum
+ *    tls_want); conn.c arms the read event with the head deadline, or the
+ *    write event.  This file arms no event of a client connection and
+ *    calls nothing in conn.c or proxy.c.
  *  - Either direction may need the other: SSL_read can need to write
- *    (cn_tls_rw: the write event retries the read) and SSL_write can need
+ *    (cn_tls_rw, set here: conn.c arms the write event, which retries
+ *    the read) and SSL_write can need
  *    to read (cn_tls_wr: the read event retries the flush).  Renegotiation
  *    is refused, so in practice this is TLS 1.3 key updates only, but the
  *    flags make a stall impossible rather than unlikely.
@@ -60,6 +63,7 @@
  * proxy.config.ssl.client.CA.cert.filename / .path name others.  A TLS
  * origin connection returns to the idle pool with its SSL object, and the
  * pool never hands an https connection to an http request or back.
+ * The handshake's outcome goes to up->up_ready (origin_get's callback).
  */
 #include "config.h"
 
@@ -116,7 +120,7 @@ tls_conn_new(struct conn *c)
     return 0;
 }
 
-int
+enum tls_want
 tls_conn_handshake(struct conn *c)
 {
     SSL *s = c->cn_tls;
@@ -127,32 +131,27 @@ tls_conn_handshake(struct conn *c)
     rc = SSL_do_handshake(s);
     if (rc == 1) {
         c->cn_tls_up = 1;
-        conn_unwant_write(c);
         wk->ctr->tls_handshakes++;
         if (SSL_session_reused(s))
             wk->ctr->tls_resumed++;
-        return 1;
+        return TLS_OK;
     }
     err = SSL_get_error(s, rc);
-    if (err == SSL_ERROR_WANT_READ) {
-        conn_unwant_write(c);
-        return 0;
-    }
-    if (err == SSL_ERROR_WANT_WRITE) {
-        struct timeval tv = { wk->conf->rec.txn_no_activity_in, 0 };
-        return conn_want_write(c, &tv);
-    }
+    if (err == SSL_ERROR_WANT_READ)
+        return TLS_WANT_READ;
+    if (err == SSL_ERROR_WANT_WRITE)
+        return TLS_WANT_WRITE;
     wk->ctr->tls_handshake_errors++;
     if (err == SSL_ERROR_SYSCALL && ERR_peek_error() == 0 && errno == 0) {
         /* the client just went away: not worth a line */
     } else {
         char peer[64];
-        conn_peer_str(c, peer, sizeof(peer));
+        fmt_peer(&c->cn_peer.sa, peer, sizeof(peer));
         log_info("conn %llu from %s: TLS handshake failed: %s",
                  (unsigned long long)c->cn_id, peer, tls_reason());
     }
     ERR_clear_error();
-    return -1;
+    return TLS_ERR;
 }
 
 /* SSL_read for either side: n bytes into p, or -1 with errno (EAGAIN,
@@ -200,10 +199,7 @@ tls_conn_read(struct conn *c, char *p, size_t n)
     ssize_t rc = tls_read(c->cn_tls, &c->cn_rev, p, n, &want_write);
 
     if (want_write) {
-        struct timeval tv = { wk->conf->rec.txn_no_activity_in, 0 };
-        c->cn_tls_rw = 1;
-        if (conn_want_write(c, &tv) < 0)
-            errno = ENOMEM;     /* the caller closes */
+        c->cn_tls_rw = 1;       /* errno EAGAIN: the caller waits to write */
         return -1;
     } else if (rc < 0 && errno == EIO) {
         log_debug("conn %llu: TLS read: %s", (unsigned long long)c->cn_id, tls_reason());
@@ -291,13 +287,14 @@ tls_origin_on_io(evutil_socket_t fd, short what, void *arg)
     struct upstream *up = arg;
 
     (void)fd;
+    magic_check(up->up_magic, UP_MAGIC);
     if (what & EV_TIMEOUT) {
         event_del(&up->up_rev);
         event_del(&up->up_wev);
         log_warn("conn %llu: TLS handshake with origin %s:%d timed out",
                  (unsigned long long)up->up_client->cn_id, up->up_host, up->up_port);
         wk->ctr->origin_tls_errors++;
-        proxy_origin_ready(up, 504);
+        up->up_ready(up, 504);
         return;
     }
     tls_origin_step(up);
@@ -325,7 +322,7 @@ tls_origin_step(struct upstream *up)
                      (unsigned long long)up->up_client->cn_id, up->up_host,
                      up->up_port, X509_verify_cert_error_string(vr));
         wk->ctr->origin_tls_handshakes++;
-        proxy_origin_ready(up, 0);
+        up->up_ready(up, 0);
         return;
     }
     err = SSL_get_error(s, rc);
@@ -347,7 +344,7 @@ tls_origin_step(struct upstream *up)
              vr != X509_V_OK ? X509_verify_cert_error_string(vr) : tls_reason());
     ERR_clear_error();
     wk->ctr->origin_tls_errors++;
-    proxy_origin_ready(up, 502);
+    up->up_ready(up, 502);
 }
 
 void
@@ -375,7 +372,7 @@ tls_origin_start(struct upstream *up)
                  (unsigned long long)up->up_client->cn_id, up->up_host, up->up_port,
                  ctx ? tls_reason() : "no TLS client context");
         ERR_clear_error();
-        proxy_origin_ready(up, 502);
+        up->up_ready(up, 502);
         return;
     }
     SSL_set_connect_state(s);

@@ -1,6 +1,6 @@
 /*
  * worker/worker.c: the worker process's life: event loop, accepting,
- * signals, drain, and the per-worker buffer pool.
+ * signals, drain, and the per-worker object pools.
  *
  * Life of a worker:
  *   forked by the master -> worker_main() -> event_base after fork (never
@@ -42,9 +42,6 @@ struct worker *wk;
 #define ACCEPT_BATCH 64
 
 /* ------------------------------------------------------------------ */
-/* Buffer pool: BUF_SIZE blocks recycled within the worker, so steady-state
- * traffic never calls malloc.  The ASan build uses malloc/free directly so
- * the sanitizer sees every overrun and use-after-release. */
 
 int
 sock_unsent(int fd)
@@ -52,85 +49,6 @@ sock_unsent(int fd)
     int n;
 
     return fd >= 0 && ioctl(fd, SIOCOUTQ, &n) == 0 ? n : -1;
-}
-
-int
-buf_alloc(struct buf *b)
-{
-    if (b->data)
-        return 0;
-#ifndef CST_ASAN
-    if (wk->nfree_bufs > 0) {
-        b->data = wk->free_bufs[--wk->nfree_bufs];
-    } else
-#endif
-    {
-        b->data = malloc(BUF_SIZE);
-        if (b->data == NULL)
-            return -1;
-    }
-    b->size = BUF_SIZE;
-    b->start = b->end = 0;
-    b->pooled = 1;
-    return 0;
-}
-
-void
-buf_release(struct buf *b)
-{
-    if (b->data == NULL)
-        return;
-#ifndef CST_ASAN
-    /* Keep at most a few hundred idle blocks: a burst must not pin its
-     * peak memory forever. */
-    if (b->pooled && wk->nfree_bufs < 256) {
-        if (wk->nfree_bufs == wk->cap_free_bufs) {
-            unsigned cap = wk->cap_free_bufs ? wk->cap_free_bufs * 2 : 64;
-            char **n = realloc(wk->free_bufs, cap * sizeof(*n));
-            if (n) {
-                wk->free_bufs = n;
-                wk->cap_free_bufs = cap;
-            }
-        }
-        if (wk->nfree_bufs < wk->cap_free_bufs) {
-            wk->free_bufs[wk->nfree_bufs++] = b->data;
-            b->data = NULL;
-        }
-    }
-#endif
-    free(b->data);
-    b->data = NULL;
-    b->size = b->start = b->end = 0;
-    b->pooled = 0;
-}
-
-/* Make room for `need` more bytes after b->end: compact first, and grow
- * (leaving the pool) only for the rare oversized head. */
-int
-buf_grow(struct buf *b, size_t need)
-{
-    if (b->start > 0 && b->size - b->end < need) {
-        memmove(b->data, b->data + b->start, b->end - b->start);
-        b->end -= b->start;
-        b->start = 0;
-    }
-    if (b->size - b->end >= need)
-        return 0;
-    size_t nsize = b->size;
-    while (nsize - b->end < need)
-        nsize *= 2;
-    char *n = malloc(nsize);
-    if (n == NULL)
-        return -1;
-    size_t start = b->start, end = b->end;
-    memcpy(n, b->data, end);
-    buf_release(b);     /* resets the offsets: restore them */
-    b->data = n;
-    b->size = nsize;
-    b->start = start;
-    b->end = end;
-    b->pooled = 0;
-    return 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -177,6 +95,7 @@ worker_on_resume_accept(evutil_socket_t fd, short what, void *arg)
 {
     struct worker *w = arg;
 
+    magic_check(w->magic, WORKER_MAGIC);
     for (int i = 0; i < w->nlisten; i++)
         if (w->listen_ev[i])
             event_add(w->listen_ev[i], NULL);
@@ -202,6 +121,7 @@ worker_on_accept(evutil_socket_t lfd, short what, void *arg)
     struct worker *w = arg;
     int tls = 0;
 
+    magic_check(w->magic, WORKER_MAGIC);
     for (int i = 0; i < w->nlisten; i++)
         if (w->listen_fd[i] == lfd)
             tls = w->listen_tls[i];
@@ -246,6 +166,7 @@ worker_on_signal(evutil_socket_t sig, short what, void *arg)
 {
     struct worker *w = arg;
 
+    magic_check(w->magic, WORKER_MAGIC);
     switch (sig) {
     case SIGTERM:
     case SIGINT:
@@ -274,8 +195,10 @@ worker_on_master(evutil_socket_t fd, short what, void *arg)
 {
     struct worker *w = arg;
     char b[64];
-    ssize_t n = read(fd, b, sizeof(b));
+    ssize_t n;
 
+    magic_check(w->magic, WORKER_MAGIC);
+    n = read(fd, b, sizeof(b));
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
         log_warn("worker %u: master went away; stopping", w->index);
         event_base_loopbreak(w->base);
@@ -291,10 +214,12 @@ worker_on_master(evutil_socket_t fd, short what, void *arg)
 static void
 worker_on_wake(evutil_socket_t fd, short what, void *arg)
 {
+    struct worker *w = arg;
     uint64_t n;
 
+    magic_check(w->magic, WORKER_MAGIC);
     if (read(fd, &n, sizeof(n)) < 0) { /* spurious: check anyway */ }
-    req_wait_check(arg, 0);
+    req_wait_check(w, 0);
 }
 
 static void
@@ -303,6 +228,7 @@ worker_on_tick(evutil_socket_t fd, short what, void *arg)
     struct worker *w = arg;
     struct timeval now;
 
+    magic_check(w->magic, WORKER_MAGIC);
     if (w->waitq)
         req_wait_check(w, 0);
     event_base_gettimeofday_cached(w->base, &now);
@@ -340,6 +266,13 @@ worker_main(const struct worker_args *a)
     struct timeval one = { 1, 0 };
 
     wk = w;
+    w->magic = WORKER_MAGIC;
+    pool_init(&w->conn_pool, sizeof(struct conn));
+    pool_init(&w->wev_pool, sizeof(struct conn_wev));
+    pool_init(&w->req_pool, sizeof(struct req));
+    pool_init(&w->up_pool, sizeof(struct upstream));
+    pool_init(&w->head_pool, sizeof(struct http_req));
+    origin_pool_init(w);
     w->conf = a->conf;
     w->shm = a->shm;
     w->slot = &a->shm->slots[a->slot];
@@ -437,7 +370,6 @@ worker_main(const struct worker_args *a)
     worker_stop_accepting(w);
     conn_close_all(w);
     origin_pool_close_all(w);
-    proxy_free_pools(w);
     if (w->cache)
         cache_close(w->cache);
     alog_close();
@@ -452,29 +384,13 @@ worker_main(const struct worker_args *a)
         event_free(w->accept_pause);
     if (w->wake_ev)
         event_free(w->wake_ev);
-    while (w->free_conns) {
-        struct conn *c = w->free_conns;
-        w->free_conns = c->cn_next;
-        free(c);
-    }
-    while (w->free_wevs) {
-        struct conn_wev *e = w->free_wevs;
-        w->free_wevs = e->next;
-        free(e);
-    }
-    while (w->free_reqs) {
-        struct req *q = w->free_reqs;
-        w->free_reqs = q->next;
-        free(q);
-    }
-    while (w->free_heads) {
-        struct http_req *h = w->free_heads;
-        w->free_heads = *(struct http_req **)h;
-        free(h);
-    }
-    while (w->nfree_bufs > 0)
-        free(w->free_bufs[--w->nfree_bufs]);
-    free(w->free_bufs);
+    pool_drain(&w->conn_pool);
+    pool_drain(&w->wev_pool);
+    pool_drain(&w->req_pool);
+    pool_drain(&w->up_pool);
+    pool_drain(&w->head_pool);
+    buf_pool_drain();
     event_base_free(w->base);
+    w->magic = 0;
     return 0;
 }

@@ -23,6 +23,7 @@
 
 #include "conf/conf.h"
 #include "shm/shm.h"
+#include "worker/buf.h"
 #include "worker/http.h"
 #include "worker/variant.h"
 #include "cache/cache.h"
@@ -76,15 +77,7 @@ int worker_main(const struct worker_args *a);
 /* internals shared by the files of worker/ */
 
 #define CONN_MAGIC   0x434f4e4eu     /* "CONN" */
-#define BUF_SIZE     16384           /* pooled block: fits a typical head
-                                        and a 1 KiB response many times */
-
-struct buf {
-    char    *data;
-    size_t   size;
-    size_t   start, end;             /* unread / unsent bytes */
-    int      pooled;                 /* returns to the pool when released */
-};
+#define WORKER_MAGIC 0x574f524bu     /* "WORK" */
 
 enum conn_state {
     CONN_IDLE = 0,                   /* keep-alive: waiting, no buffers */
@@ -166,6 +159,13 @@ enum up_state {
     UP_BODY,                          /* streaming the response body */
 };
 
+/* How origin.c (and tls.c) hand an upstream back to its owner: ready
+ * says the connection is usable (err 0) or could not be had (err: the
+ * status to answer, 502 or 504); attach sets up the owner's events on a
+ * pooled connection (see origin_get). */
+typedef void (*origin_ready_fn)(struct upstream *up, int err);
+typedef void (*origin_attach_fn)(struct upstream *up);
+
 /* One origin transaction, owned by its client connection (cn_up). */
 struct upstream {
     uint32_t         up_magic;
@@ -181,6 +181,8 @@ struct upstream {
     size_t           up_parsed;       /* offset in up_in parsed so far */
     struct http_req *up_resp;         /* the response head's parse */
     struct evdns_getaddrinfo_request *up_dns;
+    origin_ready_fn  up_ready;        /* set by origin_get() */
+    origin_attach_fn up_attach;
     char             up_host[256];    /* origin host (pool key with port) */
     int              up_port;
     struct sockaddr_storage up_addr;
@@ -217,6 +219,7 @@ struct upstream {
 };
 
 struct worker {
+    uint32_t             magic;       /* WORKER_MAGIC */
     struct event_base   *base;
     const struct conf   *conf;
     struct shm          *shm;
@@ -237,19 +240,19 @@ struct worker {
     struct conn         *conns;       /* every open connection */
     unsigned             nconns;
     uint64_t             next_id;
-    struct conn         *free_conns;
-    struct conn_wev     *free_wevs;
-    struct req          *free_reqs;
-    char               **free_bufs;   /* stack of BUF_SIZE blocks */
-    unsigned             nfree_bufs, cap_free_bufs;
     struct http_limits   limits;
     struct http_limits   resp_limits;
     struct evdns_base   *dns;
     struct origin_idle  *idle;        /* pooled origin connections */
     unsigned             nidle;
-    struct origin_idle  *free_idle;
-    struct upstream     *free_ups;
-    struct http_req     *free_heads;  /* origin response parses */
+    /* The typed pools (buf.h): every fixed-size object of a worker. */
+    struct pool          conn_pool;   /* struct conn */
+    struct pool          wev_pool;    /* struct conn_wev */
+    struct pool          req_pool;    /* struct req */
+    struct pool          up_pool;     /* struct upstream */
+    struct pool          head_pool;   /* struct http_req: an origin's
+                                         response head */
+    struct pool          idle_pool;   /* origin.c's struct origin_idle */
     char                 via[300];    /* "1.1 NAME" */
     char                 debug_hdr[96];/* "X-Cistern-Worker: ..." or "" */
     struct cache        *cache;       /* NULL: no store */
@@ -272,14 +275,21 @@ void conn_close_all(struct worker *w);
 
 /* origin.c: connections to origins (DNS, connect, the idle pool) */
 /* Start getting a connection for up (host/port set): from the pool when
- * `pooled`, else a new one; calls proxy_origin_ready(up, err) when done
- * (maybe before returning).  err is 0, or the status to answer (502/504). */
-void origin_get(struct upstream *up, int pooled);
+ * `pooled`, else a new one; calls ready(up, err) when done (maybe before
+ * returning).  err is 0, or the status to answer (502/504).  A pooled
+ * connection is given to attach(up) first, while the idle watch still
+ * holds the fd; ready is also called by tls.c after the handshake with
+ * an https origin.  Both are kept in up (up_ready, up_attach). */
+void origin_get(struct upstream *up, int pooled, origin_ready_fn ready,
+                origin_attach_fn attach);
 /* Return up's connection to the pool (or close it when the pool is full). */
 void origin_put(struct upstream *up);
 /* Cancel a pending resolve/connect and close the fd. */
 void origin_release(struct upstream *up);
+void origin_pool_init(struct worker *w);
 void origin_pool_close_all(struct worker *w);
+/* Open a new connection to up_addr; the result arrives through
+ * up->up_ready.  Returns -1 when it failed at once. */
 int  origin_connect_fresh(struct upstream *up);
 
 /* proxy.c: the origin transaction */
@@ -289,13 +299,14 @@ int  origin_connect_fresh(struct upstream *up);
 int  proxy_start(struct conn *c, const struct conf_remap_result *res,
                  const struct conf_remap_rule *rule, int keep_alive,
                  const char *key, size_t keylen, const char *fwd);
+/* origin_get()'s ready callback (see origin_ready_fn). */
 void proxy_origin_ready(struct upstream *up, int err);
 /* The Host value sent with proxy.config.url_remap.pristine_host_hdr: the
  * client's Host, or an absolute-form target's authority.  Into out (NUL
  * ended); returns its length, 0 when there is none or it does not fit. */
 size_t proxy_pristine_host(const struct http_req *r, char *out, size_t outlen);
-/* For origin_get(): set up up's events on its (pooled) connection and arm
- * the read side, before proxy_origin_ready(up, 0). */
+/* origin_get()'s attach callback: set up up's events on its (pooled)
+ * connection and arm the read side, before proxy_origin_ready(up, 0). */
 void proxy_origin_attach(struct upstream *up);
 /* Client side callbacks from conn.c */
 enum proxy_pump { PROXY_MORE, PROXY_WAIT, PROXY_DONE, PROXY_ABORT };
@@ -304,7 +315,6 @@ void proxy_client_sent(struct conn *c, size_t n);
 /* Feed the client's request body; returns HTTP_OK / HTTP_AGAIN / status. */
 int  proxy_client_body(struct conn *c);
 void proxy_abort(struct conn *c);
-void proxy_free_pools(struct worker *w);
 
 /* store.c: hits and fills (the pure key, Vary and Range rules: variant.h) */
 /* Look key up for the current request of c.  A verdict of STORE_HIT
@@ -349,16 +359,13 @@ int  push_start(struct conn *c, const char *key, size_t keylen, int keep_alive);
 int  push_body(struct conn *c);
 void push_free(struct conn *c);
 
-/* proxy.c */
-int  buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
 /* Release our fill-table claim for up and wake its waiters. */
 void proxy_release_claim(struct upstream *up, int64_t pass_ms);
 /* Release our claim on key hash h (pass_ms: hit-for-miss for that long)
  * and wake every worker with waiters on it: the one way a claim ends. */
 void fill_release(const uint8_t h[16], int64_t pass_ms);
 
-/* conn.c, for proxy.c and tls.c */
+/* conn.c, for proxy.c (tls.c calls nothing here) */
 int  conn_want_write(struct conn *c, const struct timeval *tv);
 void conn_unwant_write(struct conn *c);
 void conn_peer_str(const struct conn *c, char *out, size_t len);
@@ -369,15 +376,6 @@ void conn_count_interim(struct conn *c);
 const char *conn_connection_hdr(int minor, int keep_alive);
 void conn_read_resume(struct conn *c);
 
-/* req.c */
-int  req_body_discardable(const struct http_req *r);
-
-/* resp.c */
-/* v in decimal (as printf's %llu / %lld) at p, which has room for 20
- * digits and a sign; returns the end.  The hot paths format without
- * printf (a profile showed snprintf at a fifth of a cache hit). */
-char *fmt_u64(char *p, uint64_t v);
-char *fmt_i64(char *p, int64_t v);
 /* The current Date header value (29 bytes, RFC 9110 5.6.7), refreshed at
  * most once a second. */
 const char *resp_date(void);
@@ -410,14 +408,20 @@ void alog_refused(struct conn *c, int status, uint64_t bytes);
  * *syn) when the request is for them. */
 int admin_handle(struct conn *c, struct req_synth *syn);
 
-/* tls.c: TLS on client and origin connections (see its essay) */
+/* tls.c: TLS on client and origin connections (see its essay).  It arms
+ * no event of the client connection and calls nothing in conn.c or
+ * proxy.c: it says which way it waits, and the caller waits. */
+enum tls_want { TLS_OK = 0, TLS_WANT_READ, TLS_WANT_WRITE, TLS_ERR };
 /* Set c up for a server handshake on its socket; 0, or -1 (c untouched). */
 int  tls_conn_new(struct conn *c);
-/* Drive the handshake: 1 done, 0 waiting (the right event is armed; the
- * read timeout is the caller's), -1 failed (logged, counted). */
-int  tls_conn_handshake(struct conn *c);
+/* Drive the handshake: TLS_OK done, TLS_WANT_READ / TLS_WANT_WRITE
+ * waiting for that (the caller arms the event; the read timeout is the
+ * head's), TLS_ERR failed (logged, counted). */
+enum tls_want tls_conn_handshake(struct conn *c);
 /* read(2) for a TLS connection: > 0 bytes, 0 end of stream, -1 with errno
- * (EAGAIN: wait; cn_tls_rw set when it must wait for writability). */
+ * (EAGAIN: wait; with cn_tls_rw set it must wait for writability, which
+ * the caller arms: cn_tls_rw is only ever set here, so the caller clears
+ * it before the call). */
 ssize_t tls_conn_read(struct conn *c, char *p, size_t n);
 /* Write cn_out then cn_body as full TLS records (the head and the start of
  * the body coalesced in one record); same contract as writev: bytes taken
@@ -432,7 +436,7 @@ int  tls_conn_pending(const struct conn *c);
 void tls_conn_shutdown(struct conn *c);
 void tls_conn_free(struct conn *c);
 /* Origins: after connect, run the client handshake for up (SNI, verify);
- * calls proxy_origin_ready(up, 0 / 502 / 504) when done. */
+ * calls up->up_ready(up, 0 / 502 / 504) when done. */
 void tls_origin_start(struct upstream *up);
 ssize_t tls_origin_read(struct upstream *up, char *p, size_t n);
 ssize_t tls_origin_write(struct upstream *up, const char *p, size_t n);
@@ -445,10 +449,5 @@ void tls_origin_free(struct ssl_st *ssl);
  * megabytes queued, writability can take longer to come back than a
  * timeout, at 1 MiB/s). */
 int  sock_unsent(int fd);
-
-/* buffers (worker.c) */
-int  buf_alloc(struct buf *b);
-void buf_release(struct buf *b);
-int  buf_grow(struct buf *b, size_t need);
 
 #endif /* CISTERN_WORKER_H */
