@@ -10,6 +10,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <arpa/inet.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <netinet/in.h>
 
 #include "worker/buf.h"
@@ -224,4 +226,15 @@ fmt_peer(const struct sockaddr *sa, char *out, size_t len)
     if (sa->sa_family == AF_INET6)
         inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr,
                   out, (socklen_t)len);
+}
+
+/* ------------------------------------------------------------------ */
+/* Sockets */
+
+int
+sock_unsent(int fd)
+{
+    int n;
+
+    return fd >= 0 && ioctl(fd, SIOCOUTQ, &n) == 0 ? n : -1;
 }

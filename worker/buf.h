@@ -195,4 +195,11 @@ buf_putu(struct buf *b, unsigned v)
 /* printf into b, growing it as needed; 0 or -1. */
 int  buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Bytes written to socket fd that its peer has not acknowledged yet
+ * (SIOCOUTQ), or -1.  A write timer that fires while this shrinks is not
+ * a silent peer: it reads, and the kernel's buffer hid it from us (with
+ * megabytes queued, writability can take longer to come back than a
+ * timeout, at 1 MiB/s). */
+int  sock_unsent(int fd);
+
 #endif /* CISTERN_BUF_H */

@@ -67,6 +67,10 @@
 
 
 static void conn_on_read(evutil_socket_t fd, short what, void *arg);
+static int conn_want_write(struct conn *c, const struct timeval *tv);
+static void conn_unwant_write(struct conn *c);
+static int conn_flush(struct conn *c);
+static void conn_read_resume(struct conn *c);
 static void conn_on_write(evutil_socket_t fd, short what, void *arg);
 static int conn_process(struct conn *c);
 static struct conn *conn_new(struct worker *w, int fd, const struct sockaddr *sa,
@@ -80,7 +84,7 @@ static int conn_wait_write(struct conn *c, int progress);
  * lent from the worker's pool for as long as the wait lasts: most
  * responses leave in one writev and never need one, and an idle
  * connection carries only its read event.  -1: out of memory. */
-int
+static int
 conn_want_write(struct conn *c, const struct timeval *tv)
 {
     struct worker *w = wk;
@@ -99,7 +103,7 @@ conn_want_write(struct conn *c, const struct timeval *tv)
 }
 
 /* The wait for writability is over: the event goes back to the pool. */
-void
+static void
 conn_unwant_write(struct conn *c)
 {
     struct conn_wev *e = c->cn_wev;
@@ -441,83 +445,14 @@ conn_wait_write(struct conn *c, int progress)
     return 0;
 }
 
-const char *
-conn_connection_hdr(int minor, int keep_alive)
-{
-    if (!keep_alive)
-        return "Connection: close\r\n";
-    return minor == 0 ? "Connection: keep-alive\r\n" : "";
-}
-
-/* The response counter of status's class. */
-static uint64_t *
-conn_status_ctr(int status)
-{
-    struct shm_counters *ctr = wk->ctr;
-
-    switch (status / 100) {
-    case 1: return &ctr->resp_1xx;
-    case 2: return &ctr->resp_2xx;
-    case 3: return &ctr->resp_3xx;
-    case 4: return &ctr->resp_4xx;
-    default: return &ctr->resp_5xx;
-    }
-}
-
-void
-conn_count_status(struct conn *c, int status)
-{
-    if (c->cn_bg)
-        return;     /* a background revalidation answers no client */
-    alog_status(c, status);
-    (*conn_status_ctr(status))++;
-    if (c->cn_req)
-        c->cn_req->counted = status;
-}
-
-void
-conn_count_interim(struct conn *c)
-{
-    if (!c->cn_bg)
-        wk->ctr->resp_1xx++;
-}
-
 /* The answer held while a request body was read is void (the body was
- * malformed, or never came): it never reaches the client, so its count
- * goes. */
+ * malformed, or never came): it never reaches the client. */
 static void
 conn_void_held(struct conn *c)
 {
     c->cn_out.end = c->cn_hold_mark;
     c->cn_hold = 0;
-    if (c->cn_req && c->cn_req->counted) {
-        (*conn_status_ctr(c->cn_req->counted))--;
-        c->cn_req->counted = 0;
-    }
-}
-
-void
-conn_peer_str(const struct conn *c, char *out, size_t len)
-{
-    /* IPv4 by hand: glibc's inet_ntop formats through sprintf, which cost
-     * as much as the rest of a forwarded request head (callgrind), and
-     * this runs for every X-Forwarded-For.  IPv6 is left to inet_ntop
-     * (RFC 5952's zero-run rules are not worth a second copy). */
-    if (c->cn_peer.sa.sa_family == AF_INET && len >= INET_ADDRSTRLEN) {
-        const unsigned char *a = (const unsigned char *)&c->cn_peer.in.sin_addr;
-        char *p = out;
-        for (int i = 0; i < 4; i++) {
-            if (i)
-                *p++ = '.';
-            p = fmt_u64(p, a[i]);
-        }
-        *p = '\0';
-        return;
-    }
-    if (len > 1)
-        memcpy(out, "?", 2);
-    if (c->cn_peer.sa.sa_family == AF_INET6)
-        inet_ntop(AF_INET6, &c->cn_peer.in6.sin6_addr, out, (socklen_t)len);
+    resp_uncount(c);
 }
 
 /* Refuse a request we cannot trust (a head that does not parse, a body
@@ -637,8 +572,22 @@ conn_req_moved(struct req *rq)
     conn_process(c);
 }
 
+static int
+conn_req_flush(struct req *rq)
+{
+    return conn_flush(rq->rq_conn);
+}
+
+static void
+conn_req_body_resume(struct req *rq)
+{
+    conn_read_resume(rq->rq_conn);
+}
+
 static const struct req_owner_ops conn_req_ops = {
     .moved = conn_req_moved,
+    .flush = conn_req_flush,
+    .body_resume = conn_req_body_resume,
     .revalidate = conn_bg_revalidate,
 };
 
@@ -772,7 +721,7 @@ conn_process(struct conn *c)
  * does the work.  Without the guard the nested call could close c under
  * the outer loop (a client that half-closed, then an origin that failed).
  * Returns 0, or -1 when the connection was closed (c is gone). */
-int
+static int
 conn_flush(struct conn *c)
 {
     struct buf *o = &c->cn_out;
@@ -895,7 +844,7 @@ conn_flush(struct conn *c)
 }
 
 /* The origin took the request body we had: read more from the client. */
-void
+static void
 conn_read_resume(struct conn *c)
 {
     if (c->cn_in_process)

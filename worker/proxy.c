@@ -99,6 +99,14 @@ _Static_assert(offsetof(struct upstream, up_fill)
                - (offsetof(struct upstream, up_cond) + sizeof(struct store_cond))
                < sizeof(void *), "up_get() skips only up_cond between its two memsets");
 
+/* Have the request's owner write what we queued (and pump us again):
+ * the one way up.  Returns 0, or -1 when the owner closed. */
+static int
+up_kick(struct conn *c)
+{
+    return c->cn_req->rq_ops->flush(c->cn_req);
+}
+
 static struct upstream *
 up_get(void)
 {
@@ -178,7 +186,7 @@ proxy_error(struct conn *c, int status, const char *body)
 
     wk->ctr->origin_errors++;
     up_free(c);
-    resp_simple(c, status, conn_connection_hdr(c->cn_req ? c->cn_req->r.minor : 1, ka),
+    resp_simple(c, status, resp_connection_hdr(c->cn_req ? c->cn_req->r.minor : 1, ka),
                 NULL, body, c->cn_req && c->cn_req->r.method == HTTP_HEAD);
     alog_result(c, status == 504 ? "ERR_READ_TIMEOUT" : "ERR_CONNECT_FAIL", 0);
     alog_end(c);
@@ -376,7 +384,7 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
             err |= buf_lit(o, ", ");
         }
     }
-    conn_peer_str(c, ip, sizeof(ip));
+    fmt_peer(&c->cn_peer.sa, ip, sizeof(ip));
     err |= buf_puts(o, ip);
     err |= buf_lit(o, "\r\nVia: ");
     err |= buf_puts(o, wk->via);
@@ -389,7 +397,7 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
         /* We read the body ourselves; the client may send it now. */
         buf_alloc(&c->cn_out);
         if (buf_lit(&c->cn_out, "HTTP/1.1 100 Continue\r\n\r\n") == 0)
-            conn_count_interim(c);
+            resp_count_interim(c);
     }
     wk->ctr->origin_requests++;
     c->cn_state = r->has_body ? CONN_BODY : CONN_PROXY;
@@ -420,7 +428,7 @@ proxy_origin_ready(struct upstream *up, int err)
     if (err) {
         origin_release(up);
         proxy_error(c, err, err == 504 ? "origin connect timeout" : "origin unreachable");
-        conn_flush(c);
+        up_kick(c);
         return;
     }
     /* UP_SENDING: origin_get() attached a pooled connection already */
@@ -457,11 +465,11 @@ up_fail(struct upstream *up, int status, const char *why)
     if (up->up_state == UP_BODY) {
         wk->ctr->origin_errors++;
         c->cn_abort = 1;
-        conn_flush(c);
+        up_kick(c);
         return;
     }
     proxy_error(c, status, status == 504 ? "origin timeout" : "bad gateway");
-    conn_flush(c);
+    up_kick(c);
 }
 
 static void
@@ -516,7 +524,7 @@ up_send(struct upstream *up)
     }
     if (up->up_req_body && up->up_client->cn_state == CONN_BODY) {
         o->start = o->end = 0;
-        conn_read_resume(up->up_client);
+        up->up_client->cn_req->rq_ops->body_resume(up->up_client->cn_req);
     }
 }
 
@@ -630,7 +638,7 @@ up_on_read(evutil_socket_t fd, short what, void *arg)
         in->end += (size_t)n;
         up->up_resp_bytes = 1;
     }
-    conn_flush(c);
+    up_kick(c);
 }
 
 /* The response head for the client: hop-by-hop fields out, Via in,
@@ -699,7 +707,7 @@ proxy_client_head(struct conn *c, struct upstream *up, struct http_req *resp)
     err |= buf_lit(o, "Via: ");
     err |= buf_puts(o, wk->via);
     err |= buf_lit(o, "\r\n");
-    err |= buf_puts(o, conn_connection_hdr(up->up_client_minor, ka));
+    err |= buf_puts(o, resp_connection_hdr(up->up_client_minor, ka));
     err |= buf_lit(o, "\r\n");
     if (err) {
         o->end = mark;  /* (the pump runs on an empty output: nothing moved) */
@@ -707,7 +715,7 @@ proxy_client_head(struct conn *c, struct upstream *up, struct http_req *resp)
     }
     if (!ka)
         up->up_client_ka = 0;
-    conn_count_status(c, resp->status);
+    resp_count(c, resp->status);
     alog_bytes(c, o->end - mark);
     alog_result(c, up->up_reval ? "TCP_REFRESH_MISS" : "TCP_MISS", resp->status);
     return 0;
@@ -898,7 +906,7 @@ proxy_pump(struct conn *c)
                 if (err)
                     o->end = mark;  /* no room: the client does without it */
                 else
-                    conn_count_interim(c);
+                    resp_count_interim(c);
             }
             in->start += resp->start + resp->head_len;
             http_req_reset(resp);

@@ -181,7 +181,7 @@ push_start(struct conn *c, const char *key, size_t keylen, int keep_alive)
     struct push *p;
 
     if (!r->has_body) {
-        resp_simple(c, 400, conn_connection_hdr(r->minor, keep_alive), NULL,
+        resp_simple(c, 400, resp_connection_hdr(r->minor, keep_alive), NULL,
                     "PUSH needs a body: the response to store", 0);
         return -1;
     }
@@ -247,7 +247,7 @@ push_body(struct conn *c)
         push_fail(p, "the pushed object could not be stored");
 
     int ka = p->keep_alive && !wk->draining;
-    const char *ch = conn_connection_hdr(r->minor, ka);
+    const char *ch = resp_connection_hdr(r->minor, ka);
 
     alog_result(c, "TCP_MISS", 0);
     if (p->state != PUSH_FAILED) {

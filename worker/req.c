@@ -221,7 +221,7 @@ req_key(struct req *rq, struct req_route *rt)
 /* The steps */
 
 static enum req_step
-req_recv(struct req *rq, struct req_route *rt)
+step_recv(struct req *rq, struct req_route *rt)
 {
     struct conn *c = rq->rq_conn;
     const struct http_req *r = &rq->r;
@@ -234,7 +234,7 @@ req_recv(struct req *rq, struct req_route *rt)
     if (!conf_ip_allowed(&wk->conf->ip_allow, &c->cn_peer.sa,
                          conf_method_bit(m, strlen(m)))) {
         char peer[64];
-        conn_peer_str(c, peer, sizeof(peer));
+        fmt_peer(&c->cn_peer.sa, peer, sizeof(peer));
         log_notice("conn %llu from %s: %s denied by ip_allow.config",
                    (unsigned long long)c->cn_id, peer, m);
         rq->syn.close = 1;      /* no body of a refused client is read */
@@ -266,7 +266,7 @@ req_redirect(struct req *rq, struct req_route *rt)
 }
 
 static enum req_step
-req_route(struct req *rq, struct req_route *rt)
+step_route(struct req *rq, struct req_route *rt)
 {
     const struct conf *cf = wk->conf;
     const struct http_req *r = &rq->r;
@@ -343,7 +343,7 @@ req_route(struct req *rq, struct req_route *rt)
 }
 
 static enum req_step
-req_lookup(struct req *rq, struct req_route *rt)
+step_lookup(struct req *rq, struct req_route *rt)
 {
     const struct http_req *r = &rq->r;
     int cacheable_method = r->method == HTTP_GET || r->method == HTTP_HEAD;
@@ -404,7 +404,7 @@ req_lookup(struct req *rq, struct req_route *rt)
  * on our eventfd, or the master's after the filler died), or until its
  * deadline, after which it goes to the origin itself, uncollapsed. */
 static enum req_step
-req_wait(struct req *rq, struct req_route *rt)
+step_wait(struct req *rq, struct req_route *rt)
 {
     struct timeval now;
 
@@ -429,7 +429,7 @@ req_wait_unlink(struct req *rq)
 }
 
 static enum req_step
-req_hit(struct req *rq, struct req_route *rt)
+step_hit(struct req *rq, struct req_route *rt)
 {
     struct conn *c = rq->rq_conn;
     struct store_cond sc;
@@ -450,7 +450,7 @@ req_hit(struct req *rq, struct req_route *rt)
 }
 
 static enum req_step
-req_fetch(struct req *rq, struct req_route *rt)
+step_fetch(struct req *rq, struct req_route *rt)
 {
     struct conn *c = rq->rq_conn;
     int rc = proxy_start(c, &rt->res, rt->rule, req_keep_alive(rq),
@@ -477,7 +477,7 @@ req_fetch(struct req *rq, struct req_route *rt)
 }
 
 static enum req_step
-req_push(struct req *rq, struct req_route *rt)
+step_push(struct req *rq, struct req_route *rt)
 {
     struct conn *c = rq->rq_conn;
 
@@ -487,7 +487,7 @@ req_push(struct req *rq, struct req_route *rt)
 }
 
 static enum req_step
-req_purge(struct req *rq, struct req_route *rt)
+step_purge(struct req *rq, struct req_route *rt)
 {
     int rc = wk->cache ? cache_remove(wk->cache, rt->key, rt->keylen) : CACHE_MISS;
 
@@ -504,21 +504,21 @@ req_purge(struct req *rq, struct req_route *rt)
 
 /* Every answer of our own: written to the owner's output and counted. */
 static enum req_step
-req_synth(struct req *rq, struct req_route *rt)
+step_synth(struct req *rq, struct req_route *rt)
 {
     struct conn *c = rq->rq_conn;
     struct req_synth *s = &rq->syn;
     const struct http_req *r = &rq->r;
     int head = r->method == HTTP_HEAD && !(s->refuse && s->status == 400);
     int ka = !s->close && req_keep_alive(rq) && req_body_discardable(r);
-    const char *ch = s->close ? "Connection: close\r\n" : conn_connection_hdr(r->minor, ka);
+    const char *ch = s->close ? "Connection: close\r\n" : resp_connection_hdr(r->minor, ka);
     const char *extra = s->extra;
     size_t before = c->cn_out.end;
 
     (void)rt;
     if (s->refuse) {
         char peer[64];
-        conn_peer_str(c, peer, sizeof(peer));
+        fmt_peer(&c->cn_peer.sa, peer, sizeof(peer));
         log_info("conn %llu from %s: %d %s: %s", (unsigned long long)c->cn_id, peer,
                  s->status, http_status_text(s->status), s->body ? s->body : "");
         if (s->status < 500 && s->status != 405)
@@ -545,7 +545,7 @@ req_synth(struct req *rq, struct req_route *rt)
 }
 
 static enum req_step
-req_done(struct req *rq, struct req_route *rt)
+step_done(struct req *rq, struct req_route *rt)
 {
     struct conn *c = rq->rq_conn;
 
@@ -566,16 +566,16 @@ req_done(struct req *rq, struct req_route *rt)
 }
 
 static const req_step_fn req_step_fns[REQ_PARK] = {
-    [REQ_RECV] = req_recv,
-    [REQ_ROUTE] = req_route,
-    [REQ_LOOKUP] = req_lookup,
-    [REQ_WAIT] = req_wait,
-    [REQ_HIT] = req_hit,
-    [REQ_FETCH] = req_fetch,
-    [REQ_PUSH] = req_push,
-    [REQ_PURGE] = req_purge,
-    [REQ_SYNTH] = req_synth,
-    [REQ_DONE] = req_done,
+    [REQ_RECV] = step_recv,
+    [REQ_ROUTE] = step_route,
+    [REQ_LOOKUP] = step_lookup,
+    [REQ_WAIT] = step_wait,
+    [REQ_HIT] = step_hit,
+    [REQ_FETCH] = step_fetch,
+    [REQ_PUSH] = step_push,
+    [REQ_PURGE] = step_purge,
+    [REQ_SYNTH] = step_synth,
+    [REQ_DONE] = step_done,
 };
 
 /* The one loop: run from step s until a step parks. */

@@ -83,6 +83,11 @@ struct req_owner_ops {
     /* The request moved by itself (a WAIT ended and the steps ran on):
      * look at rq_step as after req_run(). */
     void (*moved)(struct req *rq);
+    /* The transaction queued output, or ended: write what is queued and
+     * pump it.  Returns 0, or -1 when the owner closed (rq is gone). */
+    int (*flush)(struct req *rq);
+    /* The transaction took the request body it was given: read more. */
+    void (*body_resume)(struct req *rq);
     /* Start a background revalidation of key, replaying rq's head, on an
      * owner of its own whose answer goes nowhere. */
     void (*revalidate)(struct req *rq, const char *key, size_t keylen);

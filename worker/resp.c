@@ -31,6 +31,60 @@ resp_date(void)
     return resp_date_buf;
 }
 
+/* ------------------------------------------------------------------ */
+/* Counting: every response to a client is counted once, by class (the
+ * access log's status and /_stats's counters). */
+
+const char *
+resp_connection_hdr(int minor, int keep_alive)
+{
+    if (!keep_alive)
+        return "Connection: close\r\n";
+    return minor == 0 ? "Connection: keep-alive\r\n" : "";
+}
+
+/* The response counter of status's class. */
+static uint64_t *
+resp_status_ctr(int status)
+{
+    struct shm_counters *ctr = wk->ctr;
+
+    switch (status / 100) {
+    case 1: return &ctr->resp_1xx;
+    case 2: return &ctr->resp_2xx;
+    case 3: return &ctr->resp_3xx;
+    case 4: return &ctr->resp_4xx;
+    default: return &ctr->resp_5xx;
+    }
+}
+
+void
+resp_count(struct conn *c, int status)
+{
+    if (c->cn_bg)
+        return;     /* a background revalidation answers no client */
+    alog_status(c, status);
+    (*resp_status_ctr(status))++;
+    if (c->cn_req)
+        c->cn_req->counted = status;
+}
+
+void
+resp_count_interim(struct conn *c)
+{
+    if (!c->cn_bg)
+        wk->ctr->resp_1xx++;
+}
+
+void
+resp_uncount(struct conn *c)
+{
+    if (c->cn_req && c->cn_req->counted) {
+        (*resp_status_ctr(c->cn_req->counted))--;
+        c->cn_req->counted = 0;
+    }
+}
+
 int
 resp_simple(struct conn *c, int status, const char *conn_hdr,
             const char *extra, const char *body, int head_only)
@@ -40,7 +94,7 @@ resp_simple(struct conn *c, int status, const char *conn_hdr,
     struct buf *b = &c->cn_out;
     int n;
 
-    conn_count_status(c, status);   /* every answer of ours, counted here */
+    resp_count(c, status);   /* every answer of ours, counted here */
     if (buf_alloc(b) < 0)
         return -1;
     if (b->size - b->end < need && buf_grow(b, need) < 0)
@@ -71,7 +125,7 @@ resp_body(struct conn *c, int status, const char *conn_hdr, const char *ctype,
     struct buf *b = &c->cn_out;
     int n;
 
-    conn_count_status(c, status);
+    resp_count(c, status);
     if (buf_alloc(b) < 0 || buf_grow(b, 512 + blen) < 0)
         return -1;
     n = snprintf(b->data + b->end, b->size - b->end,

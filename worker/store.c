@@ -237,7 +237,7 @@ store_send(struct conn *c, const struct store_cond *sc, int keep_alive,
         char cr[64];
         snprintf(cr, sizeof(cr), "Content-Range: bytes */%llu\r\n",
                  (unsigned long long)o->body_len);
-        resp_simple(c, 416, conn_connection_hdr(sc->minor, keep_alive), cr,
+        resp_simple(c, 416, resp_connection_hdr(sc->minor, keep_alive), cr,
                     "range not satisfiable", sc->method == HTTP_HEAD);
         store_release(c);
         return 0;
@@ -266,7 +266,7 @@ store_send(struct conn *c, const struct store_cond *sc, int keep_alive,
         }
     }
     /* the room reserved above covers these bounded fields */
-    const char *ch = conn_connection_hdr(sc->minor, keep_alive);
+    const char *ch = resp_connection_hdr(sc->minor, keep_alive);
     size_t csl = strlen(cstatus), dhl = strlen(wk->debug_hdr), chl = strlen(ch);
     if (b->size - b->end < 64 + csl + dhl + chl)
         return -1;
@@ -279,7 +279,7 @@ store_send(struct conn *c, const struct store_cond *sc, int keep_alive,
     q = store_put(q, ch, chl);
     q = store_put(q, "\r\n", 2);
     b->end = (size_t)(q - b->data);
-    conn_count_status(c, status);
+    resp_count(c, status);
     if (status == 304 && c->cn_req->log.active
         && strcmp(c->cn_req->log.result, "TCP_HIT") == 0)
         alog_result(c, "TCP_IMS_HIT", 0);

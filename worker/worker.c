@@ -43,16 +43,6 @@ struct worker *wk;
 
 /* ------------------------------------------------------------------ */
 
-int
-sock_unsent(int fd)
-{
-    int n;
-
-    return fd >= 0 && ioctl(fd, SIOCOUTQ, &n) == 0 ? n : -1;
-}
-
-/* ------------------------------------------------------------------ */
-
 static void
 worker_stop_accepting(struct worker *w)
 {

@@ -365,17 +365,16 @@ void proxy_release_claim(struct upstream *up, int64_t pass_ms);
  * and wake every worker with waiters on it: the one way a claim ends. */
 void fill_release(const uint8_t h[16], int64_t pass_ms);
 
-/* conn.c, for proxy.c (tls.c calls nothing here) */
-int  conn_want_write(struct conn *c, const struct timeval *tv);
-void conn_unwant_write(struct conn *c);
-void conn_peer_str(const struct conn *c, char *out, size_t len);
-int  conn_flush(struct conn *c);
-void conn_count_status(struct conn *c, int status);
+/* resp.c: our own answers, and the counting of every answer */
+/* Count a response to c's client by its status (the access log's and
+ * /_stats's), once; a background revalidation's are not counted. */
+void resp_count(struct conn *c, int status);
 /* An interim (1xx) response went to the client: counted, not logged. */
-void conn_count_interim(struct conn *c);
-const char *conn_connection_hdr(int minor, int keep_alive);
-void conn_read_resume(struct conn *c);
-
+void resp_count_interim(struct conn *c);
+/* The answer last counted never reaches the client: its count goes. */
+void resp_uncount(struct conn *c);
+/* The Connection line of an answer ("" for HTTP/1.1 keep-alive). */
+const char *resp_connection_hdr(int minor, int keep_alive);
 /* The current Date header value (29 bytes, RFC 9110 5.6.7), refreshed at
  * most once a second. */
 const char *resp_date(void);
@@ -443,11 +442,5 @@ ssize_t tls_origin_write(struct upstream *up, const char *p, size_t n);
 int  tls_origin_pending(const struct upstream *up);
 void tls_origin_free(struct ssl_st *ssl);
 
-/* Bytes written to socket fd that its peer has not acknowledged yet
- * (SIOCOUTQ), or -1.  A write timer that fires while this shrinks is not
- * a silent peer: it reads, and the kernel's buffer hid it from us (with
- * megabytes queued, writability can take longer to come back than a
- * timeout, at 1 MiB/s). */
-int  sock_unsent(int fd);
 
 #endif /* CISTERN_WORKER_H */
