@@ -105,11 +105,11 @@ admin_json_string(struct buf *o, const char *s)
 }
 
 int
-admin_handle(struct conn *c, struct req_synth *syn)
+admin_handle(struct req *rq, struct req_synth *syn)
 {
     /* kept between requests: SYNTH copies the body out after we return */
     static struct buf out;
-    struct http_req *r = &c->cn_req->r;
+    struct http_req *r = &rq->r;
     const char *path = r->base + r->path;
     size_t plen = r->path_len, q;
     struct admin_stat st[64];
@@ -123,7 +123,7 @@ admin_handle(struct conn *c, struct req_synth *syn)
         json = 0;
     else
         return 0;
-    if (!conf_ip_allowed(&wk->conf->admin_allow, &c->cn_peer.sa,
+    if (!conf_ip_allowed(&wk->conf->admin_allow, rq->rq_peer,
                          CONF_METHOD_ALL)) {
         syn->status = 403;
         syn->body = "the stats are not available to this address";

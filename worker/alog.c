@@ -179,24 +179,25 @@ alog_put_esc(char *p, const char *s, size_t n, size_t max)
  * kept, so the lines of a keep-alive client (or of many connections from
  * one address) cost a compare and a copy. */
 static char *
-alog_put_peer(char *p, const struct conn *c)
+alog_put_peer(char *p, const struct req *rq)
 {
     static sa_family_t last_af;         /* 0: none yet */
     static uint8_t last_addr[16];
     static char last_str[64];
     static size_t last_len;
-    sa_family_t af = c->cn_peer.sa.sa_family;
-    const void *a = af == AF_INET ? (const void *)&c->cn_peer.in.sin_addr
-                                  : (const void *)&c->cn_peer.in6.sin6_addr;
+    const struct sockaddr *sa = rq->rq_peer;
+    sa_family_t af = sa->sa_family;
+    const void *a = af == AF_INET ? (const void *)&((const struct sockaddr_in *)sa)->sin_addr
+                                  : (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
     size_t alen = af == AF_INET ? 4 : 16;
 
     if (af != AF_INET && af != AF_INET6) {
         char peer[64];
-        fmt_peer(&c->cn_peer.sa, peer, sizeof(peer));
+        fmt_peer(rq->rq_peer, peer, sizeof(peer));
         return fmt_str(p, peer);
     }
     if (af != last_af || memcmp(a, last_addr, alen) != 0) {
-        fmt_peer(&c->cn_peer.sa, last_str, sizeof(last_str));
+        fmt_peer(rq->rq_peer, last_str, sizeof(last_str));
         last_len = strlen(last_str);
         memcpy(last_addr, a, alen);
         last_af = af;
@@ -215,16 +216,16 @@ alog_keep(char *dst, size_t size, const char *src, size_t n)
 }
 
 void
-alog_begin(struct conn *c)
+alog_begin(struct req *rq)
 {
     struct alog_txn *t;
     struct http_req *r;
     int ref = 0, ua = 0;
 
-    if (alog_fd < 0 || c->cn_req == NULL)
+    if (alog_fd < 0 || rq == NULL)
         return;
-    t = &c->cn_req->log;
-    r = &c->cn_req->r;
+    t = &rq->log;
+    r = &rq->r;
     event_base_gettimeofday_cached(wk->base, &t->start);
     t->method = http_method_name(r->method);
     t->target_len = alog_keep(t->target, sizeof(t->target), r->base + r->target,
@@ -255,33 +256,33 @@ alog_begin(struct conn *c)
 }
 
 void
-alog_result(struct conn *c, const char *result, int ostatus)
+alog_result(struct req *rq, const char *result, int ostatus)
 {
-    if (c->cn_req && c->cn_req->log.active) {
-        c->cn_req->log.result = result;
+    if (rq && rq->log.active) {
+        rq->log.result = result;
         if (ostatus)
-            c->cn_req->log.ostatus = ostatus;
+            rq->log.ostatus = ostatus;
     }
 }
 
 void
-alog_bytes(struct conn *c, uint64_t n)
+alog_bytes(struct req *rq, uint64_t n)
 {
-    if (c->cn_req && c->cn_req->log.active)
-        c->cn_req->log.bytes += n;
+    if (rq && rq->log.active)
+        rq->log.bytes += n;
 }
 
 void
-alog_status(struct conn *c, int status)
+alog_status(struct req *rq, int status)
 {
-    if (c->cn_req && c->cn_req->log.active)
-        c->cn_req->log.status = status;
+    if (rq && rq->log.active)
+        rq->log.status = status;
 }
 
 /* Append t's line, or count it dropped (a failing disk has left less than
  * ALOG_LINE_MAX of the buffer free). */
 static void
-alog_write(struct conn *c, const struct alog_txn *t)
+alog_write(struct req *rq, const struct alog_txn *t)
 {
     /* The time's text changes once a second: made then, copied per line. */
     static time_t last;
@@ -325,7 +326,7 @@ alog_write(struct conn *c, const struct alog_txn *t)
         *p++ = ' ';
         p = fmt_pad(p, ms, 6, ' ');
         *p++ = ' ';
-        p = alog_put_peer(p, c);
+        p = alog_put_peer(p, rq);
         *p++ = ' ';
         p = fmt_str(p, t->result);
         *p++ = '/';
@@ -350,7 +351,7 @@ alog_write(struct conn *c, const struct alog_txn *t)
         *p++ = '.';
         p = fmt_pad(p, msec, 3, '0');
         p = fmt_lit(p, "Z\",\"client\":\"");
-        p = alog_put_peer(p, c);
+        p = alog_put_peer(p, rq);
         p = fmt_lit(p, "\",\"method\":\"");
         p = fmt_str(p, t->method);
         p = fmt_lit(p, "\",\"url\":\"");
@@ -379,7 +380,7 @@ alog_write(struct conn *c, const struct alog_txn *t)
     default:
         /* client - - [time] "method target HTTP/1.x" status bytes
          * "referer" "agent" result origin-status ms */
-        p = alog_put_peer(p, c);
+        p = alog_put_peer(p, rq);
         p = fmt_lit(p, " - - [");
         p = fmt_mem(p, ncsa, ncsa_len);
         p = fmt_lit(p, "] \"");
@@ -421,32 +422,32 @@ alog_write(struct conn *c, const struct alog_txn *t)
 }
 
 void
-alog_end(struct conn *c)
+alog_end(struct req *rq)
 {
     struct alog_txn *t;
 
-    if (c->cn_req == NULL || !c->cn_req->log.active)
+    if (rq == NULL || !rq->log.active)
         return;
-    t = &c->cn_req->log;
+    t = &rq->log;
     t->active = 0;
-    alog_write(c, t);
+    alog_write(rq, t);
 }
 
 void
-alog_refused(struct conn *c, int status, uint64_t bytes)
+alog_refused(struct req *rq, int status, uint64_t bytes)
 {
     struct alog_txn t;
 
     if (alog_fd < 0)
         return;
-    if (c->cn_req && c->cn_req->log.active) {
-        c->cn_req->log.status = status;
-        c->cn_req->log.result = "ERR_INVALID_REQ";
-        alog_end(c);
+    if (rq && rq->log.active) {
+        rq->log.status = status;
+        rq->log.result = "ERR_INVALID_REQ";
+        alog_end(rq);
         return;
     }
     /* Not understood: no method, no target, no fields. */
-    t.start = c->cn_head_start;
+    t.start = rq->rq_start;
     t.method = "-";
     t.result = "ERR_INVALID_REQ";
     t.minor = 1;
@@ -456,5 +457,5 @@ alog_refused(struct conn *c, int status, uint64_t bytes)
     t.target[0] = '-';
     t.target_len = 1;
     t.referer_len = t.ua_len = 0;
-    alog_write(c, &t);
+    alog_write(rq, &t);
 }

@@ -71,6 +71,19 @@ static int conn_want_write(struct conn *c, const struct timeval *tv);
 static void conn_unwant_write(struct conn *c);
 static int conn_flush(struct conn *c);
 static void conn_read_resume(struct conn *c);
+
+/* The request's transaction, and the body bytes lent with its answer. */
+static inline struct upstream *
+conn_up(const struct conn *c)
+{
+    return c->cn_req ? c->cn_req->rq_up : NULL;
+}
+
+static inline size_t
+conn_body_len(const struct conn *c)
+{
+    return c->cn_req ? c->cn_req->rq_body_len : 0;
+}
 static void conn_on_write(evutil_socket_t fd, short what, void *arg);
 static int conn_process(struct conn *c);
 static struct conn *conn_new(struct worker *w, int fd, const struct sockaddr *sa,
@@ -120,8 +133,17 @@ static const struct req_owner_ops conn_req_ops;
 static void
 conn_req_get(struct conn *c)
 {
-    if (c->cn_req == NULL)
-        c->cn_req = req_new(c, &conn_req_ops);
+    struct req *rq;
+
+    if (c->cn_req || (rq = req_new(c, &conn_req_ops)) == NULL)
+        return;
+    rq->rq_in = &c->cn_in;
+    rq->rq_out = &c->cn_out;
+    rq->rq_id = c->cn_id;
+    rq->rq_peer = &c->cn_peer.sa;
+    rq->rq_tls = c->cn_tls != NULL;
+    rq->rq_bg = c->cn_bg;
+    c->cn_req = rq;
 }
 
 static void
@@ -140,9 +162,6 @@ conn_close(struct conn *c)
         abort();
     if (c->cn_req)
         req_abort(c->cn_req);   /* a transaction cut short is still logged */
-    if (c->cn_up)
-        proxy_abort(c);
-    push_free(c);
     event_del(&c->cn_rev);
     conn_unwant_write(c);
     if (c->cn_tls)
@@ -178,8 +197,8 @@ conn_reset(struct conn *c)
     /* Framing that shows the truncation by itself (Content-Length, or
      * chunked without its last chunk) is better served by a plain close:
      * a reset can destroy the bytes the client has not read yet. */
-    if (c->cn_up == NULL || c->cn_up->up_resp == NULL
-        || c->cn_up->up_resp->until_close || c->cn_up->up_decode)
+    if (conn_up(c) == NULL || conn_up(c)->up_resp == NULL
+        || conn_up(c)->up_resp->until_close || conn_up(c)->up_decode)
         setsockopt(c->cn_fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
     conn_close(c);
 }
@@ -295,7 +314,7 @@ conn_bg_revalidate(struct req *rq, const char *key, size_t keylen)
     default:
         return;
     }
-    g = conn_new(wk, -1, &rq->rq_conn->cn_peer.sa, sizeof(rq->rq_conn->cn_peer));
+    g = conn_new(wk, -1, rq->rq_peer, sizeof(union conn_addr));
     if (g)
         conn_req_get(g);    /* carries the claim (whash) */
     if (g == NULL || g->cn_req == NULL || buf_alloc(&g->cn_in) < 0
@@ -452,7 +471,28 @@ conn_void_held(struct conn *c)
 {
     c->cn_out.end = c->cn_hold_mark;
     c->cn_hold = 0;
-    resp_uncount(c);
+    if (c->cn_req)
+        resp_uncount(c->cn_req);
+}
+
+/* Take over what the request's transaction asked for: it writes only
+ * its own fields (rq_close, rq_abort, rq_body_owned, rq_up, rq_push), and
+ * the connection's state follows them here. */
+static void
+conn_sync(struct conn *c)
+{
+    struct req *rq = c->cn_req;
+
+    if (rq == NULL)
+        return;
+    if (rq->rq_close)
+        c->cn_close = 1;
+    if (rq->rq_abort)
+        c->cn_abort = 1;
+    if (rq->rq_up || rq->rq_push)
+        c->cn_state = rq->rq_body_owned ? CONN_BODY : CONN_PROXY;
+    else if ((c->cn_state == CONN_BODY && !c->cn_hold) || c->cn_state == CONN_PROXY)
+        c->cn_state = CONN_SEND;    /* the transaction is over */
 }
 
 /* Refuse a request we cannot trust (a head that does not parse, a body
@@ -464,11 +504,17 @@ conn_refuse(struct conn *c, int status, const char *reason)
     if (c->cn_hold)     /* the request turned out malformed */
         conn_void_held(c);
     if (c->cn_req) {
+        c->cn_req->rq_start = c->cn_head_start;
         req_refuse(c->cn_req, status, reason);
     } else {
         /* no request to answer with: out of memory */
-        resp_simple(c, status, "Connection: close\r\n", NULL,
-                    reason ? reason : http_status_text(status), 0);
+        static const char oom[] = "HTTP/1.1 503 Service Unavailable\r\n"
+                                  "Connection: close\r\nContent-Length: 0\r\n\r\n";
+        (void)reason;
+        if (buf_alloc(&c->cn_out) == 0 && c->cn_out.size - c->cn_out.end >= sizeof(oom)) {
+            memcpy(c->cn_out.data + c->cn_out.end, oom, sizeof(oom) - 1);
+            c->cn_out.end += sizeof(oom) - 1;
+        }
     }
     c->cn_close = 1;
     c->cn_state = CONN_SEND;
@@ -520,6 +566,7 @@ conn_after_steps(struct conn *c, size_t mark)
         return;
     case REQ_FETCH:
     case REQ_PUSH:
+        conn_sync(c);
         if (c->cn_state == CONN_BODY || c->cn_state == CONN_PROXY)
             return;     /* the body belongs to the transaction / PUSH */
         /* it failed at once and queued its own answer */
@@ -552,6 +599,7 @@ conn_request(struct conn *c)
 {
     size_t mark = c->cn_out.end;
 
+    c->cn_req->rq_start = c->cn_head_start;
     req_run(c->cn_req);
     conn_after_steps(c, mark);
 }
@@ -560,7 +608,7 @@ conn_request(struct conn *c)
 static void
 conn_req_moved(struct req *rq)
 {
-    struct conn *c = rq->rq_conn;
+    struct conn *c = ((struct conn *)rq->rq_owner);
 
     if (c->cn_magic != CONN_MAGIC)
         abort();
@@ -575,13 +623,13 @@ conn_req_moved(struct req *rq)
 static int
 conn_req_flush(struct req *rq)
 {
-    return conn_flush(rq->rq_conn);
+    return conn_flush(((struct conn *)rq->rq_owner));
 }
 
 static void
 conn_req_body_resume(struct req *rq)
 {
-    conn_read_resume(rq->rq_conn);
+    conn_read_resume(((struct conn *)rq->rq_owner));
 }
 
 static const struct req_owner_ops conn_req_ops = {
@@ -605,7 +653,7 @@ conn_process(struct conn *c)
     while (!c->cn_close && !c->cn_abort) {
         size_t avail = c->cn_in.end - c->cn_in.start;
 
-        if ((c->cn_out.end - c->cn_out.start > OUT_HIGH || c->cn_body_len)
+        if ((c->cn_out.end - c->cn_out.start > OUT_HIGH || conn_body_len(c))
             && !c->cn_hold)
             break;      /* let the client read first */
         if (c->cn_state == CONN_IDLE || c->cn_state == CONN_SEND) {
@@ -655,8 +703,9 @@ conn_process(struct conn *c)
             struct http_req *r = &c->cn_req->r;
             size_t used;
 
-            if (c->cn_push) {
-                rc = push_body(c);
+            if (c->cn_req->rq_push) {
+                rc = push_body(c->cn_req);
+                conn_sync(c);
                 if (rc == HTTP_AGAIN)
                     break;
                 if (rc != HTTP_OK) {
@@ -667,15 +716,16 @@ conn_process(struct conn *c)
                 http_req_reset(r);
                 continue;
             }
-            if (c->cn_up) {
-                rc = proxy_client_body(c);
+            if (conn_up(c)) {
+                rc = proxy_client_body(c->cn_req);
+                conn_sync(c);
                 if (rc == HTTP_AGAIN || rc == HTTP_OK)
                     break;      /* more body later, or the response */
-                if (c->cn_up && c->cn_up->up_state == UP_BODY) {
+                if (conn_up(c) && conn_up(c)->up_state == UP_BODY) {
                     c->cn_abort = 1;
                     break;
                 }
-                proxy_abort(c);
+                proxy_abort(c->cn_req);
                 conn_refuse(c, rc, r->reason);
                 break;
             }
@@ -731,11 +781,12 @@ conn_flush(struct conn *c)
         return 0;       /* the outer caller flushes when it is done */
     c->cn_in_flush = 1;
     for (;;) {
+        conn_sync(c);
         if (c->cn_abort) {
             conn_reset(c);
             return -1;
         }
-        while (!c->cn_hold && (o->end > o->start || c->cn_body_len > 0)) {
+        while (!c->cn_hold && (o->end > o->start || conn_body_len(c) > 0)) {
             struct iovec iov[2];
             int n = 0;
             size_t head = o->end - o->start;
@@ -745,17 +796,17 @@ conn_flush(struct conn *c)
                 iov[n].iov_base = o->data + o->start;
                 iov[n++].iov_len = head;
             }
-            if (c->cn_body_len) {
-                iov[n].iov_base = (void *)c->cn_body;
-                iov[n++].iov_len = c->cn_body_len;
+            if (conn_body_len(c)) {
+                iov[n].iov_base = (void *)c->cn_req->rq_body;
+                iov[n++].iov_len = conn_body_len(c);
             }
             /* An internal transaction has no client: its answer is dropped. */
             if (c->cn_tls)
-                k = tls_conn_write(c, o->data + o->start, head, c->cn_body,
-                                   c->cn_body_len);
+                k = tls_conn_write(c, o->data + o->start, head, c->cn_req ? c->cn_req->rq_body : NULL,
+                                   conn_body_len(c));
             else
                 k = c->cn_fd >= 0 ? writev(c->cn_fd, iov, n)
-                                  : (ssize_t)(head + c->cn_body_len);
+                                  : (ssize_t)(head + conn_body_len(c));
             if (k < 0) {
                 if (errno == EINTR)
                     continue;
@@ -777,20 +828,20 @@ conn_flush(struct conn *c)
             } else {
                 o->start = o->end;
                 k -= (ssize_t)head;
-                c->cn_body += k;
-                c->cn_body_len -= (size_t)k;
-                if (c->cn_up)
-                    proxy_client_sent(c, (size_t)k);
+                c->cn_req->rq_body += k;
+                c->cn_req->rq_body_len -= (size_t)k;
+                if (conn_up(c))
+                    proxy_client_sent(c->cn_req, (size_t)k);
             }
         }
-        if (c->cn_up == NULL && c->cn_body_len == 0 && c->cn_req)
+        if (conn_up(c) == NULL && conn_body_len(c) == 0 && c->cn_req)
             req_sent_all(c->cn_req);    /* a hit's or a transaction's answer
                                            is out: DONE */
         if (!c->cn_hold)
             o->start = o->end = 0;
-        if (c->cn_up == NULL || c->cn_hold)
+        if (conn_up(c) == NULL || c->cn_hold)
             break;
-        switch (proxy_pump(c)) {
+        switch (proxy_pump(c->cn_req)) {
         case PROXY_MORE:
             continue;
         case PROXY_DONE:
@@ -799,6 +850,7 @@ conn_flush(struct conn *c)
             conn_reset(c);
             return -1;
         case PROXY_WAIT:
+            conn_sync(c);
             c->cn_in_flush = 0;
             conn_unwant_write(c);
             if (!c->cn_in_eof)
@@ -870,8 +922,8 @@ conn_timeout(struct conn *c)
         }
         break;
     case CONN_BODY:
-        if (c->cn_up == NULL || c->cn_up->up_state < UP_BODY) {
-            proxy_abort(c);
+        if (conn_up(c) == NULL || conn_up(c)->up_state < UP_BODY) {
+            proxy_abort(c->cn_req);
             conn_refuse(c, 408, "request body timeout");
             conn_flush(c);
             return;
@@ -956,7 +1008,7 @@ conn_on_read(evutil_socket_t fd, short what, void *arg)
                 return;
             }
         } else if (c->cn_state == CONN_HEAD && c->cn_out.end == c->cn_out.start
-                   && c->cn_body_len == 0) {
+                   && conn_body_len(c) == 0) {
             /* A head that fills the largest buffer and is still not
              * whole (the scanner's own limits should have said so first):
              * never stop reading without a timer, answer. */
@@ -1004,12 +1056,12 @@ conn_on_read(evutil_socket_t fd, short what, void *arg)
         case CONN_BODY:
             /* Mid-request EOF: this request can never complete. */
             if (c->cn_in.end == c->cn_in.start && c->cn_state == CONN_HEAD
-                && c->cn_out.end == c->cn_out.start && !c->cn_up) {
+                && c->cn_out.end == c->cn_out.start && !conn_up(c)) {
                 conn_close(c);
                 return;
             }
             if (c->cn_state == CONN_BODY || c->cn_in.end > c->cn_in.start) {
-                proxy_abort(c);
+                proxy_abort(c->cn_req);
                 if (c->cn_hold)
                     conn_void_held(c);
                 c->cn_close = 1;

@@ -174,7 +174,7 @@ origin_on_dns(int err, struct evutil_addrinfo *ai, void *arg)
     up->up_dns = NULL;
     if (err || ai == NULL) {
         log_warn("conn %llu: cannot resolve origin %s: %s",
-                 (unsigned long long)up->up_client->cn_id, up->up_host,
+                 (unsigned long long)up->up_req->rq_id, up->up_host,
                  evutil_gai_strerror(err));
         if (ai)
             evutil_freeaddrinfo(ai);
@@ -204,7 +204,7 @@ origin_on_connect(evutil_socket_t fd, short what, void *arg)
     event_del(&up->up_wev);
     if (what & EV_TIMEOUT) {
         log_warn("conn %llu: connect to origin %s:%d timed out",
-                 (unsigned long long)up->up_client->cn_id, up->up_host, up->up_port);
+                 (unsigned long long)up->up_req->rq_id, up->up_host, up->up_port);
         up->up_ready(up, 504);
         return;
     }
@@ -212,7 +212,7 @@ origin_on_connect(evutil_socket_t fd, short what, void *arg)
         err = errno;
     if (err) {
         log_warn("conn %llu: connect to origin %s:%d: %s",
-                 (unsigned long long)up->up_client->cn_id, up->up_host,
+                 (unsigned long long)up->up_req->rq_id, up->up_host,
                  up->up_port, strerror(err));
         up->up_ready(up, 502);
         return;
@@ -230,7 +230,7 @@ origin_connect_fresh(struct upstream *up)
     fd = socket(up->up_addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         log_warn("conn %llu: origin socket: %s",
-                 (unsigned long long)up->up_client->cn_id, strerror(errno));
+                 (unsigned long long)up->up_req->rq_id, strerror(errno));
         return -1;
     }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -244,7 +244,7 @@ origin_connect_fresh(struct upstream *up)
     }
     if (errno != EINPROGRESS) {
         log_warn("conn %llu: connect to origin %s:%d: %s",
-                 (unsigned long long)up->up_client->cn_id, up->up_host,
+                 (unsigned long long)up->up_req->rq_id, up->up_host,
                  up->up_port, strerror(errno));
         return -1;
     }
@@ -311,7 +311,7 @@ origin_get(struct upstream *up, int pooled, origin_ready_fn ready,
         dns_sync_err = EVUTIL_EAI_FAIL;
     if (dns_sync_err != 0) {
         log_warn("conn %llu: cannot resolve origin %s: %s",
-                 (unsigned long long)up->up_client->cn_id, up->up_host,
+                 (unsigned long long)up->up_req->rq_id, up->up_host,
                  evutil_gai_strerror(dns_sync_err));
         up->up_ready(up, 502);
         return;

@@ -2,7 +2,7 @@
  * worker/proxy.c: one origin transaction (a cache miss, later).
  *
  * Ownership: a struct upstream belongs to exactly one client connection
- * (c->cn_up) and dies with the response: its connection goes back to the
+ * (rq->rq_up) and dies with the response: its connection goes back to the
  * pool when the exchange ended cleanly, otherwise it is closed.
  *
  * Data flow, with back-pressure both ways and nothing buffered whole:
@@ -54,7 +54,7 @@
 static void up_on_read(evutil_socket_t fd, short what, void *arg);
 static void up_on_write(evutil_socket_t fd, short what, void *arg);
 static void up_send(struct upstream *up);
-static enum proxy_pump proxy_pump_body(struct conn *c, struct upstream *up);
+static enum proxy_pump proxy_pump_body(struct req *rq, struct upstream *up);
 
 /* Head writers.  The heads we forward are built with plain copies
  * (buf.h's appenders): a printf per line cost a fifth of a proxied
@@ -102,9 +102,9 @@ _Static_assert(offsetof(struct upstream, up_fill)
 /* Have the request's owner write what we queued (and pump us again):
  * the one way up.  Returns 0, or -1 when the owner closed. */
 static int
-up_kick(struct conn *c)
+up_kick(struct req *rq)
 {
-    return c->cn_req->rq_ops->flush(c->cn_req);
+    return rq->rq_ops->flush(rq);
 }
 
 static struct upstream *
@@ -146,9 +146,9 @@ up_timer(const struct upstream *up, struct timeval *tv)
 }
 
 static void
-up_free(struct conn *c)
+up_free(struct req *rq)
 {
-    struct upstream *up = c->cn_up;
+    struct upstream *up = rq->rq_up;
 
     if (up == NULL)
         return;
@@ -159,40 +159,40 @@ up_free(struct conn *c)
     buf_release(&up->up_out);
     pool_put(&wk->head_pool, up->up_resp);
     up->up_magic = 0;
-    c->cn_up = NULL;
-    c->cn_body = NULL;
-    c->cn_body_len = 0;
+    rq->rq_up = NULL;
+    rq->rq_body = NULL;
+    rq->rq_body_len = 0;
     pool_put(&wk->up_pool, up);
 }
 
 /* Answer the client with an error of ours and drop the transaction.
  * Only valid before any response byte went to the client. */
-static enum proxy_pump proxy_serve_stale(struct conn *c, struct upstream *up, int status);
-static enum proxy_pump proxy_answer_held(struct conn *c, const struct store_cond *cond,
+static enum proxy_pump proxy_serve_stale(struct req *rq, struct upstream *up, int status);
+static enum proxy_pump proxy_answer_held(struct req *rq, const struct store_cond *cond,
                                          int ka, const char *cs, const char *hdr,
                                          size_t hdrlen);
 
 static void
-proxy_error(struct conn *c, int status, const char *body)
+proxy_error(struct req *rq, int status, const char *body)
 {
-    struct upstream *up = c->cn_up;
+    struct upstream *up = rq->rq_up;
 
-    if (store_stale_on_error(c)) {
+    if (store_stale_on_error(rq)) {
         wk->ctr->origin_errors++;
-        proxy_serve_stale(c, up, 0);
+        proxy_serve_stale(rq, up, 0);
         return;
     }
     int ka = up->up_client_ka && !up->up_req_body && !wk->draining;
 
     wk->ctr->origin_errors++;
-    up_free(c);
-    resp_simple(c, status, resp_connection_hdr(c->cn_req ? c->cn_req->r.minor : 1, ka),
-                NULL, body, c->cn_req && c->cn_req->r.method == HTTP_HEAD);
-    alog_result(c, status == 504 ? "ERR_READ_TIMEOUT" : "ERR_CONNECT_FAIL", 0);
-    alog_end(c);
+    up_free(rq);
+    resp_simple(rq, status, resp_connection_hdr(rq ? rq->r.minor : 1, ka),
+                NULL, body, rq && rq->r.method == HTTP_HEAD);
+    alog_result(rq, status == 504 ? "ERR_READ_TIMEOUT" : "ERR_CONNECT_FAIL", 0);
+    alog_end(rq);
     if (!ka)
-        c->cn_close = 1;
-    c->cn_state = CONN_SEND;
+        rq->rq_close = 1;
+    rq->rq_body_owned = 0;
 }
 
 size_t
@@ -225,11 +225,11 @@ proxy_pristine_host(const struct http_req *r, char *out, size_t outlen)
 }
 
 int
-proxy_start(struct conn *c, const struct conf_remap_result *res,
+proxy_start(struct req *rq, const struct conf_remap_result *res,
             const struct conf_remap_rule *rule, int keep_alive,
             const char *key, size_t keylen, const char *fwd)
 {
-    struct http_req *r = &c->cn_req->r;
+    struct http_req *r = &rq->r;
     const struct conf_records *rec = &wk->conf->rec;
     struct upstream *up;
     struct buf *o;
@@ -239,20 +239,20 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
     int https = strcmp(res->scheme, "https") == 0;
 
     if (!https && strcmp(res->scheme, "http") != 0) {
-        resp_simple(c, 502, "Connection: close\r\n", NULL,
+        resp_simple(rq, 502, "Connection: close\r\n", NULL,
                     "unsupported origin scheme", r->method == HTTP_HEAD);
-        c->cn_close = 1;
+        rq->rq_close = 1;
         return -1;
     }
     if ((up = up_get()) == NULL || buf_alloc(&up->up_out) < 0) {
         if (up)
             free(up);
-        resp_simple(c, 503, "Connection: close\r\n", NULL, "out of memory", 0);
-        c->cn_close = 1;
+        resp_simple(rq, 503, "Connection: close\r\n", NULL, "out of memory", 0);
+        rq->rq_close = 1;
         return -1;
     }
-    c->cn_up = up;
-    up->up_client = c;
+    rq->rq_up = up;
+    up->up_req = rq;
     up->up_rule = rule;
     size_t hl = strnlen(res->host, sizeof(up->up_host) - 1);
     memcpy(up->up_host, res->host, hl);
@@ -314,7 +314,7 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
         }
     }
     err |= buf_lit(o, "\r\n");
-    up->up_reval = c->cn_req->obj_held && r->method == HTTP_GET;
+    up->up_reval = rq->obj_held && r->method == HTTP_GET;
     int mfi;
     int64_t mf = http_max_forwards(r, &mfi);   /* 0 was answered by us */
     for (int i = 0; i < r->nfields; i++) {
@@ -373,7 +373,7 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
     /* The body goes out as the client framed it: chunked. */
     if (r->chunked)
         err |= buf_lit(o, "Transfer-Encoding: chunked\r\n");
-    if (up->up_reval && !store_validators(c, o))
+    if (up->up_reval && !store_validators(rq, o))
         up->up_reval = 0;   /* nothing to validate with: a plain fetch */
     /* Every X-Forwarded-For line, in order, then the client (one line). */
     err |= buf_lit(o, "X-Forwarded-For: ");
@@ -384,23 +384,23 @@ proxy_start(struct conn *c, const struct conf_remap_result *res,
             err |= buf_lit(o, ", ");
         }
     }
-    fmt_peer(&c->cn_peer.sa, ip, sizeof(ip));
+    fmt_peer(rq->rq_peer, ip, sizeof(ip));
     err |= buf_puts(o, ip);
     err |= buf_lit(o, "\r\nVia: ");
     err |= buf_puts(o, wk->via);
     err |= buf_lit(o, "\r\n\r\n");
     if (err) {
-        proxy_error(c, 502, "request too large to forward");
+        proxy_error(rq, 502, "request too large to forward");
         return -1;
     }
     if (r->has_body && r->expect_continue) {
         /* We read the body ourselves; the client may send it now. */
-        buf_alloc(&c->cn_out);
-        if (buf_lit(&c->cn_out, "HTTP/1.1 100 Continue\r\n\r\n") == 0)
-            resp_count_interim(c);
+        buf_alloc(rq->rq_out);
+        if (buf_lit(rq->rq_out, "HTTP/1.1 100 Continue\r\n\r\n") == 0)
+            resp_count_interim(rq);
     }
     wk->ctr->origin_requests++;
-    c->cn_state = r->has_body ? CONN_BODY : CONN_PROXY;
+    rq->rq_body_owned = r->has_body;
     origin_get(up, 1, proxy_origin_ready, proxy_origin_attach);
     return 0;
 }
@@ -423,12 +423,12 @@ proxy_origin_attach(struct upstream *up)
 void
 proxy_origin_ready(struct upstream *up, int err)
 {
-    struct conn *c = up->up_client;
+    struct req *rq = up->up_req;
 
     if (err) {
         origin_release(up);
-        proxy_error(c, err, err == 504 ? "origin connect timeout" : "origin unreachable");
-        up_kick(c);
+        proxy_error(rq, err, err == 504 ? "origin connect timeout" : "origin unreachable");
+        up_kick(rq);
         return;
     }
     /* UP_SENDING: origin_get() attached a pooled connection already */
@@ -444,7 +444,7 @@ up_retry(struct upstream *up)
     if (!up->up_reused || !up->up_safe || up->up_retried || up->up_resp_bytes)
         return 0;
     log_debug("conn %llu: pooled origin connection to %s:%d was dead; retrying",
-              (unsigned long long)up->up_client->cn_id, up->up_host, up->up_port);
+              (unsigned long long)up->up_req->rq_id, up->up_host, up->up_port);
     origin_release(up);
     up->up_retried = 1;
     up->up_out.start = 0;
@@ -458,18 +458,18 @@ up_retry(struct upstream *up)
 static void
 up_fail(struct upstream *up, int status, const char *why)
 {
-    struct conn *c = up->up_client;
+    struct req *rq = up->up_req;
 
-    log_warn("conn %llu: origin %s:%d: %s", (unsigned long long)c->cn_id,
+    log_warn("conn %llu: origin %s:%d: %s", (unsigned long long)rq->rq_id,
              up->up_host, up->up_port, why);
     if (up->up_state == UP_BODY) {
         wk->ctr->origin_errors++;
-        c->cn_abort = 1;
-        up_kick(c);
+        rq->rq_abort = 1;
+        up_kick(rq);
         return;
     }
-    proxy_error(c, status, status == 504 ? "origin timeout" : "bad gateway");
-    up_kick(c);
+    proxy_error(rq, status, status == 504 ? "origin timeout" : "bad gateway");
+    up_kick(rq);
 }
 
 static void
@@ -503,7 +503,7 @@ up_send(struct upstream *up)
         o->start += (size_t)n;
     }
     event_del(&up->up_wev);
-    if (!up->up_req_body || up->up_client->cn_state != CONN_BODY) {
+    if (!up->up_req_body || !up->up_req->rq_body_owned) {
         up->up_req_done = 1;
         if (up->up_state == UP_SENDING)
             up->up_state = UP_HEAD;
@@ -513,7 +513,7 @@ up_send(struct upstream *up)
     /* Keep the request bytes for a retry until the response begins. */
     if (!up->up_safe)
         o->start = o->end = 0;
-    if (up->up_req_body && up->up_client->cn_state == CONN_BODY) {
+    if (up->up_req_body && up->up_req->rq_body_owned) {
         /* The origin has all we have: we wait for the client's body, and
          * its timer runs (a 408 if it stalls), not the origin's (still
          * read: it may answer early). */
@@ -522,9 +522,9 @@ up_send(struct upstream *up)
     } else {
         event_add(&up->up_rev, &tv);
     }
-    if (up->up_req_body && up->up_client->cn_state == CONN_BODY) {
+    if (up->up_req_body && up->up_req->rq_body_owned) {
         o->start = o->end = 0;
-        up->up_client->cn_req->rq_ops->body_resume(up->up_client->cn_req);
+        up->up_req->rq_ops->body_resume(up->up_req);
     }
 }
 
@@ -569,7 +569,7 @@ static void
 up_on_read(evutil_socket_t fd, short what, void *arg)
 {
     struct upstream *up = arg;
-    struct conn *c = up->up_client;
+    struct req *rq = up->up_req;
     struct buf *in = &up->up_in;
     ssize_t n;
 
@@ -592,7 +592,7 @@ up_on_read(evutil_socket_t fd, short what, void *arg)
         return;
     }
     if (in->end == in->size) {
-        if (in->start > 0 && c->cn_body_len == 0
+        if (in->start > 0 && rq->rq_body_len == 0
             && (in->start == up->up_parsed || up->up_state != UP_BODY)) {
             /* (before the body, only interim responses were consumed) */
             size_t keep = in->end - in->start;
@@ -604,8 +604,8 @@ up_on_read(evutil_socket_t fd, short what, void *arg)
                    && in->size < (size_t)wk->conf->rec.response_header_max_size + BUF_SIZE) {
             buf_grow(in, BUF_SIZE);
         }
-        if (in->end == in->size && up->up_state != UP_BODY && c->cn_body_len == 0
-            && c->cn_out.end == c->cn_out.start) {
+        if (in->end == in->size && up->up_state != UP_BODY && rq->rq_body_len == 0
+            && rq->rq_out->end == rq->rq_out->start) {
             /* A head that fills the largest buffer and is still not whole:
              * no client is holding us back, so waiting cannot help. */
             up_fail(up, 502, "response head too large");
@@ -638,16 +638,16 @@ up_on_read(evutil_socket_t fd, short what, void *arg)
         in->end += (size_t)n;
         up->up_resp_bytes = 1;
     }
-    up_kick(c);
+    up_kick(rq);
 }
 
 /* The response head for the client: hop-by-hop fields out, Via in,
  * Location / Content-Location mapped back (reverse_map), framing chosen
  * for this client. */
 static int
-proxy_client_head(struct conn *c, struct upstream *up, struct http_req *resp)
+proxy_client_head(struct req *rq, struct upstream *up, struct http_req *resp)
 {
-    struct buf *o = &c->cn_out;
+    struct buf *o = rq->rq_out;
     char mapped[8192];
     int has_date = 0, ka, err = 0;
 
@@ -715,9 +715,9 @@ proxy_client_head(struct conn *c, struct upstream *up, struct http_req *resp)
     }
     if (!ka)
         up->up_client_ka = 0;
-    resp_count(c, resp->status);
-    alog_bytes(c, o->end - mark);
-    alog_result(c, up->up_reval ? "TCP_REFRESH_MISS" : "TCP_MISS", resp->status);
+    resp_count(rq, resp->status);
+    alog_bytes(rq, o->end - mark);
+    alog_result(rq, up->up_reval ? "TCP_REFRESH_MISS" : "TCP_MISS", resp->status);
     return 0;
 }
 
@@ -725,11 +725,11 @@ proxy_client_head(struct conn *c, struct upstream *up, struct http_req *resp)
 static void
 proxy_sink_client(void *arg, const char *p, size_t n)
 {
-    struct conn *c = arg;
+    struct req *rq = arg;
 
-    buf_append(&c->cn_out, p, n);
-    alog_bytes(c, n);
-    store_fill_data(&c->cn_up->up_fill, p, n);
+    buf_append(rq->rq_out, p, n);
+    alog_bytes(rq, n);
+    store_fill_data(&rq->rq_up->up_fill, p, n);
 }
 
 /* Decoded body bytes for the cache (the client gets them raw). */
@@ -742,11 +742,11 @@ proxy_sink_fill(void *arg, const char *p, size_t n)
 }
 
 int
-proxy_client_body(struct conn *c)
+proxy_client_body(struct req *rq)
 {
-    struct upstream *up = c->cn_up;
-    struct http_req *r = &c->cn_req->r;
-    struct buf *in = &c->cn_in, *o = &up->up_out;
+    struct upstream *up = rq->rq_up;
+    struct http_req *r = &rq->r;
+    struct buf *in = rq->rq_in, *o = &up->up_out;
     size_t avail = in->end - in->start, room, used;
     int rc;
 
@@ -763,7 +763,7 @@ proxy_client_body(struct conn *c)
     in->start += used;
     wk->ctr->bytes_in += used;
     if (rc == HTTP_OK)
-        c->cn_state = CONN_PROXY;
+        rq->rq_body_owned = 0;
     if (up->up_state >= UP_SENDING && up->up_fd >= 0
         && !event_pending(&up->up_wev, EV_WRITE, NULL))
         up_send(up);
@@ -791,45 +791,45 @@ proxy_forwarded_req(struct upstream *up)
 /* The origin answered 304 to our validators: refresh the stored headers
  * and answer the client from the object we hold. */
 static enum proxy_pump
-proxy_revalidated(struct conn *c, struct upstream *up, struct http_req *resp)
+proxy_revalidated(struct req *rq, struct upstream *up, struct http_req *resp)
 {
     static char merged[32768];
     char cs[128];
     struct store_cond cond = up->up_cond;
     struct buf *in = &up->up_in;
     int ka = up->up_client_ka && !wk->draining;
-    size_t len = store_refresh(c, resp, up->up_req_time, merged, sizeof(merged));
+    size_t len = store_refresh(rq, resp, up->up_req_time, merged, sizeof(merged));
 
     snprintf(cs, sizeof(cs), "cistern; fwd=%s; fwd-status=304%s",
              up->up_cstatus ? up->up_cstatus : "stale", len ? "" : "; detail=not-refreshed");
     in->start += resp->start + resp->head_len;
     if (resp->keep_alive && up->up_req_done && !up->up_eof && in->start == in->end)
         origin_put(up);
-    up_free(c);
-    alog_result(c, "TCP_REFRESH_HIT", 304);
-    return proxy_answer_held(c, &cond, ka, cs, len ? merged : NULL, len);
+    up_free(rq);
+    alog_result(rq, "TCP_REFRESH_HIT", 304);
+    return proxy_answer_held(rq, &cond, ka, cs, len ? merged : NULL, len);
 }
 
 /* The transaction is over (up freed): answer from the object we hold. */
 static enum proxy_pump
-proxy_answer_held(struct conn *c, const struct store_cond *cond, int ka,
+proxy_answer_held(struct req *rq, const struct store_cond *cond, int ka,
                   const char *cs, const char *hdr, size_t hdrlen)
 {
-    if (store_send(c, cond, ka, cs, hdr, hdrlen) < 0) {
-        store_release(c);
-        resp_simple(c, 502, "Connection: close\r\n", NULL, "cannot build the answer", 0);
+    if (store_send(rq, cond, ka, cs, hdr, hdrlen) < 0) {
+        store_release(rq);
+        resp_simple(rq, 502, "Connection: close\r\n", NULL, "cannot build the answer", 0);
         ka = 0;
     }
     if (!ka)
-        c->cn_close = 1;
-    c->cn_state = CONN_SEND;
+        rq->rq_close = 1;
+    rq->rq_body_owned = 0;
     return PROXY_DONE;
 }
 
 /* The origin failed (status, or 0: no answer) and the held stale object
  * may stand in for it (stale-if-error). */
 static enum proxy_pump
-proxy_serve_stale(struct conn *c, struct upstream *up, int status)
+proxy_serve_stale(struct req *rq, struct upstream *up, int status)
 {
     struct store_cond cond = up->up_cond;
     int ka = up->up_client_ka && !wk->draining && !(up->up_req_body && !up->up_req_done);
@@ -839,16 +839,16 @@ proxy_serve_stale(struct conn *c, struct upstream *up, int status)
         snprintf(cs, sizeof(cs), "cistern; hit; fwd=stale; fwd-status=%d; detail=stale-if-error", status);
     else
         snprintf(cs, sizeof(cs), "cistern; hit; fwd=stale; detail=stale-if-error");
-    up_free(c);     /* the origin's answer is not wanted: close it */
-    alog_result(c, "TCP_REFRESH_FAIL_HIT", status);
-    return proxy_answer_held(c, &cond, ka, cs, NULL, 0);
+    up_free(rq);     /* the origin's answer is not wanted: close it */
+    alog_result(rq, "TCP_REFRESH_FAIL_HIT", status);
+    return proxy_answer_held(rq, &cond, ka, cs, NULL, 0);
 }
 
 /* Called by conn.c when c's output is empty: move the response along. */
 enum proxy_pump
-proxy_pump(struct conn *c)
+proxy_pump(struct req *rq)
 {
-    struct upstream *up = c->cn_up;
+    struct upstream *up = rq->rq_up;
     struct buf *in = &up->up_in;
     struct http_req *resp;
     int rc;
@@ -861,7 +861,7 @@ proxy_pump(struct conn *c)
         if (avail == 0) {
             if (up->up_eof) {
                 up_fail(up, 502, "closed the connection without a response");
-                return c->cn_up ? PROXY_ABORT : PROXY_MORE;
+                return rq->rq_up ? PROXY_ABORT : PROXY_MORE;
             }
             return PROXY_WAIT;
         }
@@ -895,8 +895,8 @@ proxy_pump(struct conn *c)
                 up_fail(up, 502, "protocol upgrade is not supported");
                 return PROXY_MORE;
             }
-            if (up->up_client_minor >= 1 && buf_alloc(&c->cn_out) == 0) {
-                struct buf *o = &c->cn_out;
+            if (up->up_client_minor >= 1 && buf_alloc(rq->rq_out) == 0) {
+                struct buf *o = rq->rq_out;
                 size_t mark = o->end;
                 int err = buf_put_status(o, resp);
                 for (int i = 0; i < resp->nfields; i++)
@@ -906,7 +906,7 @@ proxy_pump(struct conn *c)
                 if (err)
                     o->end = mark;  /* no room: the client does without it */
                 else
-                    resp_count_interim(c);
+                    resp_count_interim(rq);
             }
             in->start += resp->start + resp->head_len;
             http_req_reset(resp);
@@ -915,10 +915,10 @@ proxy_pump(struct conn *c)
         /* The origin's verdict on the stale object we hold (kept even
          * without validators, for stale-if-error). */
         if (up->up_reval && resp->status == 304)
-            return proxy_revalidated(c, up, resp);
-        if (resp->status >= 500 && store_stale_on_error(c))
-            return proxy_serve_stale(c, up, resp->status);
-        store_release(c);   /* whatever we held, this answer replaces it */
+            return proxy_revalidated(rq, up, resp);
+        if (resp->status >= 500 && store_stale_on_error(rq))
+            return proxy_serve_stale(rq, up, resp->status);
+        store_release(rq);   /* whatever we held, this answer replaces it */
         if (wk->cache && up->up_keylen && resp->status >= 200 && resp->status < 400
             && up->up_method != HTTP_GET && up->up_method != HTTP_HEAD
             && up->up_method != HTTP_OPTIONS && up->up_method != HTTP_TRACE)
@@ -946,7 +946,7 @@ proxy_pump(struct conn *c)
         }
         /* the request is answered: no retry will need its bytes */
         up->up_out.start = up->up_out.end = 0;
-        if (proxy_client_head(c, up, resp) < 0) {
+        if (proxy_client_head(rq, up, resp) < 0) {
             up_fail(up, 502, "response head too large");
             return PROXY_MORE;
         }
@@ -962,15 +962,15 @@ proxy_pump(struct conn *c)
          * turns out broken: the client then sees the head and the cut, as
          * when the error comes with a later read (the next call answers
          * ABORT again: see proxy_pump_body). */
-        enum proxy_pump next = proxy_pump_body(c, up);
+        enum proxy_pump next = proxy_pump_body(rq, up);
         return next == PROXY_WAIT || next == PROXY_ABORT ? PROXY_MORE : next;
     }
-    return proxy_pump_body(c, up);
+    return proxy_pump_body(rq, up);
 }
 
 /* proxy_pump() once the head is parsed: the body, then the end. */
 static enum proxy_pump
-proxy_pump_body(struct conn *c, struct upstream *up)
+proxy_pump_body(struct req *rq, struct upstream *up)
 {
     struct buf *in = &up->up_in;
     struct http_req *resp = up->up_resp;
@@ -997,7 +997,7 @@ proxy_pump_body(struct conn *c, struct upstream *up)
     if (!resp->body_done && up->up_parsed < in->end) {
         size_t used;
         if (up->up_decode) {
-            struct buf *o = &c->cn_out;
+            struct buf *o = rq->rq_out;
             /* de-chunk into the client's buffer, bounded by its room */
             if (buf_alloc(o) < 0)
                 return PROXY_ABORT;
@@ -1005,21 +1005,21 @@ proxy_pump_body(struct conn *c, struct upstream *up)
             if (feed > room)
                 feed = room;
             rc = http_req_body(resp, in->data + up->up_parsed, feed, &used,
-                               proxy_sink_client, c);
+                               proxy_sink_client, rq);
             up->up_parsed += used;
             in->start = up->up_parsed;
         } else {
             rc = http_req_body(resp, in->data + up->up_parsed,
                                in->end - up->up_parsed, &used,
                                up->up_fill ? proxy_sink_fill : NULL, up);
-            c->cn_body = in->data + up->up_parsed;
-            c->cn_body_len = used;
-            alog_bytes(c, used);
+            rq->rq_body = in->data + up->up_parsed;
+            rq->rq_body_len = used;
+            alog_bytes(rq, used);
             up->up_parsed += used;
         }
         if (rc != HTTP_OK && rc != HTTP_AGAIN) {
             log_warn("conn %llu: origin %s:%d: bad response body framing",
-                     (unsigned long long)c->cn_id, up->up_host, up->up_port);
+                     (unsigned long long)rq->rq_id, up->up_host, up->up_port);
             wk->ctr->origin_errors++;
             return PROXY_ABORT;
         }
@@ -1029,7 +1029,7 @@ proxy_pump_body(struct conn *c, struct upstream *up)
     if (!resp->body_done && up->up_eof) {
         if (http_body_eof(resp) != HTTP_OK) {
             log_warn("conn %llu: origin %s:%d closed mid-body; cutting the client",
-                     (unsigned long long)c->cn_id, up->up_host, up->up_port);
+                     (unsigned long long)rq->rq_id, up->up_host, up->up_port);
             wk->ctr->origin_errors++;
             return PROXY_ABORT;
         }
@@ -1045,7 +1045,7 @@ proxy_pump_body(struct conn *c, struct upstream *up)
     if (up->up_fill) {
         int frc = store_fill_end(&up->up_fill, 1, NULL);
         if (frc != CACHE_OK)
-            log_debug("conn %llu: %.*s not stored: %s", (unsigned long long)c->cn_id,
+            log_debug("conn %llu: %.*s not stored: %s", (unsigned long long)rq->rq_id,
                       (int)up->up_keylen, up->up_key, cache_strerror(frc));
     }
     proxy_release_claim(up, 0);     /* the object is visible: wake waiters */
@@ -1053,10 +1053,10 @@ proxy_pump_body(struct conn *c, struct upstream *up)
         origin_put(up);
     if (!up->up_req_done)
         client_ka = 0;  /* the rest of the request body is unread */
-    up_free(c);
+    up_free(rq);
     if (!client_ka)
-        c->cn_close = 1;
-    c->cn_state = CONN_SEND;
+        rq->rq_close = 1;
+    rq->rq_body_owned = 0;
     return PROXY_DONE;
 }
 
@@ -1084,15 +1084,15 @@ proxy_release_claim(struct upstream *up, int64_t pass_ms)
 }
 
 void
-proxy_client_sent(struct conn *c, size_t n)
+proxy_client_sent(struct req *rq, size_t n)
 {
-    struct upstream *up = c->cn_up;
+    struct upstream *up = rq->rq_up;
 
     up->up_in.start += n;
 }
 
 void
-proxy_abort(struct conn *c)
+proxy_abort(struct req *rq)
 {
-    up_free(c);
+    up_free(rq);
 }

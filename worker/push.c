@@ -54,9 +54,9 @@ push_fail(struct push *p, const char *why)
 }
 
 void
-push_free(struct conn *c)
+push_free(struct req *rq)
 {
-    struct push *p = c->cn_push;
+    struct push *p = rq->rq_push;
 
     if (p == NULL)
         return;
@@ -65,7 +65,7 @@ push_free(struct conn *c)
     free(p->resp);
     p->magic = 0;
     free(p);
-    c->cn_push = NULL;
+    rq->rq_push = NULL;
 }
 
 /* The pushed response's own body bytes (decoded). */
@@ -174,14 +174,14 @@ push_sink(void *arg, const char *data, size_t n)
 }
 
 int
-push_start(struct conn *c, const char *key, size_t keylen, int keep_alive)
+push_start(struct req *rq, const char *key, size_t keylen, int keep_alive)
 {
-    struct http_req *r = &c->cn_req->r;
+    struct http_req *r = &rq->r;
     struct timeval now;
     struct push *p;
 
     if (!r->has_body) {
-        resp_simple(c, 400, resp_connection_hdr(r->minor, keep_alive), NULL,
+        resp_simple(rq, 400, resp_connection_hdr(r->minor, keep_alive), NULL,
                     "PUSH needs a body: the response to store", 0);
         return -1;
     }
@@ -192,8 +192,8 @@ push_start(struct conn *c, const char *key, size_t keylen, int keep_alive)
             buf_release(&p->head);
             free(p);
         }
-        resp_simple(c, 503, "Connection: close\r\n", NULL, "out of memory", 0);
-        c->cn_close = 1;
+        resp_simple(rq, 503, "Connection: close\r\n", NULL, "out of memory", 0);
+        rq->rq_close = 1;
         return -1;
     }
     p->magic = PUSH_MAGIC;
@@ -204,24 +204,24 @@ push_start(struct conn *c, const char *key, size_t keylen, int keep_alive)
     p->keep_alive = keep_alive;
     event_base_gettimeofday_cached(wk->base, &now);
     p->req_time = now.tv_sec;
-    c->cn_push = p;
+    rq->rq_push = p;
     if (r->expect_continue) {
-        buf_alloc(&c->cn_out);
-        if (c->cn_out.size - c->cn_out.end >= 25) {
-            memcpy(c->cn_out.data + c->cn_out.end, "HTTP/1.1 100 Continue\r\n\r\n", 25);
-            c->cn_out.end += 25;
+        buf_alloc(rq->rq_out);
+        if (rq->rq_out->size - rq->rq_out->end >= 25) {
+            memcpy(rq->rq_out->data + rq->rq_out->end, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+            rq->rq_out->end += 25;
         }
     }
-    c->cn_state = CONN_BODY;
+    rq->rq_body_owned = 1;
     return 0;
 }
 
 int
-push_body(struct conn *c)
+push_body(struct req *rq)
 {
-    struct push *p = c->cn_push;
-    struct http_req *r = &c->cn_req->r;
-    struct buf *in = &c->cn_in;
+    struct push *p = rq->rq_push;
+    struct http_req *r = &rq->r;
+    struct buf *in = rq->rq_in;
     size_t used;
     int rc, replaced = 0;
 
@@ -232,7 +232,7 @@ push_body(struct conn *c)
     if (rc == HTTP_AGAIN)
         return HTTP_AGAIN;
     if (rc != HTTP_OK) {
-        push_free(c);
+        push_free(rq);
         return rc;      /* the request itself is malformed: 400 and close */
     }
 
@@ -249,29 +249,29 @@ push_body(struct conn *c)
     int ka = p->keep_alive && !wk->draining;
     const char *ch = resp_connection_hdr(r->minor, ka);
 
-    alog_result(c, "TCP_MISS", 0);
+    alog_result(rq, "TCP_MISS", 0);
     if (p->state != PUSH_FAILED) {
         rc = store_fill_end(&p->fill, 1, &replaced);
         if (rc != CACHE_OK) {
-            log_info("conn %llu: PUSH %.*s not stored: %s", (unsigned long long)c->cn_id,
+            log_info("conn %llu: PUSH %.*s not stored: %s", (unsigned long long)rq->rq_id,
                      (int)p->keylen, p->key, cache_strerror(rc));
-            resp_simple(c, 503, ch, NULL, "the cache could not store the object", 0);
+            resp_simple(rq, 503, ch, NULL, "the cache could not store the object", 0);
         } else {
-            log_info("conn %llu: PUSH stored %.*s (%s)", (unsigned long long)c->cn_id,
+            log_info("conn %llu: PUSH stored %.*s (%s)", (unsigned long long)rq->rq_id,
                      (int)p->keylen, p->key, replaced ? "replaced" : "new");
-            resp_simple(c, replaced ? 200 : 201, ch, NULL,
+            resp_simple(rq, replaced ? 200 : 201, ch, NULL,
                         replaced ? "replaced" : "created", 0);
         }
     } else {
-        log_info("conn %llu: PUSH %.*s refused: %s", (unsigned long long)c->cn_id,
+        log_info("conn %llu: PUSH %.*s refused: %s", (unsigned long long)rq->rq_id,
                  (int)p->keylen, p->key, p->why);
         wk->ctr->bad_requests++;
-        resp_simple(c, 400, ch, NULL, p->why, 0);
+        resp_simple(rq, 400, ch, NULL, p->why, 0);
     }
     if (!ka)
-        c->cn_close = 1;
-    push_free(c);
-    alog_end(c);
-    c->cn_state = CONN_SEND;
+        rq->rq_close = 1;
+    push_free(rq);
+    alog_end(rq);
+    rq->rq_body_owned = 0;
     return HTTP_OK;
 }

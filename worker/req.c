@@ -67,7 +67,7 @@ typedef enum req_step (*req_step_fn)(struct req *, struct req_route *);
 /* The pool */
 
 struct req *
-req_new(struct conn *owner, const struct req_owner_ops *ops)
+req_new(void *owner, const struct req_owner_ops *ops)
 {
     struct req *rq;
 
@@ -75,8 +75,18 @@ req_new(struct conn *owner, const struct req_owner_ops *ops)
         return NULL;
     rq->rq_magic = REQ_MAGIC;
     rq->rq_step = REQ_DONE;     /* nothing running yet */
-    rq->rq_conn = owner;
+    rq->rq_owner = owner;
     rq->rq_ops = ops;
+    rq->rq_in = rq->rq_out = NULL;
+    rq->rq_id = 0;
+    rq->rq_peer = NULL;
+    rq->rq_tls = 0;
+    rq->rq_body = NULL;
+    rq->rq_body_len = 0;
+    rq->rq_up = NULL;
+    rq->rq_push = NULL;
+    rq->rq_body_owned = 0;
+    rq->rq_abort = 0;
     rq->obj_held = 0;
     rq->rq_claim = 0;
     rq->rq_bg = 0;
@@ -106,6 +116,8 @@ req_reset(struct req *rq)
     http_req_reset(&rq->r);
     rq->counted = 0;
     rq->rq_close = 0;
+    rq->rq_abort = 0;
+    rq->rq_body_owned = 0;
     rq->rq_nowait = 0;
     rq->rq_collapsed = 0;
     memset(&rq->syn, 0, sizeof(rq->syn));
@@ -223,25 +235,24 @@ req_key(struct req *rq, struct req_route *rt)
 static enum req_step
 step_recv(struct req *rq, struct req_route *rt)
 {
-    struct conn *c = rq->rq_conn;
     const struct http_req *r = &rq->r;
     const char *m = http_method_name(r->method);
 
     (void)rt;
     if (!rq->rq_bg)
         wk->ctr->requests++;
-    alog_begin(c);
-    if (!conf_ip_allowed(&wk->conf->ip_allow, &c->cn_peer.sa,
+    alog_begin(rq);
+    if (!conf_ip_allowed(&wk->conf->ip_allow, rq->rq_peer,
                          conf_method_bit(m, strlen(m)))) {
         char peer[64];
-        fmt_peer(&c->cn_peer.sa, peer, sizeof(peer));
+        fmt_peer(rq->rq_peer, peer, sizeof(peer));
         log_notice("conn %llu from %s: %s denied by ip_allow.config",
-                   (unsigned long long)c->cn_id, peer, m);
+                   (unsigned long long)rq->rq_id, peer, m);
         rq->syn.close = 1;      /* no body of a refused client is read */
         rq->syn.result = "TCP_DENIED";
         return req_answer(rq, 403, NULL, "access denied by ip_allow.config");
     }
-    if (admin_handle(c, &rq->syn))
+    if (admin_handle(rq, &rq->syn))
         return REQ_SYNTH;
     return REQ_ROUTE;
 }
@@ -293,7 +304,7 @@ step_route(struct req *rq, struct req_route *rt)
     /* Over TLS an origin-form request is an https one, and a Host without
      * a port means 443 (the parser, knowing no connection, said 80). */
     int https = r->https, port = r->port;
-    if (rq->rq_conn->cn_tls && !r->absolute) {
+    if (rq->rq_tls && !r->absolute) {
         https = 1;
         if (r->f_host >= 0 && !req_host_has_port(base + r->fields[r->f_host].value,
                                                  r->fields[r->f_host].value_len))
@@ -355,7 +366,7 @@ step_lookup(struct req *rq, struct req_route *rt)
      * shared cache nor leaves one there: it is passed through. */
     if (wk->cache && cacheable_method && !r->has_body) {
         if (rt->keylen) {
-            rt->verdict = store_lookup(rq->rq_conn, rt->key, rt->keylen, &rt->fwd, rt->cs,
+            rt->verdict = store_lookup(rq, rt->key, rt->keylen, &rt->fwd, rt->cs,
                                        sizeof(rt->cs));
             if (rt->verdict == STORE_HIT || rt->verdict == STORE_HIT_STALE)
                 return REQ_HIT;
@@ -431,41 +442,39 @@ req_wait_unlink(struct req *rq)
 static enum req_step
 step_hit(struct req *rq, struct req_route *rt)
 {
-    struct conn *c = rq->rq_conn;
     struct store_cond sc;
 
-    alog_result(c, "TCP_HIT", 0);
+    alog_result(rq, "TCP_HIT", 0);
     /* stale-while-revalidate (RFC 5861): serve it now, refresh it behind */
     if (rt->verdict == STORE_HIT_STALE && rq->rq_ops->revalidate)
         rq->rq_ops->revalidate(rq, rt->key, rt->keylen);
     store_cond_from(&sc, &rq->r);
-    if (store_send(c, &sc, req_keep_alive(rq) && req_body_discardable(&rq->r), rt->cs,
+    if (store_send(rq, &sc, req_keep_alive(rq) && req_body_discardable(&rq->r), rt->cs,
                    NULL, 0) < 0) {
-        store_release(c);
+        store_release(rq);
         rt->verdict = STORE_MISS;
         return REQ_FETCH;
     }
     /* the lent body goes out first; then req_sent_all() */
-    return c->cn_body_len ? REQ_PARK : REQ_DONE;
+    return rq->rq_body_len ? REQ_PARK : REQ_DONE;
 }
 
 static enum req_step
 step_fetch(struct req *rq, struct req_route *rt)
 {
-    struct conn *c = rq->rq_conn;
-    int rc = proxy_start(c, &rt->res, rt->rule, req_keep_alive(rq),
+    int rc = proxy_start(rq, &rt->res, rt->rule, req_keep_alive(rq),
                          (rt->keylen && rt->rule) ? rt->key : NULL, rt->keylen, rt->fwd);
 
-    if (rq->rq_claim && rc == 0 && c->cn_up) {
+    if (rq->rq_claim && rc == 0 && rq->rq_up) {
         /* the background revalidation's fetch carries its claim */
-        c->cn_up->up_claim = 1;
-        memcpy(c->cn_up->up_hash, rq->whash, 16);
+        rq->rq_up->up_claim = 1;
+        memcpy(rq->rq_up->up_hash, rq->whash, 16);
         rq->rq_claim = 0;
     }
     if (rt->claimed) {
-        if (rc == 0 && c->cn_up) {
-            c->cn_up->up_claim = 1;
-            memcpy(c->cn_up->up_hash, rt->hash, 16);
+        if (rc == 0 && rq->rq_up) {
+            rq->rq_up->up_claim = 1;
+            memcpy(rq->rq_up->up_hash, rt->hash, 16);
         } else {
             /* failed at once: let the waiters try for themselves */
             fill_release(rt->hash, 0);
@@ -479,9 +488,8 @@ step_fetch(struct req *rq, struct req_route *rt)
 static enum req_step
 step_push(struct req *rq, struct req_route *rt)
 {
-    struct conn *c = rq->rq_conn;
 
-    if (push_start(c, rt->key, rt->keylen, req_keep_alive(rq)) == 0)
+    if (push_start(rq, rt->key, rt->keylen, req_keep_alive(rq)) == 0)
         return REQ_PARK;        /* receiving the body */
     return REQ_DONE;            /* refused, answered */
 }
@@ -493,7 +501,7 @@ step_purge(struct req *rq, struct req_route *rt)
 
     rq->syn.result = "TCP_MISS";        /* Squid's code for PURGE and PUSH */
     if (rc == CACHE_OK) {
-        log_info("conn %llu: PURGE removed %.*s", (unsigned long long)rq->rq_conn->cn_id,
+        log_info("conn %llu: PURGE removed %.*s", (unsigned long long)rq->rq_id,
                  (int)rt->keylen, rt->key);
         return req_answer(rq, 200, NULL, "purged");
     }
@@ -506,20 +514,19 @@ step_purge(struct req *rq, struct req_route *rt)
 static enum req_step
 step_synth(struct req *rq, struct req_route *rt)
 {
-    struct conn *c = rq->rq_conn;
     struct req_synth *s = &rq->syn;
     const struct http_req *r = &rq->r;
     int head = r->method == HTTP_HEAD && !(s->refuse && s->status == 400);
     int ka = !s->close && req_keep_alive(rq) && req_body_discardable(r);
     const char *ch = s->close ? "Connection: close\r\n" : resp_connection_hdr(r->minor, ka);
     const char *extra = s->extra;
-    size_t before = c->cn_out.end;
+    size_t before = rq->rq_out->end;
 
     (void)rt;
     if (s->refuse) {
         char peer[64];
-        fmt_peer(&c->cn_peer.sa, peer, sizeof(peer));
-        log_info("conn %llu from %s: %d %s: %s", (unsigned long long)c->cn_id, peer,
+        fmt_peer(rq->rq_peer, peer, sizeof(peer));
+        log_info("conn %llu from %s: %d %s: %s", (unsigned long long)rq->rq_id, peer,
                  s->status, http_status_text(s->status), s->body ? s->body : "");
         if (s->status < 500 && s->status != 405)
             wk->ctr->bad_requests++;
@@ -529,16 +536,16 @@ step_synth(struct req *rq, struct req_route *rt)
     if (s->body == NULL && s->refuse)
         s->body = http_status_text(s->status);
     if (s->ctype)
-        resp_body(c, s->status, ch, s->ctype, s->body, s->blen, head);
+        resp_body(rq, s->status, ch, s->ctype, s->body, s->blen, head);
     else
-        resp_simple(c, s->status, ch, extra, s->body, head);
+        resp_simple(rq, s->status, ch, extra, s->body, head);
     if (s->result)
-        alog_result(c, s->result, 0);
+        alog_result(rq, s->result, 0);
     if (s->free_body)
         free((void *)s->body);
     s->body = NULL;
     s->free_body = 0;
-    s->blen = c->cn_out.end - before;   /* the bytes, for a refusal's log */
+    s->blen = rq->rq_out->end - before;   /* the bytes, for a refusal's log */
     if (s->close)
         rq->rq_close = 1;
     return REQ_DONE;
@@ -547,13 +554,12 @@ step_synth(struct req *rq, struct req_route *rt)
 static enum req_step
 step_done(struct req *rq, struct req_route *rt)
 {
-    struct conn *c = rq->rq_conn;
 
     (void)rt;
     if (rq->syn.refuse)
-        alog_refused(c, rq->syn.status, rq->syn.blen);
+        alog_refused(rq, rq->syn.status, rq->syn.blen);
     else
-        alog_end(c);
+        alog_end(rq);
     rq->syn.refuse = 0;
     if (rq->rq_claim) {
         /* a background revalidation that never reached the origin: its
@@ -561,7 +567,7 @@ step_done(struct req *rq, struct req_route *rt)
         rq->rq_claim = 0;
         fill_release(rq->whash, 0);
     }
-    store_release(c);
+    store_release(rq);
     return REQ_PARK;
 }
 
@@ -615,23 +621,14 @@ req_run(struct req *rq)
 static void
 req_stop(struct req *rq)
 {
-    struct conn *c = rq->rq_conn;
-
-    switch (rq->rq_step) {
-    case REQ_WAIT:
+    if (rq->rq_step == REQ_WAIT) {
         req_wait_unlink(rq);
         filltab_unwait(wk->shm->filltab, rq->whash, (int)wk->slotno);
-        break;
-    case REQ_FETCH:
-        if (c->cn_up)
-            proxy_abort(c);
-        break;
-    case REQ_PUSH:
-        push_free(c);
-        break;
-    default:
-        break;
     }
+    if (rq->rq_up)
+        proxy_abort(rq);
+    if (rq->rq_push)
+        push_free(rq);
 }
 
 void
@@ -650,7 +647,7 @@ void
 req_sent_all(struct req *rq)
 {
     if (rq->rq_step == REQ_HIT
-        || (rq->rq_step == REQ_FETCH && rq->rq_conn->cn_up == NULL))
+        || (rq->rq_step == REQ_FETCH && rq->rq_up == NULL))
         req_steps(rq, REQ_DONE);
 }
 

@@ -74,8 +74,11 @@ struct req_synth {
     unsigned         free_body:1;     /* body is malloc'd: SYNTH frees it */
 };
 
-struct conn;
 struct req;
+struct upstream;
+struct push;
+struct buf;
+struct sockaddr;
 
 /* What an owner gives its requests: the calls up from a request to the
  * layer that owns it, as function pointers (the one documented upcall). */
@@ -116,12 +119,30 @@ struct req {
     uint8_t          whash[16];       /* the key waited for (or claimed) */
     struct timeval   wdeadline;
     struct req      *wnext;           /* the worker's wait list */
-    struct conn     *rq_conn;         /* the owner */
+    /* The owner's side, set by the owner */
+    void            *rq_owner;        /* (conn.c: its struct conn) */
     const struct req_owner_ops *rq_ops;
+    struct buf      *rq_in;           /* request bytes: the body is read here */
+    struct buf      *rq_out;          /* the answer is appended here */
+    uint64_t         rq_id;           /* the owner's id, for log lines */
+    const struct sockaddr *rq_peer;   /* the client */
+    struct timeval   rq_start;        /* the first byte of the head */
+    unsigned         rq_tls:1;        /* it came over TLS */
+    /* The answer and the transaction, which write only these: the owner
+     * reads them (conn_sync) and acts */
+    const char      *rq_body;         /* body bytes lent, to send after
+                                         rq_out (a hit's mapping, or the
+                                         origin's input buffer) */
+    size_t           rq_body_len;
+    struct upstream *rq_up;           /* FETCH's origin transaction */
+    struct push     *rq_push;         /* PUSH's body being stored */
+    unsigned         rq_body_owned:1; /* the transaction reads the request
+                                         body (the owner feeds it) */
+    unsigned         rq_abort:1;      /* the answer is cut short: reset */
 };
 
 /* From the worker's pool (NULL: out of memory), and back. */
-struct req *req_new(struct conn *owner, const struct req_owner_ops *ops);
+struct req *req_new(void *owner, const struct req_owner_ops *ops);
 void req_free(struct req *rq);
 /* Reset for the next request on the same owner. */
 void req_reset(struct req *rq);

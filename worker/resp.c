@@ -59,42 +59,42 @@ resp_status_ctr(int status)
 }
 
 void
-resp_count(struct conn *c, int status)
+resp_count(struct req *rq, int status)
 {
-    if (c->cn_bg)
+    if (rq->rq_bg)
         return;     /* a background revalidation answers no client */
-    alog_status(c, status);
+    alog_status(rq, status);
     (*resp_status_ctr(status))++;
-    if (c->cn_req)
-        c->cn_req->counted = status;
+    if (rq)
+        rq->counted = status;
 }
 
 void
-resp_count_interim(struct conn *c)
+resp_count_interim(struct req *rq)
 {
-    if (!c->cn_bg)
+    if (!rq->rq_bg)
         wk->ctr->resp_1xx++;
 }
 
 void
-resp_uncount(struct conn *c)
+resp_uncount(struct req *rq)
 {
-    if (c->cn_req && c->cn_req->counted) {
-        (*resp_status_ctr(c->cn_req->counted))--;
-        c->cn_req->counted = 0;
+    if (rq && rq->counted) {
+        (*resp_status_ctr(rq->counted))--;
+        rq->counted = 0;
     }
 }
 
 int
-resp_simple(struct conn *c, int status, const char *conn_hdr,
+resp_simple(struct req *rq, int status, const char *conn_hdr,
             const char *extra, const char *body, int head_only)
 {
     size_t blen = body ? strlen(body) + 2 : 0;
     size_t need = 512 + blen + (extra ? strlen(extra) : 0);
-    struct buf *b = &c->cn_out;
+    struct buf *b = rq->rq_out;
     int n;
 
-    resp_count(c, status);   /* every answer of ours, counted here */
+    resp_count(rq, status);   /* every answer of ours, counted here */
     if (buf_alloc(b) < 0)
         return -1;
     if (b->size - b->end < need && buf_grow(b, need) < 0)
@@ -114,18 +114,18 @@ resp_simple(struct conn *c, int status, const char *conn_hdr,
     if (n < 0 || (size_t)n >= b->size - b->end)
         return -1;
     b->end += (size_t)n;
-    alog_bytes(c, (uint64_t)n);
+    alog_bytes(rq, (uint64_t)n);
     return 0;
 }
 
 int
-resp_body(struct conn *c, int status, const char *conn_hdr, const char *ctype,
+resp_body(struct req *rq, int status, const char *conn_hdr, const char *ctype,
           const char *body, size_t blen, int head_only)
 {
-    struct buf *b = &c->cn_out;
+    struct buf *b = rq->rq_out;
     int n;
 
-    resp_count(c, status);
+    resp_count(rq, status);
     if (buf_alloc(b) < 0 || buf_grow(b, 512 + blen) < 0)
         return -1;
     n = snprintf(b->data + b->end, b->size - b->end,
@@ -141,6 +141,6 @@ resp_body(struct conn *c, int status, const char *conn_hdr, const char *ctype,
         memcpy(b->data + b->end, body, blen);
         b->end += blen;
     }
-    alog_bytes(c, (uint64_t)n + (head_only ? 0 : blen));
+    alog_bytes(rq, (uint64_t)n + (head_only ? 0 : blen));
     return 0;
 }

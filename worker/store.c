@@ -68,15 +68,15 @@ store_put(char *p, const char *s, size_t n)
 }
 
 void
-store_release(struct conn *c)
+store_release(struct req *rq)
 {
-    struct req *q = c->cn_req;
+    struct req *q = rq;
 
     if (q && q->obj_held) {
         cache_obj_release(wk->cache, &q->obj);
         q->obj_held = 0;
-        c->cn_body = NULL;
-        c->cn_body_len = 0;
+        rq->rq_body = NULL;
+        rq->rq_body_len = 0;
     }
 }
 
@@ -169,11 +169,11 @@ store_copy_head(struct buf *b, const char *blk, size_t len, int status304)
 }
 
 int
-store_send(struct conn *c, const struct store_cond *sc, int keep_alive,
+store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
            const char *cstatus, const char *hdr, size_t hdrlen)
 {
-    struct cache_obj *o = &c->cn_req->obj;
-    struct buf *b = &c->cn_out;
+    struct cache_obj *o = &rq->obj;
+    struct buf *b = rq->rq_out;
     struct timeval now;
     int64_t age;
     uint64_t from = 0, to = 0;
@@ -237,9 +237,9 @@ store_send(struct conn *c, const struct store_cond *sc, int keep_alive,
         char cr[64];
         snprintf(cr, sizeof(cr), "Content-Range: bytes */%llu\r\n",
                  (unsigned long long)o->body_len);
-        resp_simple(c, 416, resp_connection_hdr(sc->minor, keep_alive), cr,
+        resp_simple(rq, 416, resp_connection_hdr(sc->minor, keep_alive), cr,
                     "range not satisfiable", sc->method == HTTP_HEAD);
-        store_release(c);
+        store_release(rq);
         return 0;
     }
     if (part > 0) {
@@ -279,21 +279,21 @@ store_send(struct conn *c, const struct store_cond *sc, int keep_alive,
     q = store_put(q, ch, chl);
     q = store_put(q, "\r\n", 2);
     b->end = (size_t)(q - b->data);
-    resp_count(c, status);
-    if (status == 304 && c->cn_req->log.active
-        && strcmp(c->cn_req->log.result, "TCP_HIT") == 0)
-        alog_result(c, "TCP_IMS_HIT", 0);
-    alog_bytes(c, b->end - mark);
+    resp_count(rq, status);
+    if (status == 304 && rq->log.active
+        && strcmp(rq->log.result, "TCP_HIT") == 0)
+        alog_result(rq, "TCP_IMS_HIT", 0);
+    alog_bytes(rq, b->end - mark);
     if (sc->method == HTTP_HEAD || status == 304 || o->body_len == 0) {
-        store_release(c);
+        store_release(rq);
     } else if (status == 206) {
-        c->cn_body = (const char *)o->iov[1].iov_base + from;
-        c->cn_body_len = (size_t)(to - from + 1);
+        rq->rq_body = (const char *)o->iov[1].iov_base + from;
+        rq->rq_body_len = (size_t)(to - from + 1);
     } else {
-        c->cn_body = o->iov[1].iov_base;
-        c->cn_body_len = o->iov[1].iov_len;
+        rq->rq_body = o->iov[1].iov_base;
+        rq->rq_body_len = o->iov[1].iov_len;
     }
-    alog_bytes(c, c->cn_body_len);
+    alog_bytes(rq, rq->rq_body_len);
     return 0;
 }
 
@@ -326,9 +326,9 @@ store_stale_window(const struct cache_obj *o, const char *dir, int64_t now)
 
 /* stale-if-error (RFC 5861): may the held stale object answer an error? */
 int
-store_stale_on_error(struct conn *c)
+store_stale_on_error(struct req *rq)
 {
-    struct req *q = c->cn_req;
+    struct req *q = rq;
     struct timeval now;
 
     if (q == NULL || !q->obj_held)
@@ -343,10 +343,10 @@ store_stale_on_error(struct conn *c)
 /* ------------------------------------------------------------------ */
 
 int
-store_lookup(struct conn *c, const char *key, size_t keylen, const char **why,
+store_lookup(struct req *rq, const char *key, size_t keylen, const char **why,
              char *cs, size_t cslen)
 {
-    struct req *q = c->cn_req;
+    struct req *q = rq;
     struct http_req *r = &q->r;
     struct cache_obj *o = &q->obj;
     struct cc_req rcc;
@@ -403,12 +403,12 @@ store_lookup(struct conn *c, const char *key, size_t keylen, const char **why,
     *why = (ttl <= 0 || (o->meta.flags & STORE_F_NO_CACHE)) && !rcc.no_cache
            ? "stale" : "request";
     if (rcc.only_if_cached) {
-        store_release(c);
+        store_release(rq);
         goto miss;
     }
     /* Keep it: the origin may say it is still good (304), or fail. */
     if (r->method != HTTP_GET)
-        store_release(c);
+        store_release(rq);
     return STORE_REVALIDATE;
 
 miss:
@@ -653,14 +653,14 @@ store_fill_end(struct cache_fill **f, int complete, int *replaced)
 /* Add If-None-Match / If-Modified-Since for the held object to b.
  * Returns 1 when the object has a validator. */
 int
-store_validators(struct conn *c, struct buf *b)
+store_validators(struct req *rq, struct buf *b)
 {
-    struct cache_obj *o = &c->cn_req->obj;
+    struct cache_obj *o = &rq->obj;
     size_t l;
     const char *v;
     int any = 0;
 
-    if (!c->cn_req->obj_held)
+    if (!rq->obj_held)
         return 0;
     if ((v = store_hdr_get(o->iov[0].iov_base, o->hdr_len, "etag", &l)) != NULL) {
         buf_printf(b, "If-None-Match: %.*s\r\n", (int)l, v);
@@ -694,12 +694,12 @@ store_keep_on_304(const struct http_req *resp, int i)
  * stored ones of that name, except the framing), store that, and build
  * the merged block into out.  Returns its length, or 0. */
 size_t
-store_refresh(struct conn *c, const struct http_req *resp, int64_t req_time,
+store_refresh(struct req *rq, const struct http_req *resp, int64_t req_time,
               char *out, size_t outlen)
 {
-    struct cache_obj *o = &c->cn_req->obj;
-    const char *key = c->cn_req->obj_key;
-    size_t keylen = c->cn_req->obj_keylen;
+    struct cache_obj *o = &rq->obj;
+    const char *key = rq->obj_key;
+    size_t keylen = rq->obj_keylen;
     const char *blk = o->iov[0].iov_base, *end = blk + o->hdr_len;
     const char *p = memchr(blk, '\n', o->hdr_len);
     size_t len;
@@ -775,7 +775,7 @@ store_refresh(struct conn *c, const struct http_req *resp, int64_t req_time,
     if (!cc.no_store
         && cache_obj_update_headers(wk->cache, o, key, keylen, &meta, out, len) != CACHE_OK)
         log_debug("conn %llu: refreshed headers of %.*s not stored",
-                  (unsigned long long)c->cn_id, (int)keylen, key);
+                  (unsigned long long)rq->rq_id, (int)keylen, key);
     o->meta.stored = meta.stored;       /* what this answer reports as Age */
     o->meta.expires = meta.expires;
     return len;

@@ -292,7 +292,7 @@ tls_origin_on_io(evutil_socket_t fd, short what, void *arg)
         event_del(&up->up_rev);
         event_del(&up->up_wev);
         log_warn("conn %llu: TLS handshake with origin %s:%d timed out",
-                 (unsigned long long)up->up_client->cn_id, up->up_host, up->up_port);
+                 (unsigned long long)up->up_req->rq_id, up->up_host, up->up_port);
         wk->ctr->origin_tls_errors++;
         up->up_ready(up, 504);
         return;
@@ -319,7 +319,7 @@ tls_origin_step(struct upstream *up)
         if (vr != X509_V_OK && pol == CONF_VERIFY_PERMISSIVE)
             log_warn("conn %llu: origin %s:%d: certificate not verified (%s); "
                      "continuing (verify.server.policy PERMISSIVE)",
-                     (unsigned long long)up->up_client->cn_id, up->up_host,
+                     (unsigned long long)up->up_req->rq_id, up->up_host,
                      up->up_port, X509_verify_cert_error_string(vr));
         wk->ctr->origin_tls_handshakes++;
         up->up_ready(up, 0);
@@ -340,7 +340,7 @@ tls_origin_step(struct upstream *up)
     event_del(&up->up_wev);
     vr = SSL_get_verify_result(s);
     log_warn("conn %llu: TLS handshake with origin %s:%d failed: %s",
-             (unsigned long long)up->up_client->cn_id, up->up_host, up->up_port,
+             (unsigned long long)up->up_req->rq_id, up->up_host, up->up_port,
              vr != X509_V_OK ? X509_verify_cert_error_string(vr) : tls_reason());
     ERR_clear_error();
     wk->ctr->origin_tls_errors++;
@@ -369,7 +369,7 @@ tls_origin_start(struct upstream *up)
     if (ctx == NULL || (s = SSL_new(ctx)) == NULL || !SSL_set_fd(s, up->up_fd)) {
         SSL_free(s);
         log_warn("conn %llu: cannot start TLS to origin %s:%d: %s",
-                 (unsigned long long)up->up_client->cn_id, up->up_host, up->up_port,
+                 (unsigned long long)up->up_req->rq_id, up->up_host, up->up_port,
                  ctx ? tls_reason() : "no TLS client context");
         ERR_clear_error();
         up->up_ready(up, 502);

@@ -136,10 +136,6 @@ struct conn {
     struct buf       cn_in;           /* request bytes */
     struct buf       cn_out;          /* response bytes */
     struct req      *cn_req;          /* NULL while idle */
-    struct upstream *cn_up;           /* the origin transaction, if any */
-    struct push     *cn_push;         /* a PUSH being received, if any */
-    const char      *cn_body;         /* body bytes to send after cn_out */
-    size_t           cn_body_len;     /* (owned by cn_up: its input buffer) */
     struct timeval   cn_head_start;   /* first byte of the current head */
     size_t           cn_hold_mark;    /* cn_out.end before the held answer */
     size_t           cn_discarded;    /* body bytes dropped for it so far */
@@ -170,7 +166,7 @@ typedef void (*origin_attach_fn)(struct upstream *up);
 struct upstream {
     uint32_t         up_magic;
     enum up_state    up_state;
-    struct conn     *up_client;
+    struct req      *up_req;          /* the request it serves */
     int              up_fd;
     struct ssl_st   *up_tls;          /* https origin (tls.c), or NULL */
     unsigned         up_https:1;      /* the target's scheme is https */
@@ -296,7 +292,7 @@ int  origin_connect_fresh(struct upstream *up);
 /* Forward the current request of c to the origin chosen by res; key (or
  * NULL) is the cache key a GET may fill, fwd the Cache-Status reason.
  * Returns 0, or -1 after queueing an error response itself. */
-int  proxy_start(struct conn *c, const struct conf_remap_result *res,
+int  proxy_start(struct req *rq, const struct conf_remap_result *res,
                  const struct conf_remap_rule *rule, int keep_alive,
                  const char *key, size_t keylen, const char *fwd);
 /* origin_get()'s ready callback (see origin_ready_fn). */
@@ -310,32 +306,32 @@ size_t proxy_pristine_host(const struct http_req *r, char *out, size_t outlen);
 void proxy_origin_attach(struct upstream *up);
 /* Client side callbacks from conn.c */
 enum proxy_pump { PROXY_MORE, PROXY_WAIT, PROXY_DONE, PROXY_ABORT };
-enum proxy_pump proxy_pump(struct conn *c);
-void proxy_client_sent(struct conn *c, size_t n);
+enum proxy_pump proxy_pump(struct req *rq);
+void proxy_client_sent(struct req *rq, size_t n);
 /* Feed the client's request body; returns HTTP_OK / HTTP_AGAIN / status. */
-int  proxy_client_body(struct conn *c);
-void proxy_abort(struct conn *c);
+int  proxy_client_body(struct req *rq);
+void proxy_abort(struct req *rq);
 
 /* store.c: hits and fills (the pure key, Vary and Range rules: variant.h) */
 /* Look key up for the current request of c.  A verdict of STORE_HIT
  * or STORE_HIT_STALE holds the object (c->cn_req->obj) with its
  * Cache-Status in cs; STORE_REVALIDATE may hold a stale one for a
  * conditional request.  *why: Cache-Status fwd= for the others. */
-int  store_lookup(struct conn *c, const char *key, size_t keylen, const char **why,
+int  store_lookup(struct req *rq, const char *key, size_t keylen, const char **why,
                   char *cs, size_t cslen);
-void store_release(struct conn *c);
+void store_release(struct req *rq);
 void store_cond_from(struct store_cond *sc, const struct http_req *r);
 /* Queue the answer for the held object (conditionals, Range honoured);
  * hdr/hdrlen replace its stored header block when not NULL. */
-int  store_send(struct conn *c, const struct store_cond *sc, int keep_alive,
+int  store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
                 const char *cstatus, const char *hdr, size_t hdrlen);
 /* Validators of the held object as request fields into b; 1 if any. */
-int  store_validators(struct conn *c, struct buf *b);
+int  store_validators(struct req *rq, struct buf *b);
 /* Merge a 304 into the held object's headers and store them; the merged
  * block goes to out.  Returns its length or 0. */
-size_t store_refresh(struct conn *c, const struct http_req *resp,
+size_t store_refresh(struct req *rq, const struct http_req *resp,
                      int64_t req_time, char *out, size_t outlen);
-int  store_stale_on_error(struct conn *c);
+int  store_stale_on_error(struct req *rq);
 void store_invalidate(const char *key, size_t keylen, const struct http_req *resp,
                       const char *scheme, const char *host, int port);
 /* Start storing the response whose head is resp (for a request sent at
@@ -353,11 +349,11 @@ int  store_fill_end(struct cache_fill **f, int complete, int *replaced);
 
 /* push.c: PUSH and PURGE (never forwarded) */
 /* Start receiving a PUSH body for key; 0, or -1 after queueing an answer. */
-int  push_start(struct conn *c, const char *key, size_t keylen, int keep_alive);
+int  push_start(struct req *rq, const char *key, size_t keylen, int keep_alive);
 /* Feed the request body; HTTP_AGAIN, HTTP_OK (answer queued), or a status
  * for a malformed request body. */
-int  push_body(struct conn *c);
-void push_free(struct conn *c);
+int  push_body(struct req *rq);
+void push_free(struct req *rq);
 
 /* Release our fill-table claim for up and wake its waiters. */
 void proxy_release_claim(struct upstream *up, int64_t pass_ms);
@@ -368,11 +364,11 @@ void fill_release(const uint8_t h[16], int64_t pass_ms);
 /* resp.c: our own answers, and the counting of every answer */
 /* Count a response to c's client by its status (the access log's and
  * /_stats's), once; a background revalidation's are not counted. */
-void resp_count(struct conn *c, int status);
+void resp_count(struct req *rq, int status);
 /* An interim (1xx) response went to the client: counted, not logged. */
-void resp_count_interim(struct conn *c);
+void resp_count_interim(struct req *rq);
 /* The answer last counted never reaches the client: its count goes. */
-void resp_uncount(struct conn *c);
+void resp_uncount(struct req *rq);
 /* The Connection line of an answer ("" for HTTP/1.1 keep-alive). */
 const char *resp_connection_hdr(int minor, int keep_alive);
 /* The current Date header value (29 bytes, RFC 9110 5.6.7), refreshed at
@@ -384,11 +380,11 @@ const char *resp_date(void);
  * "Connection: ...\r\n" line or ""), any `extra` header lines (each ending
  * in CRLF), and body plus CRLF (the body is omitted for HEAD, the length
  * kept).  Returns 0, or -1 when it does not fit. */
-int resp_simple(struct conn *c, int status, const char *conn_hdr,
+int resp_simple(struct req *rq, int status, const char *conn_hdr,
                 const char *extra, const char *body, int head_only);
 
 /* The same with a body of our own (may hold any bytes) and its type. */
-int resp_body(struct conn *c, int status, const char *conn_hdr,
+int resp_body(struct req *rq, int status, const char *conn_hdr,
               const char *ctype, const char *body, size_t blen, int head_only);
 
 /* alog.c: the access log */
@@ -396,16 +392,16 @@ int  alog_format_parse(const char *name);
 int  alog_open(void);
 void alog_flush(void);
 void alog_close(void);
-void alog_begin(struct conn *c);
-void alog_result(struct conn *c, const char *result, int ostatus);
-void alog_bytes(struct conn *c, uint64_t n);
-void alog_status(struct conn *c, int status);
-void alog_end(struct conn *c);
-void alog_refused(struct conn *c, int status, uint64_t bytes);
+void alog_begin(struct req *rq);
+void alog_result(struct req *rq, const char *result, int ostatus);
+void alog_bytes(struct req *rq, uint64_t n);
+void alog_status(struct req *rq, int status);
+void alog_end(struct req *rq);
+void alog_refused(struct req *rq, int status, uint64_t bytes);
 
 /* admin.c: /_stats and /_metrics; returns 1 (the answer described in
  * *syn) when the request is for them. */
-int admin_handle(struct conn *c, struct req_synth *syn);
+int admin_handle(struct req *rq, struct req_synth *syn);
 
 /* tls.c: TLS on client and origin connections (see its essay).  It arms
  * no event of the client connection and calls nothing in conn.c or
