@@ -338,7 +338,7 @@ int      cache_ent_verify(struct cache *c, const struct cache_ent *e,
 int      cache_ent_pin(struct cache *c, const struct cache_ent *e);
 void     cache_ent_unpin(struct cache *c, const struct cache_ent *e);
 
-/* ---- logging: master/log.h in the daemon ---- */
-#include "master/log.h"
+/* ---- logging: shm/log.h in the daemon ---- */
+#include "shm/log.h"
 
 #endif /* CISTERN_CACHE_INT_H */

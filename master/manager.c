@@ -31,7 +31,7 @@
 #include <unistd.h>
 
 #include "cache/cache.h"
-#include "master/log.h"
+#include "shm/log.h"
 #include "master/master.h"
 
 #define MANAGER_TICK_MS 1000

@@ -45,7 +45,7 @@
 #include <unistd.h>
 
 #include "cache/cache.h"
-#include "master/log.h"
+#include "shm/log.h"
 #include "master/master.h"
 #include "shm/filltab.h"
 #include "shm/shm.h"

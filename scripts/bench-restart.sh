@@ -31,7 +31,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 gcc -std=gnu11 -O2 -Wall -Wextra -Werror -I"$top" -include "$top/config.h" \
-    "$top/scripts/bench-restart.c" "$top"/cache/*.c "$top/master/log.c" \
+    "$top/scripts/bench-restart.c" "$top"/cache/*.c "$top/shm/log.c" \
     -llmdb -lpthread -o "$tmp/fill"
 
 # Two free loopback ports: the daemon's, and an origin nobody listens on.

@@ -63,7 +63,7 @@ sources() {
         request|response|push) echo "$HTTP" ;;
         cachectl) echo "$HTTP $S/worker/cachectl.c" ;;
         conf_*) echo "$CONF" ;;
-        record) echo "$S/cache/record.c $S/cache/store.c $S/cache/ring.c $S/cache/index.c $S/master/log.c" ;;
+        record) echo "$S/cache/record.c $S/cache/store.c $S/cache/ring.c $S/cache/index.c $S/shm/log.c" ;;
     esac
 }
 libs() {

@@ -18,7 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "master/log.h"
+#include "shm/log.h"
 #include "worker/worker.h"
 
 #define ADMIN_BODY_MAX 16384

@@ -32,7 +32,7 @@
 #include <unistd.h>
 #include <linux/sockios.h>
 
-#include "master/log.h"
+#include "shm/log.h"
 #include "worker/worker.h"
 
 struct worker *wk;
