@@ -338,7 +338,11 @@ int      cache_ent_verify(struct cache *c, const struct cache_ent *e,
 int      cache_ent_pin(struct cache *c, const struct cache_ent *e);
 void     cache_ent_unpin(struct cache *c, const struct cache_ent *e);
 
-/* ---- logging: shm/log.h in the daemon ---- */
-#include "shm/log.h"
+/* ---- logging: through the callback of cache_set_log() (cache/log.c) ---- */
+void cache_log(enum cache_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+#define cache_log_info(...)  cache_log(CACHE_LOG_INFO, __VA_ARGS__)
+#define cache_log_warn(...)  cache_log(CACHE_LOG_WARN, __VA_ARGS__)
+#define cache_log_error(...) cache_log(CACHE_LOG_ERROR, __VA_ARGS__)
 
 #endif /* CISTERN_CACHE_INT_H */

@@ -25,6 +25,20 @@
 struct cache;
 struct cache_fill;
 
+/* Logging.  cache/ knows nothing of the daemon's error log: it hands each
+ * line (without a trailing newline) to the function given here, which the
+ * daemon points at its own log before the first fork.  With none set (the
+ * default, and what the unit tests and bench tools get) lines are dropped;
+ * every failure is also reported through a return code. */
+enum cache_log_level {
+    CACHE_LOG_INFO = 0,
+    CACHE_LOG_WARN,
+    CACHE_LOG_ERROR,
+};
+typedef void (*cache_log_fn)(enum cache_log_level level, const char *line);
+/* Set (or, with NULL, remove) the process-wide log callback. */
+void cache_set_log(cache_log_fn fn);
+
 /* Bytes of shared memory the cache needs for nslots process slots (every
  * worker slot plus the cache manager's) and the store described by cf.
  * Returns 0 when cf is unusable (store too small). */

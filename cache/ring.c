@@ -216,8 +216,8 @@ cache_ring_lock(struct cache_shm *s)
         uint64_t cur = __atomic_load_n(&s->cur_seg, __ATOMIC_SEQ_CST);
         __atomic_store_n(&s->head, (cur + 1) * s->seg_size, __ATOMIC_SEQ_CST);
         pthread_mutex_consistent(&s->alloc_mx);
-        log_warn("cache: a process died holding the ring lock; "
-                 "skipping to a fresh segment");
+        cache_log_warn("cache: a process died holding the ring lock; "
+                       "skipping to a fresh segment");
         return 0;
     }
     return rc == 0 ? 0 : -1;

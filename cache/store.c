@@ -169,7 +169,7 @@ prepare_index(struct cache *c, int wipe, char *err, size_t errlen)
             }
         }
         if (cache_index_open(c, 1, err, errlen) != CACHE_OK) {
-            log_warn("cache: %s; rebuilding an empty index", err);
+            cache_log_warn("cache: %s; rebuilding an empty index", err);
             wipe = 1;
             continue;
         }
@@ -177,8 +177,8 @@ prepare_index(struct cache *c, int wipe, char *err, size_t errlen)
             return 0;
         if (index_entries(c, &n) == 0 && n == 0)
             return 0;
-        log_warn("cache: index under %s does not belong to this store; "
-                 "starting with an empty index", c->dir);
+        cache_log_warn("cache: index under %s does not belong to this store; "
+                       "starting with an empty index", c->dir);
         cache_index_close(c);
         wipe = 1;
     }
@@ -217,8 +217,8 @@ cache_store_prepare(const struct cache_conf *cf, char *err, size_t errlen)
     }
     if (hdr_read(fd, &h) < 0 || (why = hdr_mismatch(&h, &c.g)) != NULL) {
         if (st.st_size > 0)
-            log_warn("cache: %s: %s; re-initialising the store", path,
-                     why ? why : "short store header");
+            cache_log_warn("cache: %s: %s; re-initialising the store", path,
+                           why ? why : "short store header");
         fresh = 1;
         if (ftruncate(fd, 0) < 0) {
             snprintf(err, errlen, "%s: truncate: %s", path, strerror(errno));
@@ -237,9 +237,9 @@ cache_store_prepare(const struct cache_conf *cf, char *err, size_t errlen)
             }
         h.clean = HDR_CLEAN;
     } else if ((uint64_t)st.st_size != c.g.file_size) {
-        log_warn("cache: %s is %lld bytes, expected %llu; repairing (records in "
-                 "the lost part will be dropped)", path, (long long)st.st_size,
-                 (unsigned long long)c.g.file_size);
+        cache_log_warn("cache: %s is %lld bytes, expected %llu; repairing (records in "
+                       "the lost part will be dropped)", path, (long long)st.st_size,
+                       (unsigned long long)c.g.file_size);
         if ((uint64_t)st.st_size > c.g.file_size && ftruncate(fd, (off_t)c.g.file_size) < 0) {
             snprintf(err, errlen, "%s: truncate: %s", path, strerror(errno));
             goto fail;
@@ -257,12 +257,12 @@ cache_store_prepare(const struct cache_conf *cf, char *err, size_t errlen)
     if (prepare_index(&c, fresh || h.clean == HDR_CHECKING, err, errlen) < 0)
         goto fail;
     if (!fresh && h.clean != HDR_CLEAN) {
-        log_warn("cache: %s was not shut down cleanly; checking the index, and "
-                 "verifying objects before they are served", cf->dir);
+        cache_log_warn("cache: %s was not shut down cleanly; checking the index, and "
+                       "verifying objects before they are served", cf->dir);
         h.clean = HDR_CHECKING;
         if (hdr_write(fd, &h) < 0 || index_walk(&c) < 0) {
-            log_warn("cache: index under %s is damaged; starting with an empty "
-                     "index", cf->dir);
+            cache_log_warn("cache: index under %s is damaged; starting with an empty "
+                           "index", cf->dir);
             cache_index_close(&c);
             if (prepare_index(&c, 1, err, errlen) < 0)
                 goto fail;
@@ -282,7 +282,7 @@ cache_store_prepare(const struct cache_conf *cf, char *err, size_t errlen)
         goto fail;
     }
     if (mdb_env_sync(c.env, 1) != 0)
-        log_warn("cache: index sync failed");
+        cache_log_warn("cache: index sync failed");
     cache_index_close(&c);
     close(fd);
     return CACHE_OK;
@@ -594,7 +594,7 @@ cache_ent_verify(struct cache *c, const struct cache_ent *e, const uint8_t hash[
     *bout = b;
     return 0;
 bad:
-    log_warn("cache: dropping object at %llu: %s", (unsigned long long)e->off, why);
+    cache_log_warn("cache: dropping object at %llu: %s", (unsigned long long)e->off, why);
     return -1;
 }
 
@@ -904,7 +904,7 @@ cache_fill_commit(struct cache_fill *f, int *replaced)
         write_hole(c, f->off + r.rec_len, f->ext_len - r.rec_len);
     if (cache_rec_check((const struct cache_rec *)p, f->off,
                         c->g.seg_size - f->off % c->g.seg_size, &why) < 0) {
-        log_error("cache: record failed its own check after writing: %s", why);
+        cache_log_error("cache: record failed its own check after writing: %s", why);
         rc = fill_fail(f, CACHE_ERROR);
         goto out;
     }
@@ -1057,7 +1057,7 @@ update_headers(struct cache *c, const char *key, size_t keylen, const uint64_t *
     memcpy(p, &r, sizeof(r));
     if (cache_rec_check((const struct cache_rec *)p, off, c->g.seg_size - off % c->g.seg_size,
                         &why) < 0) {
-        log_error("cache: header record failed its own check after writing: %s", why);
+        cache_log_error("cache: header record failed its own check after writing: %s", why);
         rc = CACHE_ERROR;
         goto drop;
     }
@@ -1259,7 +1259,7 @@ evict_one(struct cache *c, struct evict_run *er, uint64_t p, const struct cache_
     memcpy(dst, &nr, sizeof(nr));
     if (cache_rec_check((const struct cache_rec *)dst, off,
                         c->g.seg_size - off % c->g.seg_size, &why) < 0) {
-        log_error("cache: relocated record failed its own check: %s", why);
+        cache_log_error("cache: relocated record failed its own check: %s", why);
         er->stop = 1;
         write_hole(c, off, len);
         cache_unpin(c, cache_seg_of(c->shm, off));
@@ -1374,11 +1374,11 @@ cache_manager_tick(struct cache *c)
 
     assert(c && c->magic == CACHE_MAGIC);
     if ((rc = mdb_env_sync(c->env, 1)) != 0)
-        log_error("cache: index sync: %s", mdb_strerror(rc));
+        cache_log_error("cache: index sync: %s", mdb_strerror(rc));
     if ((rc = mdb_reader_check(c->env, &dead)) != 0)
-        log_error("cache: mdb_reader_check: %s", mdb_strerror(rc));
+        cache_log_error("cache: mdb_reader_check: %s", mdb_strerror(rc));
     else if (dead > 0)
-        log_info("cache: cleared %d stale index reader slot(s)", dead);
+        cache_log_info("cache: cleared %d stale index reader slot(s)", dead);
     rc = cache_index_highwater(c);
     if (rc > 0)
         removed += rc;
@@ -1404,11 +1404,11 @@ cache_mark_clean_shutdown(struct cache *c)
     if (cache_index_save_ring(c) != CACHE_OK)
         return CACHE_ERROR;
     if ((rc = mdb_env_sync(c->env, 1)) != 0) {
-        log_error("cache: index sync: %s", mdb_strerror(rc));
+        cache_log_error("cache: index sync: %s", mdb_strerror(rc));
         return CACHE_ERROR;
     }
     if (msync(c->map, c->maplen, MS_SYNC) < 0) {
-        log_error("cache: msync: %s", strerror(errno));
+        cache_log_error("cache: msync: %s", strerror(errno));
         return CACHE_ERROR;
     }
     if (hdr_read(c->fd, &h) < 0 || hdr_mismatch(&h, &c->g) != NULL
@@ -1416,7 +1416,7 @@ cache_mark_clean_shutdown(struct cache *c)
         return CACHE_ERROR;
     h.clean = HDR_CLEAN;
     if (hdr_write(c->fd, &h) < 0) {
-        log_error("cache: writing the store header: %s", strerror(errno));
+        cache_log_error("cache: writing the store header: %s", strerror(errno));
         return CACHE_ERROR;
     }
     return CACHE_OK;

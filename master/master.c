@@ -1035,6 +1035,14 @@ master_check(const char *confdir)
     return 0;
 }
 
+/* cache/ logs through this (cache_set_log): its lines go to the error log. */
+static void
+master_cache_log(enum cache_log_level level, const char *line)
+{
+    log_write(level == CACHE_LOG_ERROR ? LOG_LVL_ERROR
+              : level == CACHE_LOG_WARN ? LOG_LVL_WARN : LOG_LVL_INFO, "%s", line);
+}
+
 int
 master_run(const char *confdir, int foreground)
 {
@@ -1080,6 +1088,7 @@ master_run(const char *confdir, int foreground)
         rc = 1;
         goto out_conf;
     }
+    cache_set_log(master_cache_log);
     if (priv_init(c->rec.user_id, err, sizeof(err)) < 0
         || priv_give_logs(c->rec.logfile_dir, 0) < 0) {
         fprintf(stderr, "cistern: not started: %s\n", err[0] ? err : "cannot set up the log directory");

@@ -56,14 +56,14 @@ CFLAGS="-g -O1 -Wall -Wextra -Werror -Wno-unused-parameter -fno-omit-frame-point
 
 S=$SRCDIR
 HTTP="$S/worker/http.c"
-CONF="$S/conf/conf.c $S/conf/records.c $S/conf/remap.c $S/conf/ip_allow.c $S/conf/storage.c $S/conf/ssl_multicert.c"
+CONF=$(echo "$S"/conf/*.c)
 
 sources() {
     case $1 in
         request|response|push) echo "$HTTP" ;;
         cachectl) echo "$HTTP $S/worker/cachectl.c" ;;
         conf_*) echo "$CONF" ;;
-        record) echo "$S/cache/record.c $S/cache/store.c $S/cache/ring.c $S/cache/index.c $S/shm/log.c" ;;
+        record) echo "$S"/cache/*.c ;;
     esac
 }
 libs() {

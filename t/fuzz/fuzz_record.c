@@ -103,7 +103,6 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct cache_ent e;
 
     if (ring == NULL) {
-        log_set_level(LOG_LVL_CRIT);
         ring = aligned_alloc(64, RING);
         shm.seg_size = SEG;
         shm.nseg = NSEG;
