@@ -381,7 +381,7 @@ cache_index_put_if(struct cache *c, const uint8_t hash[16], const struct cache_e
 }
 
 /*
- * Relocation batch (S3-FIFO eviction, store.c): in one write txn, replace
+ * Relocation batch (S3-FIFO eviction, evict.c): in one write txn, replace
  * each sw[i].hash's entry by sw[i].ne only while it is still the version
  * the relocation copied, i.e. a valid OBJECT entry with the same off and
  * body_off (a fill, a header refresh or a removal since then makes the

@@ -19,6 +19,7 @@
  */
 #include "config.h"
 
+#include <assert.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -72,4 +73,31 @@ cache_manager_run(const struct cache_conf *cf, void *shm_area, int slot, int pip
         cache_log_warn("cache manager: could not record a clean shutdown");
     cache_close(c);
     return 0;
+}
+
+/*
+ * See cache.h.
+ */
+int
+cache_manager_tick(struct cache *c)
+{
+    int dead = 0, rc, removed = 0;
+
+    assert(c && c->magic == CACHE_MAGIC);
+    if ((rc = mdb_env_sync(c->env, 1)) != 0)
+        cache_log_error("cache: index sync: %s", mdb_strerror(rc));
+    if ((rc = mdb_reader_check(c->env, &dead)) != 0)
+        cache_log_error("cache: mdb_reader_check: %s", mdb_strerror(rc));
+    else if (dead > 0)
+        cache_log_info("cache: cleared %d stale index reader slot(s)", dead);
+    rc = cache_index_highwater(c);
+    if (rc > 0)
+        removed += rc;
+    rc = cache_index_sweep(c, 4096);
+    if (rc > 0)
+        removed += rc;
+    cache_evict_ahead(c);       /* normally done by the process that moved the head */
+    if (cache_index_save_ring(c) != CACHE_OK)
+        return CACHE_ERROR;
+    return removed;
 }
