@@ -13,8 +13,8 @@
 # -DFUZZ_KNOWN_BUGS tolerates the reported, not yet fixed bugs).
 #
 # Each target is compiled from t/fuzz/fuzz_X.c together with the sources it
-# exercises (not libcistern.a: that is built by the configured compiler
-# without coverage), with -fsanitize=fuzzer,address,undefined.  A run
+# exercises (not the Makefile's libraries: they are built by the configured
+# compiler without coverage), with -fsanitize=fuzzer,address,undefined.  A run
 # works on a temporary copy of t/fuzz/corpus/X, so the checked-in corpus
 # never grows by itself; crashes, leaks and timeouts are written to
 # $FUZZ_OUT/artifacts/X/ and the script exits 1 if any target found one.
