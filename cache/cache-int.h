@@ -8,8 +8,18 @@
  * Split:
  *   record.c  hashing, checksums, the record format (encode, validate)
  *   ring.c    the shared area: ring head, allocation mutex, pins, counters
- *   index.c   LMDB: env, entries, ring meta, sweeps, eviction
- *   store.c   store files, prepare/open/close, lookup, fills, manager
+ *   index.c   LMDB: env, entries, ring meta, sweeps, index-space eviction
+ *   store.c   store files, prepare/open/close, clean shutdown
+ *   lookup.c  the read path: lookup, release, remove; pin and verify
+ *   fill.c    the write path: fills
+ *   refresh.c header refresh (304)
+ *   evict.c   S3-FIFO eviction, and the writers' reservation that drives it
+ *   manager.c the cache manager's body and its housekeeping tick
+ *   log.c     the log callback (cache_set_log)
+ *
+ * Calls go down this list's dependencies only: ring.c never calls eviction;
+ * a writer reserves through cache_reserve (evict.c), which runs eviction
+ * when the ring reports that the reservation entered a new segment.
  */
 #ifndef CISTERN_CACHE_INT_H
 #define CISTERN_CACHE_INT_H
@@ -23,6 +33,7 @@
 
 #define CACHE_HDR_SIZE     4096u        /* store header page at content offset 0 */
 #define CACHE_REC_ALIGN    64u          /* record starts: scan resync step */
+#define CACHE_BODY_SEED    0x62646f79ull /* body_sum seed: fixed, records stand alone */
 #define CACHE_SEG_MAX      (64u << 20)  /* 64 MiB: an object never spans segments, so
                                            this caps the largest object; stores
                                            under 512 MiB get smaller ones (>= 8) */
@@ -249,7 +260,6 @@ struct cache {
     uint8_t         sweep_key[16];
     int             sweep_have_key;
     unsigned        puts;       /* index puts by this process */
-    int             in_evict;   /* relocating: its reservations must not recurse */
     struct cache_fill *fills;
     int             nfills;
 };
@@ -267,7 +277,10 @@ int      cache_geom_compute(const struct cache_conf *cf, struct cache_geom *g);
 struct cache_shm *cache_shm_get(void *area);
 int      cache_ring_lock(struct cache_shm *s);
 void     cache_ring_unlock(struct cache_shm *s);
-int      cache_ring_reserve(struct cache *c, uint64_t len, uint64_t *off);
+/* Reserve len bytes at the head (pinned for the caller).  *entered is set
+ * to 1 when the reservation moved the head into a new segment (the caller
+ * may then prepare the next one: cache_reserve does), else 0. */
+int      cache_ring_reserve(struct cache *c, uint64_t len, uint64_t *off, int *entered);
 int      cache_ring_extend(struct cache *c, uint64_t off, uint64_t old_len,
                            uint64_t new_len);
 int      cache_ring_trim(struct cache *c, uint64_t off, uint64_t old_len,
@@ -300,9 +313,15 @@ void     cache_freq_bump(const struct cache *c, const uint8_t hash[16]);
 uint32_t cache_freq_decay(const struct cache *c, const uint8_t hash[16]);
 void     cache_freq_clear(const struct cache *c, const uint8_t hash[16]);
 
-/* ---- store.c ---- */
+/* ---- evict.c ---- */
+/* A writer's reservation (fills, refreshes): cache_ring_reserve, then, when
+ * it entered a new segment, cache_evict_ahead.  Same returns. */
+int      cache_reserve(struct cache *c, uint64_t len, uint64_t *off);
 int      cache_evict_ahead(struct cache *c);
 int      cache_evict_segment(struct cache *c, uint64_t abs_seg);
+
+/* ---- fill.c ---- */
+void     cache_write_hole(struct cache *c, uint64_t off, uint64_t len);
 
 /* ---- index.c ---- */
 /* One compare-and-swap of a relocation batch (cache_index_swap). */
@@ -331,6 +350,8 @@ int      cache_index_evict(struct cache *c);
 int      cache_index_highwater(struct cache *c);
 int      cache_index_wipe(const char *dir);
 int      cache_ent_valid(const struct cache_ent *e);
+
+/* ---- lookup.c ---- */
 int      cache_ent_verify(struct cache *c, const struct cache_ent *e,
                           const uint8_t hash[16], const char *key, size_t keylen,
                           int want_body_sum, const struct cache_rec **hout,
@@ -338,7 +359,11 @@ int      cache_ent_verify(struct cache *c, const struct cache_ent *e,
 int      cache_ent_pin(struct cache *c, const struct cache_ent *e);
 void     cache_ent_unpin(struct cache *c, const struct cache_ent *e);
 
-/* ---- logging: master/log.h in the daemon ---- */
-#include "master/log.h"
+/* ---- logging: through the callback of cache_set_log() (cache/log.c) ---- */
+void cache_log(enum cache_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+#define cache_log_info(...)  cache_log(CACHE_LOG_INFO, __VA_ARGS__)
+#define cache_log_warn(...)  cache_log(CACHE_LOG_WARN, __VA_ARGS__)
+#define cache_log_error(...) cache_log(CACHE_LOG_ERROR, __VA_ARGS__)
 
 #endif /* CISTERN_CACHE_INT_H */

@@ -8,8 +8,9 @@
  *   workers:                        cache_lookup()/cache_obj_release(),
  *                                   cache_fill_*(), cache_remove(),
  *                                   cache_[obj_]update_headers()
- *   the cache manager:              cache_manager_tick() on a timer,
- *                                   cache_mark_clean_shutdown() last
+ *   the cache manager:              cache_manager_run() (manager.c), which
+ *                                   calls cache_manager_tick() on a timer
+ *                                   and cache_mark_clean_shutdown() last
  *   master, after reaping a child:  cache_slot_reset()
  *
  * Nothing here blocks for long: the only locks are LMDB's writer lock
@@ -24,6 +25,20 @@
 
 struct cache;
 struct cache_fill;
+
+/* Logging.  cache/ knows nothing of the daemon's error log: it hands each
+ * line (without a trailing newline) to the function given here, which the
+ * daemon points at its own log before the first fork.  With none set (the
+ * default, and what the unit tests and bench tools get) lines are dropped;
+ * every failure is also reported through a return code. */
+enum cache_log_level {
+    CACHE_LOG_INFO = 0,
+    CACHE_LOG_WARN,
+    CACHE_LOG_ERROR,
+};
+typedef void (*cache_log_fn)(enum cache_log_level level, const char *line);
+/* Set (or, with NULL, remove) the process-wide log callback. */
+void cache_set_log(cache_log_fn fn);
 
 /* Bytes of shared memory the cache needs for nslots process slots (every
  * worker slot plus the cache manager's) and the store described by cf.
@@ -143,6 +158,14 @@ void cache_slot_reset(void *shm_area, int slot);
  * store open, after every other has closed it.  Returns CACHE_OK or
  * CACHE_ERROR. */
 int cache_mark_clean_shutdown(struct cache *c);
+
+/* The cache manager process's body (cache/manager.c), run in a child the
+ * master forked into `slot` after its process set-up: open the store, tick
+ * every second and whenever the master writes on pipe_r, until 'q' (mark the
+ * clean shutdown, return 0) or EOF (the master died: return 1, no marker).
+ * Returns the exit status for the process. */
+int cache_manager_run(const struct cache_conf *cf, void *shm_area, int slot,
+                      int pipe_r);
 
 /* Sum the counters of every slot plus the retired totals. */
 void cache_stats_sum(const void *shm_area, struct cache_stats *out);

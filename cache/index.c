@@ -102,10 +102,10 @@ index_write_error(const struct cache *c, const char *what, int rc)
     if (c->dir && statvfs(c->dir, &sv) == 0 && sv.f_bavail * sv.f_frsize < 1024 * 1024)
         cause = " (the store's filesystem is full)";
     if (suppressed)
-        log_error("cache: %s: %s%s; %u more index write errors in the last %ld s",
-                  what, mdb_strerror(rc), cause, suppressed, (long)(now - window));
+        cache_log_error("cache: %s: %s%s; %u more index write errors in the last %ld s",
+                        what, mdb_strerror(rc), cause, suppressed, (long)(now - window));
     else
-        log_error("cache: %s: %s%s", what, mdb_strerror(rc), cause);
+        cache_log_error("cache: %s: %s%s", what, mdb_strerror(rc), cause);
     window = now;
     suppressed = 0;
 }
@@ -188,7 +188,7 @@ rtxn_renew(struct cache *c)
 {
     int rc = mdb_txn_renew(c->rtxn);
     if (rc != 0) {
-        log_error("cache: mdb_txn_renew: %s", mdb_strerror(rc));
+        cache_log_error("cache: mdb_txn_renew: %s", mdb_strerror(rc));
         return CACHE_ERROR;
     }
     return CACHE_OK;
@@ -213,7 +213,7 @@ cache_index_get(struct cache *c, const uint8_t hash[16], struct cache_ent *e)
     if (rc == MDB_NOTFOUND)
         return CACHE_MISS;
     if (rc != 0) {
-        log_error("cache: index get: %s", mdb_strerror(rc));
+        cache_log_error("cache: index get: %s", mdb_strerror(rc));
         return CACHE_ERROR;
     }
     if (v.mv_size != sizeof(*e) || !cache_ent_valid(e))
@@ -296,7 +296,7 @@ cache_index_save_ring(struct cache *c)
     return CACHE_OK;
 fail:
     if (rc != MDB_MAP_FULL)
-        log_error("cache: saving ring position: %s", mdb_strerror(rc));
+        cache_log_error("cache: saving ring position: %s", mdb_strerror(rc));
     return rc == MDB_MAP_FULL ? CACHE_FULL : CACHE_ERROR;
 }
 
@@ -355,7 +355,7 @@ index_put(struct cache *c, const uint8_t hash[16], const struct cache_ent *e,
         if (rc != MDB_MAP_FULL)
             break;
         if (attempt == 0)
-            log_info("cache: index map full; evicting");
+            cache_log_info("cache: index map full; evicting");
         cache_index_evict(c);
     }
     if (rc == MDB_MAP_FULL)
@@ -381,7 +381,7 @@ cache_index_put_if(struct cache *c, const uint8_t hash[16], const struct cache_e
 }
 
 /*
- * Relocation batch (S3-FIFO eviction, store.c): in one write txn, replace
+ * Relocation batch (S3-FIFO eviction, evict.c): in one write txn, replace
  * each sw[i].hash's entry by sw[i].ne only while it is still the version
  * the relocation copied, i.e. a valid OBJECT entry with the same off and
  * body_off (a fill, a header refresh or a removal since then makes the
@@ -533,7 +533,7 @@ sweep_apply(struct cache *c, const struct sweep_dec *d, int n)
 fail:
     if (rc == MDB_MAP_FULL)
         return CACHE_FULL;
-    log_error("cache: sweep: %s", mdb_strerror(rc));
+    cache_log_error("cache: sweep: %s", mdb_strerror(rc));
     return CACHE_ERROR;
 }
 
@@ -715,7 +715,7 @@ cache_index_highwater(struct cache *c)
 {
     if (index_usage(c) < CACHE_IDX_HIGH_PERMILLE)
         return 0;
-    log_info("cache: index above %d%% of its map; evicting",
-             CACHE_IDX_HIGH_PERMILLE / 10);
+    cache_log_info("cache: index above %d%% of its map; evicting",
+                   CACHE_IDX_HIGH_PERMILLE / 10);
     return cache_index_evict(c);
 }

@@ -36,9 +36,10 @@
  * lap, never a stalled worker.  Only the owner writes its bitmap; the
  * master clears a dead slot's bitmap before the slot is reused.
  *
- * Eviction.  A reservation that enters segment A then (lock dropped)
- * prepares A + 1: store.c rewrites its hot records at the head
- * (FORMAT.md, "Eviction").  The frequency counters it reads live here.
+ * Eviction.  A reservation that enters segment A says so (*entered); the
+ * writer then (lock dropped) prepares A + 1: evict.c rewrites its hot
+ * records at the head (FORMAT.md, "Eviction").  This file never calls
+ * eviction.  The frequency counters it reads live here.
  */
 #include "config.h"
 
@@ -216,8 +217,8 @@ cache_ring_lock(struct cache_shm *s)
         uint64_t cur = __atomic_load_n(&s->cur_seg, __ATOMIC_SEQ_CST);
         __atomic_store_n(&s->head, (cur + 1) * s->seg_size, __ATOMIC_SEQ_CST);
         pthread_mutex_consistent(&s->alloc_mx);
-        log_warn("cache: a process died holding the ring lock; "
-                 "skipping to a fresh segment");
+        cache_log_warn("cache: a process died holding the ring lock; "
+                       "skipping to a fresh segment");
         return 0;
     }
     return rc == 0 ? 0 : -1;
@@ -274,11 +275,12 @@ cache_ring_alive(const struct cache_shm *s, uint64_t off)
 /*
  * Reserve len bytes (len <= seg_size) at the head; the segment holding
  * them is pinned for the caller (cache_unpin() when done).  Returns
- * CACHE_OK with *off set, CACHE_FULL when every segment is pinned,
+ * CACHE_OK with *off set, and *entered = 1 when the head entered a new
+ * segment for it (else 0); CACHE_FULL when every segment is pinned,
  * CACHE_TOOBIG, CACHE_ERROR.
  */
 int
-cache_ring_reserve(struct cache *c, uint64_t len, uint64_t *off)
+cache_ring_reserve(struct cache *c, uint64_t len, uint64_t *off, int *entered)
 {
     struct cache_shm *s = c->shm;
     uint64_t cur, h;
@@ -293,6 +295,7 @@ cache_ring_reserve(struct cache *c, uint64_t len, uint64_t *off)
     if (h + len <= (cur + 1) * s->seg_size) {
         __atomic_store_n(&s->head, h + len, __ATOMIC_SEQ_CST);
         *off = h;
+        *entered = 0;
         cache_pin(c, cache_seg_of(s, h));
         cache_ring_unlock(s);
         return CACHE_OK;
@@ -312,12 +315,8 @@ cache_ring_reserve(struct cache *c, uint64_t len, uint64_t *off)
         cache_pin(c, seg);
         __atomic_store_n(&s->head, a * s->seg_size + len, __ATOMIC_SEQ_CST);
         *off = a * s->seg_size;
+        *entered = 1;
         cache_ring_unlock(s);
-        /* The head just entered a: the next segment it enters is a + 1, so
-         * this is the moment to save what is hot there (while a has a
-         * whole segment of room for it).  Not under the lock. */
-        if (!c->in_evict && s->eviction == CACHE_EVICT_S3FIFO)
-            cache_evict_ahead(c);
         return CACHE_OK;
     }
     cache_ring_unlock(s);
@@ -350,7 +349,7 @@ cache_ring_extend(struct cache *c, uint64_t off, uint64_t old_len, uint64_t new_
 /*
  * Give back the tail of a reservation when it is the last one at the
  * head.  Returns 1 when given back, 0 when someone reserved after it (the
- * caller then marks the tail as a hole, see store.c).
+ * caller then marks the tail as a hole, see fill.c).
  */
 int
 cache_ring_trim(struct cache *c, uint64_t off, uint64_t old_len, uint64_t new_len)

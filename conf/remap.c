@@ -94,6 +94,106 @@ remap_bad_host_char(unsigned char c)
            || c == '?' || c == '\\';
 }
 
+/* The authority of a remap URL, [auth, auth_end): find where the host ends
+ * (*host_end) and the port starts (*port_s, NULL without one): an IPv6
+ * literal in brackets, or the last ':' (in a regex host, only a ':'
+ * followed by digits).  Records an error and returns -1 on bad input. */
+static int
+remap_url_authority(struct remap_parse *ps, int line, const char *s, int regex,
+                    const char *auth, const char *auth_end,
+                    const char **host_end, const char **port_s)
+{
+    *port_s = NULL;
+    if (*auth == '[') {
+        char  addr[INET6_ADDRSTRLEN + 1];
+        struct in6_addr a6;
+        const char *rb = memchr(auth, ']', (size_t)(auth_end - auth));
+
+        if (rb == NULL) {
+            conf_error(ps->e, ps->file, line,
+                       "unterminated IPv6 address in \"%s\"", s);
+            return -1;
+        }
+        size_t alen = (size_t)(rb - auth - 1);
+
+        if (alen < sizeof(addr)) {
+            memcpy(addr, auth + 1, alen);
+            addr[alen] = '\0';
+        }
+        if (alen >= sizeof(addr) || inet_pton(AF_INET6, addr, &a6) != 1) {
+            conf_error(ps->e, ps->file, line,
+                       "bad IPv6 address \"%.*s\" in \"%s\"",
+                       (int)(rb - auth + 1), auth, s);
+            return -1;
+        }
+        *host_end = rb + 1;
+        if (*host_end < auth_end) {
+            if (**host_end != ':') {
+                conf_error(ps->e, ps->file, line,
+                           "unexpected \"%.*s\" after IPv6 address in \"%s\"",
+                           (int)(auth_end - *host_end), *host_end, s);
+                return -1;
+            }
+            *port_s = *host_end + 1;
+        }
+    } else {
+        /* The last ':' separates the port.  A regex pattern may contain a
+         * ':' of its own, so there only a ':' followed by digits counts. */
+        const char *colon = NULL;
+
+        for (const char *p = auth; p < auth_end; p++)
+            if (*p == ':')
+                colon = p;
+        if (colon != NULL && regex) {
+            for (const char *p = colon + 1; p < auth_end; p++)
+                if (!isdigit((unsigned char)*p))
+                    colon = NULL;
+            if (colon != NULL && colon + 1 == auth_end)
+                colon = NULL;
+        }
+        *host_end = colon != NULL ? colon : auth_end;
+        if (colon != NULL)
+            *port_s = colon + 1;
+    }
+    return 0;
+}
+
+/* The port of a remap URL, [port_s, auth_end), or the scheme's default
+ * when port_s is NULL.  Records an error and returns -1 on bad input. */
+static int
+remap_url_port(struct remap_parse *ps, int line, const char *s, const char *port_s,
+               const char *auth_end, struct conf_url *u)
+{
+    char *end;
+    long  port;
+
+    if (port_s != NULL) {
+        if (port_s == auth_end) {
+            conf_error(ps->e, ps->file, line, "missing port number in \"%s\"",
+                       s);
+            return -1;
+        }
+        errno = 0;
+        port = strtol(port_s, &end, 10);
+        if (!isdigit((unsigned char)*port_s) || end != auth_end) {
+            conf_error(ps->e, ps->file, line, "bad port \"%.*s\" in \"%s\"",
+                       (int)(auth_end - port_s), port_s, s);
+            return -1;
+        }
+        if (errno == ERANGE || port < 1 || port > 65535) {
+            conf_error(ps->e, ps->file, line,
+                       "port %.*s is out of range (1..65535) in \"%s\"",
+                       (int)(auth_end - port_s), port_s, s);
+            return -1;
+        }
+        u->port = (int)port;
+        u->port_explicit = 1;
+    } else {
+        u->port = remap_default_port(u->scheme);
+    }
+    return 0;
+}
+
 /* Parse "scheme://host[:port][/path]" into u.  regex: the host is a pattern
  * (not validated as a host name).  Records an error and returns -1 on bad
  * input. */
@@ -101,9 +201,7 @@ static int
 remap_url_parse(struct remap_parse *ps, int line, const char *s, int regex,
                 struct conf_url *u)
 {
-    const char *sep, *auth, *auth_end, *host_end, *port_s = NULL;
-    char       *end;
-    long        port;
+    const char *sep, *auth, *auth_end, *host_end, *port_s;
 
     memset(u, 0, sizeof(*u));
     sep = strstr(s, "://");
@@ -129,57 +227,8 @@ remap_url_parse(struct remap_parse *ps, int line, const char *s, int regex,
     if (auth_end == NULL)
         auth_end = auth + strlen(auth);
 
-    if (*auth == '[') {
-        char  addr[INET6_ADDRSTRLEN + 1];
-        struct in6_addr a6;
-        const char *rb = memchr(auth, ']', (size_t)(auth_end - auth));
-
-        if (rb == NULL) {
-            conf_error(ps->e, ps->file, line,
-                       "unterminated IPv6 address in \"%s\"", s);
-            goto fail;
-        }
-        size_t alen = (size_t)(rb - auth - 1);
-
-        if (alen < sizeof(addr)) {
-            memcpy(addr, auth + 1, alen);
-            addr[alen] = '\0';
-        }
-        if (alen >= sizeof(addr) || inet_pton(AF_INET6, addr, &a6) != 1) {
-            conf_error(ps->e, ps->file, line,
-                       "bad IPv6 address \"%.*s\" in \"%s\"",
-                       (int)(rb - auth + 1), auth, s);
-            goto fail;
-        }
-        host_end = rb + 1;
-        if (host_end < auth_end) {
-            if (*host_end != ':') {
-                conf_error(ps->e, ps->file, line,
-                           "unexpected \"%.*s\" after IPv6 address in \"%s\"",
-                           (int)(auth_end - host_end), host_end, s);
-                goto fail;
-            }
-            port_s = host_end + 1;
-        }
-    } else {
-        /* The last ':' separates the port.  A regex pattern may contain a
-         * ':' of its own, so there only a ':' followed by digits counts. */
-        const char *colon = NULL;
-
-        for (const char *p = auth; p < auth_end; p++)
-            if (*p == ':')
-                colon = p;
-        if (colon != NULL && regex) {
-            for (const char *p = colon + 1; p < auth_end; p++)
-                if (!isdigit((unsigned char)*p))
-                    colon = NULL;
-            if (colon != NULL && colon + 1 == auth_end)
-                colon = NULL;
-        }
-        host_end = colon != NULL ? colon : auth_end;
-        if (colon != NULL)
-            port_s = colon + 1;
-    }
+    if (remap_url_authority(ps, line, s, regex, auth, auth_end, &host_end, &port_s) < 0)
+        goto fail;
 
     if (host_end == auth) {
         conf_error(ps->e, ps->file, line, "missing host in \"%s\"", s);
@@ -206,30 +255,8 @@ remap_url_parse(struct remap_parse *ps, int line, const char *s, int regex,
             *p = (char)tolower((unsigned char)*p);
     u->hostlen = strlen(u->host);
 
-    if (port_s != NULL) {
-        if (port_s == auth_end) {
-            conf_error(ps->e, ps->file, line, "missing port number in \"%s\"",
-                       s);
-            goto fail;
-        }
-        errno = 0;
-        port = strtol(port_s, &end, 10);
-        if (!isdigit((unsigned char)*port_s) || end != auth_end) {
-            conf_error(ps->e, ps->file, line, "bad port \"%.*s\" in \"%s\"",
-                       (int)(auth_end - port_s), port_s, s);
-            goto fail;
-        }
-        if (errno == ERANGE || port < 1 || port > 65535) {
-            conf_error(ps->e, ps->file, line,
-                       "port %.*s is out of range (1..65535) in \"%s\"",
-                       (int)(auth_end - port_s), port_s, s);
-            goto fail;
-        }
-        u->port = (int)port;
-        u->port_explicit = 1;
-    } else {
-        u->port = remap_default_port(u->scheme);
-    }
+    if (remap_url_port(ps, line, s, port_s, auth_end, u) < 0)
+        goto fail;
 
     u->path = strdup(*auth_end == '\0' ? "/" : auth_end);
     if (u->path == NULL)

@@ -488,17 +488,18 @@ tls_split(char *s, char **out, int max)
     return n;
 }
 
-static int
-tls_line(void *arg, char *line, int lineno)
-{
-    struct tls_load *L = arg;
-    char *cur = line, *tok;
-    char *cert = NULL, *key = NULL, *ca = NULL, *dest = NULL;
-    int tickets = 1, n0 = L->e->n;
-    struct tls_cert tc;
-    SSL_CTX *ctx = NULL;
+/* The key=value options of one ssl_multicert.config line. */
+struct tls_line_opts {
+    char *cert, *key, *ca, *dest;
+    int   tickets;
+};
 
-    memset(&tc, 0, sizeof(tc));
+/* tls_line, 1: read the options of the line (errors recorded). */
+static void
+tls_line_opts(struct tls_load *L, char *line, int lineno, struct tls_line_opts *o)
+{
+    char *cur = line, *tok;
+
     while ((tok = conf_token(&cur)) != NULL) {
         char *eq = strchr(tok, '=');
         if (eq == NULL || eq == tok || eq[1] == '\0') {
@@ -512,15 +513,15 @@ tls_line(void *arg, char *line, int lineno)
             v++;
         }
         if (strcmp(tok, "ssl_cert_name") == 0)
-            cert = v;
+            o->cert = v;
         else if (strcmp(tok, "ssl_key_name") == 0)
-            key = v;
+            o->key = v;
         else if (strcmp(tok, "ssl_ca_name") == 0)
-            ca = v;
+            o->ca = v;
         else if (strcmp(tok, "dest_ip") == 0)
-            dest = v;
+            o->dest = v;
         else if (strcmp(tok, "ssl_ticket_enabled") == 0 && (!strcmp(v, "0") || !strcmp(v, "1")))
-            tickets = v[0] == '1';
+            o->tickets = v[0] == '1';
         else if (strcmp(tok, "ssl_key_dialog") == 0 && strcmp(v, "builtin") != 0)
             conf_error(L->e, L->file, lineno, "ssl_key_dialog=%s: pass phrases are not "
                        "supported (keys are loaded unattended)", v);
@@ -533,56 +534,48 @@ tls_line(void *arg, char *line, int lineno)
             conf_error(L->e, L->file, lineno, "unknown key \"%s\" (expected dest_ip, "
                        "ssl_cert_name, ssl_key_name, ssl_ca_name or ssl_ticket_enabled)", tok);
     }
-    if (cert == NULL) {
-        conf_error(L->e, L->file, lineno, "ssl_cert_name is missing");
-        return 0;
-    }
-    if (dest != NULL) {
-        if (strcmp(dest, "*") == 0) {
-            if (L->any_line)
-                conf_error(L->e, L->file, lineno, "dest_ip=* given twice (line %d first)",
-                           L->any_line);
-            tc.any_ip = 1;
-        } else {
-            struct sockaddr_in *s4 = (struct sockaddr_in *)&tc.ip;
-            struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&tc.ip;
-            if (inet_pton(AF_INET, dest, &s4->sin_addr) == 1)
-                s4->sin_family = AF_INET;
-            else if (inet_pton(AF_INET6, dest, &s6->sin6_addr) == 1)
-                s6->sin6_family = AF_INET6;
-            else
-                conf_error(L->e, L->file, lineno, "dest_ip=%s is not an address or *", dest);
-            tc.has_ip = 1;
-        }
-    }
-    if (L->e->n != n0)
-        return 0;
+}
 
-    char *certs[CERTS_PER_LINE + 1], *keys[CERTS_PER_LINE + 1];
-    int nc = tls_split(cert, certs, CERTS_PER_LINE), nk = 0;
-    if (key != NULL)
-        nk = tls_split(key, keys, CERTS_PER_LINE);
-    if (nc > CERTS_PER_LINE || nc == 0 || (key != NULL && nk != nc)) {
-        conf_error(L->e, L->file, lineno, "ssl_cert_name lists %d certificate(s) and "
-                   "ssl_key_name %d key(s); expected 1 to %d of each, pairwise",
-                   nc, key ? nk : nc, CERTS_PER_LINE);
-        return 0;
+/* tls_line, 2: dest_ip= (an address, or * for the default of every
+ * address) into tc (errors recorded). */
+static void
+tls_line_dest(struct tls_load *L, int lineno, const char *dest, struct tls_cert *tc)
+{
+    if (strcmp(dest, "*") == 0) {
+        if (L->any_line)
+            conf_error(L->e, L->file, lineno, "dest_ip=* given twice (line %d first)",
+                       L->any_line);
+        tc->any_ip = 1;
+    } else {
+        struct sockaddr_in *s4 = (struct sockaddr_in *)&tc->ip;
+        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&tc->ip;
+        if (inet_pton(AF_INET, dest, &s4->sin_addr) == 1)
+            s4->sin_family = AF_INET;
+        else if (inet_pton(AF_INET6, dest, &s6->sin6_addr) == 1)
+            s6->sin6_family = AF_INET6;
+        else
+            conf_error(L->e, L->file, lineno, "dest_ip=%s is not an address or *", dest);
+        tc->has_ip = 1;
     }
-    if ((ctx = tls_server_ctx(L, lineno)) == NULL)
-        return 0;
-    if (!tickets)
-        SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
+}
+
+/* tls_line, 3: load the nc certificate and key pairs into ctx (keys NULL:
+ * each key is in its certificate's file); errors recorded. */
+static void
+tls_line_pairs(struct tls_load *L, int lineno, SSL_CTX *ctx, char **certs, char **keys,
+               int nc)
+{
     for (int i = 0; i < nc; i++) {
         char *cp = conf_path(L->cert_dir, certs[i]);
-        char *kp = conf_path(L->key_dir, key ? keys[i] : certs[i]);
-        if (key == NULL) {
+        char *kp = conf_path(L->key_dir, keys ? keys[i] : certs[i]);
+        if (keys == NULL) {
             free(kp);
             kp = cp ? strdup(cp) : NULL;
         }
         if (cp == NULL || kp == NULL) {
             conf_error(L->e, L->file, lineno, "out of memory");
         } else if (tls_readable(L, lineno, "ssl_cert_name", cp) == 0
-                   && (key == NULL || tls_readable(L, lineno, "ssl_key_name", kp) == 0)) {
+                   && (keys == NULL || tls_readable(L, lineno, "ssl_key_name", kp) == 0)) {
             if (!SSL_CTX_use_certificate_chain_file(ctx, cp)) {
                 conf_error(L->e, L->file, lineno, "ssl_cert_name %s: cannot load the "
                            "certificate: %s", cp, tls_err());
@@ -603,8 +596,48 @@ tls_line(void *arg, char *line, int lineno)
         free(cp);
         free(kp);
     }
-    if (ca != NULL && L->e->n == n0) {
-        char *p = conf_path(L->key_dir, ca);
+}
+
+/* One line of ssl_multicert.config: its options, then one SSL_CTX with
+ * every certificate and key pair it names, appended to L->t->certs when
+ * nothing on the line failed.  Always 0 (go on: errors are recorded). */
+static int
+tls_line(void *arg, char *line, int lineno)
+{
+    struct tls_load *L = arg;
+    struct tls_line_opts o = { .tickets = 1 };
+    int n0 = L->e->n;
+    struct tls_cert tc;
+    SSL_CTX *ctx = NULL;
+
+    memset(&tc, 0, sizeof(tc));
+    tls_line_opts(L, line, lineno, &o);
+    if (o.cert == NULL) {
+        conf_error(L->e, L->file, lineno, "ssl_cert_name is missing");
+        return 0;
+    }
+    if (o.dest != NULL)
+        tls_line_dest(L, lineno, o.dest, &tc);
+    if (L->e->n != n0)
+        return 0;
+
+    char *certs[CERTS_PER_LINE + 1], *keys[CERTS_PER_LINE + 1];
+    int nc = tls_split(o.cert, certs, CERTS_PER_LINE), nk = 0;
+    if (o.key != NULL)
+        nk = tls_split(o.key, keys, CERTS_PER_LINE);
+    if (nc > CERTS_PER_LINE || nc == 0 || (o.key != NULL && nk != nc)) {
+        conf_error(L->e, L->file, lineno, "ssl_cert_name lists %d certificate(s) and "
+                   "ssl_key_name %d key(s); expected 1 to %d of each, pairwise",
+                   nc, o.key ? nk : nc, CERTS_PER_LINE);
+        return 0;
+    }
+    if ((ctx = tls_server_ctx(L, lineno)) == NULL)
+        return 0;
+    if (!o.tickets)
+        SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
+    tls_line_pairs(L, lineno, ctx, certs, o.key ? keys : NULL, nc);
+    if (o.ca != NULL && L->e->n == n0) {
+        char *p = conf_path(L->key_dir, o.ca);
         if (p == NULL)
             conf_error(L->e, L->file, lineno, "out of memory");
         else

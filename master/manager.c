@@ -1,27 +1,22 @@
 /*
- * master/manager.c: the store's helpers outside the master.
+ * master/manager.c: the process plumbing around the store's helpers.
  *
- * The master never opens LMDB (an env must not cross fork, and the master
- * must stay simple enough never to die).  Two kinds of child do it for
- * the master:
+ * The master process never opens LMDB itself (an env must not cross fork,
+ * and the master must stay simple enough never to die): every LMDB call is
+ * in cache/, made by children the master forks.  This file only starts
+ * them; what they do is cache/'s:
  *
  *  - the prepare child, short-lived, run once before the workers start:
- *    creates, checks or repairs the store (cache_store_prepare) and exits
- *    with its verdict;
+ *    drops privileges, runs cache_store_prepare() and exits with its
+ *    verdict (the reason on a pipe);
  *  - the cache manager, one long-lived process in the last shm slot:
- *    cache_manager_tick() once a second (LMDB sync, reader check, index
- *    eviction at the high-water mark, sweep of lapped entries), and at
- *    once when the master reaps a worker ('t' on its pipe, so a dead
- *    worker's LMDB reader slot is freed promptly).  On 'q' it marks the
- *    clean shutdown (the master sends it only after every worker has
- *    exited, so it is the last process with the store open) and exits.
- *    EOF on the pipe means the master died: exit without the marker, so
- *    the next start verifies the index.
+ *    manager_main() ignores the stop signals (the master decides when it
+ *    stops), asks for SIGKILL when the master dies, then runs the body,
+ *    cache_manager_run() in cache/manager.c.
  */
 #include "config.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,10 +26,7 @@
 #include <unistd.h>
 
 #include "cache/cache.h"
-#include "master/log.h"
 #include "master/master.h"
-
-#define MANAGER_TICK_MS 1000
 
 int
 manager_prepare(const struct cache_conf *cf, char *err, size_t errlen)
@@ -86,10 +78,6 @@ manager_prepare(const struct cache_conf *cf, char *err, size_t errlen)
 int
 manager_main(const struct cache_conf *cf, void *shm_area, int slot, int pipe_r)
 {
-    char err[512], b[16];
-    struct cache *c;
-    int quit = 0;
-
     /* Ctrl-C reaches the whole process group: the master decides when the
      * manager stops (after the workers), not the terminal. */
     signal(SIGINT, SIG_IGN);
@@ -101,31 +89,5 @@ manager_main(const struct cache_conf *cf, void *shm_area, int slot, int pipe_r)
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() == 1)
         return 1;
-    c = cache_open(cf, shm_area, slot, err, sizeof(err));
-    if (c == NULL) {
-        log_error("cache manager: cannot open the store: %s", err);
-        return 1;
-    }
-    while (!quit) {
-        struct pollfd pfd = { .fd = pipe_r, .events = POLLIN };
-        int r = poll(&pfd, 1, MANAGER_TICK_MS);
-
-        if (r > 0) {
-            ssize_t n = read(pipe_r, b, sizeof(b));
-            if (n == 0) {
-                log_warn("cache manager: the master went away; exiting");
-                cache_close(c);
-                return 1;
-            }
-            for (ssize_t i = 0; i < n; i++)
-                if (b[i] == 'q')
-                    quit = 1;
-        }
-        if (cache_manager_tick(c) < 0)
-            log_warn("cache manager: housekeeping failed this round");
-    }
-    if (cache_mark_clean_shutdown(c) != CACHE_OK)
-        log_warn("cache manager: could not record a clean shutdown");
-    cache_close(c);
-    return 0;
+    return cache_manager_run(cf, shm_area, slot, pipe_r);
 }

@@ -45,7 +45,7 @@
 #include <unistd.h>
 
 #include "cache/cache.h"
-#include "master/log.h"
+#include "shm/log.h"
 #include "master/master.h"
 #include "shm/filltab.h"
 #include "shm/shm.h"
@@ -1035,14 +1035,22 @@ master_check(const char *confdir)
     return 0;
 }
 
-int
-master_run(const char *confdir, int foreground)
+/* cache/ logs through this (cache_set_log): its lines go to the error log. */
+static void
+master_cache_log(enum cache_log_level level, const char *line)
+{
+    log_write(level == CACHE_LOG_ERROR ? LOG_LVL_ERROR
+              : level == CACHE_LOG_WARN ? LOG_LVL_WARN : LOG_LVL_INFO, "%s", line);
+}
+
+/* master_run, 1: load the configuration and take the run directory (log
+ * level, directories, the lock).  Returns the config, or NULL (reported on
+ * stderr; nothing left to undo). */
+static struct conf *
+master_load(const char *confdir)
 {
     struct conf_errors e;
     struct conf *c;
-    char err[512] = "", text[512];
-    struct gen *g;
-    int ncpu, rc = 0;
 
     memset(&e, 0, sizeof(e));
     M.confdir = confdir;
@@ -1051,7 +1059,7 @@ master_run(const char *confdir, int foreground)
     conf_errors_free(&e);
     if (c == NULL) {
         fprintf(stderr, "cistern: not started: configuration %s has errors\n", confdir);
-        return 1;
+        return NULL;
     }
     /* Reloads must find the same directory after we chdir("/") to
      * detach: keep its absolute form (conf_load resolved it). */
@@ -1067,25 +1075,35 @@ master_run(const char *confdir, int foreground)
         fprintf(stderr, "cistern: cannot create %s or %s: %s\n", c->rec.run_dir,
                 c->rec.logfile_dir, strerror(errno));
         conf_free(c);
-        return 1;
+        return NULL;
     }
     M.run_dir = strdup(c->rec.run_dir);
     if ((M.lock_fd = master_lock(c->rec.run_dir)) < 0) {
         conf_free(c);
         free(M.run_dir);
-        return 1;
+        return NULL;
     }
+    return c;
+}
+
+/* master_run, 2: the error log, privileges and the listening sockets.
+ * Returns 0, or -1 (reported; the caller undoes from out_conf). */
+static int
+master_open_outside(const struct conf *c)
+{
+    char err[512] = "";
+    int ncpu;
+
     if (log_open(c->rec.logfile_dir) < 0) {
         fprintf(stderr, "cistern: cannot open %s/error.log: %s\n", c->rec.logfile_dir, strerror(errno));
-        rc = 1;
-        goto out_conf;
+        return -1;
     }
+    cache_set_log(master_cache_log);
     if (priv_init(c->rec.user_id, err, sizeof(err)) < 0
         || priv_give_logs(c->rec.logfile_dir, 0) < 0) {
         fprintf(stderr, "cistern: not started: %s\n", err[0] ? err : "cannot set up the log directory");
         log_error("not started: %s", err[0] ? err : "cannot set up the log directory");
-        rc = 1;
-        goto out_conf;
+        return -1;
     }
     ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
     M.nworkers = c->rec.workers > 0 ? c->rec.workers : (ncpu > 0 ? ncpu : 1);
@@ -1094,11 +1112,22 @@ master_run(const char *confdir, int foreground)
     if (listen_open(&M.lis, &c->rec, M.nworkers, err, sizeof(err)) < 0) {
         fprintf(stderr, "cistern: not started: %s\n", err);
         log_error("not started: %s", err);
-        rc = 1;
-        goto out_conf;
+        return -1;
     }
     M.nslots = (unsigned)(M.nworkers * GEN_MAX + 1);
+    return 0;
+}
+
+/* master_run, 3: the shared memory, with the cache's area laid out and the
+ * store prepared when storage.config names one (a cache that cannot be set
+ * up is logged and left out).  Returns 0, or -1 (reported; the caller
+ * undoes from out_listen). */
+static int
+master_open_shm(const struct conf *c)
+{
+    char err[512] = "";
     size_t cache_len = 0;
+
     if (c->storage.nspans > 0) {
         memset(&M.ccf, 0, sizeof(M.ccf));
         M.ccf.dir = strdup(c->storage.spans[0].path);
@@ -1114,8 +1143,7 @@ master_run(const char *confdir, int foreground)
     }
     if (shm_create(&M.shm, M.nslots, cache_len) < 0) {
         fprintf(stderr, "cistern: shared memory: %s\n", strerror(errno));
-        rc = 1;
-        goto out_listen;
+        return -1;
     }
     if (cache_len) {
         /* The store is given to the user before anything is opened in
@@ -1132,28 +1160,36 @@ master_run(const char *confdir, int foreground)
         else
             M.cache_cf = &M.ccf;
     }
+    return 0;
+}
+
+/* master_run, 4: the per-slot tables and the signal handlers.  Returns 0,
+ * or -1 (reported; the caller undoes from out_shm). */
+static int
+master_open_procs(void)
+{
     M.procs = calloc(M.nslots, sizeof(*M.procs));
     M.wake_fds = calloc(M.nslots, sizeof(*M.wake_fds));
     for (unsigned i = 0; M.wake_fds && i < M.nslots; i++)
         if ((M.wake_fds[i] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
             fprintf(stderr, "cistern: eventfd: %s\n", strerror(errno));
-            rc = 1;
-            goto out_shm;
+            return -1;
         }
     if (M.procs == NULL || master_signals_install() < 0) {
         fprintf(stderr, "cistern: cannot set up the master: %s\n", strerror(errno));
-        rc = 1;
-        goto out_shm;
+        return -1;
     }
     for (unsigned i = 0; i < M.nslots; i++)
         M.procs[i].pipe_w = -1;
+    return 0;
+}
 
-    if (!foreground && master_daemonize() < 0) {
-        fprintf(stderr, "cistern: cannot daemonise: %s\n", strerror(errno));
-        rc = 1;
-        goto out_shm;
-    }
-    log_set_stderr(foreground);
+/* master_run, 5: run/cistern.pid and run/ports.  Returns 0, or -1 when the
+ * ports file (what scripts wait for) cannot be written. */
+static int
+master_write_run_files(const struct conf *c)
+{
+    char text[512];
 
     snprintf(text, sizeof(text), "%d\n", (int)getpid());
     if (write_file_atomic(c->rec.run_dir, "cistern.pid", text) < 0)
@@ -1163,9 +1199,33 @@ master_run(const char *confdir, int foreground)
         off += (size_t)snprintf(text + off, sizeof(text) - off, "%d\n", M.lis.port[p]);
     if (write_file_atomic(c->rec.run_dir, "ports", text) < 0) {
         log_crit("cannot write %s/ports: %s", c->rec.run_dir, strerror(errno));
-        rc = 1;
-        goto out_files;
+        return -1;
     }
+    return 0;
+}
+
+int
+master_run(const char *confdir, int foreground)
+{
+    struct conf *c;
+    struct gen *g;
+    int rc = 1;
+
+    if ((c = master_load(confdir)) == NULL)
+        return 1;
+    if (master_open_outside(c) < 0)
+        goto out_conf;
+    if (master_open_shm(c) < 0)
+        goto out_listen;
+    if (master_open_procs() < 0)
+        goto out_shm;
+    if (!foreground && master_daemonize() < 0) {
+        fprintf(stderr, "cistern: cannot daemonise: %s\n", strerror(errno));
+        goto out_shm;
+    }
+    log_set_stderr(foreground);
+    if (master_write_run_files(c) < 0)
+        goto out_files;
 
     g = master_gen_new(c);
     c = NULL;       /* owned by the generation now */

@@ -1,6 +1,9 @@
 /*
  * master/master.h: the master process (config, sockets, signals,
- * supervision).  It never touches traffic or LMDB.
+ * supervision).  It never touches traffic, and never opens LMDB: it lays
+ * out the cache's shared memory (cache_shm_init) and resets a dead child's
+ * slot (cache_slot_reset), but the store itself is opened only by the
+ * children it forks (the store check, the cache manager, the workers).
  */
 #ifndef CISTERN_MASTER_H
 #define CISTERN_MASTER_H
@@ -27,7 +30,8 @@ struct cache_conf;
 /* manager.c: run cache_store_prepare() in a short-lived child.  Returns 0,
  * or -1 with the reason in err. */
 int manager_prepare(const struct cache_conf *cf, char *err, size_t errlen);
-/* The cache manager process's body; returns its exit status. */
+/* The cache manager process: its signals, then cache_manager_run()
+ * (cache/manager.c); returns its exit status. */
 int manager_main(const struct cache_conf *cf, void *shm_area, int slot,
                  int pipe_r);
 

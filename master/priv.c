@@ -45,7 +45,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "master/log.h"
+#include "shm/log.h"
 #include "master/master.h"
 
 #define PRIV_MAX_GROUPS  256

@@ -3,7 +3,8 @@
 # daemon on a store that already holds COUNT objects (default 100,000 of
 # 1 KiB) to the first cache hit served over HTTP.
 #
-# 1. Compiles scripts/bench-restart.c (against the cache sources) and fills
+# 1. Builds scripts/bench-restart (linked against libcache.a, with make in
+#    the build directory: $CISTERN_BUILD, else the source tree) and fills
 #    a fresh store with COUNT objects through the cache API, under the keys
 #    the worker uses for http://bench.test/obj/<i> remapped to an origin
 #    that does not exist (a miss would be a 502, never a silent hit), then
@@ -16,7 +17,7 @@
 #    itself shut down.
 #
 # Usage: scripts/bench-restart.sh [COUNT [BODY_BYTES [STORE_MiB]]]
-# Daemon from $CISTERN_BIN, else ./cistern in the tree.  A benchmark, not a
+# Daemon from $CISTERN_BIN, else cistern in the build directory.  A benchmark, not a
 # test: it fails only when no hit comes within 30 s.
 set -euo pipefail
 
@@ -24,15 +25,14 @@ count=${1:-100000}
 body=${2:-1024}
 size_mib=${3:-1024}
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-bin=${CISTERN_BIN:-$top/cistern}
+build=${CISTERN_BUILD:-$top}
+bin=${CISTERN_BIN:-$build/cistern}
+[[ -f $build/Makefile ]] || { echo "bench-restart: no configured build in $build (run ./configure, or set CISTERN_BUILD)" >&2; exit 1; }
 [[ -x $bin ]] || { echo "bench-restart: no daemon at $bin (run make)" >&2; exit 1; }
-[[ -f $top/config.h ]] || { echo "bench-restart: run ./configure first (config.h)" >&2; exit 1; }
+make -s -C "$build" scripts/bench-restart >&2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-
-gcc -std=gnu11 -O2 -Wall -Wextra -Werror -I"$top" -include "$top/config.h" \
-    "$top/scripts/bench-restart.c" "$top"/cache/*.c "$top/master/log.c" \
-    -llmdb -lpthread -o "$tmp/fill"
+fill=$build/scripts/bench-restart
 
 # Two free loopback ports: the daemon's, and an origin nobody listens on.
 read -r port oport < <(python3 -c '
@@ -55,7 +55,7 @@ echo "map http://bench.test/ http://127.0.0.1:$oport/" > "$conf/remap.config"
 echo "cache ${size_mib}M" > "$conf/storage.config"
 
 echo "filling a ${size_mib} MiB store with $count objects of $body bytes ..."
-"$tmp/fill" "$conf/cache" "$size_mib" "$count" "$body" "http://127.0.0.1:$oport/obj/"
+"$fill" "$conf/cache" "$size_mib" "$count" "$body" "http://127.0.0.1:$oport/obj/"
 du -sh "$conf/cache/index" | awk '{print "index on disk: " $1}'
 
 python3 - "$bin" "$conf" "$port" "$count" <<'PY'

@@ -13,8 +13,8 @@
 # -DFUZZ_KNOWN_BUGS tolerates the reported, not yet fixed bugs).
 #
 # Each target is compiled from t/fuzz/fuzz_X.c together with the sources it
-# exercises (not libcistern.a: that is built by the configured compiler
-# without coverage), with -fsanitize=fuzzer,address,undefined.  A run
+# exercises (not the Makefile's libraries: they are built by the configured
+# compiler without coverage), with -fsanitize=fuzzer,address,undefined.  A run
 # works on a temporary copy of t/fuzz/corpus/X, so the checked-in corpus
 # never grows by itself; crashes, leaks and timeouts are written to
 # $FUZZ_OUT/artifacts/X/ and the script exits 1 if any target found one.
@@ -56,14 +56,14 @@ CFLAGS="-g -O1 -Wall -Wextra -Werror -Wno-unused-parameter -fno-omit-frame-point
 
 S=$SRCDIR
 HTTP="$S/worker/http.c"
-CONF="$S/conf/conf.c $S/conf/records.c $S/conf/remap.c $S/conf/ip_allow.c $S/conf/storage.c $S/conf/ssl_multicert.c"
+CONF=$(echo "$S"/conf/*.c)
 
 sources() {
     case $1 in
         request|response|push) echo "$HTTP" ;;
         cachectl) echo "$HTTP $S/worker/buf.c $S/worker/cachectl.c" ;;
         conf_*) echo "$CONF" ;;
-        record) echo "$S/cache/record.c $S/cache/store.c $S/cache/ring.c $S/cache/index.c $S/master/log.c" ;;
+        record) echo "$S"/cache/*.c ;;
     esac
 }
 libs() {

@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "master/log.h"
+#include "shm/log.h"
 #include "worker/worker.h"
 
 struct admin_stat {

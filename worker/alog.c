@@ -39,7 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "master/log.h"
+#include "shm/log.h"
 #include "worker/worker.h"
 
 #define ALOG_BUF      65536

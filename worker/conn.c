@@ -54,7 +54,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "master/log.h"
+#include "shm/log.h"
 #include "shm/filltab.h"
 #include "worker/worker.h"
 

@@ -33,7 +33,7 @@
 #include <unistd.h>
 #include <event2/dns.h>
 
-#include "master/log.h"
+#include "shm/log.h"
 #include "worker/worker.h"
 
 #define POOL_MAX   1024

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "master/log.h"
+#include "shm/log.h"
 #include "worker/worker.h"
 
 #define PUSH_MAGIC 0x50555348u      /* "PUSH" */

@@ -39,7 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "master/log.h"
+#include "shm/log.h"
 #include "shm/filltab.h"
 #include "worker/req.h"
 #include "worker/worker.h"

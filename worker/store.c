@@ -48,7 +48,7 @@
 #include <unistd.h>
 
 #include "cache/cache.h"
-#include "master/log.h"
+#include "shm/log.h"
 #include "worker/cachectl.h"
 #include "worker/variant.h"
 #include "worker/worker.h"

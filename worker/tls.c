@@ -75,7 +75,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
-#include "master/log.h"
+#include "shm/log.h"
 #include "worker/worker.h"
 
 #define TLS_RECORD 16384             /* SSL3_RT_MAX_PLAIN_LENGTH */

@@ -32,7 +32,8 @@
 #include <unistd.h>
 #include <linux/sockios.h>
 
-#include "master/log.h"
+#include "shm/log.h"
+#include "shm/panic.h"
 #include "worker/worker.h"
 
 struct worker *wk;
@@ -247,15 +248,10 @@ worker_signal(struct worker *w, int sig)
     return ev;
 }
 
-int
-worker_main(const struct worker_args *a)
+/* worker_main, 1: the worker's fields, from its arguments. */
+static void
+worker_init(struct worker *w, const struct worker_args *a)
 {
-    static struct worker w0;
-    struct worker *w = &w0;
-    struct event_config *ecfg;
-    struct timeval one = { 1, 0 };
-
-    wk = w;
     w->magic = WORKER_MAGIC;
     pool_init(&w->conn_pool, sizeof(struct conn));
     pool_init(&w->wev_pool, sizeof(struct conn_wev));
@@ -282,18 +278,17 @@ worker_main(const struct worker_args *a)
             log_error("worker %u: port %d is ssl but no certificate is loaded",
                       a->index, a->conf->rec.ports[i].port);
     }
+}
 
-    /* The master's death must not leave us serving: SIGTERM on its exit. */
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (fcntl(a->master_pipe, F_GETFD) < 0) {
-        log_crit("worker %u: no master pipe", w->index);
-        return 1;
-    }
-    /* PDEATHSIG is not retroactive: the master may already be gone. */
-    if (getppid() == 1)
-        return 0;
+/* worker_main, 2: the event base and every event of the process (signals,
+ * the master's pipe, the wake-up eventfd, the tick, the listeners).
+ * Returns 0, or -1 (logged). */
+static int
+worker_events(struct worker *w, const struct worker_args *a)
+{
+    struct event_config *ecfg;
+    struct timeval one = { 1, 0 };
 
-    signal(SIGPIPE, SIG_IGN);
     ecfg = event_config_new();
     /* We never share the base between threads. */
     event_config_set_flag(ecfg, EVENT_BASE_FLAG_NOLOCK);
@@ -301,7 +296,7 @@ worker_main(const struct worker_args *a)
     event_config_free(ecfg);
     if (w->base == NULL) {
         log_crit("worker %u: event_base_new failed", w->index);
-        return 1;
+        return -1;
     }
     w->sig_term = worker_signal(w, SIGTERM);
     w->sig_int = worker_signal(w, SIGINT);
@@ -327,29 +322,18 @@ worker_main(const struct worker_args *a)
                                     EV_READ | EV_PERSIST, worker_on_accept, w);
         if (w->listen_ev[i] == NULL || event_add(w->listen_ev[i], NULL) < 0) {
             log_crit("worker %u: cannot watch listener %d", w->index, i);
-            return 1;
+            return -1;
         }
     }
+    return 0;
+}
 
-    w->cache_area_ok = a->cache_cf != NULL;
-    if (a->cache_cf) {
-        char err[512];
-        w->cache = cache_open(a->cache_cf, a->shm->cache_area, (int)a->slot,
-                              err, sizeof(err));
-        if (w->cache == NULL)
-            log_error("worker %u: cache unavailable, proxying uncached: %s",
-                      w->index, err);
-    }
-    alog_open();
-    if (a->conf->rec.debug_headers)
-        snprintf(w->debug_hdr, sizeof(w->debug_hdr),
-                 "X-Cistern-Worker: %u; pid=%d\r\n", w->index, (int)getpid());
-    w->slot->heartbeat = (uint64_t)time(NULL);
-    w->slot->state = SHM_SLOT_READY;
-    event_base_dispatch(w->base);
-
-    /* Leaving: whatever is still open is cut (fast stop or deadline).
-     * The master's stop signals may still arrive while we clean up; they
+/* worker_main, 4: leaving.  Whatever is still open is cut (fast stop or
+ * deadline), and everything the process holds is freed. */
+static void
+worker_exit(struct worker *w)
+{
+    /* The master's stop signals may still arrive while we clean up; they
      * must not turn a clean exit into a death by signal. */
     sigset_t stop;
     sigemptyset(&stop);
@@ -382,5 +366,53 @@ worker_main(const struct worker_args *a)
     buf_pool_drain();
     event_base_free(w->base);
     w->magic = 0;
+}
+
+int
+worker_main(const struct worker_args *a)
+{
+    static struct worker w0;
+    struct worker *w = &w0;
+
+    wk = w;
+    worker_init(w, a);
+    /* A crash leaves its signal (or cst_panic's reason) in our slot; the
+     * master logs it when it reaps us (shm/panic.h). */
+    if (panic_install(w->slot) < 0)
+        log_warn("worker %u: no abort hook: %s", w->index, strerror(errno));
+
+    /* The master's death must not leave us serving: SIGTERM on its exit. */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (fcntl(a->master_pipe, F_GETFD) < 0) {
+        log_crit("worker %u: no master pipe", w->index);
+        return 1;
+    }
+    /* PDEATHSIG is not retroactive: the master may already be gone. */
+    if (getppid() == 1)
+        return 0;
+
+    signal(SIGPIPE, SIG_IGN);
+    if (worker_events(w, a) < 0)
+        return 1;
+
+    /* worker_main, 3: open the store and the access log, then serve. */
+    w->cache_area_ok = a->cache_cf != NULL;
+    if (a->cache_cf) {
+        char err[512];
+        w->cache = cache_open(a->cache_cf, a->shm->cache_area, (int)a->slot,
+                              err, sizeof(err));
+        if (w->cache == NULL)
+            log_error("worker %u: cache unavailable, proxying uncached: %s",
+                      w->index, err);
+    }
+    alog_open();
+    if (a->conf->rec.debug_headers)
+        snprintf(w->debug_hdr, sizeof(w->debug_hdr),
+                 "X-Cistern-Worker: %u; pid=%d\r\n", w->index, (int)getpid());
+    w->slot->heartbeat = (uint64_t)time(NULL);
+    w->slot->state = SHM_SLOT_READY;
+    event_base_dispatch(w->base);
+
+    worker_exit(w);
     return 0;
 }

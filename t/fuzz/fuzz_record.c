@@ -27,7 +27,6 @@
 #define SEG   4096u
 #define NSEG  2u
 #define RING  (SEG * NSEG)
-#define BODY_SEED 0x62646f79ull     /* cache/store.c */
 
 enum { F_SEAL = 1, F_PLACE = 2, F_ENT = 4, F_HASH = 8, F_KEY = 16, F_SUM = 32 };
 
@@ -47,7 +46,7 @@ seal_all(uint8_t *ring, unsigned flags)
         if (r->type == CACHE_REC_OBJECT && r->body_len <= room
             && CACHE_REC_SIZE + (uint64_t)r->key_len + r->hdr_len + r->body_len <= room)
             r->body_sum = cache_hash64((uint8_t *)(r + 1) + r->key_len + r->hdr_len,
-                                       r->body_len, BODY_SEED);
+                                       r->body_len, CACHE_BODY_SEED);
         if (CACHE_REC_SIZE + tail <= room)
             cache_rec_seal(r, (uint8_t *)(r + 1), tail);
     }
@@ -103,7 +102,6 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct cache_ent e;
 
     if (ring == NULL) {
-        log_set_level(LOG_LVL_CRIT);
         ring = aligned_alloc(64, RING);
         shm.seg_size = SEG;
         shm.nseg = NSEG;

@@ -99,6 +99,100 @@ is_tchar_name(const struct http_req *r, int i, const char *name)
     return http_field_is(r, i, name);
 }
 
+/* Invariants of a head http_req_parse accepted (head: its private copy). */
+static void
+check_parsed(const struct http_req *r, const char *head)
+{
+    FZ_CHECK(r->reason == NULL);
+    FZ_CHECK(r->major == 1 && r->minor <= 9);
+    FZ_CHECK(!(r->content_length >= 0 && r->chunked));
+    FZ_CHECK(r->has_body == (r->chunked || r->content_length > 0));
+    FZ_CHECK(r->target_len > 0 && (uint64_t)r->target + r->target_len <= r->head_len);
+    FZ_CHECK((uint64_t)r->host + r->host_len <= r->head_len);
+    FZ_CHECK((uint64_t)r->path + r->path_len <= r->head_len);
+    FZ_CHECK(r->port >= 0 && r->port <= 65535);
+    FZ_CHECK(r->f_host >= -1 && r->f_host < r->nfields);
+    FZ_CHECK(r->minor == 0 || r->f_host >= 0);
+    FZ_CHECK(!r->absolute || r->host_len > 0);
+    FZ_CHECK(r->method >= 0);
+    FZ_CHECK(strcmp(http_method_name(r->method), "UNKNOWN") != 0);
+    int nhost = 0, nte = 0, ncl = 0;
+    for (int i = 0; i < r->nfields; i++) {
+        nhost += is_tchar_name(r, i, "host");
+        nte += is_tchar_name(r, i, "transfer-encoding");
+        ncl += is_tchar_name(r, i, "content-length");
+    }
+    FZ_CHECK(nhost <= 1);
+    FZ_CHECK(!(nte && ncl));            /* CL with TE is always refused */
+    FZ_CHECK(!nte || r->chunked);       /* TE accepted only as chunked */
+    FZ_CHECK(!ncl || r->content_length >= 0);
+    FZ_CHECK(!nte || r->minor >= 1);
+    /* Host in the head is a valid authority: no bytes a cache key or an
+     * upstream request line could be confused by. */
+    for (uint32_t k = 0; k < r->host_len; k++) {
+        unsigned char c = (unsigned char)head[r->host + k];
+        FZ_CHECK(c > 0x20 && c != 0x7f && c != '/' && c != '?' && c != '#' && c != '@');
+    }
+    for (uint32_t k = 0; k < r->path_len; k++) {
+        unsigned char c = (unsigned char)head[r->path + k];
+        FZ_CHECK(c > 0x20 && c != 0x7f && c < 0x80 && c != '#');
+    }
+    check_path(r);
+}
+
+/* Feed the body after the head in pieces from *pos; returns 1 when it ended
+ * cleanly (*pos past it), 0 to stop. */
+static int
+feed_body(struct http_req *r, const char *buf, size_t len, size_t *pos_io)
+{
+    size_t pos = *pos_io;
+    int rc;
+
+    if (r->has_body) {
+        struct sink_count sc = { 0 };
+        size_t fed = 0;
+        rc = HTTP_AGAIN;
+        while (pos < len) {
+            /* pieces of up to 1 + (byte % 13) bytes */
+            size_t step = 1 + ((unsigned char)buf[pos] % 13), used = 0;
+            if (step > len - pos)
+                step = len - pos;
+            rc = http_req_body(r, buf + pos, step, &used, count_sink, &sc);
+            FZ_CHECK(used <= step);
+            fed += used;
+            pos += used;
+            if (rc != HTTP_AGAIN && rc != HTTP_OK)
+                break;      /* on an error, payload before it may have gone to the sink */
+            FZ_CHECK(sc.bytes <= fed);
+            if (rc != HTTP_AGAIN)
+                break;
+            if (used < step) {
+                /* HTTP_AGAIN must have consumed the piece */
+                FZ_CHECK(0);
+            }
+        }
+        if (rc != HTTP_OK && rc != HTTP_AGAIN) {
+            FZ_CHECK(rc == 400 && r->reason != NULL);
+            return 0;
+        }
+        if (rc == HTTP_AGAIN) {
+            FZ_CHECK(http_body_eof(r) == 400);   /* a request is never close-delimited */
+            return 0;
+        }
+        FZ_CHECK(r->body_done);
+        if (r->content_length >= 0)
+            FZ_CHECK((int64_t)sc.bytes == r->content_length && (int64_t)fed == r->content_length);
+        /* A finished body takes no more bytes. */
+        size_t used = 1;
+        FZ_CHECK(http_req_body(r, buf + pos, len - pos, &used, NULL, NULL) == HTTP_OK
+                 && used == 0);
+    } else {
+        FZ_CHECK(r->body_done);
+    }
+    *pos_io = pos;
+    return 1;
+}
+
 /* One request starting at buf[0]; returns bytes consumed, 0 to stop. */
 static size_t
 one_request(const char *buf, size_t len, const struct http_limits *lim)
@@ -143,85 +237,12 @@ one_request(const char *buf, size_t len, const struct http_limits *lim)
         free(head);
         return 0;
     }
-    FZ_CHECK(r.reason == NULL);
-    FZ_CHECK(r.major == 1 && r.minor <= 9);
-    FZ_CHECK(!(r.content_length >= 0 && r.chunked));
-    FZ_CHECK(r.has_body == (r.chunked || r.content_length > 0));
-    FZ_CHECK(r.target_len > 0 && (uint64_t)r.target + r.target_len <= r.head_len);
-    FZ_CHECK((uint64_t)r.host + r.host_len <= r.head_len);
-    FZ_CHECK((uint64_t)r.path + r.path_len <= r.head_len);
-    FZ_CHECK(r.port >= 0 && r.port <= 65535);
-    FZ_CHECK(r.f_host >= -1 && r.f_host < r.nfields);
-    FZ_CHECK(r.minor == 0 || r.f_host >= 0);
-    FZ_CHECK(!r.absolute || r.host_len > 0);
-    FZ_CHECK(r.method >= 0);
-    FZ_CHECK(strcmp(http_method_name(r.method), "UNKNOWN") != 0);
-    int nhost = 0, nte = 0, ncl = 0;
-    for (int i = 0; i < r.nfields; i++) {
-        nhost += is_tchar_name(&r, i, "host");
-        nte += is_tchar_name(&r, i, "transfer-encoding");
-        ncl += is_tchar_name(&r, i, "content-length");
-    }
-    FZ_CHECK(nhost <= 1);
-    FZ_CHECK(!(nte && ncl));            /* CL with TE is always refused */
-    FZ_CHECK(!nte || r.chunked);        /* TE accepted only as chunked */
-    FZ_CHECK(!ncl || r.content_length >= 0);
-    FZ_CHECK(!nte || r.minor >= 1);
-    /* Host in the head is a valid authority: no bytes a cache key or an
-     * upstream request line could be confused by. */
-    for (uint32_t k = 0; k < r.host_len; k++) {
-        unsigned char c = (unsigned char)head[r.host + k];
-        FZ_CHECK(c > 0x20 && c != 0x7f && c != '/' && c != '?' && c != '#' && c != '@');
-    }
-    for (uint32_t k = 0; k < r.path_len; k++) {
-        unsigned char c = (unsigned char)head[r.path + k];
-        FZ_CHECK(c > 0x20 && c != 0x7f && c < 0x80 && c != '#');
-    }
-    check_path(&r);
+    check_parsed(&r, head);
 
     size_t pos = r.start + r.head_len;
-    if (r.has_body) {
-        struct sink_count sc = { 0 };
-        size_t fed = 0;
-        rc = HTTP_AGAIN;
-        while (pos < len) {
-            /* pieces of up to 1 + (byte % 13) bytes */
-            size_t step = 1 + ((unsigned char)buf[pos] % 13), used = 0;
-            if (step > len - pos)
-                step = len - pos;
-            rc = http_req_body(&r, buf + pos, step, &used, count_sink, &sc);
-            FZ_CHECK(used <= step);
-            fed += used;
-            pos += used;
-            if (rc != HTTP_AGAIN && rc != HTTP_OK)
-                break;      /* on an error, payload before it may have gone to the sink */
-            FZ_CHECK(sc.bytes <= fed);
-            if (rc != HTTP_AGAIN)
-                break;
-            if (used < step) {
-                /* HTTP_AGAIN must have consumed the piece */
-                FZ_CHECK(0);
-            }
-        }
-        if (rc != HTTP_OK && rc != HTTP_AGAIN) {
-            FZ_CHECK(rc == 400 && r.reason != NULL);
-            free(head);
-            return 0;
-        }
-        if (rc == HTTP_AGAIN) {
-            FZ_CHECK(http_body_eof(&r) == 400);   /* a request is never close-delimited */
-            free(head);
-            return 0;
-        }
-        FZ_CHECK(r.body_done);
-        if (r.content_length >= 0)
-            FZ_CHECK((int64_t)sc.bytes == r.content_length && (int64_t)fed == r.content_length);
-        /* A finished body takes no more bytes. */
-        size_t used = 1;
-        FZ_CHECK(http_req_body(&r, buf + pos, len - pos, &used, NULL, NULL) == HTTP_OK
-                 && used == 0);
-    } else {
-        FZ_CHECK(r.body_done);
+    if (!feed_body(&r, buf, len, &pos)) {
+        free(head);
+        return 0;
     }
     free(head);
     return pos;

@@ -1,12 +1,18 @@
 /*
- * t/unit/check_filltab.c: the fill table (shm/filltab.c) on its own.
+ * t/unit/check_filltab.c: the shm/ layer's unit tests: the fill table
+ * (shm/filltab.c) on its own, and the abort hook (shm/panic.c).
  *
  * The table lives in shared memory in the daemon; here it sits in an
  * anonymous shared mapping so one test can also fork and contend for it.
+ * The panic tests fork a child that installs the hook on a slot in a shared
+ * mapping, dies, and leaves its text there for the parent to read.
  */
 #include "config.h"
 
 #include <check.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -14,6 +20,8 @@
 #include <unistd.h>
 
 #include "shm/filltab.h"
+#include "shm/panic.h"
+#include "shm/shm.h"
 
 #define N 64
 
@@ -197,6 +205,117 @@ START_TEST(test_processes_contend)
 }
 END_TEST
 
+/* ---- the abort hook ---- */
+
+static struct shm_slot *
+panic_slot_new(void)
+{
+    void *p = mmap(NULL, sizeof(struct shm_slot), PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(p, MAP_FAILED);
+    memset(p, 0, sizeof(struct shm_slot));
+    return p;
+}
+
+/* Wait for the child; it must have died of sig, or (a sanitizer's handler
+ * ran after ours and reported) exited non-zero. */
+static void
+panic_reap(pid_t pid, int sig)
+{
+    int status;
+
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    if (WIFSIGNALED(status))
+        ck_assert_int_eq(WTERMSIG(status), sig);
+    else
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) != 0, "status %#x", status);
+}
+
+START_TEST(test_panic_own_reason)
+{
+    struct shm_slot *sl = panic_slot_new();
+    char want[128];
+    pid_t pid = fork();
+    int line;
+
+    ck_assert_int_ge(pid, 0);
+    line = __LINE__ + 3;
+    if (pid == 0) {
+        ck_assert_int_eq(panic_install(sl), 0);
+        cst_panic("reason %d", 42);
+    }
+    panic_reap(pid, SIGABRT);
+    snprintf(want, sizeof(want), "check_filltab.c:%d: reason 42; signal 6 (SIGABRT)", line);
+    ck_assert_msg(strstr(sl->panic, want) != NULL, "panic text: \"%s\"", sl->panic);
+    munmap(sl, sizeof(*sl));
+}
+END_TEST
+
+START_TEST(test_panic_fault)
+{
+    struct shm_slot *sl = panic_slot_new();
+    char want[128];
+    volatile char *page = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    pid_t pid;
+
+    ck_assert_ptr_ne((void *)page, MAP_FAILED);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        ck_assert_int_eq(panic_install(sl), 0);
+        page[8] = 1;            /* a real fault, not a sent signal */
+        _exit(0);
+    }
+    panic_reap(pid, SIGSEGV);
+    snprintf(want, sizeof(want), "signal 11 (SIGSEGV), fault address 0x%lx",
+             (unsigned long)(uintptr_t)(page + 8));
+    ck_assert_msg(strcmp(sl->panic, want) == 0, "panic text: \"%s\", want \"%s\"",
+                  sl->panic, want);
+    munmap((void *)page, 4096);
+    munmap(sl, sizeof(*sl));
+}
+END_TEST
+
+START_TEST(test_panic_sent_and_abort)
+{
+    struct shm_slot *sl = panic_slot_new();
+    char want[128], b;
+    int p[2];
+    pid_t pid;
+
+    /* kill -BUS from outside: the text names the sender */
+    ck_assert_int_eq(pipe(p), 0);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(p[0]);
+        ck_assert_int_eq(panic_install(sl), 0);
+        ck_assert_int_eq(write(p[1], "r", 1), 1);
+        for (;;)
+            pause();
+    }
+    close(p[1]);
+    ck_assert_int_eq(read(p[0], &b, 1), 1);
+    close(p[0]);
+    kill(pid, SIGBUS);
+    panic_reap(pid, SIGBUS);
+    snprintf(want, sizeof(want), "signal 7 (SIGBUS), sent by pid %d", (int)getpid());
+    ck_assert_msg(strcmp(sl->panic, want) == 0, "panic text: \"%s\"", sl->panic);
+
+    /* a plain abort() (what a failed assert ends in) */
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        ck_assert_int_eq(panic_install(sl), 0);
+        abort();
+    }
+    panic_reap(pid, SIGABRT);
+    ck_assert_msg(strcmp(sl->panic, "signal 6 (SIGABRT), raised by itself (abort or assert)") == 0,
+                  "panic text: \"%s\"", sl->panic);
+    munmap(sl, sizeof(*sl));
+}
+END_TEST
+
 int
 main(void)
 {
@@ -213,6 +332,11 @@ main(void)
     tcase_add_test(tc, test_unwait_and_slot_reset);
     tcase_add_test(tc, test_full_table);
     tcase_add_test(tc, test_processes_contend);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("panic");
+    tcase_add_test(tc, test_panic_own_reason);
+    tcase_add_test(tc, test_panic_fault);
+    tcase_add_test(tc, test_panic_sent_and_abort);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

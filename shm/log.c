@@ -1,5 +1,5 @@
 /*
- * master/log.c: the error log.
+ * shm/log.c: the error log (opened by the master, inherited by workers).
  *
  * Every line is formatted into a stack buffer and written with one write(2)
  * to an O_APPEND descriptor, so lines from the master and all workers,
@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "master/log.h"
+#include "shm/log.h"
 
 #define LOG_LINE_MAX 2048
 

@@ -1,5 +1,11 @@
 /*
- * master/log.h: the error log.
+ * shm/log.h: the error log, shared by every process.
+ *
+ * It lives in shm/ (the layer of what processes share) because the master
+ * and every worker write to the same file; cache/ does not use it (the cache
+ * logs through the callback it is given, cache_set_log()).  Who opens it:
+ * the master, with log_open() after reading records.config; workers only
+ * write to the descriptor they inherit across fork.
  *
  * One line per event: "2026-11-30T03:16:16.123Z [level] [pid N] message".
  * The master opens the file (proxy.config.log.logfile_dir/error.log) and

@@ -1,0 +1,64 @@
+/*
+ * conf/parse.h: what every conf/ parser shares: the error list
+ * ("file:line: message"), the line reader and tokeniser, paths and sizes
+ * (conf/parse.c).  conf/conf.h includes it; conf_load() is in conf/conf.c.
+ */
+#ifndef CISTERN_CONF_PARSE_H
+#define CISTERN_CONF_PARSE_H
+
+#include <stdint.h>
+
+#define CONF_MAX_ERRORS   256
+
+/* ---------------------------------------------------------------------
+ * Errors and warnings
+ */
+struct conf_errors {
+    int      n;                       /* errors recorded (may exceed stored) */
+    int      nwarn;                   /* warnings recorded */
+    int      nstored;                 /* entries in msgs[] */
+    char    *msgs[CONF_MAX_ERRORS];   /* "file:line: message" (malloc'd) */
+    int      is_warn[CONF_MAX_ERRORS];
+};
+
+/* Record an error / warning.  file may be NULL (no "file:line: " prefix);
+ * line 0 means "file: message". */
+void conf_error(struct conf_errors *e, const char *file, int line,
+                const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void conf_warn(struct conf_errors *e, const char *file, int line,
+               const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void conf_errors_free(struct conf_errors *e);
+
+/* Resolve p against dir when relative; returns a malloc'd absolute path. */
+char *conf_path(const char *dir, const char *p);
+
+/* Parse a size with an optional K/M/G/T suffix (powers of 1024).
+ * Returns 0 and sets *out, or -1. */
+int conf_parse_size(const char *s, int64_t *out);
+
+/* ---------------------------------------------------------------------
+ * Lines and tokens (for the conf/ parsers, not meant for other modules)
+ */
+
+/* Called once per meaningful line: trimmed, never empty, never a comment
+ * (a line whose first non-blank character is '#').  line may be modified
+ * in place.  Return 0 to go on, -1 to stop reading. */
+typedef int conf_line_fn(void *arg, char *line, int lineno);
+
+/* Feed every meaningful line of file to fn.  Returns -1 (and records
+ * "file: cannot open: reason") when the file cannot be read, else 0. */
+int   conf_foreach_line(const char *file, struct conf_errors *e,
+                        conf_line_fn *fn, void *arg);
+
+/* Same, over a NUL-terminated text held in memory (built-in defaults).
+ * The text is copied; it is not modified. */
+int   conf_foreach_text_line(const char *text, conf_line_fn *fn, void *arg);
+
+/* Strip leading and trailing whitespace in place; returns the new start. */
+char *conf_trim(char *s);
+
+/* Split the next whitespace-separated token off *cursor, NUL-terminating it
+ * in place.  Returns NULL at the end of the string. */
+char *conf_token(char **cursor);
+
+#endif /* CISTERN_CONF_PARSE_H */
