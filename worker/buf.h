@@ -32,19 +32,21 @@
 #include <time.h>
 #include <sys/socket.h>
 
+#include "shm/panic.h"
+
 /* ------------------------------------------------------------------ */
 /* Magics */
 
 /* A callback's argument must carry its struct's magic: a mismatch is a
  * use after free (or a wrong argument), and the process stops at once
- * rather than corrupt what another connection owns.  The one place to
- * change what "stop" means (a panic hook that leaves its text in shm). */
-static inline void
-magic_check(uint32_t have, uint32_t want)
-{
-    if (__builtin_expect(have != want, 0))
-        abort();
-}
+ * rather than corrupt what another connection owns: cst_panic leaves
+ * the reason in our shm slot, and the master logs it (shm/panic.h). */
+#define magic_check(have, want)                                               \
+    do {                                                                      \
+        if (__builtin_expect((have) != (want), 0))                            \
+            cst_panic("bad magic %08x, want %08x", (unsigned)(have),          \
+                      (unsigned)(want));                                      \
+    } while (0)
 
 /* ------------------------------------------------------------------ */
 /* The pool */

@@ -158,8 +158,7 @@ conn_close(struct conn *c)
 {
     struct worker *w = wk;
 
-    if (c->cn_magic != CONN_MAGIC)
-        abort();
+    magic_check(c->cn_magic, CONN_MAGIC);
     if (c->cn_req)
         req_abort(c->cn_req);   /* a transaction cut short is still logged */
     event_del(&c->cn_rev);
@@ -581,6 +580,16 @@ conn_after_steps(struct conn *c, size_t mark)
     }
 }
 
+/* The connection that owns rq (a callback's way back: magic checked). */
+static struct conn *
+conn_of(const struct req *rq)
+{
+    struct conn *c = rq->rq_owner;
+
+    magic_check(c->cn_magic, CONN_MAGIC);
+    return c;
+}
+
 /* The current head has been dispatched: step over it. */
 static void
 conn_consume_head(struct conn *c)
@@ -608,10 +617,8 @@ conn_request(struct conn *c)
 static void
 conn_req_moved(struct req *rq)
 {
-    struct conn *c = ((struct conn *)rq->rq_owner);
+    struct conn *c = conn_of(rq);
 
-    if (c->cn_magic != CONN_MAGIC)
-        abort();
     c->cn_state = CONN_SEND;
     conn_after_steps(c, c->cn_out.end);
     if (c->cn_state == CONN_WAIT)
@@ -623,13 +630,13 @@ conn_req_moved(struct req *rq)
 static int
 conn_req_flush(struct req *rq)
 {
-    return conn_flush(((struct conn *)rq->rq_owner));
+    return conn_flush(conn_of(rq));
 }
 
 static void
 conn_req_body_resume(struct req *rq)
 {
-    conn_read_resume(((struct conn *)rq->rq_owner));
+    conn_read_resume(conn_of(rq));
 }
 
 static const struct req_owner_ops conn_req_ops = {
@@ -761,6 +768,58 @@ conn_process(struct conn *c)
     return conn_flush(c);
 }
 
+/* Write cn_out, then the body lent with the answer, until all is out.
+ * 0: all written; 1: the socket is full (wait to write); -1: closed (the
+ * peer is gone: nothing to save).  *progress: set once bytes moved. */
+static int
+conn_send(struct conn *c, int *progress)
+{
+    struct buf *o = &c->cn_out;
+    struct req *rq = c->cn_req;
+
+    while (o->end > o->start || conn_body_len(c) > 0) {
+        struct iovec iov[2];
+        int n = 0;
+        size_t head = o->end - o->start, blen = conn_body_len(c);
+        ssize_t k;
+
+        if (head) {
+            iov[n].iov_base = o->data + o->start;
+            iov[n++].iov_len = head;
+        }
+        if (blen) {
+            iov[n].iov_base = (void *)rq->rq_body;
+            iov[n++].iov_len = blen;
+        }
+        /* An internal transaction has no client: its answer is dropped. */
+        if (c->cn_tls)
+            k = tls_conn_write(c, o->data + o->start, head, blen ? rq->rq_body : NULL, blen);
+        else
+            k = c->cn_fd >= 0 ? writev(c->cn_fd, iov, n) : (ssize_t)(head + blen);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return 1;
+            conn_close(c);
+            return -1;
+        }
+        *progress = 1;
+        wk->ctr->bytes_out += (uint64_t)k;
+        if ((size_t)k <= head) {
+            o->start += (size_t)k;
+        } else {
+            o->start = o->end;
+            k -= (ssize_t)head;
+            rq->rq_body += k;
+            rq->rq_body_len -= (size_t)k;
+            if (rq->rq_up)
+                proxy_client_sent(rq, (size_t)k);
+        }
+    }
+    return 0;
+}
+
 /* Write what is queued (our bytes, then body bytes lent by the origin
  * transaction), let the transaction refill, and when all is done: close,
  * go idle, or answer the next pipelined request.
@@ -775,7 +834,7 @@ static int
 conn_flush(struct conn *c)
 {
     struct buf *o = &c->cn_out;
-    int progress = 0;
+    int progress = 0, k;
 
     if (c->cn_in_process || c->cn_in_flush)
         return 0;       /* the outer caller flushes when it is done */
@@ -786,53 +845,15 @@ conn_flush(struct conn *c)
             conn_reset(c);
             return -1;
         }
-        while (!c->cn_hold && (o->end > o->start || conn_body_len(c) > 0)) {
-            struct iovec iov[2];
-            int n = 0;
-            size_t head = o->end - o->start;
-            ssize_t k;
-
-            if (head) {
-                iov[n].iov_base = o->data + o->start;
-                iov[n++].iov_len = head;
-            }
-            if (conn_body_len(c)) {
-                iov[n].iov_base = (void *)c->cn_req->rq_body;
-                iov[n++].iov_len = conn_body_len(c);
-            }
-            /* An internal transaction has no client: its answer is dropped. */
-            if (c->cn_tls)
-                k = tls_conn_write(c, o->data + o->start, head, c->cn_req ? c->cn_req->rq_body : NULL,
-                                   conn_body_len(c));
-            else
-                k = c->cn_fd >= 0 ? writev(c->cn_fd, iov, n)
-                                  : (ssize_t)(head + conn_body_len(c));
-            if (k < 0) {
-                if (errno == EINTR)
-                    continue;
-                if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                    c->cn_in_flush = 0;
-                    if (conn_wait_write(c, progress) < 0) {
-                        conn_close(c);
-                        return -1;
-                    }
-                    return 0;
-                }
-                conn_close(c);      /* the peer is gone: nothing to save */
+        if (!c->cn_hold && (k = conn_send(c, &progress)) != 0) {
+            if (k < 0)
+                return -1;      /* closed */
+            c->cn_in_flush = 0;
+            if (conn_wait_write(c, progress) < 0) {
+                conn_close(c);
                 return -1;
             }
-            progress = 1;
-            wk->ctr->bytes_out += (uint64_t)k;
-            if ((size_t)k <= head) {
-                o->start += (size_t)k;
-            } else {
-                o->start = o->end;
-                k -= (ssize_t)head;
-                c->cn_req->rq_body += k;
-                c->cn_req->rq_body_len -= (size_t)k;
-                if (conn_up(c))
-                    proxy_client_sent(c->cn_req, (size_t)k);
-            }
+            return 0;
         }
         if (conn_up(c) == NULL && conn_body_len(c) == 0 && c->cn_req)
             req_sent_all(c->cn_req);    /* a hit's or a transaction's answer
@@ -935,6 +956,137 @@ conn_timeout(struct conn *c)
     conn_close(c);
 }
 
+/* conn_on_read, a timer: 1 when it was handled (the connection may be
+ * gone).  A timer that expires as input arrives (libevent then reports
+ * both) loses to the input: closing with unread bytes would answer the
+ * client's request with a reset (a drained keep-alive connection whose
+ * next request was on its way, under load).  An idle connection whose
+ * request is already waiting is served, not closed. */
+static int
+conn_read_timer(struct conn *c, evutil_socket_t fd, short what)
+{
+    char b;
+
+    if (!(what & EV_TIMEOUT) || (what & EV_READ))
+        return 0;
+    if (c->cn_state == CONN_LINGER) {
+        conn_close(c);
+        return 1;
+    }
+    if ((c->cn_state == CONN_IDLE
+         || (c->cn_state == CONN_HEAD && c->cn_in.end == c->cn_in.start))
+        && (recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0
+            || (c->cn_tls && tls_conn_pending(c))))
+        return 0;
+    conn_timeout(c);
+    return 1;
+}
+
+/* conn_on_read, TLS first: the handshake, or a write that waited for
+ * readability.  1 when it was handled (the connection may be gone). */
+static int
+conn_read_tls(struct conn *c)
+{
+    c->cn_tls_rw = 0;
+    if (!c->cn_tls_up) {
+        enum tls_want rc = tls_conn_handshake(c);
+        if (rc == TLS_WANT_WRITE) {
+            struct timeval tv = { wk->conf->rec.txn_no_activity_in, 0 };
+            if (conn_want_write(c, &tv) < 0)
+                rc = TLS_ERR;
+        } else if (rc != TLS_ERR) {
+            conn_unwant_write(c);
+        }
+        if (rc == TLS_ERR) {
+            conn_close(c);
+            return 1;
+        }
+        conn_wait_read(c);  /* the head deadline runs from accept */
+        if (rc != TLS_OK)
+            return 1;
+    }
+    if (c->cn_tls_wr) {
+        /* a write waited for this readability */
+        c->cn_tls_wr = 0;
+        conn_flush(c);
+        return 1;
+    }
+    return 0;
+}
+
+/* conn_on_read: room in cn_in for more.  0, or -1 when it was handled
+ * instead (read blocked, refused or closed). */
+static int
+conn_read_room(struct conn *c)
+{
+    struct buf *in = &c->cn_in;
+    size_t limit = wk->limits.head_max + BUF_SIZE;
+
+    if (buf_alloc(in) < 0) {
+        conn_close(c);
+        return -1;
+    }
+    if (in->end < in->size)
+        return 0;
+    if (in->start > 0) {
+        buf_grow(in, 1);    /* compacts; never grows */
+    } else if (c->cn_state == CONN_HEAD && in->size < limit) {
+        if (buf_grow(in, BUF_SIZE) < 0) {
+            conn_close(c);
+            return -1;
+        }
+    } else if (c->cn_state == CONN_HEAD && c->cn_out.end == c->cn_out.start
+               && conn_body_len(c) == 0) {
+        /* A head that fills the largest buffer and is still not whole
+         * (the scanner's own limits should have said so first): never
+         * stop reading without a timer, answer. */
+        event_del(&c->cn_rev);
+        conn_refuse(c, 431, "request header section too large");
+        conn_flush(c);
+        return -1;
+    } else {
+        /* Full of input we cannot take yet (pipelined requests behind a
+         * slow response, or a body the origin is slow to accept): stop
+         * reading until that changes. */
+        event_del(&c->cn_rev);
+        c->cn_read_blocked = 1;
+        return -1;
+    }
+    return 0;
+}
+
+/* conn_on_read: the client closed its side. */
+static void
+conn_read_eof(struct conn *c)
+{
+    c->cn_in_eof = 1;
+    event_del(&c->cn_rev);
+    switch (c->cn_state) {
+    case CONN_IDLE:
+        conn_close(c);
+        return;
+    case CONN_HEAD:
+    case CONN_BODY:
+        /* Mid-request EOF: this request can never complete. */
+        if (c->cn_in.end == c->cn_in.start && c->cn_state == CONN_HEAD
+            && c->cn_out.end == c->cn_out.start && !conn_up(c)) {
+            conn_close(c);
+            return;
+        }
+        if (c->cn_state == CONN_BODY || c->cn_in.end > c->cn_in.start) {
+            proxy_abort(c->cn_req);
+            if (c->cn_hold)
+                conn_void_held(c);
+            c->cn_close = 1;
+        }
+        break;
+    default:
+        /* PROXY / SEND: finish the response, then close. */
+        break;
+    }
+    conn_flush(c);
+}
+
 static void
 conn_on_read(evutil_socket_t fd, short what, void *arg)
 {
@@ -942,25 +1094,9 @@ conn_on_read(evutil_socket_t fd, short what, void *arg)
     struct buf *in = &c->cn_in;
     ssize_t n;
 
-    /* A timer that expires as input arrives (libevent then reports both)
-     * loses to the input: closing with unread bytes would answer the
-     * client's request with a reset (a drained keep-alive connection whose
-     * next request was on its way, under load).  An idle connection whose
-     * request is already waiting is served, not closed. */
-    if ((what & EV_TIMEOUT) && !(what & EV_READ)) {
-        char b;
-        if (c->cn_state == CONN_LINGER) {
-            conn_close(c);
-            return;
-        }
-        if (!((c->cn_state == CONN_IDLE
-               || (c->cn_state == CONN_HEAD && in->end == in->start))
-              && (recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0
-                  || (c->cn_tls && tls_conn_pending(c))))) {
-            conn_timeout(c);
-            return;
-        }
-    }
+    magic_check(c->cn_magic, CONN_MAGIC);
+    if (conn_read_timer(c, fd, what))
+        return;
     if (c->cn_state == CONN_LINGER) {
         char sink[4096];
         n = read(fd, sink, sizeof(sink));
@@ -968,63 +1104,10 @@ conn_on_read(evutil_socket_t fd, short what, void *arg)
             conn_close(c);
         return;
     }
-    if (c->cn_tls) {
-        c->cn_tls_rw = 0;
-        if (!c->cn_tls_up) {
-            enum tls_want rc = tls_conn_handshake(c);
-            if (rc == TLS_WANT_WRITE) {
-                struct timeval tv = { wk->conf->rec.txn_no_activity_in, 0 };
-                if (conn_want_write(c, &tv) < 0)
-                    rc = TLS_ERR;
-            } else if (rc != TLS_ERR) {
-                conn_unwant_write(c);
-            }
-            if (rc == TLS_ERR) {
-                conn_close(c);
-                return;
-            }
-            conn_wait_read(c);  /* the head deadline runs from accept */
-            if (rc != TLS_OK)
-                return;
-        }
-        if (c->cn_tls_wr) {
-            /* a write waited for this readability */
-            c->cn_tls_wr = 0;
-            conn_flush(c);
-            return;
-        }
-    }
-    if (buf_alloc(in) < 0) {
-        conn_close(c);
+    if (c->cn_tls && conn_read_tls(c))
         return;
-    }
-    if (in->end == in->size) {
-        size_t limit = wk->limits.head_max + BUF_SIZE;
-        if (in->start > 0) {
-            buf_grow(in, 1);    /* compacts; never grows */
-        } else if (c->cn_state == CONN_HEAD && in->size < limit) {
-            if (buf_grow(in, BUF_SIZE) < 0) {
-                conn_close(c);
-                return;
-            }
-        } else if (c->cn_state == CONN_HEAD && c->cn_out.end == c->cn_out.start
-                   && conn_body_len(c) == 0) {
-            /* A head that fills the largest buffer and is still not
-             * whole (the scanner's own limits should have said so first):
-             * never stop reading without a timer, answer. */
-            event_del(&c->cn_rev);
-            conn_refuse(c, 431, "request header section too large");
-            conn_flush(c);
-            return;
-        } else {
-            /* Full of input we cannot take yet (pipelined requests behind
-             * a slow response, or a body the origin is slow to accept):
-             * stop reading until that changes. */
-            event_del(&c->cn_rev);
-            c->cn_read_blocked = 1;
-            return;
-        }
-    }
+    if (conn_read_room(c) < 0)
+        return;
     if (c->cn_fresh && c->cn_state == CONN_HEAD && in->end == in->start
         && (c->cn_tls == NULL || c->cn_tls_up))
         /* the header deadline runs from the head's first byte */
@@ -1037,41 +1120,16 @@ conn_on_read(evutil_socket_t fd, short what, void *arg)
             if (conn_want_write(c, &tv) < 0)
                 errno = ENOMEM;     /* closed below */
         }
-    } else
+    } else {
         n = read(fd, in->data + in->end, in->size - in->end);
+    }
     if (n < 0) {
-        if (errno == EAGAIN || errno == EINTR)
-            return;
-        conn_close(c);
+        if (errno != EAGAIN && errno != EINTR)
+            conn_close(c);
         return;
     }
     if (n == 0) {
-        c->cn_in_eof = 1;
-        event_del(&c->cn_rev);
-        switch (c->cn_state) {
-        case CONN_IDLE:
-            conn_close(c);
-            return;
-        case CONN_HEAD:
-        case CONN_BODY:
-            /* Mid-request EOF: this request can never complete. */
-            if (c->cn_in.end == c->cn_in.start && c->cn_state == CONN_HEAD
-                && c->cn_out.end == c->cn_out.start && !conn_up(c)) {
-                conn_close(c);
-                return;
-            }
-            if (c->cn_state == CONN_BODY || c->cn_in.end > c->cn_in.start) {
-                proxy_abort(c->cn_req);
-                if (c->cn_hold)
-                    conn_void_held(c);
-                c->cn_close = 1;
-            }
-            break;
-        default:
-            /* PROXY / SEND: finish the response, then close. */
-            break;
-        }
-        conn_flush(c);
+        conn_read_eof(c);
         return;
     }
     in->end += (size_t)n;
@@ -1083,6 +1141,7 @@ conn_on_write(evutil_socket_t fd, short what, void *arg)
 {
     struct conn *c = arg;
 
+    magic_check(c->cn_magic, CONN_MAGIC);
     if (what & EV_TIMEOUT) {
         struct conn_wev *e = c->cn_wev;
         struct timeval tv = { wk->conf->rec.txn_no_activity_in, 0 };

@@ -224,48 +224,30 @@ proxy_pristine_host(const struct http_req *r, char *out, size_t outlen)
     return n;
 }
 
-int
-proxy_start(struct req *rq, const struct conf_remap_result *res,
-            const struct conf_remap_rule *rule, int keep_alive,
-            const char *key, size_t keylen, const char *fwd)
+/* The transaction's fields, from the request and its route. */
+static void
+up_setup(struct upstream *up, struct req *rq, const struct conf_remap_result *res,
+         const struct conf_remap_rule *rule, int keep_alive, const char *key,
+         size_t keylen, const char *fwd)
 {
-    struct http_req *r = &rq->r;
+    const struct http_req *r = &rq->r;
     const struct conf_records *rec = &wk->conf->rec;
-    struct upstream *up;
-    struct buf *o;
-    char ip[64];
-    int xff = -1, err = 0;
+    size_t hl = strnlen(res->host, sizeof(up->up_host) - 1);
+    struct timeval now;
 
-    int https = strcmp(res->scheme, "https") == 0;
-
-    if (!https && strcmp(res->scheme, "http") != 0) {
-        resp_simple(rq, 502, "Connection: close\r\n", NULL,
-                    "unsupported origin scheme", r->method == HTTP_HEAD);
-        rq->rq_close = 1;
-        return -1;
-    }
-    if ((up = up_get()) == NULL || buf_alloc(&up->up_out) < 0) {
-        if (up)
-            free(up);
-        resp_simple(rq, 503, "Connection: close\r\n", NULL, "out of memory", 0);
-        rq->rq_close = 1;
-        return -1;
-    }
     rq->rq_up = up;
     up->up_req = rq;
     up->up_rule = rule;
-    size_t hl = strnlen(res->host, sizeof(up->up_host) - 1);
     memcpy(up->up_host, res->host, hl);
     up->up_host[hl] = '\0';
     up->up_port = res->port;
-    up->up_https = https;
+    up->up_https = strcmp(res->scheme, "https") == 0;
     up->up_method = r->method;
     up->up_client_minor = r->minor;
     up->up_client_ka = keep_alive;
     up->up_req_body = r->has_body;
     up->up_cstatus = fwd;
     store_cond_from(&up->up_cond, r);
-    struct timeval now;
     event_base_gettimeofday_cached(wk->base, &now);
     up->up_req_time = now.tv_sec;
     if (rec->txn_active_out > 0) {
@@ -294,82 +276,101 @@ proxy_start(struct req *rq, const struct conf_remap_result *res,
                   && (r->method == HTTP_GET || r->method == HTTP_HEAD
                       || r->method == HTTP_OPTIONS || r->method == HTTP_TRACE
                       || r->method == HTTP_PUT || r->method == HTTP_DELETE);
+    up->up_reval = rq->obj_held && r->method == HTTP_GET;
+}
 
-    /* The request head, rewritten for the origin. */
-    o = &up->up_out;
+/* Field i of the client's request, as the origin gets it (or not):
+ * hop-by-hop fields, our own credentials, Host and Expect never; the
+ * client's validators not while we revalidate; Range not for a fill;
+ * Accept-Encoding normalised; X-Forwarded-For later, merged (*xff). */
+static int
+proxy_put_field(struct buf *o, const struct upstream *up, const struct http_req *r, int i,
+                int mfi, int64_t mf, int *xff)
+{
+    const struct conf_records *rec = &wk->conf->rec;
+    const struct http_field *f = &r->fields[i];
+    int err = 0;
+
+    if (http_field_hop(r, i))
+        return 0;       /* Transfer-Encoding too: see proxy_put_head */
+    if (i == mfi && mf > 0) {
+        /* RFC 9110 7.6.2: one hop fewer */
+        char d[24];
+        err |= buf_lit(o, "Max-Forwards: ");
+        err |= buf_append(o, d, (size_t)(fmt_i64(d, mf - 1) - d));
+        return err | buf_lit(o, "\r\n");
+    }
+    if (f->id == HTTP_F_OTHER && http_field_is(r, i, "proxy-authorization"))
+        return 0;   /* credentials for us, the proxy (RFC 9110 11.7.1) */
+    switch (f->id) {
+    case HTTP_F_HOST:   /* written already */
+    case HTTP_F_EXPECT: /* ours to answer */
+        return 0;
+    case HTTP_F_IF_NONE_MATCH:
+    case HTTP_F_IF_MODIFIED_SINCE:
+        /* Revalidating: our validators replace the client's (its own
+         * conditions are answered by us from the refreshed object). */
+        if (up->up_reval)
+            return 0;
+        break;
+    case HTTP_F_RANGE:
+    case HTTP_F_IF_RANGE:
+        /* A range we will store whole is asked for whole. */
+        if (up->up_store)
+            return 0;
+        break;
+    case HTTP_F_ACCEPT_ENCODING:
+        if (rec->normalize_ae && (r->method == HTTP_GET || r->method == HTTP_HEAD)) {
+            const char *ae = store_norm_ae(r->base + f->value, f->value_len,
+                                           rec->normalize_ae);
+            if (*ae) {
+                err |= buf_lit(o, "Accept-Encoding: ");
+                err |= buf_puts(o, ae);
+                err |= buf_lit(o, "\r\n");
+            }
+            return err;
+        }
+        break;
+    case HTTP_F_X_FORWARDED_FOR:
+        if (*xff < 0)
+            *xff = i;    /* merged later, with the client's address last */
+        return 0;
+    default:
+        break;
+    }
+    return buf_put_field(o, r, f);
+}
+
+/* The request head, rewritten for the origin, into up_out.  0, or -1
+ * when it does not fit. */
+static int
+proxy_put_head(struct upstream *up, struct req *rq, const struct conf_remap_result *res)
+{
+    const struct http_req *r = &rq->r;
+    struct buf *o = &up->up_out;
+    char ph[300], ip[64];
+    size_t phl;
+    int xff = -1, err = 0, mfi;
+
     err |= buf_puts(o, http_method_name(r->method));
     err |= buf_lit(o, " ");
     err |= buf_append(o, res->path, res->pathlen);
     err |= buf_lit(o, " HTTP/1.1\r\nHost: ");
-    char ph[300];
-    size_t phl;
-    if (rec->pristine_host_hdr && (phl = proxy_pristine_host(r, ph, sizeof(ph))) > 0) {
-        /* (the cache key carries the same value: see conn_route) */
+    if (wk->conf->rec.pristine_host_hdr
+        && (phl = proxy_pristine_host(r, ph, sizeof(ph))) > 0) {
+        /* (the cache key carries the same value: see req.c's req_key) */
         err |= buf_append(o, ph, phl);
     } else {
         err |= buf_puts(o, res->host);
-        if (res->port != (https ? 443 : 80)) {
+        if (res->port != (up->up_https ? 443 : 80)) {
             err |= buf_lit(o, ":");
             err |= buf_putu(o, (unsigned)res->port);
         }
     }
     err |= buf_lit(o, "\r\n");
-    up->up_reval = rq->obj_held && r->method == HTTP_GET;
-    int mfi;
     int64_t mf = http_max_forwards(r, &mfi);   /* 0 was answered by us */
-    for (int i = 0; i < r->nfields; i++) {
-        const struct http_field *f = &r->fields[i];
-
-        if (http_field_hop(r, i))
-            continue;       /* Transfer-Encoding too: see below */
-        if (i == mfi && mf > 0) {
-            /* RFC 9110 7.6.2: one hop fewer */
-            char d[24];
-            err |= buf_lit(o, "Max-Forwards: ");
-            err |= buf_append(o, d, (size_t)(fmt_i64(d, mf - 1) - d));
-            err |= buf_lit(o, "\r\n");
-            continue;
-        }
-        if (f->id == HTTP_F_OTHER && http_field_is(r, i, "proxy-authorization"))
-            continue;   /* credentials for us, the proxy (RFC 9110 11.7.1) */
-        switch (f->id) {
-        case HTTP_F_HOST:   /* written above */
-        case HTTP_F_EXPECT: /* ours to answer */
-            continue;
-        case HTTP_F_IF_NONE_MATCH:
-        case HTTP_F_IF_MODIFIED_SINCE:
-            /* Revalidating: our validators replace the client's (its own
-             * conditions are answered by us from the refreshed object). */
-            if (up->up_reval)
-                continue;
-            break;
-        case HTTP_F_RANGE:
-        case HTTP_F_IF_RANGE:
-            /* A range we will store whole is asked for whole. */
-            if (up->up_store)
-                continue;
-            break;
-        case HTTP_F_ACCEPT_ENCODING:
-            if (rec->normalize_ae && (r->method == HTTP_GET || r->method == HTTP_HEAD)) {
-                const char *ae = store_norm_ae(r->base + f->value, f->value_len,
-                                               rec->normalize_ae);
-                if (*ae) {
-                    err |= buf_lit(o, "Accept-Encoding: ");
-                    err |= buf_puts(o, ae);
-                    err |= buf_lit(o, "\r\n");
-                }
-                continue;
-            }
-            break;
-        case HTTP_F_X_FORWARDED_FOR:
-            if (xff < 0)
-                xff = i;    /* merged below, with the client's address last */
-            continue;
-        default:
-            break;
-        }
-        err |= buf_put_field(o, r, f);
-    }
+    for (int i = 0; i < r->nfields; i++)
+        err |= proxy_put_field(o, up, r, i, mfi, mf, &xff);
     /* The body goes out as the client framed it: chunked. */
     if (r->chunked)
         err |= buf_lit(o, "Transfer-Encoding: chunked\r\n");
@@ -389,9 +390,30 @@ proxy_start(struct req *rq, const struct conf_remap_result *res,
     err |= buf_lit(o, "\r\nVia: ");
     err |= buf_puts(o, wk->via);
     err |= buf_lit(o, "\r\n\r\n");
-    if (err) {
+    return err ? -1 : 0;
+}
+
+int
+proxy_start(struct req *rq, const struct conf_remap_result *res,
+            const struct conf_remap_rule *rule, int keep_alive,
+            const char *key, size_t keylen, const char *fwd, const char **why)
+{
+    const struct http_req *r = &rq->r;
+    struct upstream *up;
+
+    if (strcmp(res->scheme, "https") != 0 && strcmp(res->scheme, "http") != 0) {
+        *why = "unsupported origin scheme";
+        return 502;
+    }
+    if ((up = up_get()) == NULL || buf_alloc(&up->up_out) < 0) {
+        pool_put(&wk->up_pool, up);
+        *why = "out of memory";
+        return 503;
+    }
+    up_setup(up, rq, res, rule, keep_alive, key, keylen, fwd);
+    if (proxy_put_head(up, rq, res) < 0) {
         proxy_error(rq, 502, "request too large to forward");
-        return -1;
+        return 0;       /* answered (or served stale): the transaction is over */
     }
     if (r->has_body && r->expect_continue) {
         /* We read the body ourselves; the client may send it now. */
@@ -556,6 +578,7 @@ up_on_write(evutil_socket_t fd, short what, void *arg)
 {
     struct upstream *up = arg;
 
+    magic_check(up->up_magic, UP_MAGIC);
     if (what & EV_TIMEOUT) {
         if (up_still_taking(up))
             return;
@@ -569,7 +592,10 @@ static void
 up_on_read(evutil_socket_t fd, short what, void *arg)
 {
     struct upstream *up = arg;
-    struct req *rq = up->up_req;
+    struct req *rq;
+
+    magic_check(up->up_magic, UP_MAGIC);
+    rq = up->up_req;
     struct buf *in = &up->up_in;
     ssize_t n;
 
@@ -845,6 +871,70 @@ proxy_serve_stale(struct req *rq, struct upstream *up, int status)
 }
 
 /* Called by conn.c when c's output is empty: move the response along. */
+/* An interim (1xx) response: on to HTTP/1.1 clients (RFC 9110 15.2: a
+ * proxy forwards 1xx it did not ask for); 1.0 clients cannot take them.
+ * A 101 would switch protocols under us: refused. */
+static enum proxy_pump
+proxy_interim(struct req *rq, struct upstream *up, struct http_req *resp)
+{
+    struct buf *in = &up->up_in;
+
+    if (resp->status == 101) {
+        up_fail(up, 502, "protocol upgrade is not supported");
+        return PROXY_MORE;
+    }
+    if (up->up_client_minor >= 1 && buf_alloc(rq->rq_out) == 0) {
+        struct buf *o = rq->rq_out;
+        size_t mark = o->end;
+        int err = buf_put_status(o, resp);
+        for (int i = 0; i < resp->nfields; i++)
+            if (!http_field_hop(resp, i))
+                err |= buf_put_field(o, resp, &resp->fields[i]);
+        err |= buf_lit(o, "\r\n");
+        if (err)
+            o->end = mark;  /* no room: the client does without it */
+        else
+            resp_count_interim(rq);
+    }
+    in->start += resp->start + resp->head_len;
+    http_req_reset(resp);
+    return PROXY_MORE;
+}
+
+/* What a final response does to the cache: an unsafe method's success
+ * invalidates the URL; a storable answer to a fill starts one; the fill
+ * claim ends now (hit-for-miss) when nothing will be stored, or when
+ * the object is too large for waiters to wait for. */
+static void
+proxy_cache_response(struct upstream *up, const struct http_req *resp)
+{
+    if (wk->cache && up->up_keylen && resp->status >= 200 && resp->status < 400
+        && up->up_method != HTTP_GET && up->up_method != HTTP_HEAD
+        && up->up_method != HTTP_OPTIONS && up->up_method != HTTP_TRACE)
+        store_invalidate(up->up_key, up->up_keylen, resp, "http", up->up_host, up->up_port);
+    if (up->up_store && wk->cache) {
+        /* Only Vary looks at the forwarded request.  When it cannot be
+         * read back (more fields than a head may hold once ours were
+         * added), the variant is unknown: not stored, never stored as the
+         * variant of a request without those fields. */
+        const struct http_req *fwd = NULL;
+        if (http_field_find_id(resp, HTTP_F_VARY, 0) >= 0
+            && (fwd = proxy_forwarded_req(up)) == NULL)
+            up->up_cdetail = "vary-key";
+        else
+            up->up_cdetail = store_fill_begin(up->up_key, up->up_keylen, resp, fwd,
+                                              up->up_req_auth, up->up_req_time,
+                                              &up->up_fill);
+    }
+    if (up->up_claim) {
+        if (up->up_fill == NULL)
+            proxy_release_claim(up, up->up_cdetail && strcmp(up->up_cdetail, "store-busy")
+                                    ? PASS_MS : 0);
+        else if (resp->content_length > COLLAPSE_LARGE)
+            proxy_release_claim(up, 0);
+    }
+}
+
 enum proxy_pump
 proxy_pump(struct req *rq)
 {
@@ -887,31 +977,8 @@ proxy_pump(struct req *rq)
             up_fail(up, 502, resp->reason ? resp->reason : "invalid response");
             return PROXY_MORE;
         }
-        if (resp->status < 200) {
-            /* Interim responses go on to HTTP/1.1 clients (RFC 9110 15.2:
-             * a proxy forwards 1xx it did not ask for); 1.0 clients cannot
-             * take them. */
-            if (resp->status == 101) {
-                up_fail(up, 502, "protocol upgrade is not supported");
-                return PROXY_MORE;
-            }
-            if (up->up_client_minor >= 1 && buf_alloc(rq->rq_out) == 0) {
-                struct buf *o = rq->rq_out;
-                size_t mark = o->end;
-                int err = buf_put_status(o, resp);
-                for (int i = 0; i < resp->nfields; i++)
-                    if (!http_field_hop(resp, i))
-                        err |= buf_put_field(o, resp, &resp->fields[i]);
-                err |= buf_lit(o, "\r\n");
-                if (err)
-                    o->end = mark;  /* no room: the client does without it */
-                else
-                    resp_count_interim(rq);
-            }
-            in->start += resp->start + resp->head_len;
-            http_req_reset(resp);
-            return PROXY_MORE;
-        }
+        if (resp->status < 200)
+            return proxy_interim(rq, up, resp);
         /* The origin's verdict on the stale object we hold (kept even
          * without validators, for stale-if-error). */
         if (up->up_reval && resp->status == 304)
@@ -919,31 +986,7 @@ proxy_pump(struct req *rq)
         if (resp->status >= 500 && store_stale_on_error(rq))
             return proxy_serve_stale(rq, up, resp->status);
         store_release(rq);   /* whatever we held, this answer replaces it */
-        if (wk->cache && up->up_keylen && resp->status >= 200 && resp->status < 400
-            && up->up_method != HTTP_GET && up->up_method != HTTP_HEAD
-            && up->up_method != HTTP_OPTIONS && up->up_method != HTTP_TRACE)
-            store_invalidate(up->up_key, up->up_keylen, resp, "http", up->up_host, up->up_port);
-        if (up->up_store && wk->cache) {
-            /* Only Vary looks at the forwarded request.  When it cannot be
-             * read back (more fields than a head may hold once ours were
-             * added), the variant is unknown: not stored, never stored as
-             * the variant of a request without those fields. */
-            const struct http_req *fwd = NULL;
-            if (http_field_find_id(resp, HTTP_F_VARY, 0) >= 0
-                && (fwd = proxy_forwarded_req(up)) == NULL)
-                up->up_cdetail = "vary-key";
-            else
-                up->up_cdetail = store_fill_begin(up->up_key, up->up_keylen, resp, fwd,
-                                                  up->up_req_auth, up->up_req_time,
-                                                  &up->up_fill);
-        }
-        if (up->up_claim) {
-            if (up->up_fill == NULL)
-                proxy_release_claim(up, up->up_cdetail && strcmp(up->up_cdetail, "store-busy")
-                                        ? PASS_MS : 0);
-            else if (resp->content_length > COLLAPSE_LARGE)
-                proxy_release_claim(up, 0);
-        }
+        proxy_cache_response(up, resp);
         /* the request is answered: no retry will need its bytes */
         up->up_out.start = up->up_out.end = 0;
         if (proxy_client_head(rq, up, resp) < 0) {
@@ -1094,5 +1137,7 @@ proxy_client_sent(struct req *rq, size_t n)
 void
 proxy_abort(struct req *rq)
 {
+    if (rq == NULL)
+        return;
     up_free(rq);
 }

@@ -101,8 +101,7 @@ req_free(struct req *rq)
 {
     if (rq == NULL)
         return;
-    if (rq->rq_magic != REQ_MAGIC)
-        abort();
+    magic_check(rq->rq_magic, REQ_MAGIC);
     req_abort(rq);
     rq->rq_magic = 0;
     pool_put(&wk->req_pool, rq);
@@ -462,8 +461,10 @@ step_hit(struct req *rq, struct req_route *rt)
 static enum req_step
 step_fetch(struct req *rq, struct req_route *rt)
 {
+    const char *why = NULL;
     int rc = proxy_start(rq, &rt->res, rt->rule, req_keep_alive(rq),
-                         (rt->keylen && rt->rule) ? rt->key : NULL, rt->keylen, rt->fwd);
+                         (rt->keylen && rt->rule) ? rt->key : NULL, rt->keylen, rt->fwd,
+                         &why);
 
     if (rq->rq_claim && rc == 0 && rq->rq_up) {
         /* the background revalidation's fetch carries its claim */
@@ -482,7 +483,8 @@ step_fetch(struct req *rq, struct req_route *rt)
     }
     if (rc == 0)
         return REQ_PARK;    /* running (or failed at once: its owner sees) */
-    return REQ_DONE;        /* refused before it started, answered */
+    rq->syn.close = 1;      /* refused before it started */
+    return req_answer(rq, rc, NULL, why);
 }
 
 static enum req_step
@@ -590,8 +592,7 @@ req_steps(struct req *rq, enum req_step s)
 {
     struct req_route rt;
 
-    if (rq->rq_magic != REQ_MAGIC)
-        abort();
+    magic_check(rq->rq_magic, REQ_MAGIC);
     rt.keylen = 0;
     rt.rule = NULL;
     rt.fwd = "bypass";

@@ -289,12 +289,13 @@ void origin_pool_close_all(struct worker *w);
 int  origin_connect_fresh(struct upstream *up);
 
 /* proxy.c: the origin transaction */
-/* Forward the current request of c to the origin chosen by res; key (or
- * NULL) is the cache key a GET may fill, fwd the Cache-Status reason.
- * Returns 0, or -1 after queueing an error response itself. */
+/* Forward request rq to the origin chosen by res; key (or NULL) is the
+ * cache key a GET may fill, fwd the Cache-Status reason.  Returns 0 (the
+ * transaction runs, in rq_up; or it failed at once and answered, and
+ * rq_up is NULL), or a status to answer with, *why saying why. */
 int  proxy_start(struct req *rq, const struct conf_remap_result *res,
                  const struct conf_remap_rule *rule, int keep_alive,
-                 const char *key, size_t keylen, const char *fwd);
+                 const char *key, size_t keylen, const char *fwd, const char **why);
 /* origin_get()'s ready callback (see origin_ready_fn). */
 void proxy_origin_ready(struct upstream *up, int err);
 /* The Host value sent with proxy.config.url_remap.pristine_host_hdr: the
