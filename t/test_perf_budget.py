@@ -299,7 +299,9 @@ def _dhat_worker_blocks(hits, path=PATH, fetches=1):
     old = os.environ.get("CISTERN_BIN")
     os.environ["CISTERN_BIN"] = wrapper
     try:
-        with Origin() as o, Cistern(storage=["cache 64M"], workers=1,
+        # start_timeout: a daemon under valgrind on a loaded machine can
+        # take well over the usual 10 s to listen (dhat counts, not times)
+        with Origin() as o, Cistern(storage=["cache 64M"], workers=1, start_timeout=90,
                                     remap=["map http://%s/ http://%s/" % (HOST, o.authority)]) as c:
             workers = harness.wait_for(lambda: [p for p in c.worker_pids()] or None, 30,
                                        what="the worker under valgrind")
