@@ -712,14 +712,14 @@ conn_process(struct conn *c)
 
             if (c->cn_req->rq_push) {
                 rc = push_body(c->cn_req);
-                conn_sync(c);
                 if (rc == HTTP_AGAIN)
                     break;
                 if (rc != HTTP_OK) {
                     conn_refuse(c, rc, r->reason);
                     break;
                 }
-                req_finish(c->cn_req);
+                req_synth(c->cn_req);   /* its answer, then DONE */
+                conn_sync(c);
                 http_req_reset(r);
                 continue;
             }

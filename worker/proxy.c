@@ -160,6 +160,7 @@ up_free(struct req *rq)
     pool_put(&wk->head_pool, up->up_resp);
     up->up_magic = 0;
     rq->rq_up = NULL;
+    rq->rq_body_owned = 0;
     rq->rq_body = NULL;
     rq->rq_body_len = 0;
     pool_put(&wk->up_pool, up);
@@ -183,16 +184,16 @@ proxy_error(struct req *rq, int status, const char *body)
         return;
     }
     int ka = up->up_client_ka && !up->up_req_body && !wk->draining;
+    void (*answer)(struct req *) = up->up_answer;
 
     wk->ctr->origin_errors++;
     up_free(rq);
-    resp_simple(rq, status, resp_connection_hdr(rq ? rq->r.minor : 1, ka),
-                NULL, body, rq && rq->r.method == HTTP_HEAD);
-    alog_result(rq, status == 504 ? "ERR_READ_TIMEOUT" : "ERR_CONNECT_FAIL", 0);
-    alog_end(rq);
-    if (!ka)
-        rq->rq_close = 1;
-    rq->rq_body_owned = 0;
+    memset(&rq->syn, 0, sizeof(rq->syn));
+    rq->syn.status = status;
+    rq->syn.body = body;
+    rq->syn.result = status == 504 ? "ERR_READ_TIMEOUT" : "ERR_CONNECT_FAIL";
+    rq->syn.close = !ka;
+    answer(rq);     /* the request makes our answer (SYNTH), then DONE */
 }
 
 size_t
@@ -396,7 +397,8 @@ proxy_put_head(struct upstream *up, struct req *rq, const struct conf_remap_resu
 int
 proxy_start(struct req *rq, const struct conf_remap_result *res,
             const struct conf_remap_rule *rule, int keep_alive,
-            const char *key, size_t keylen, const char *fwd, const char **why)
+            const char *key, size_t keylen, const char *fwd,
+            void (*answer)(struct req *), const char **why)
 {
     const struct http_req *r = &rq->r;
     struct upstream *up;
@@ -411,6 +413,7 @@ proxy_start(struct req *rq, const struct conf_remap_result *res,
         return 503;
     }
     up_setup(up, rq, res, rule, keep_alive, key, keylen, fwd);
+    up->up_answer = answer;
     if (proxy_put_head(up, rq, res) < 0) {
         proxy_error(rq, 502, "request too large to forward");
         return 0;       /* answered (or served stale): the transaction is over */

@@ -181,8 +181,8 @@ push_start(struct req *rq, const char *key, size_t keylen, int keep_alive)
     struct push *p;
 
     if (!r->has_body) {
-        resp_simple(rq, 400, resp_connection_hdr(r->minor, keep_alive), NULL,
-                    "PUSH needs a body: the response to store", 0);
+        rq->syn.status = 400;
+        rq->syn.body = "PUSH needs a body: the response to store";
         return -1;
     }
     if ((p = calloc(1, sizeof(*p))) == NULL
@@ -192,8 +192,9 @@ push_start(struct req *rq, const char *key, size_t keylen, int keep_alive)
             buf_release(&p->head);
             free(p);
         }
-        resp_simple(rq, 503, "Connection: close\r\n", NULL, "out of memory", 0);
-        rq->rq_close = 1;
+        rq->syn.status = 503;
+        rq->syn.body = "out of memory";
+        rq->syn.close = 1;
         return -1;
     }
     p->magic = PUSH_MAGIC;
@@ -247,31 +248,29 @@ push_body(struct req *rq)
         push_fail(p, "the pushed object could not be stored");
 
     int ka = p->keep_alive && !wk->draining;
-    const char *ch = resp_connection_hdr(r->minor, ka);
 
-    alog_result(rq, "TCP_MISS", 0);
+    rq->syn.result = "TCP_MISS";
+    rq->syn.close = !ka;
     if (p->state != PUSH_FAILED) {
         rc = store_fill_end(&p->fill, 1, &replaced);
         if (rc != CACHE_OK) {
             log_info("conn %llu: PUSH %.*s not stored: %s", (unsigned long long)rq->rq_id,
                      (int)p->keylen, p->key, cache_strerror(rc));
-            resp_simple(rq, 503, ch, NULL, "the cache could not store the object", 0);
+            rq->syn.status = 503;
+            rq->syn.body = "the cache could not store the object";
         } else {
             log_info("conn %llu: PUSH stored %.*s (%s)", (unsigned long long)rq->rq_id,
                      (int)p->keylen, p->key, replaced ? "replaced" : "new");
-            resp_simple(rq, replaced ? 200 : 201, ch, NULL,
-                        replaced ? "replaced" : "created", 0);
+            rq->syn.status = replaced ? 200 : 201;
+            rq->syn.body = replaced ? "replaced" : "created";
         }
     } else {
         log_info("conn %llu: PUSH %.*s refused: %s", (unsigned long long)rq->rq_id,
                  (int)p->keylen, p->key, p->why);
         wk->ctr->bad_requests++;
-        resp_simple(rq, 400, ch, NULL, p->why, 0);
+        rq->syn.status = 400;
+        rq->syn.body = p->why;      /* the push lives until DONE */
     }
-    if (!ka)
-        rq->rq_close = 1;
-    push_free(rq);
-    alog_end(rq);
     rq->rq_body_owned = 0;
     return HTTP_OK;
 }

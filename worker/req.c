@@ -464,7 +464,7 @@ step_fetch(struct req *rq, struct req_route *rt)
     const char *why = NULL;
     int rc = proxy_start(rq, &rt->res, rt->rule, req_keep_alive(rq),
                          (rt->keylen && rt->rule) ? rt->key : NULL, rt->keylen, rt->fwd,
-                         &why);
+                         req_synth, &why);
 
     if (rq->rq_claim && rc == 0 && rq->rq_up) {
         /* the background revalidation's fetch carries its claim */
@@ -492,8 +492,8 @@ step_push(struct req *rq, struct req_route *rt)
 {
 
     if (push_start(rq, rt->key, rt->keylen, req_keep_alive(rq)) == 0)
-        return REQ_PARK;        /* receiving the body */
-    return REQ_DONE;            /* refused, answered */
+        return REQ_PARK;        /* receiving the body; then req_synth() */
+    return REQ_SYNTH;           /* refused */
 }
 
 static enum req_step
@@ -569,6 +569,8 @@ step_done(struct req *rq, struct req_route *rt)
         rq->rq_claim = 0;
         fill_release(rq->whash, 0);
     }
+    if (rq->rq_push)
+        push_free(rq);      /* its answer (SYNTH) may have quoted it */
     store_release(rq);
     return REQ_PARK;
 }
@@ -641,6 +643,12 @@ req_refuse(struct req *rq, int status, const char *why)
     rq->syn.close = 1;
     rq->syn.status = status;
     rq->syn.body = why;
+    req_steps(rq, REQ_SYNTH);
+}
+
+void
+req_synth(struct req *rq)
+{
     req_steps(rq, REQ_SYNTH);
 }
 

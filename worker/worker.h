@@ -179,6 +179,8 @@ struct upstream {
     struct evdns_getaddrinfo_request *up_dns;
     origin_ready_fn  up_ready;        /* set by origin_get() */
     origin_attach_fn up_attach;
+    void           (*up_answer)(struct req *); /* our answer when the
+                                         origin fails (proxy_start) */
     char             up_host[256];    /* origin host (pool key with port) */
     int              up_port;
     struct sockaddr_storage up_addr;
@@ -292,10 +294,14 @@ int  origin_connect_fresh(struct upstream *up);
 /* Forward request rq to the origin chosen by res; key (or NULL) is the
  * cache key a GET may fill, fwd the Cache-Status reason.  Returns 0 (the
  * transaction runs, in rq_up; or it failed at once and answered, and
- * rq_up is NULL), or a status to answer with, *why saying why. */
+ * rq_up is NULL), or a status to answer with, *why saying why.  When the
+ * origin fails before it answers, the transaction describes our answer
+ * in rq->syn and calls answer(rq) (the completion callback: req.c's
+ * req_synth), maybe before proxy_start returns. */
 int  proxy_start(struct req *rq, const struct conf_remap_result *res,
                  const struct conf_remap_rule *rule, int keep_alive,
-                 const char *key, size_t keylen, const char *fwd, const char **why);
+                 const char *key, size_t keylen, const char *fwd,
+                 void (*answer)(struct req *), const char **why);
 /* origin_get()'s ready callback (see origin_ready_fn). */
 void proxy_origin_ready(struct upstream *up, int err);
 /* The Host value sent with proxy.config.url_remap.pristine_host_hdr: the
@@ -349,10 +355,12 @@ int  store_fill_data(struct cache_fill **f, const char *p, size_t n);
 int  store_fill_end(struct cache_fill **f, int complete, int *replaced);
 
 /* push.c: PUSH and PURGE (never forwarded) */
-/* Start receiving a PUSH body for key; 0, or -1 after queueing an answer. */
+/* Start receiving a PUSH body for key: 0, or -1 with the refusal
+ * described in rq->syn. */
 int  push_start(struct req *rq, const char *key, size_t keylen, int keep_alive);
-/* Feed the request body; HTTP_AGAIN, HTTP_OK (answer queued), or a status
- * for a malformed request body. */
+/* Feed the request body: HTTP_AGAIN; HTTP_OK, the PUSH over, its answer
+ * described in rq->syn (for req_synth; the push is freed at DONE); or a
+ * status for a malformed request body. */
 int  push_body(struct req *rq);
 void push_free(struct req *rq);
 
