@@ -263,14 +263,32 @@ store_variant_key(const char *key, size_t keylen, const char *vary, size_t vlen,
 /* ------------------------------------------------------------------ */
 /* Range */
 
+/* The digits at p (1*DIGIT, RFC 9110 14.1.1: no sign, no blank) into *n,
+ * saturated at UINT64_MAX (a position past any length); returns the end,
+ * or NULL when p does not start with a digit. */
+static const char *
+range_pos(const char *p, uint64_t *n)
+{
+    uint64_t v = 0;
+
+    if (*p < '0' || *p > '9')
+        return NULL;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        unsigned d = (unsigned)(*p - '0');
+        v = v > (UINT64_MAX - d) / 10 ? UINT64_MAX : v * 10 + d;
+    }
+    *n = v;
+    return p;
+}
+
 /* Parse "bytes=a-b" (one range) against a body of len bytes.  Returns 1
  * with [*from, *to] inclusive, 0 when the field is not a single byte range
  * we serve (answer with the whole object), -1 when unsatisfiable. */
 int
 store_range(const char *v, uint64_t len, uint64_t *from, uint64_t *to)
 {
-    unsigned long long a, b;
-    char *e;
+    uint64_t a, b;
+    const char *e;
 
     if (strncasecmp(v, "bytes=", 6) != 0)
         return 0;
@@ -280,8 +298,8 @@ store_range(const char *v, uint64_t len, uint64_t *from, uint64_t *to)
     if (strchr(v, ','))
         return 0;       /* several ranges: the whole object is allowed */
     if (*v == '-') {
-        b = strtoull(v + 1, &e, 10);
-        if (e == v + 1 || *e != '\0')
+        e = range_pos(v + 1, &b);
+        if (e == NULL || *e != '\0')
             return 0;
         if (b == 0 || len == 0)
             return -1;
@@ -289,17 +307,15 @@ store_range(const char *v, uint64_t len, uint64_t *from, uint64_t *to)
         *to = len - 1;
         return 1;
     }
-    if (*v < '0' || *v > '9')
-        return 0;
-    a = strtoull(v, &e, 10);
-    if (*e != '-')
+    e = range_pos(v, &a);
+    if (e == NULL || *e != '-')
         return 0;
     v = e + 1;
     if (*v == '\0') {
         b = len ? len - 1 : 0;
     } else {
-        b = strtoull(v, &e, 10);
-        if (*e != '\0' || b < a)
+        e = range_pos(v, &b);
+        if (e == NULL || *e != '\0' || b < a)
             return 0;
         if (b >= len)
             b = len - 1;
