@@ -4,13 +4,19 @@
  * Deliberate choices, where the RFC leaves room or peers differ:
  *  - An invalid Expires (or Expires: 0) means "already stale" (RFC 9111
  *    5.3); ATS accepts some invalid dates, we do not.
- *  - A malformed max-age / s-maxage value makes the response stale rather
- *    than falling back to Expires (4.2.1: "invalid ... SHOULD be treated
- *    as stale").
+ *  - A malformed max-age / s-maxage (a bad value, or bad syntax such as
+ *    "max-age = 60") makes the response stale rather than falling back to
+ *    Expires or a heuristic (4.2.1: "invalid ... SHOULD be treated as
+ *    stale").  Any other malformed directive is ignored.
  *  - Age values that do not parse are ignored; values that overflow are
  *    clamped to 2^31 (RFC 9111 1.2.2).
  *  - A request with Authorization is stored only when the response says
  *    public, s-maxage or must-revalidate (3.5).
+ *  - A response stale on arrival (lifetime 0) without no-cache,
+ *    must-revalidate or a validator (ETag, Last-Modified) is not stored:
+ *    it could never be used.
+ *  - With must-understand, no-store is ignored for a status whose caching
+ *    rules we implement (5.2.2.3), and any other status is not stored.
  */
 #include "config.h"
 
@@ -46,7 +52,9 @@ cc_delta(const char *p, size_t n)
 }
 
 /* Walk the directives of every Cache-Control field: calls fn with the
- * name and the (unquoted-as-given) value of each. */
+ * name and the (unquoted-as-given) value of each; has_val is 1 with a
+ * value, 0 without, -1 when the directive is malformed ("max-age = 5":
+ * RFC 9111 5.2 allows no whitespace around '='; val is then NULL). */
 typedef void (*cc_fn)(void *arg, const char *name, size_t nl, const char *val,
                       size_t vl, int has_val);
 
@@ -101,8 +109,10 @@ cc_walk(const struct http_req *r, const char *field, cc_fn fn, void *arg)
             }
             while (p < end && *p != ',')
                 p++;
-            if (nl && !bad)
-                fn(arg, ns, nl, vs, vl, has_val);
+            /* A malformed directive reaches fn with has_val -1 (no value):
+             * an invalid max-age must still make the response stale. */
+            if (nl)
+                fn(arg, ns, nl, bad ? NULL : vs, bad ? 0 : vl, bad ? -1 : has_val);
         }
     }
 }
@@ -115,6 +125,10 @@ cc_resp_one(void *arg, const char *name, size_t nl, const char *val, size_t vl,
 {
     struct cc_resp *cc = arg;
 
+    /* A malformed freshness directive is an invalid one (below); any
+     * other malformed directive is ignored. */
+    if (has_val < 0 && !IS("max-age") && !IS("s-maxage"))
+        return;
     if (IS("no-store")) {
         cc->no_store = 1;
     } else if (IS("no-cache")) {
@@ -148,7 +162,7 @@ cc_resp_one(void *arg, const char *name, size_t nl, const char *val, size_t vl,
     } else if (IS("must-understand")) {
         cc->must_understand = 1;
     } else if (IS("max-age")) {
-        int64_t d = has_val ? cc_delta(val, vl) : -1;
+        int64_t d = has_val > 0 ? cc_delta(val, vl) : -1;
         if (d < 0)
             cc->invalid = 1;
         else if (cc->max_age < 0)
@@ -156,7 +170,7 @@ cc_resp_one(void *arg, const char *name, size_t nl, const char *val, size_t vl,
         else if (d != cc->max_age)
             cc->invalid = 1;    /* conflicting duplicates: trust neither */
     } else if (IS("s-maxage")) {
-        int64_t d = has_val ? cc_delta(val, vl) : -1;
+        int64_t d = has_val > 0 ? cc_delta(val, vl) : -1;
         if (d < 0)
             cc->invalid = 1;
         else if (cc->s_maxage < 0)
@@ -164,11 +178,11 @@ cc_resp_one(void *arg, const char *name, size_t nl, const char *val, size_t vl,
         else if (d != cc->s_maxage)
             cc->invalid = 1;
     } else if (IS("stale-while-revalidate")) {
-        int64_t d = has_val ? cc_delta(val, vl) : -1;
+        int64_t d = has_val > 0 ? cc_delta(val, vl) : -1;
         if (d >= 0)
             cc->stale_while_revalidate = d;
     } else if (IS("stale-if-error")) {
-        int64_t d = has_val ? cc_delta(val, vl) : -1;
+        int64_t d = has_val > 0 ? cc_delta(val, vl) : -1;
         if (d >= 0)
             cc->stale_if_error = d;
     }
@@ -180,6 +194,8 @@ cc_req_one(void *arg, const char *name, size_t nl, const char *val, size_t vl,
 {
     struct cc_req *cc = arg;
 
+    if (has_val < 0)
+        return;     /* malformed: ignored */
     if (IS("no-store")) {
         cc->no_store = 1;
     } else if (IS("no-cache")) {
@@ -211,7 +227,7 @@ cc_pragma_one(void *arg, const char *name, size_t nl, const char *val, size_t vl
 {
     struct cc_req *cc = arg;
 
-    if (IS("no-cache"))
+    if (has_val >= 0 && IS("no-cache"))
         cc->no_cache = 1;
 }
 
@@ -367,12 +383,16 @@ cc_days(int y, int m, int d)
     return era * 146097 + doe - 719468;
 }
 
+/* The time of a valid date, or -1: the day must exist in that month of
+ * that year (29 February only in a leap year). */
 static time_t
 cc_mktime(int y, int mon, int d, int h, int mi, int s)
 {
-    static const int mdays[12] = { 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
+    static const int mdays[12] = { 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
+    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
 
-    if (mon < 0 || d < 1 || d > mdays[mon] || h > 23 || mi > 59 || s > 60 || y < 1900)
+    if (mon < 0 || d < 1 || d > mdays[mon] + (mon == 1 && leap) || h > 23 || mi > 59
+        || s > 60 || y < 1900)
         return -1;
     time_t t = (time_t)(cc_days(y, mon + 1, d) * 86400 + h * 3600 + mi * 60 + s);
     /* A valid date before 1970 is simply long ago: the epoch serves, and
@@ -380,8 +400,41 @@ cc_mktime(int y, int mon, int d, int h, int mi, int s)
     return t < 0 ? 0 : t;
 }
 
+/* The year of a two-digit RFC 850 year yy at time now (RFC 9110 5.6.7):
+ * the latest year ending in yy that is not more than 50 years after now.
+ * 50 years is counted in seconds (of an average Gregorian year) from the
+ * date itself, month, day and time included. */
+static time_t
+cc_rfc850(int yy, int mon, int d, int h, int mi, int s, time_t now)
+{
+    int64_t days = (int64_t)now / 86400;
+    /* the year of now (civil from days, the inverse of cc_days) */
+    int64_t z = days + 719468, era = (z >= 0 ? z : z - 146096) / 146097;
+    int64_t doe = z - era * 146097;
+    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    int64_t mp = (5 * doy + 2) / 153;
+    int64_t nowy = yoe + era * 400 + (mp >= 10);
+    int64_t limit = (int64_t)now + 1577836800LL;   /* 50 * 365.2425 days */
+    int64_t y = nowy + 51 - ((nowy + 51 - yy) % 100 + 100) % 100;
+
+    if (mon < 0)
+        return -1;
+    /* the year is chosen by the time the fields name (a day that does not
+     * exist then, like 29 February, counts as the next one), then checked */
+    if (cc_days((int)y, mon + 1, d) * 86400 + h * 3600 + mi * 60 + s > limit)
+        y -= 100;
+    return cc_mktime((int)y, mon, d, h, mi, s);
+}
+
 time_t
 cachectl_date(const char *p, size_t n)
+{
+    return cachectl_date_at(p, n, time(NULL));
+}
+
+time_t
+cachectl_date_at(const char *p, size_t n, time_t now)
 {
     char b[64];
     int d, y, h, mi, s, mon;
@@ -435,10 +488,7 @@ cachectl_date(const char *p, size_t n)
         s = cc_num(c + 18, 2);
         if (d < 0 || y < 0 || h < 0 || mi < 0 || s < 0)
             return -1;
-        /* RFC 9110 5.6.7: a two-digit year more than 50 years in the
-         * future is in the past century. */
-        y += y < 70 ? 2000 : 1900;
-        return cc_mktime(y, mon, d, h, mi, s);
+        return cc_rfc850(y, mon, d, h, mi, s, now);
     }
     return -1;
 }
@@ -559,6 +609,49 @@ cachectl_initial_age(const struct http_req *resp, time_t request_time,
     return apparent > corrected ? apparent : corrected;
 }
 
+/* Does any Vary line of resp list "*"?  (The lines are one list, RFC
+ * 9110 5.3: "Vary: Accept" then "Vary: *" is Vary: *.) */
+static int
+cc_vary_star(const struct http_req *resp)
+{
+    for (int i = http_field_find_id(resp, HTTP_F_VARY, 0); i >= 0;
+         i = http_field_find_id(resp, HTTP_F_VARY, i + 1))
+        if (http_list_has(resp->base + resp->fields[i].value, resp->fields[i].value_len, "*"))
+            return 1;
+    return 0;
+}
+
+const char *
+cachectl_storable_resp(const struct http_req *resp, const struct cc_resp *cc,
+                       int64_t lifetime, int req_auth)
+{
+    /* must-understand (5.2.2.3): store only a status whose caching rules
+     * we implement, and then no-store does not apply. */
+    if (cc->must_understand) {
+        if (!cachectl_status_understood(resp->status))
+            return "must-understand";
+    } else if (cc->no_store) {
+        return "no-store";
+    }
+    if (cc->private_)
+        return "private";
+    if (resp->status < 200 || resp->status == 206 || resp->status == 304)
+        return "status";
+    if (req_auth && !cc->public_ && cc->s_maxage < 0 && !cc->must_revalidate)
+        return "authorization";
+    if (cc_vary_star(resp))
+        return "vary-star";
+    /* Something must let us reuse it: explicit freshness, a heuristic
+     * the configuration allows, or no-cache (stored, always validated). */
+    if (lifetime < 0 && !cc->no_cache)
+        return "no-freshness";
+    if (lifetime <= 0 && !cc->no_cache && !cc->must_revalidate
+        && http_field_find_id(resp, HTTP_F_ETAG, 0) < 0
+        && http_field_find_id(resp, HTTP_F_LAST_MODIFIED, 0) < 0)
+        return "stale-on-arrival";  /* and no validator to make it useful */
+    return NULL;
+}
+
 const char *
 cachectl_storable(const struct http_req *req, const struct cc_req *rcc,
                   const struct http_req *resp, const struct cc_resp *cc,
@@ -567,23 +660,7 @@ cachectl_storable(const struct http_req *req, const struct cc_req *rcc,
     if (req->method != HTTP_GET)
         return "method";
     if (rcc->no_store)
-        return "request no-store";
-    if (cc->no_store)
-        return "no-store";
-    if (cc->private_)
-        return "private";
-    if (resp->status < 200 || resp->status == 206 || resp->status == 304)
-        return "status";
-    if (http_field_find_id(req, HTTP_F_AUTHORIZATION, 0) >= 0
-        && !cc->public_ && cc->s_maxage < 0 && !cc->must_revalidate)
-        return "authorization";
-    int vi = http_field_find_id(resp, HTTP_F_VARY, 0);
-    if (vi >= 0 && http_list_has(resp->base + resp->fields[vi].value,
-                                 resp->fields[vi].value_len, "*"))
-        return "vary *";
-    /* Something must let us reuse it: explicit freshness, a heuristic
-     * the configuration allows, or no-cache (stored, always validated). */
-    if (lifetime < 0 && !cc->no_cache)
-        return "no freshness";
-    return NULL;
+        return "request-no-store";
+    return cachectl_storable_resp(resp, cc, lifetime,
+                                  http_field_find_id(req, HTTP_F_AUTHORIZATION, 0) >= 0);
 }

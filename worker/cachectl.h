@@ -3,10 +3,14 @@
  *
  * Everything here reads parsed heads (struct http_req, used for responses
  * too) and numbers; nothing touches the store or the network, so every
- * rule is unit-testable.  conn.c and proxy.c ask three questions:
- *   - may this response be stored?            cachectl_storable()
- *   - for how long is it fresh?               cachectl_lifetime()
- *   - may this stored response serve this request now?  cachectl_usable()
+ * rule is unit-testable (t/unit/check_cachectl.c).  worker/store.c asks:
+ *   - may this response be stored?   cachectl_storable_resp() (proxy.c
+ *     has decided the request's part: a GET without no-store), the whole
+ *     question being cachectl_storable();
+ *   - for how long is it fresh?      cachectl_lifetime(), with
+ *     cachectl_initial_age() for how old it already is.
+ * Whether a stored response may serve a request now is store.c's (its
+ * lookup compares the age with the expiry these give).
  */
 #ifndef CISTERN_CACHECTL_H
 #define CISTERN_CACHECTL_H
@@ -42,9 +46,14 @@ void cachectl_parse_resp(const struct http_req *r, struct cc_resp *cc, int cdn);
 /* Also honours `Pragma: no-cache` when there is no Cache-Control. */
 void cachectl_parse_req(const struct http_req *r, struct cc_req *cc);
 
-/* Parse an HTTP-date (IMF-fixdate, obsolete RFC 850 and asctime forms).
- * Returns the time, or -1 when invalid. */
+/* Parse an HTTP-date (IMF-fixdate, obsolete RFC 850 and asctime forms,
+ * RFC 9110 5.6.7; the day must exist in its month and year).  Returns the
+ * time, or -1 when invalid; a valid date before 1970 is 0.  An RFC 850
+ * two-digit year is the latest year ending in those digits that is not
+ * more than 50 years after now: cachectl_date_at takes now,
+ * cachectl_date reads the clock. */
 time_t cachectl_date(const char *p, size_t n);
+time_t cachectl_date_at(const char *p, size_t n, time_t now);
 /* Format an IMF-fixdate (29 characters) into out[32]: buf.h's
  * fmt_http_date, under the name store.c and the fuzz target know. */
 void   cachectl_fmt_date(time_t t, char out[32]);
@@ -66,8 +75,20 @@ int64_t cachectl_lifetime(const struct http_req *resp, const struct cc_resp *cc,
 int64_t cachectl_initial_age(const struct http_req *resp, time_t request_time,
                              time_t response_time);
 
-/* May this response be stored (RFC 9111 3)?  Returns NULL when yes, else a
- * short reason ("no-store", "private", "status", "no freshness", ...). */
+/* May this response (resp, its directives cc, its lifetime from
+ * cachectl_lifetime) be stored (RFC 9111 3), for a GET without no-store,
+ * with Authorization when req_auth (3.5)?  Returns NULL when yes, else
+ * the reason as a Cache-Status detail: "must-understand", "no-store",
+ * "private", "status", "authorization", "vary-star" (on any Vary line),
+ * "no-freshness", "stale-on-arrival" (lifetime 0, nothing to validate
+ * with).  Configuration-dependent refusals (Set-Cookie, sizes) and what
+ * the store cannot key are store.c's. */
+const char *cachectl_storable_resp(const struct http_req *resp, const struct cc_resp *cc,
+                                   int64_t lifetime, int req_auth);
+
+/* The whole question, the request's part included: "method" (only a GET
+ * is stored), "request-no-store" (5.2.1.5), then cachectl_storable_resp
+ * with the request's Authorization. */
 const char *cachectl_storable(const struct http_req *req, const struct cc_req *rcc,
                               const struct http_req *resp, const struct cc_resp *cc,
                               int64_t lifetime);

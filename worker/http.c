@@ -14,8 +14,11 @@
  * Smuggling rules enforced here (RFC 9112 6.1, 6.3, 11.2):
  *  - Content-Length with Transfer-Encoding: 400.
  *  - Content-Length values that differ, or are not 1*DIGIT, or overflow: 400.
- *  - chunked not the final coding, or applied twice: 400; any other
- *    coding without chunked last: 501; Transfer-Encoding in HTTP/1.0: 400.
+ *  - chunked not the final coding, or applied twice: 400; a request
+ *    whose final coding is not chunked ("gzip"): 400, since its length
+ *    cannot be determined (RFC 9112 6.3 item 4); a coding we do not
+ *    implement before a final chunked ("gzip, chunked"): 501;
+ *    Transfer-Encoding in HTTP/1.0: 400.
  *  - obs-fold, whitespace before the colon, bare CR, NUL and other
  *    control bytes in a field: 400.
  * Every refusal closes the connection (the caller's job), since after a
@@ -697,9 +700,11 @@ static const http_parser_settings http_settings = {
     .on_message_complete = http_cb_message_complete,
 };
 
-/* Framing fields: Content-Length, Transfer-Encoding.  See the essay. */
+/* Framing fields: Content-Length, Transfer-Encoding.  See the essay.
+ * For a response (resp set) a final coding other than chunked is 501,
+ * which the caller turns into reading until the close. */
 static int
-http_req_framing(struct http_req *r)
+http_req_framing(struct http_req *r, int resp)
 {
     int have_te = 0, te_chunked_last = 0, te_chunked_count = 0;
     int te_other = 0;
@@ -761,6 +766,8 @@ http_req_framing(struct http_req *r)
         return http_refuse(r, 400, "chunked applied more than once");
     if (te_chunked_count == 1 && !te_chunked_last)
         return http_refuse(r, 400, "chunked is not the final transfer coding");
+    if (te_other && !te_chunked_last && !resp)
+        return http_refuse(r, 400, "the final transfer coding is not chunked");
     if (te_other)
         return http_refuse(r, 501, "transfer coding not implemented");
     if (!te_chunked_last)
@@ -1216,7 +1223,7 @@ http_req_parse(struct http_req *r, char *head)
     }
     if (r->minor >= 1 && r->f_host < 0)
         return http_refuse(r, 400, "missing Host");
-    if ((rc = http_req_framing(r)) != HTTP_OK)
+    if ((rc = http_req_framing(r, 0)) != HTTP_OK)
         return rc;
     if ((rc = http_req_target(r)) != HTTP_OK)
         return rc;
@@ -1297,7 +1304,7 @@ http_resp_parse(struct http_req *r, char *head, int req_method)
     if (!r->skip_body) {
         /* Same smuggling rules as requests, except that a response without
          * chunked last is read until close (RFC 9112 6.3 item 4). */
-        rc = http_req_framing(r);
+        rc = http_req_framing(r, 1);
         if (rc == 501 && r->te_chunked_last) {
             /* "gzip, chunked": we could frame it but not undo the gzip,
              * and must not pass it on relabelled as plain chunked */

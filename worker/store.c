@@ -516,27 +516,13 @@ store_fill_begin(const char *key, size_t keylen, const struct http_req *resp,
     cachectl_parse_resp(resp, &cc, rec->cdn_cache_control);
     lifetime = cachectl_lifetime(resp, &cc, now.tv_sec, rec->required_headers,
                                  rec->heuristic_min_lifetime, rec->heuristic_max_lifetime);
-    if (req_auth && !cc.public_ && cc.s_maxage < 0 && !cc.must_revalidate)
-        return "authorization";
-    /* must-understand (RFC 9111 5.2.2.3): store only a status whose
-     * caching rules we implement, and then no-store does not apply. */
-    if (cc.must_understand) {
-        if (!cachectl_status_understood(resp->status))
-            return "must-understand";
-    } else if (cc.no_store) {
-        return "no-store";
-    }
-    if (cc.private_)
-        return "private";
+    /* RFC 9111 3 (the request's part, a GET without no-store, is
+     * proxy.c's up_store): the one copy of the rules is in cachectl.c. */
+    const char *why = cachectl_storable_resp(resp, &cc, lifetime, req_auth);
+    if (why)
+        return why;
     if (!rec->cache_set_cookie && http_field_find(resp, "set-cookie", 0) >= 0)
         return "set-cookie";
-    if (resp->status < 200 || resp->status == 206 || resp->status == 304)
-        return "status";
-    if (lifetime < 0 && !cc.no_cache)
-        return "no-freshness";
-    if (lifetime <= 0 && !cc.no_cache && !cc.must_revalidate
-        && http_field_find_id(resp, HTTP_F_ETAG, 0) < 0 && http_field_find_id(resp, HTTP_F_LAST_MODIFIED, 0) < 0)
-        return "stale-on-arrival";    /* and no validator to make it useful */
 
     /* Vary: store under the variant's key, behind a marker. */
     int vi = http_field_find_id(resp, HTTP_F_VARY, 0);
@@ -545,10 +531,10 @@ store_fill_begin(const char *key, size_t keylen, const struct http_req *resp,
         size_t vl = resp->fields[vi].value_len;
         char id[32];
         size_t il, kl;
+        /* (Vary: * on any line was refused above.)  The marker keeps one
+         * Vary line: several are not stored. */
         if (http_field_find_id(resp, HTTP_F_VARY, vi + 1) >= 0)
             return "vary-several-lines";
-        if (http_list_has(v, vl, "*"))
-            return "vary-star";
         il = store_marker(key, keylen, v, vl, id, sizeof(id), now.tv_sec);
         kl = il ? store_variant_key(key, keylen, v, vl, id, il, req, vkey, sizeof(vkey),
                                     wk->conf->rec.normalize_ae) : 0;

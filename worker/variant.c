@@ -139,44 +139,113 @@ store_inm_matches(const char *inm, const char *etag, size_t etl)
 /* ------------------------------------------------------------------ */
 /* Vary */
 
-/* Accept-Encoding as ATS's normalize_ae: 1 "gzip" or "", 2 "br", "gzip"
- * or "".  A coding counts when listed with q > 0. */
-const char *
-store_norm_ae(const char *v, size_t n, int mode)
+/* Is the parameter list p[0..end) (";a=b;q=0", up to the element's end)
+ * a weight of 0?  Parameter names are case-insensitive ("Q=0" too); a
+ * qvalue is 0 when it is "0", "0." or "0." and zeros (RFC 9110 12.4.2). */
+static int
+ae_q0(const char *p, const char *end)
 {
-    int gzip = 0, br = 0;
+    int q0 = 0;
+
+    while (p < end) {
+        if (*p++ != ';')
+            continue;
+        while (p < end && (*p == ' ' || *p == '\t'))
+            p++;
+        if (end - p < 2 || (*p != 'q' && *p != 'Q') || p[1] != '=')
+            continue;
+        const char *v = p + 2, *ve = v;
+        while (ve < end && *ve != ';' && *ve != ' ' && *ve != '\t')
+            ve++;
+        q0 = ve > v && *v == '0';
+        for (v++; q0 && v < ve; v++)
+            if (*v != '0' && !(*v == '.' && v == p + 3))
+                q0 = 0;
+        p = ve;
+    }
+    return q0;
+}
+
+/* The codings normalize_ae knows, as bits. */
+#define AE_GZIP 1
+#define AE_BR   2
+#define AE_STAR 4
+
+static unsigned
+ae_coding(const char *s, size_t n)
+{
+    if ((n == 4 && strncasecmp(s, "gzip", 4) == 0) ||
+        (n == 6 && strncasecmp(s, "x-gzip", 6) == 0))     /* RFC 9110 8.4.1.3 */
+        return AE_GZIP;
+    if (n == 2 && strncasecmp(s, "br", 2) == 0)
+        return AE_BR;
+    if (n == 1 && *s == '*')
+        return AE_STAR;
+    return 0;
+}
+
+/* Fold the Accept-Encoding list v[0..n) into *yes (codings listed with
+ * q > 0) and *no (listed with q=0).  Elements never span a line, so
+ * folding each line in turn is folding the lines joined by ", ". */
+static void
+ae_fold(const char *v, size_t n, unsigned *yes, unsigned *no)
+{
     const char *p = v, *end = v + n;
 
     while (p < end) {
         while (p < end && (*p == ' ' || *p == '\t' || *p == ','))
             p++;
         const char *s = p;
-        while (p < end && *p != ',' && *p != ';' && *p != ' ')
+        while (p < end && *p != ',' && *p != ';' && *p != ' ' && *p != '\t')
             p++;
-        size_t tl = (size_t)(p - s);
-        int q0 = 0;
-        while (p < end && *p != ',') {
-            if (*p == 'q' && p + 1 < end && p[1] == '=') {
-                const char *qv = p + 2;
-                q0 = qv < end && *qv == '0';
-                for (qv++; q0 && qv < end && *qv != ',' && *qv != ' '; qv++)
-                    if (*qv != '.' && *qv != '0')
-                        q0 = 0;
-            }
-            p++;
-        }
-        if (q0)
-            continue;
-        if (tl == 4 && strncasecmp(s, "gzip", 4) == 0)
-            gzip = 1;
-        else if (tl == 2 && strncasecmp(s, "br", 2) == 0)
-            br = 1;
-        else if (tl == 1 && *s == '*')
-            gzip = br = 1;
+        unsigned c = ae_coding(s, (size_t)(p - s));
+        const char *pe = p;
+        while (pe < end && *pe != ',')
+            pe++;
+        if (ae_q0(p, pe))
+            *no |= c;
+        else
+            *yes |= c;
+        p = pe;
     }
-    if (mode >= 2 && br)
+}
+
+/* The answer of normalize_ae mode for what ae_fold found: a coding listed
+ * with q > 0 anywhere is accepted; one listed only with q=0 is refused,
+ * even when `*` is there (RFC 9110 12.5.3: `*` matches only the codings
+ * not listed); one not listed is accepted when `*` is, with q > 0. */
+static const char *
+ae_pick(unsigned yes, unsigned no, int mode)
+{
+    no &= ~yes;
+    if (yes & AE_STAR)
+        yes |= (AE_GZIP | AE_BR) & ~no;
+    if (mode >= 2 && (yes & AE_BR))
         return "br";
-    return gzip ? "gzip" : "";
+    return (yes & AE_GZIP) ? "gzip" : "";
+}
+
+/* Accept-Encoding as ATS's normalize_ae: 1 "gzip" or "", 2 "br", "gzip"
+ * or "" (see ae_pick). */
+const char *
+store_norm_ae(const char *v, size_t n, int mode)
+{
+    unsigned yes = 0, no = 0;
+
+    ae_fold(v, n, &yes, &no);
+    return ae_pick(yes, no, mode);
+}
+
+/* Every Accept-Encoding line of r as one list, normalised. */
+const char *
+store_norm_ae_req(const struct http_req *r, int mode)
+{
+    unsigned yes = 0, no = 0;
+
+    for (int i = r ? http_field_find_id(r, HTTP_F_ACCEPT_ENCODING, 0) : -1; i >= 0;
+         i = http_field_find_id(r, HTTP_F_ACCEPT_ENCODING, i + 1))
+        ae_fold(r->base + r->fields[i].value, r->fields[i].value_len, &yes, &no);
+    return ae_pick(yes, no, mode);
 }
 
 /* The value of a varying field in request r as it was forwarded: every
@@ -198,8 +267,8 @@ store_vary_value(const struct http_req *r, const char *name, size_t nl,
         const char *v = r->base + r->fields[i].value;
         size_t vl = r->fields[i].value_len;
         if (nl == 15 && strncasecmp(nm, "accept-encoding", 15) == 0 && ae_mode) {
-            /* normalised once, over the first line (clients send one) */
-            const char *ae = store_norm_ae(v, vl, ae_mode);
+            /* every line as one list (RFC 9110 5.3), normalised once */
+            const char *ae = store_norm_ae_req(r, ae_mode);
             size_t al = strlen(ae);
             if (al >= outlen)
                 return -1;
@@ -263,14 +332,32 @@ store_variant_key(const char *key, size_t keylen, const char *vary, size_t vlen,
 /* ------------------------------------------------------------------ */
 /* Range */
 
+/* The digits at p (1*DIGIT, RFC 9110 14.1.1: no sign, no blank) into *n,
+ * saturated at UINT64_MAX (a position past any length); returns the end,
+ * or NULL when p does not start with a digit. */
+static const char *
+range_pos(const char *p, uint64_t *n)
+{
+    uint64_t v = 0;
+
+    if (*p < '0' || *p > '9')
+        return NULL;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        unsigned d = (unsigned)(*p - '0');
+        v = v > (UINT64_MAX - d) / 10 ? UINT64_MAX : v * 10 + d;
+    }
+    *n = v;
+    return p;
+}
+
 /* Parse "bytes=a-b" (one range) against a body of len bytes.  Returns 1
  * with [*from, *to] inclusive, 0 when the field is not a single byte range
  * we serve (answer with the whole object), -1 when unsatisfiable. */
 int
 store_range(const char *v, uint64_t len, uint64_t *from, uint64_t *to)
 {
-    unsigned long long a, b;
-    char *e;
+    uint64_t a, b;
+    const char *e;
 
     if (strncasecmp(v, "bytes=", 6) != 0)
         return 0;
@@ -280,8 +367,8 @@ store_range(const char *v, uint64_t len, uint64_t *from, uint64_t *to)
     if (strchr(v, ','))
         return 0;       /* several ranges: the whole object is allowed */
     if (*v == '-') {
-        b = strtoull(v + 1, &e, 10);
-        if (e == v + 1 || *e != '\0')
+        e = range_pos(v + 1, &b);
+        if (e == NULL || *e != '\0')
             return 0;
         if (b == 0 || len == 0)
             return -1;
@@ -289,17 +376,15 @@ store_range(const char *v, uint64_t len, uint64_t *from, uint64_t *to)
         *to = len - 1;
         return 1;
     }
-    if (*v < '0' || *v > '9')
-        return 0;
-    a = strtoull(v, &e, 10);
-    if (*e != '-')
+    e = range_pos(v, &a);
+    if (e == NULL || *e != '-')
         return 0;
     v = e + 1;
     if (*v == '\0') {
         b = len ? len - 1 : 0;
     } else {
-        b = strtoull(v, &e, 10);
-        if (*e != '\0' || b < a)
+        e = range_pos(v, &b);
+        if (e == NULL || *e != '\0' || b < a)
             return 0;
         if (b >= len)
             b = len - 1;

@@ -39,15 +39,24 @@ int store_etag_weak_eq(const char *a, size_t al, const char *b, size_t bl);
  * a malformed list matches nothing.  1 or 0. */
 int store_inm_matches(const char *inm, const char *etag, size_t etl);
 
-/* Accept-Encoding as ATS's proxy.config.http.normalize_ae mode: 1 gives
- * "gzip" or "", 2 gives "br", "gzip" or "".  A coding counts when listed
- * with q > 0; `*` counts as both.  Returns a static string. */
+/* Accept-Encoding v[0..n) as ATS's proxy.config.http.normalize_ae mode:
+ * 1 gives "gzip" or "", 2 gives "br" (preferred), "gzip" or "".  A coding
+ * (x-gzip is gzip, RFC 9110 8.4.1.3) is accepted when listed with q > 0
+ * anywhere, refused when listed only with q=0 (the parameter name in any
+ * case), and otherwise accepted when `*` is listed with q > 0: `*` never
+ * re-enables a coding refused by name (RFC 9110 12.5.3; ATS's own mode 2
+ * gives "br" for `br;q=0, *`, we give "gzip").  Returns a static string. */
 const char *store_norm_ae(const char *v, size_t n, int mode);
 
+/* store_norm_ae over every Accept-Encoding line of r taken as one list
+ * (RFC 9110 5.3): what to forward, and what a Vary key holds.  r may be
+ * NULL (no field: ""). */
+const char *store_norm_ae_req(const struct http_req *r, int mode);
+
 /* The value of the varying request field name[0..nl) in r as forwarded:
- * every line of it joined by ", "; Accept-Encoding normalised when ae_mode
- * (normalize_ae) is not 0.  r may be NULL (no field).  Writes into out;
- * returns the length, or -1 when it does not fit. */
+ * every line of it joined by ", "; Accept-Encoding as store_norm_ae_req
+ * when ae_mode (normalize_ae) is not 0.  r may be NULL (no field).
+ * Writes into out; returns the length, or -1 when it does not fit. */
 int store_vary_value(const struct http_req *r, const char *name, size_t nl,
                      char *out, size_t outlen, int ae_mode);
 

@@ -5,9 +5,9 @@
  * normalize_ae, RFC 9110 12.5.3), Vary's secondary key (RFC 9111 4.1) and
  * Range (RFC 9110 14).
  *
- * As in check_cachectl.c, rows where the code differs from the RFC (in our
- * reading) are kept in tables of known differences: printed with what the
- * code does, never asserted, so the suite stays green while they are open.
+ * Every row is asserted: the known differences this suite once printed
+ * (Range signs and blanks, `*` and q=0, x-gzip, Accept-Encoding in
+ * several lines) are fixed and are rows of their tables now.
  */
 #include "config.h"
 
@@ -251,17 +251,32 @@ static const struct ae_row ae_rows[] = {
     { "deflate", 2, "" },
     { "gzip", 2, "gzip" },
     { "", 2, "" },
-};
-
-/* RFC 9110 12.5.3 against the code, printed only. */
-static const struct ae_row ae_known[] = {
-    /* "*" matches only codings not listed: br;q=0 is refused outright */
+    /* RFC 9110 12.5.3: "*" matches only the codings not listed, so a
+     * coding refused by name stays refused.  (ATS's normalize_ae lets "*"
+     * match it and gives "br" for the first row: we follow the RFC.) */
     { "br;q=0, *", 2, "gzip" },
+    { "*, br;q=0", 2, "gzip" },
     { "gzip;q=0, *", 1, "" },
+    { "*, gzip;q=0", 1, "" },
+    { "gzip;q=0, *", 2, "br" },
+    { "gzip;q=0, br;q=0, *", 2, "" },
+    { "*;q=0, gzip", 1, "gzip" },
+    { "*;q=0.5", 2, "br" },
     /* parameter names are case-insensitive ("q=" in the ABNF) */
     { "gzip;Q=0", 1, "" },
-    /* 12.5.3 / 8.4.1.3: a recipient SHOULD take x-gzip for gzip */
+    { "gzip; Q=0.0", 1, "" },
+    { "br;Q=0, gzip", 2, "gzip" },
+    { "gzip;q=0.0.0", 1, "gzip" },      /* not a qvalue of 0 */
+    { "gzip;xq=0", 1, "gzip" },         /* a parameter named xq */
+    /* 8.4.1.3: a recipient SHOULD take x-gzip for gzip */
     { "x-gzip", 1, "gzip" },
+    { "X-GZIP", 1, "gzip" },
+    { "x-gzip", 2, "gzip" },
+    { "x-gzip;q=0", 1, "" },
+    { "x-gzip;q=0, *", 1, "" },
+    { "x-gzip;q=0, gzip", 1, "gzip" },
+    { "x-gzipper", 1, "" },
+    { "\tgzip\t;\tq=0", 1, "" },
 };
 
 START_TEST(test_norm_ae)
@@ -275,13 +290,6 @@ START_TEST(test_norm_ae)
     /* the length bounds the value: "gzip" cut to "gz" */
     ck_assert_str_eq(store_norm_ae("gzip", 2, 1), "");
     ck_assert_str_eq(store_norm_ae("deflate, gzip;q=0", 13, 1), "gzip");
-    for (size_t i = 0; i < N(ae_known); i++) {
-        const struct ae_row *w = &ae_known[i];
-        const char *got = store_norm_ae(w->v, strlen(w->v), w->mode);
-        printf("known difference (RFC 9110 12.5.3) Accept-Encoding \"%s\" normalize_ae %d: "
-               "code \"%s\", RFC \"%s\"%s\n", w->v, w->mode, got, w->want,
-               strcmp(got, w->want) == 0 ? "  [now agrees: move the row]" : "");
-    }
 }
 END_TEST
 
@@ -363,17 +371,23 @@ static const struct vary_row vary_rows[] = {
     { NULL, "X-0123456789012345678901234567890123456789012345678901234567890123", 1, NULL },
     { NULL, "X-012345678901234567890123456789012345678901234567890123456789", 1,
       "|x-012345678901234567890123456789012345678901234567890123456789=" },
-};
-
-/* RFC 9110 5.3 (field lines are one list) against the code, printed only. */
-static const struct vary_row vary_known[] = {
-    /* Accept-Encoding in two lines is the list "deflate, gzip": gzip is
-     * accepted.  The key normalises only the first line; proxy.c
-     * normalises each line it forwards (so the origin is sent gzip, and a
-     * fill keyed from the forwarded request never matches this client's
-     * lookup key). */
+    /* RFC 9110 5.3: Accept-Encoding in two lines is the list "deflate,
+     * gzip", normalised as one (the first line alone was keyed before,
+     * while proxy.c forwards gzip: the fill never matched the lookup) */
     { "Accept-Encoding: deflate\nAccept-Encoding: gzip\n", "Accept-Encoding", 1,
       "|accept-encoding=gzip" },
+    { "Accept-Encoding: gzip\nAccept-Encoding: deflate\n", "Accept-Encoding", 1,
+      "|accept-encoding=gzip" },
+    { "Accept-Encoding: gzip\nAccept-Encoding: br\n", "Accept-Encoding", 2,
+      "|accept-encoding=br" },
+    { "Accept-Encoding: deflate\nAccept-Encoding: identity\n", "Accept-Encoding", 1,
+      "|accept-encoding=" },
+    { "Accept-Encoding: gzip;q=0\nAccept-Encoding: *\n", "Accept-Encoding", 1,
+      "|accept-encoding=" },
+    { "Accept-Encoding: br;q=0\nAccept-Encoding: *\n", "Accept-Encoding", 2,
+      "|accept-encoding=gzip" },
+    { "Accept-Encoding: deflate\nAccept-Encoding: gzip\n", "Accept-Encoding", 0,
+      "|accept-encoding=deflate, gzip" },
 };
 
 static size_t
@@ -403,14 +417,6 @@ START_TEST(test_variant_key)
         ck_assert_msg(n > 0 && strcmp(show(out, n), want) == 0, "row %zu: Vary %s: %s, want %s",
                       i, w->vary, show(out, n), want);
     }
-    for (size_t i = 0; i < N(vary_known); i++) {
-        const struct vary_row *w = &vary_known[i];
-        size_t n = vary_eval(w, out, sizeof(out));
-        snprintf(want, sizeof(want), "http://a.test/|id%s", w->key);
-        int same = strcmp(show(out, n), want) == 0;
-        printf("known difference (RFC 9110 5.3) Vary %s, request %s: code key %s, RFC %s%s\n",
-               w->vary, w->req, show(out, n), want, same ? "  [now agrees: move the row]" : "");
-    }
 }
 END_TEST
 
@@ -433,6 +439,11 @@ START_TEST(test_variant_key_pairs)
         { "Accept-Language: en\n", "Accept-Language:   en  \n", "Accept-Language", 1, 1 },
         { "Accept-Language: en\nAccept-Language: fr\n", "Accept-Language: en, fr\n",
           "Accept-Language", 1, 1 },
+        /* the lookup (two lines) and the fill (what proxy.c forwards) */
+        { "Accept-Encoding: deflate\nAccept-Encoding: gzip\n", "Accept-Encoding: gzip\n",
+          "Accept-Encoding", 1, 1 },
+        { "Accept-Encoding: deflate\nAccept-Encoding: gzip\n", "Accept-Encoding: deflate, gzip\n",
+          "Accept-Encoding", 2, 1 },
         { "Accept: a\n", "Accept: a\nX-Other: b\n", "Accept", 1, 1 },
         { "Accept: a\n", "Accept: a\nX-Other: b\n", "Accept, X-Other", 1, 0 },
         /* "a=,b" vs "a,b=": the '=' and '|' separators keep names and
@@ -565,18 +576,19 @@ static const struct range_row range_rows[] = {
     { "bytes=-99999999999999999999", 100, 1, 0, 99 },
     { "bytes=18446744073709551614-18446744073709551615", 100, -1, 0, 0 },
     { "bytes=0-18446744073709551615", 18446744073709551615ULL, 1, 0, 18446744073709551614ULL },
-};
-
-/* RFC 9110 14.1.1 (first-pos and last-pos are 1*DIGIT) against the code,
- * printed only: strtoull also takes a sign and leading blanks, so these
- * invalid ranges are served as ranges instead of being ignored. */
-static const struct range_row range_known[] = {
+    { "bytes=18446744073709551616-", 18446744073709551615ULL, -1, 0, 0 },
+    { "bytes=-18446744073709551616", 18446744073709551615ULL, 1, 0, 18446744073709551614ULL },
+    /* 14.1.1: first-pos, last-pos and suffix-length are 1*DIGIT: no sign,
+     * no blank inside (strtoull would take both) */
     { "bytes=--5", 100, 0, 0, 0 },
     { "bytes=-+5", 100, 0, 0, 0 },
     { "bytes=- 5", 100, 0, 0, 0 },
     { "bytes=0--5", 100, 0, 0, 0 },
     { "bytes=0-+5", 100, 0, 0, 0 },
     { "bytes=0- 5", 100, 0, 0, 0 },
+    { "bytes=+0-5", 100, 0, 0, 0 },
+    { "bytes=0 -5", 100, 0, 0, 0 },
+    { "bytes=-\t5", 100, 0, 0, 0 },
 };
 
 START_TEST(test_range)
@@ -594,15 +606,6 @@ START_TEST(test_range)
                           (unsigned long long)w->to);
         else
             ck_assert_msg(from == 7777 && to == 7777, "row %zu: outputs written", i);
-    }
-    for (size_t i = 0; i < N(range_known); i++) {
-        const struct range_row *w = &range_known[i];
-        uint64_t from = 0, to = 0;
-        int rc = store_range(w->v, w->len, &from, &to);
-        printf("known difference (RFC 9110 14.1.1) Range \"%s\" len %llu: code %d (%llu-%llu), "
-               "RFC %d (ignore it)%s\n", w->v, (unsigned long long)w->len, rc,
-               (unsigned long long)from, (unsigned long long)to, w->rc,
-               rc == w->rc ? "  [now agrees: move the row]" : "");
     }
 }
 END_TEST
