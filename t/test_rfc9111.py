@@ -791,6 +791,25 @@ def test_4_1_accept_encoding_normalised():
                   "Accept-Encoding at the origin")
 
 
+def test_4_1_accept_encoding_lines_are_one_list():
+    """RFC 9110 5.3 (normalize_ae 1): two Accept-Encoding lines are one
+    list, for the cache key and for the origin alike.  "gzip;q=0" then "*"
+    refuses gzip: the origin must not be asked for it, and the second
+    request is a hit (the stored variant and the lookup agree)."""
+    path = hp("/vae2/bytes/10", ("Cache-Control", "max-age=60"),
+              ("Vary", "Accept-Encoding"))
+    recs = {"proxy.config.http.normalize_ae": 1}
+    two = [("Accept-Encoding", "gzip;q=0"), ("Accept-Encoding", "*")]
+    with Origin() as o, daemon(o, recs) as c:
+        r1 = fetch(c.port, path, headers=two)
+        expect_cs(r1, r"stored", "first")
+        r2 = fetch(c.port, path, headers=two)
+        expect_hit(r2, "the same two lines")
+        qs = expect_origin(o, path, 1)
+        expect_eq([qh(q, "Accept-Encoding") for q in qs], [None],
+                  "Accept-Encoding at the origin")
+
+
 def test_4_1_purge_removes_all_variants():
     """RFC 9111 4.1 / PURGE: purging the URL removes every variant."""
     path = "/vpurge"

@@ -322,8 +322,11 @@ proxy_put_field(struct buf *o, const struct upstream *up, const struct http_req 
         break;
     case HTTP_F_ACCEPT_ENCODING:
         if (rec->normalize_ae && (r->method == HTTP_GET || r->method == HTTP_HEAD)) {
-            const char *ae = store_norm_ae(r->base + f->value, f->value_len,
-                                           rec->normalize_ae);
+            /* every line as one list, once, at the first: the value the
+             * cache key's Vary part is made of (variant.c) */
+            if (http_field_find_id(r, HTTP_F_ACCEPT_ENCODING, 0) != i)
+                return 0;
+            const char *ae = store_norm_ae_req(r, rec->normalize_ae);
             if (*ae) {
                 err |= buf_lit(o, "Accept-Encoding: ");
                 err |= buf_puts(o, ae);
