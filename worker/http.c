@@ -1376,6 +1376,114 @@ http_chunk_fail(struct http_req *r, const char *why)
     return 400;
 }
 
+/* One byte of a chunked body outside the chunk data and the final LF:
+ * the chunk-size line, the CRLF after the data, the trailer section.
+ * NULL, or why the framing is refused. */
+static const char *
+http_chunk_byte(struct http_req *r, unsigned char ch)
+{
+    switch (r->bstate) {
+    case CS_SIZE: {
+        int v = ch >= '0' && ch <= '9' ? ch - '0'
+              : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+              : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+        if (v >= 0) {
+            if (r->bcount >= 15)
+                return "chunk size too large";
+            r->bleft = r->bleft * 16 + (uint64_t)v;
+            r->bcount++;
+        } else if (r->bcount == 0) {
+            return "bad chunk size";
+        } else if (ch == '\r') {
+            r->bstate = CS_SIZE_LF;
+        } else if (ch == ';') {
+            r->bstate = CS_EXT;
+            r->bcount = 0;
+        } else if (ch == ' ' || ch == '\t') {
+            r->bstate = CS_SIZE_BWS;
+        } else {
+            return "bad chunk size";
+        }
+        break;
+    }
+    case CS_SIZE_BWS:
+        /* BWS may only lead to an extension */
+        if (ch == ';') {
+            r->bstate = CS_EXT;
+            r->bcount = 0;
+        } else if (ch != ' ' && ch != '\t') {
+            return "bad chunk size line";
+        }
+        break;
+    case CS_EXT:
+        if (ch == '\r') {
+            r->bstate = CS_SIZE_LF;
+        } else if ((ch < 0x20 && ch != '\t') || ch == 0x7f) {
+            return "control character in a chunk extension";
+        } else if (++r->bcount > HTTP_CHUNK_EXT_MAX) {
+            return "chunk extension too long";
+        }
+        break;
+    case CS_SIZE_LF:
+        if (ch != '\n')
+            return "bare CR in a chunk size line";
+        r->bcount = 0;
+        r->bstate = r->bleft == 0 ? CS_TRAILER : CS_DATA;
+        break;
+    case CS_DATA_CR:
+        if (ch != '\r')
+            return "chunk data not followed by CRLF";
+        r->bstate = CS_DATA_LF;
+        break;
+    case CS_DATA_LF:
+        if (ch != '\n')
+            return "chunk data not followed by CRLF";
+        r->bstate = CS_SIZE;
+        r->bcount = 0;
+        r->bleft = 0;
+        break;
+    case CS_TRAILER:        /* at the start of a trailer line */
+        if (ch == '\r') {
+            r->bstate = CS_END_LF;
+        } else if (!http_tchar[(unsigned char)ch]) {
+            return "malformed trailer";
+        } else {
+            r->bstate = CS_TRAILER_NAME;
+            if (++r->bcount > HTTP_TRAILER_MAX)
+                return "trailer section too large";
+        }
+        break;
+    case CS_TRAILER_NAME:
+        /* field-name ":" as in the head (RFC 9112 7.1.2, 5): a line
+         * that is not a field line is where parsers disagree on the
+         * end of the message, so it ends the connection instead */
+        if (ch == ':')
+            r->bstate = CS_TRAILER_LINE;
+        else if (!http_tchar[(unsigned char)ch])
+            return "malformed trailer field";
+        if (++r->bcount > HTTP_TRAILER_MAX)
+            return "trailer section too large";
+        break;
+    case CS_TRAILER_LINE:
+        if (ch == '\r')
+            r->bstate = CS_TRAILER_LF;
+        else if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+            return "control character in a trailer";
+        else if (++r->bcount > HTTP_TRAILER_MAX)
+            return "trailer section too large";
+        break;
+    case CS_TRAILER_LF:
+        if (ch != '\n')
+            return "bare CR in a trailer";
+        r->bstate = CS_TRAILER;
+        break;
+    case CS_DATA:
+    case CS_END_LF:
+        break;      /* the caller's */
+    }
+    return NULL;
+}
+
 int
 http_req_body(struct http_req *r, const char *buf, size_t len, size_t *used,
               http_body_sink sink, void *arg)
@@ -1406,60 +1514,9 @@ http_req_body(struct http_req *r, const char *buf, size_t len, size_t *used,
 
     while (i < len) {
         unsigned char ch = (unsigned char)buf[i];
+        const char *why;
 
-        switch (r->bstate) {
-        case CS_SIZE: {
-            int v = ch >= '0' && ch <= '9' ? ch - '0'
-                  : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
-                  : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
-            if (v >= 0) {
-                if (r->bcount >= 15)
-                    return http_chunk_fail(r, "chunk size too large");
-                r->bleft = r->bleft * 16 + (uint64_t)v;
-                r->bcount++;
-            } else if (r->bcount == 0) {
-                return http_chunk_fail(r, "bad chunk size");
-            } else if (ch == '\r') {
-                r->bstate = CS_SIZE_LF;
-            } else if (ch == ';') {
-                r->bstate = CS_EXT;
-                r->bcount = 0;
-            } else if (ch == ' ' || ch == '\t') {
-                r->bstate = CS_SIZE_BWS;
-            } else {
-                return http_chunk_fail(r, "bad chunk size");
-            }
-            i++;
-            break;
-        }
-        case CS_SIZE_BWS:
-            /* BWS may only lead to an extension */
-            if (ch == ';') {
-                r->bstate = CS_EXT;
-                r->bcount = 0;
-            } else if (ch != ' ' && ch != '\t') {
-                return http_chunk_fail(r, "bad chunk size line");
-            }
-            i++;
-            break;
-        case CS_EXT:
-            if (ch == '\r') {
-                r->bstate = CS_SIZE_LF;
-            } else if ((ch < 0x20 && ch != '\t') || ch == 0x7f) {
-                return http_chunk_fail(r, "control character in a chunk extension");
-            } else if (++r->bcount > HTTP_CHUNK_EXT_MAX) {
-                return http_chunk_fail(r, "chunk extension too long");
-            }
-            i++;
-            break;
-        case CS_SIZE_LF:
-            if (ch != '\n')
-                return http_chunk_fail(r, "bare CR in a chunk size line");
-            i++;
-            r->bcount = 0;
-            r->bstate = r->bleft == 0 ? CS_TRAILER : CS_DATA;
-            break;
-        case CS_DATA: {
+        if (r->bstate == CS_DATA) {
             size_t n = len - i < r->bleft ? len - i : (size_t)r->bleft;
             if (sink)
                 sink(arg, buf + i, n);
@@ -1467,69 +1524,18 @@ http_req_body(struct http_req *r, const char *buf, size_t len, size_t *used,
             r->bleft -= n;
             if (r->bleft == 0)
                 r->bstate = CS_DATA_CR;
-            break;
+            continue;
         }
-        case CS_DATA_CR:
-            if (ch != '\r')
-                return http_chunk_fail(r, "chunk data not followed by CRLF");
-            i++;
-            r->bstate = CS_DATA_LF;
-            break;
-        case CS_DATA_LF:
-            if (ch != '\n')
-                return http_chunk_fail(r, "chunk data not followed by CRLF");
-            i++;
-            r->bstate = CS_SIZE;
-            r->bcount = 0;
-            r->bleft = 0;
-            break;
-        case CS_TRAILER:        /* at the start of a trailer line */
-            if (ch == '\r') {
-                r->bstate = CS_END_LF;
-            } else if (!http_tchar[(unsigned char)ch]) {
-                return http_chunk_fail(r, "malformed trailer");
-            } else {
-                r->bstate = CS_TRAILER_NAME;
-                if (++r->bcount > HTTP_TRAILER_MAX)
-                    return http_chunk_fail(r, "trailer section too large");
-            }
-            i++;
-            break;
-        case CS_TRAILER_NAME:
-            /* field-name ":" as in the head (RFC 9112 7.1.2, 5): a line
-             * that is not a field line is where parsers disagree on the
-             * end of the message, so it ends the connection instead */
-            if (ch == ':')
-                r->bstate = CS_TRAILER_LINE;
-            else if (!http_tchar[(unsigned char)ch])
-                return http_chunk_fail(r, "malformed trailer field");
-            if (++r->bcount > HTTP_TRAILER_MAX)
-                return http_chunk_fail(r, "trailer section too large");
-            i++;
-            break;
-        case CS_TRAILER_LINE:
-            if (ch == '\r')
-                r->bstate = CS_TRAILER_LF;
-            else if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
-                return http_chunk_fail(r, "control character in a trailer");
-            else if (++r->bcount > HTTP_TRAILER_MAX)
-                return http_chunk_fail(r, "trailer section too large");
-            i++;
-            break;
-        case CS_TRAILER_LF:
-            if (ch != '\n')
-                return http_chunk_fail(r, "bare CR in a trailer");
-            i++;
-            r->bstate = CS_TRAILER;
-            break;
-        case CS_END_LF:
+        if (r->bstate == CS_END_LF) {
             if (ch != '\n')
                 return http_chunk_fail(r, "bare CR after the last chunk");
-            i++;
             r->body_done = 1;
-            *used = i;
+            *used = i + 1;
             return HTTP_OK;
         }
+        if ((why = http_chunk_byte(r, ch)) != NULL)
+            return http_chunk_fail(r, why);
+        i++;
     }
     *used = i;
     return HTTP_AGAIN;
