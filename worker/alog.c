@@ -281,13 +281,143 @@ alog_status(struct req *rq, int status)
 
 /* Append t's line, or count it dropped (a failing disk has left less than
  * ALOG_LINE_MAX of the buffer free). */
+/* The time's text changes once a second: made then, copied per line. */
+static struct {
+    time_t  sec;
+    char    ncsa[40], iso[32], secs[24];
+    size_t  ncsa_len, iso_len, secs_len;
+} alog_clock;
+
+static void
+alog_clock_at(time_t sec)
+{
+    struct tm tm;
+
+    if (sec == alog_clock.sec)
+        return;
+    gmtime_r(&sec, &tm);
+    alog_clock.ncsa_len = strftime(alog_clock.ncsa, sizeof(alog_clock.ncsa),
+                                   "%d/%b/%Y:%H:%M:%S +0000", &tm);
+    alog_clock.iso_len = strftime(alog_clock.iso, sizeof(alog_clock.iso),
+                                  "%Y-%m-%dT%H:%M:%S", &tm);
+    alog_clock.secs_len = (size_t)(fmt_i64(alog_clock.secs, sec) - alog_clock.secs);
+    alog_clock.sec = sec;
+}
+
+/* Squid's native format: time.ms elapsed client code/status bytes
+ * method URL - hierarchy/origin - */
+static char *
+alog_line_squid(char *p, const struct req *rq, const struct alog_txn *t, int64_t ms,
+                int msec)
+{
+    p = fmt_mem(p, alog_clock.secs, alog_clock.secs_len);
+    *p++ = '.';
+    p = fmt_pad(p, msec, 3, '0');
+    *p++ = ' ';
+    p = fmt_pad(p, ms, 6, ' ');
+    *p++ = ' ';
+    p = alog_put_peer(p, rq);
+    *p++ = ' ';
+    p = fmt_str(p, t->result);
+    *p++ = '/';
+    p = fmt_pad(p, t->status, 3, '0');
+    *p++ = ' ';
+    p = fmt_u64(p, t->bytes);
+    *p++ = ' ';
+    p = fmt_str(p, t->method);
+    *p++ = ' ';
+    p = alog_put_esc(p, t->target, t->target_len, ALOG_TARGET_MAX);
+    if (t->ostatus) {
+        p = fmt_lit(p, " - DIRECT/");
+        p = fmt_i64(p, t->ostatus);
+    } else {
+        p = fmt_lit(p, " - NONE/-");
+    }
+    p = fmt_lit(p, " -\n");
+    return p;
+}
+
+static char *
+alog_line_json(char *p, const struct req *rq, const struct alog_txn *t, int64_t ms,
+               int msec)
+{
+    p = fmt_lit(p, "{\"time\":\"");
+    p = fmt_mem(p, alog_clock.iso, alog_clock.iso_len);
+    *p++ = '.';
+    p = fmt_pad(p, msec, 3, '0');
+    p = fmt_lit(p, "Z\",\"client\":\"");
+    p = alog_put_peer(p, rq);
+    p = fmt_lit(p, "\",\"method\":\"");
+    p = fmt_str(p, t->method);
+    p = fmt_lit(p, "\",\"url\":\"");
+    p = alog_put_esc(p, t->target, t->target_len, ALOG_TARGET_MAX);
+    p = fmt_lit(p, "\",\"version\":\"HTTP/1.");
+    p = fmt_i64(p, t->minor);
+    p = fmt_lit(p, "\",\"status\":");
+    p = fmt_i64(p, t->status);
+    p = fmt_lit(p, ",\"bytes\":");
+    p = fmt_u64(p, t->bytes);
+    p = fmt_lit(p, ",\"referer\":\"");
+    p = alog_put_esc(p, t->referer, t->referer_len, ALOG_FIELD_MAX);
+    p = fmt_lit(p, "\",\"user_agent\":\"");
+    p = alog_put_esc(p, t->ua, t->ua_len, ALOG_FIELD_MAX);
+    p = fmt_lit(p, "\",\"cache\":\"");
+    p = fmt_str(p, t->result);
+    p = fmt_lit(p, "\",\"origin_status\":");
+    if (t->ostatus)
+        p = fmt_i64(p, t->ostatus);
+    else
+        p = fmt_lit(p, "null");
+    p = fmt_lit(p, ",\"ms\":");
+    p = fmt_i64(p, ms);
+    p = fmt_lit(p, "}\n");
+    return p;
+}
+
+/* client - - [time] "method target HTTP/1.x" status bytes "referer"
+ * "agent" result origin-status ms */
+static char *
+alog_line_ats(char *p, const struct req *rq, const struct alog_txn *t, int64_t ms)
+{
+    p = alog_put_peer(p, rq);
+    p = fmt_lit(p, " - - [");
+    p = fmt_mem(p, alog_clock.ncsa, alog_clock.ncsa_len);
+    p = fmt_lit(p, "] \"");
+    p = fmt_str(p, t->method);
+    *p++ = ' ';
+    p = alog_put_esc(p, t->target, t->target_len, ALOG_TARGET_MAX);
+    p = fmt_lit(p, " HTTP/1.");
+    p = fmt_i64(p, t->minor);
+    p = fmt_lit(p, "\" ");
+    p = fmt_i64(p, t->status);
+    *p++ = ' ';
+    p = fmt_u64(p, t->bytes);
+    p = fmt_lit(p, " \"");
+    if (t->referer_len)
+        p = alog_put_esc(p, t->referer, t->referer_len, ALOG_FIELD_MAX);
+    else
+        *p++ = '-';
+    p = fmt_lit(p, "\" \"");
+    if (t->ua_len)
+        p = alog_put_esc(p, t->ua, t->ua_len, ALOG_FIELD_MAX);
+    else
+        *p++ = '-';
+    p = fmt_lit(p, "\" ");
+    p = fmt_str(p, t->result);
+    *p++ = ' ';
+    if (t->ostatus)
+        p = fmt_i64(p, t->ostatus);
+    else
+        *p++ = '-';
+    *p++ = ' ';
+    p = fmt_i64(p, ms);
+    *p++ = '\n';
+    return p;
+}
+
 static void
 alog_write(struct req *rq, const struct alog_txn *t)
 {
-    /* The time's text changes once a second: made then, copied per line. */
-    static time_t last;
-    static char ncsa[40], iso[32], secs[24];
-    static size_t ncsa_len, iso_len, secs_len;
     struct timeval now;
     int64_t ms;
     int msec;
@@ -301,14 +431,7 @@ alog_write(struct req *rq, const struct alog_txn *t)
         }
     }
     event_base_gettimeofday_cached(wk->base, &now);
-    if (now.tv_sec != last) {
-        struct tm tm;
-        gmtime_r(&now.tv_sec, &tm);
-        ncsa_len = strftime(ncsa, sizeof(ncsa), "%d/%b/%Y:%H:%M:%S +0000", &tm);
-        iso_len = strftime(iso, sizeof(iso), "%Y-%m-%dT%H:%M:%S", &tm);
-        secs_len = (size_t)(fmt_i64(secs, now.tv_sec) - secs);
-        last = now.tv_sec;
-    }
+    alog_clock_at(now.tv_sec);
     msec = (int)(now.tv_usec / 1000);
     ms = ((int64_t)now.tv_sec - t->start.tv_sec) * 1000
          + ((int64_t)now.tv_usec - t->start.tv_usec) / 1000;
@@ -318,101 +441,13 @@ alog_write(struct req *rq, const struct alog_txn *t)
     p = alog_buf + alog_len;
     switch (alog_fmt_id) {
     case ALOG_SQUID:
-        /* time.ms elapsed client code/status bytes method URL -
-         * hierarchy/origin - */
-        p = fmt_mem(p, secs, secs_len);
-        *p++ = '.';
-        p = fmt_pad(p, msec, 3, '0');
-        *p++ = ' ';
-        p = fmt_pad(p, ms, 6, ' ');
-        *p++ = ' ';
-        p = alog_put_peer(p, rq);
-        *p++ = ' ';
-        p = fmt_str(p, t->result);
-        *p++ = '/';
-        p = fmt_pad(p, t->status, 3, '0');
-        *p++ = ' ';
-        p = fmt_u64(p, t->bytes);
-        *p++ = ' ';
-        p = fmt_str(p, t->method);
-        *p++ = ' ';
-        p = alog_put_esc(p, t->target, t->target_len, ALOG_TARGET_MAX);
-        if (t->ostatus) {
-            p = fmt_lit(p, " - DIRECT/");
-            p = fmt_i64(p, t->ostatus);
-        } else {
-            p = fmt_lit(p, " - NONE/-");
-        }
-        p = fmt_lit(p, " -\n");
+        p = alog_line_squid(p, rq, t, ms, msec);
         break;
     case ALOG_JSON:
-        p = fmt_lit(p, "{\"time\":\"");
-        p = fmt_mem(p, iso, iso_len);
-        *p++ = '.';
-        p = fmt_pad(p, msec, 3, '0');
-        p = fmt_lit(p, "Z\",\"client\":\"");
-        p = alog_put_peer(p, rq);
-        p = fmt_lit(p, "\",\"method\":\"");
-        p = fmt_str(p, t->method);
-        p = fmt_lit(p, "\",\"url\":\"");
-        p = alog_put_esc(p, t->target, t->target_len, ALOG_TARGET_MAX);
-        p = fmt_lit(p, "\",\"version\":\"HTTP/1.");
-        p = fmt_i64(p, t->minor);
-        p = fmt_lit(p, "\",\"status\":");
-        p = fmt_i64(p, t->status);
-        p = fmt_lit(p, ",\"bytes\":");
-        p = fmt_u64(p, t->bytes);
-        p = fmt_lit(p, ",\"referer\":\"");
-        p = alog_put_esc(p, t->referer, t->referer_len, ALOG_FIELD_MAX);
-        p = fmt_lit(p, "\",\"user_agent\":\"");
-        p = alog_put_esc(p, t->ua, t->ua_len, ALOG_FIELD_MAX);
-        p = fmt_lit(p, "\",\"cache\":\"");
-        p = fmt_str(p, t->result);
-        p = fmt_lit(p, "\",\"origin_status\":");
-        if (t->ostatus)
-            p = fmt_i64(p, t->ostatus);
-        else
-            p = fmt_lit(p, "null");
-        p = fmt_lit(p, ",\"ms\":");
-        p = fmt_i64(p, ms);
-        p = fmt_lit(p, "}\n");
+        p = alog_line_json(p, rq, t, ms, msec);
         break;
     default:
-        /* client - - [time] "method target HTTP/1.x" status bytes
-         * "referer" "agent" result origin-status ms */
-        p = alog_put_peer(p, rq);
-        p = fmt_lit(p, " - - [");
-        p = fmt_mem(p, ncsa, ncsa_len);
-        p = fmt_lit(p, "] \"");
-        p = fmt_str(p, t->method);
-        *p++ = ' ';
-        p = alog_put_esc(p, t->target, t->target_len, ALOG_TARGET_MAX);
-        p = fmt_lit(p, " HTTP/1.");
-        p = fmt_i64(p, t->minor);
-        p = fmt_lit(p, "\" ");
-        p = fmt_i64(p, t->status);
-        *p++ = ' ';
-        p = fmt_u64(p, t->bytes);
-        p = fmt_lit(p, " \"");
-        if (t->referer_len)
-            p = alog_put_esc(p, t->referer, t->referer_len, ALOG_FIELD_MAX);
-        else
-            *p++ = '-';
-        p = fmt_lit(p, "\" \"");
-        if (t->ua_len)
-            p = alog_put_esc(p, t->ua, t->ua_len, ALOG_FIELD_MAX);
-        else
-            *p++ = '-';
-        p = fmt_lit(p, "\" ");
-        p = fmt_str(p, t->result);
-        *p++ = ' ';
-        if (t->ostatus)
-            p = fmt_i64(p, t->ostatus);
-        else
-            *p++ = '-';
-        *p++ = ' ';
-        p = fmt_i64(p, ms);
-        *p++ = '\n';
+        p = alog_line_ats(p, rq, t, ms);
         break;
     }
     alog_len = (size_t)(p - alog_buf);
