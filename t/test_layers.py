@@ -8,6 +8,7 @@ Not in E2E_TESTS yet: today's code has the cycles and long functions the
 refactor removes; the lead lists this file when it lands.  Skipped without
 universal-ctags."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,11 +37,14 @@ def test_worker_has_no_cycle_and_includes_go_down():
            % (p.returncode, p.stdout, p.stderr))
 
 
-def test_every_folder_is_acyclic():
+def test_every_folder_includes_only_downward():
+    # issue 17 asks worker/ for an acyclic call graph (above); of every
+    # folder, that it includes only its own headers and those below it
     for folder in ("conf", "shm", "cache", "master"):
-        p = run("callgraph.sh", "--check", "--quiet", folder)
-        expect(p.returncode == 0, "callgraph.sh --check %s/ (exit %d):\n%s%s"
-               % (folder, p.returncode, p.stdout, p.stderr))
+        p = run("callgraph.sh", folder)
+        m = re.search(r"# upward includes \(.*?\): (\d+)", p.stdout)
+        expect(m is not None and m.group(1) == "0",
+               "callgraph.sh %s/: upward includes:\n%s%s" % (folder, p.stdout, p.stderr))
 
 
 def test_no_function_longer_than_120_lines():

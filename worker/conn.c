@@ -718,7 +718,7 @@ conn_process(struct conn *c)
                     conn_refuse(c, rc, r->reason);
                     break;
                 }
-                req_synth(c->cn_req);   /* its answer, then DONE */
+                req_answer_ours(c->cn_req);   /* its answer, then DONE */
                 conn_sync(c);
                 http_req_reset(r);
                 continue;

@@ -464,7 +464,7 @@ step_fetch(struct req *rq, struct req_route *rt)
     const char *why = NULL;
     int rc = proxy_start(rq, &rt->res, rt->rule, req_keep_alive(rq),
                          (rt->keylen && rt->rule) ? rt->key : NULL, rt->keylen, rt->fwd,
-                         req_synth, &why);
+                         req_answer_ours, &why);
 
     if (rq->rq_claim && rc == 0 && rq->rq_up) {
         /* the background revalidation's fetch carries its claim */
@@ -492,7 +492,7 @@ step_push(struct req *rq, struct req_route *rt)
 {
 
     if (push_start(rq, rt->key, rt->keylen, req_keep_alive(rq)) == 0)
-        return REQ_PARK;        /* receiving the body; then req_synth() */
+        return REQ_PARK;        /* receiving the body; then req_answer_ours() */
     return REQ_SYNTH;           /* refused */
 }
 
@@ -647,7 +647,7 @@ req_refuse(struct req *rq, int status, const char *why)
 }
 
 void
-req_synth(struct req *rq)
+req_answer_ours(struct req *rq)
 {
     req_steps(rq, REQ_SYNTH);
 }

@@ -160,7 +160,7 @@ void req_refuse(struct req *rq, int status, const char *why);
 /* A transaction ended in an answer of ours (a PUSH stored or refused,
  * an origin that failed before answering), described in rq->syn: make
  * it (SYNTH), then DONE. */
-void req_synth(struct req *rq);
+void req_answer_ours(struct req *rq);
 /* The answer went out, and a body lent with it (a HIT's, or a FETCH's
  * whose transaction has ended): DONE. */
 void req_sent_all(struct req *rq);

@@ -168,27 +168,20 @@ store_copy_head(struct buf *b, const char *blk, size_t len, int status304)
     return 0;
 }
 
-int
-store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
-           const char *cstatus, const char *hdr, size_t hdrlen)
+/* The status of an answer from the cache for a stored 200 (or other
+ * status o holds): 304 for a matching conditional (RFC 9110 13.2.2:
+ * If-None-Match wins over If-Modified-Since; GET and HEAD only), else the
+ * stored one; with *part 1 and [*from, *to] for one satisfiable range of
+ * a 200 (RFC 9110 14.2, If-Range honoured), -1 for an unsatisfiable
+ * one. */
+static int
+store_answer_status(const char *hdr, size_t hdrlen, const struct cache_obj *o,
+                    const struct store_cond *sc, time_t now, int *part, uint64_t *from,
+                    uint64_t *to)
 {
-    struct cache_obj *o = &rq->obj;
-    struct buf *b = rq->rq_out;
-    struct timeval now;
-    int64_t age;
-    uint64_t from = 0, to = 0;
-    int status = o->meta.status, part = 0, n;
+    int status = o->meta.status;
     size_t etl = 0, lml = 0;
     const char *etag, *lm;
-
-    if (hdr == NULL) {
-        hdr = o->iov[0].iov_base;
-        hdrlen = o->hdr_len;
-    }
-    event_base_gettimeofday_cached(wk->base, &now);
-    age = (int64_t)now.tv_sec - o->meta.stored;
-    if (age < 0)
-        age = 0;
 
     /* Conditional requests (RFC 9110 13.2.2): If-None-Match wins over
      * If-Modified-Since; only for GET/HEAD and a 200 we could send. */
@@ -207,7 +200,7 @@ store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
                 if (d)
                     t = cachectl_date(d, lml);
             }
-            if (ims >= 0 && t >= 0 && t <= ims && ims <= now.tv_sec)
+            if (ims >= 0 && t >= 0 && t <= ims && ims <= now)
                 status = 304;
         }
     }
@@ -226,9 +219,33 @@ store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
             }
         }
         if (ok)
-            part = store_range(sc->range, o->body_len, &from, &to);
+            *part = store_range(sc->range, o->body_len, from, to);
     }
 
+    return status;
+}
+
+int
+store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
+           const char *cstatus, const char *hdr, size_t hdrlen)
+{
+    struct cache_obj *o = &rq->obj;
+    struct buf *b = rq->rq_out;
+    struct timeval now;
+    int64_t age;
+    uint64_t from = 0, to = 0;
+    int status, part = 0, n;
+
+    if (hdr == NULL) {
+        hdr = o->iov[0].iov_base;
+        hdrlen = o->hdr_len;
+    }
+    event_base_gettimeofday_cached(wk->base, &now);
+    age = (int64_t)now.tv_sec - o->meta.stored;
+    if (age < 0)
+        age = 0;
+
+    status = store_answer_status(hdr, hdrlen, o, sc, now.tv_sec, &part, &from, &to);
     if (buf_alloc(b) < 0 || buf_grow(b, hdrlen + 640) < 0)
         return -1;
     size_t mark = b->end;
@@ -239,8 +256,7 @@ store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
                  (unsigned long long)o->body_len);
         resp_simple(rq, 416, resp_connection_hdr(sc->minor, keep_alive), cr,
                     "range not satisfiable", sc->method == HTTP_HEAD);
-        store_release(rq);
-        return 0;
+        return 0;       /* (the object is released at DONE) */
     }
     if (part > 0) {
         n = snprintf(b->data + b->end, b->size - b->end, "HTTP/1.1 206 Partial Content\r\n");
@@ -285,7 +301,7 @@ store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
         alog_result(rq, "TCP_IMS_HIT", 0);
     alog_bytes(rq, b->end - mark);
     if (sc->method == HTTP_HEAD || status == 304 || o->body_len == 0) {
-        store_release(rq);
+        /* no body: the object is released at DONE, next */
     } else if (status == 206) {
         rq->rq_body = (const char *)o->iov[1].iov_base + from;
         rq->rq_body_len = (size_t)(to - from + 1);

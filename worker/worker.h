@@ -297,7 +297,7 @@ int  origin_connect_fresh(struct upstream *up);
  * rq_up is NULL), or a status to answer with, *why saying why.  When the
  * origin fails before it answers, the transaction describes our answer
  * in rq->syn and calls answer(rq) (the completion callback: req.c's
- * req_synth), maybe before proxy_start returns. */
+ * req_answer_ours), maybe before proxy_start returns. */
 int  proxy_start(struct req *rq, const struct conf_remap_result *res,
                  const struct conf_remap_rule *rule, int keep_alive,
                  const char *key, size_t keylen, const char *fwd,
@@ -359,7 +359,7 @@ int  store_fill_end(struct cache_fill **f, int complete, int *replaced);
  * described in rq->syn. */
 int  push_start(struct req *rq, const char *key, size_t keylen, int keep_alive);
 /* Feed the request body: HTTP_AGAIN; HTTP_OK, the PUSH over, its answer
- * described in rq->syn (for req_synth; the push is freed at DONE); or a
+ * described in rq->syn (for req_answer_ours; the push is freed at DONE); or a
  * status for a malformed request body. */
 int  push_body(struct req *rq);
 void push_free(struct req *rq);
