@@ -141,14 +141,22 @@ static const char fmt_pairs[200] =
 char *
 fmt_u64(char *p, uint64_t v)
 {
-    char *end = p + 1;
+    char *end;
 
+    /* the common small ones (statuses, lengths, ages, ports) first */
     if (v < 10) {
         *p = (char)('0' + v);
-        return end;
+        return p + 1;
     }
-    for (uint64_t x = v; x >= 10; x /= 10)
-        end++;
+    if (v < 100) {
+        memcpy(p, fmt_pairs + v * 2, 2);
+        return p + 2;
+    }
+    /* the number of digits by comparison, not by dividing */
+    unsigned n = 3;
+    for (uint64_t t = 1000; n < 20 && v >= t; t *= 10)
+        n++;
+    end = p + n;
     p = end;
     for (; v >= 100; v /= 100) {
         p -= 2;

@@ -477,7 +477,7 @@ conn_void_held(struct conn *c)
 /* Take over what the request's transaction asked for: it writes only
  * its own fields (rq_close, rq_abort, rq_body_owned, rq_up, rq_push), and
  * the connection's state follows them here. */
-static void
+static inline void
 conn_sync(struct conn *c)
 {
     struct req *rq = c->cn_req;
@@ -568,8 +568,8 @@ conn_after_steps(struct conn *c, size_t mark)
         conn_sync(c);
         if (c->cn_state == CONN_BODY || c->cn_state == CONN_PROXY)
             return;     /* the body belongs to the transaction / PUSH */
-        /* it failed at once and queued its own answer */
-        req_finish(rq);
+        /* it failed at once and queued its own answer (a stale object's,
+         * maybe, with its body lent: DONE once that is out, conn_flush) */
         if (!keep_alive || rq->r.has_body)
             c->cn_close = 1;
         return;

@@ -61,8 +61,6 @@ struct req_route {
     char             loc[sizeof(((struct conf_remap_result *)0)->path) + 512];
 };
 
-typedef enum req_step (*req_step_fn)(struct req *, struct req_route *);
-
 /* ------------------------------------------------------------------ */
 /* The pool */
 
@@ -77,16 +75,11 @@ req_new(void *owner, const struct req_owner_ops *ops)
     rq->rq_step = REQ_DONE;     /* nothing running yet */
     rq->rq_owner = owner;
     rq->rq_ops = ops;
-    rq->rq_in = rq->rq_out = NULL;
-    rq->rq_id = 0;
-    rq->rq_peer = NULL;
-    rq->rq_tls = 0;
+    /* (rq_in, rq_out, rq_id, rq_peer, rq_tls: the owner's to set) */
     rq->rq_body = NULL;
     rq->rq_body_len = 0;
     rq->rq_up = NULL;
     rq->rq_push = NULL;
-    rq->rq_body_owned = 0;
-    rq->rq_abort = 0;
     rq->obj_held = 0;
     rq->rq_claim = 0;
     rq->rq_bg = 0;
@@ -102,7 +95,8 @@ req_free(struct req *rq)
     if (rq == NULL)
         return;
     magic_check(rq->rq_magic, REQ_MAGIC);
-    req_abort(rq);
+    if (rq->rq_step != REQ_DONE || rq->rq_up || rq->rq_push || rq->obj_held || rq->rq_claim)
+        req_abort(rq);
     rq->rq_magic = 0;
     pool_put(&wk->req_pool, rq);
 }
@@ -238,8 +232,7 @@ step_recv(struct req *rq, struct req_route *rt)
     const char *m = http_method_name(r->method);
 
     (void)rt;
-    if (!rq->rq_bg)
-        wk->ctr->requests++;
+    wk->ctr->requests++;
     alog_begin(rq);
     if (!conf_ip_allowed(&wk->conf->ip_allow, rq->rq_peer,
                          conf_method_bit(m, strlen(m)))) {
@@ -575,19 +568,6 @@ step_done(struct req *rq, struct req_route *rt)
     return REQ_PARK;
 }
 
-static const req_step_fn req_step_fns[REQ_PARK] = {
-    [REQ_RECV] = step_recv,
-    [REQ_ROUTE] = step_route,
-    [REQ_LOOKUP] = step_lookup,
-    [REQ_WAIT] = step_wait,
-    [REQ_HIT] = step_hit,
-    [REQ_FETCH] = step_fetch,
-    [REQ_PUSH] = step_push,
-    [REQ_PURGE] = step_purge,
-    [REQ_SYNTH] = step_synth,
-    [REQ_DONE] = step_done,
-};
-
 /* The one loop: run from step s until a step parks. */
 static void
 req_steps(struct req *rq, enum req_step s)
@@ -600,9 +580,22 @@ req_steps(struct req *rq, enum req_step s)
     rt.fwd = "bypass";
     rt.verdict = STORE_MISS;
     rt.claimed = 0;
+    /* a switch, not a table of pointers: each step is inlined here */
     while (s != REQ_PARK) {
         rq->rq_step = s;
-        s = req_step_fns[s](rq, &rt);
+        switch (s) {
+        case REQ_RECV:   s = step_recv(rq, &rt); break;
+        case REQ_ROUTE:  s = step_route(rq, &rt); break;
+        case REQ_LOOKUP: s = step_lookup(rq, &rt); break;
+        case REQ_WAIT:   s = step_wait(rq, &rt); break;
+        case REQ_HIT:    s = step_hit(rq, &rt); break;
+        case REQ_FETCH:  s = step_fetch(rq, &rt); break;
+        case REQ_PUSH:   s = step_push(rq, &rt); break;
+        case REQ_PURGE:  s = step_purge(rq, &rt); break;
+        case REQ_SYNTH:  s = step_synth(rq, &rt); break;
+        case REQ_DONE:   s = step_done(rq, &rt); break;
+        case REQ_PARK:   break;
+        }
     }
 }
 
@@ -612,12 +605,7 @@ req_steps(struct req *rq, enum req_step s)
 void
 req_run(struct req *rq)
 {
-    rq->counted = 0;
-    rq->rq_nowait = 0;
-    rq->rq_collapsed = 0;
-    rq->rq_close = 0;
-    memset(&rq->syn, 0, sizeof(rq->syn));
-    req_steps(rq, REQ_RECV);
+    req_steps(rq, REQ_RECV);    /* (req_reset made it new) */
 }
 
 /* Stop what the step the request parked in runs (no DONE yet). */

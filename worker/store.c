@@ -183,9 +183,11 @@ store_answer_status(const char *hdr, size_t hdrlen, const struct cache_obj *o,
     size_t etl = 0, lml = 0;
     const char *etag, *lm;
 
+    /* The ETag only when a condition asks (a plain hit looks up nothing) */
+    etag = sc->inm[0] || (sc->range[0] && sc->if_range[0] == '"')
+           ? store_hdr_get(hdr, hdrlen, "etag", &etl) : NULL;
     /* Conditional requests (RFC 9110 13.2.2): If-None-Match wins over
      * If-Modified-Since; only for GET/HEAD and a 200 we could send. */
-    etag = store_hdr_get(hdr, hdrlen, "etag", &etl);
     if ((sc->method == HTTP_GET || sc->method == HTTP_HEAD) && status == 200) {
         if (sc->inm[0]) {
             if (store_inm_matches(sc->inm, etag, etl))

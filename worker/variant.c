@@ -15,24 +15,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "worker/buf.h"
 #include "worker/variant.h"
-
-/* Decimal digits of v at p; returns the end.  (The worker's fmt_u64 lives
- * with the connection code, which this file must not need.) */
-static char *
-variant_u64(char *p, uint64_t v)
-{
-    char tmp[20];
-    size_t n = 0;
-
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    while (n)
-        *p++ = tmp[--n];
-    return p;
-}
 
 /* ------------------------------------------------------------------ */
 /* Keys */
@@ -55,7 +39,7 @@ store_key(char *out, size_t outlen, const char *scheme, const char *host,
         *p++ = (char)tolower((unsigned char)host[i]);
     if (port != def) {
         *p++ = ':';
-        p = variant_u64(p, (uint64_t)port);
+        p = fmt_u64(p, (uint64_t)port);
     }
     memcpy(p, path, pl);
     p += pl;
