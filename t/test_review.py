@@ -262,5 +262,30 @@ def test_origin_stall_after_a_large_body_cut_in_one_timeout():
         ls.close()
 
 
+def test_stale_if_error_when_the_origin_fails_at_once():
+    """An origin that fails before the request even leaves (connect() to a
+    multicast address fails at once) while a stale-if-error object is
+    held: the stale answer is served whole, body and all.  (Review of
+    issue 17: the request ended, and unpinned the object, before its lent
+    body was written, leaving a head with a Content-Length and no body.)"""
+    body = b"stale-but-good" * 100
+    push_resp = (b"HTTP/1.1 200 OK\r\nCache-Control: max-age=1, stale-if-error=600\r\n"
+                 b"Content-Length: %d\r\n\r\n" % len(body)) + body
+    with Cistern(storage=["cache 64M"], remap=["map http://m.test/ http://224.0.0.1:9/"],
+                 records={"proxy.config.http.push_method_enabled": 1}) as c:
+        data, _ = raw(c.port, b"PUSH /sie HTTP/1.1\r\nHost: m.test\r\nContent-Length: %d\r\n"
+                      b"Connection: close\r\n\r\n" % len(push_resp) + push_resp, timeout=5)
+        rs = parse_responses(data, methods=["PUSH"], strict=False)
+        expect(rs and rs[0].status in (200, 201), "PUSH stored: %r" % data[:80])
+        time.sleep(2.2)     # stale now
+        req = b"GET /sie HTTP/1.1\r\nHost: m.test\r\n\r\n"
+        data, closed = raw(c.port, req + req, timeout=5)
+        rs = parse_responses(data, methods=["GET", "GET"], strict=False)
+        expect_eq(len(rs), 2, "two answers on one connection (got %r)" % data[:200])
+        for r in rs:
+            expect_eq(r.status, 200, "stale-if-error status")
+            expect_eq(r.body, body, "stale-if-error body")
+
+
 if __name__ == "__main__":
     harness.main()

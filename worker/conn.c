@@ -1,13 +1,22 @@
 /*
  * worker/conn.c: a client connection, as an explicit state machine.
  *
- *   accept -> HEAD --(head complete, checked)--> route -> response queued
- *               ^         |                            |
- *               |         +--(body)--> BODY ------------+
- *               |                                      v
- *             IDLE <---(flushed, keep-alive, no input)-- SEND
+ *   accept -> HEAD --(head complete, checked)--> req_run (req.c: the steps)
+ *               ^                                  |  |  |  |
+ *               |      the answer is ours or a hit +  |  |  +-- WAIT (for
+ *               |      (a body after it: BODY, read    |  |     another fill)
+ *               |      and dropped)                    |  +-- BODY (the
+ *               |                                      |   transaction reads it)
+ *               |                   PROXY (the origin) +       |
+ *               |                                      v       v
+ *             IDLE <---(flushed, keep-alive, no input)-- SEND <-+
  *                                                      |
  *                                       (close)  -> LINGER -> closed
+ *
+ * The connection owns its request (cn_req) and lends it cn_in and
+ * cn_out; the request says what it wants in its own fields (rq_close,
+ * rq_abort, rq_body_owned, its transaction) and conn_sync() turns that
+ * into this connection's state: only this file writes cn_state.
  *
  * Pipelining: requests are parsed strictly one after another from the
  * input buffer, and their responses are appended to the output buffer in
@@ -16,8 +25,8 @@
  * client that sends but does not read).
  *
  * Ownership: conn_close() is the one place that releases what a connection
- * owns (fd, both events, both buffers, the request context) and returns the
- * struct to the free list.  An idle connection holds only the struct; its
+ * owns (fd, both events, both buffers, the request) and returns the struct
+ * to its pool.  An idle connection holds only the struct; its
  * buffers and request context go back to the worker's pools.
  *
  * Timeouts are ATS's: inactivity timers per direction and phase, armed

@@ -1,23 +1,25 @@
 /*
  * worker/proxy.c: one origin transaction (a cache miss, later).
  *
- * Ownership: a struct upstream belongs to exactly one client connection
- * (rq->rq_up) and dies with the response: its connection goes back to the
- * pool when the exchange ended cleanly, otherwise it is closed.
+ * Ownership: a struct upstream belongs to exactly one request (rq->rq_up,
+ * its FETCH step) and dies with the response: its connection goes back to
+ * the pool when the exchange ended cleanly, otherwise it is closed.  It
+ * writes only its request's fields; the request's owner (conn.c) is told
+ * to write through the owner ops (up_kick: flush, and body_resume).
  *
  * Data flow, with back-pressure both ways and nothing buffered whole:
  *
- *   client --cn_in--> http_req_body() --raw bytes--> up_out --> origin
- *   origin --> up_in --http-parser--> [start, parsed) --writev--> client
+ *   client --rq_in--> http_req_body() --raw bytes--> up_out --> origin
+ *   origin --> up_in --our parser--> [start, parsed) --rq_body--> client
  *
  * Request bodies are forwarded as the client framed them (http-parser has
  * validated that framing): at most one up_out buffer is in flight, and the
  * client is not read while it is full.  Response bodies are parsed in
- * place and the parsed span is handed to the client connection as
- * cn_body, so body bytes are never copied inside Cistern; the origin is
+ * place and the parsed span is lent to the request's owner as rq_body
+ * (written after rq_out), so body bytes are never copied inside Cistern; the origin is
  * not read while up_in is full of bytes the client has not taken.  The
  * one exception is a chunked response to an HTTP/1.0 client, which is
- * de-chunked into the client's output buffer.
+ * de-chunked into the client's output buffer (rq_out).
  *
  * Errors: before any response byte reached the client, a failure becomes
  * a 502 (refused, reset, invalid response) or 504 (timeout) with one log

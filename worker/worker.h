@@ -6,9 +6,11 @@
  * index), builds its own event_base after fork, and runs until told to
  * stop (SIGTERM: now; SIGQUIT or a drain order: finish what is in flight).
  *
- * Connections (conn.c) are one struct each with an explicit state; memory a
- * connection holds while idle is only that struct: its buffers and request
- * context go back to per-worker free lists between requests.
+ * Connections (conn.c) are one struct each with an explicit state; each
+ * carries its requests (req.h, req.c: the steps).  Memory a connection
+ * holds while idle is only that struct: its buffers and request go back
+ * to the worker's pools (buf.h) between requests.  DESIGN.md has the
+ * files' layering and what each may call.
  */
 #ifndef CISTERN_WORKER_H
 #define CISTERN_WORKER_H
@@ -103,7 +105,6 @@ union conn_addr {
 /* A write event lent to a connection while its output waits. */
 struct conn_wev {
     struct event         ev;
-    struct conn_wev     *next;        /* the worker's free list */
     int                  unsent;      /* sock_unsent() when the timer was
                                          last started: see conn_on_write */
 };
@@ -141,7 +142,7 @@ struct conn {
     size_t           cn_discarded;    /* body bytes dropped for it so far */
     union conn_addr  cn_peer;         /* the client (IPv4 or IPv6) */
     struct ssl_st   *cn_tls;          /* TLS (tls.c), or NULL: plain TCP */
-    struct conn     *cn_next;         /* free list / all-connections list */
+    struct conn     *cn_next;         /* the worker's list of connections */
     struct conn     *cn_prev;
 };
 
@@ -162,7 +163,7 @@ enum up_state {
 typedef void (*origin_ready_fn)(struct upstream *up, int err);
 typedef void (*origin_attach_fn)(struct upstream *up);
 
-/* One origin transaction, owned by its client connection (cn_up). */
+/* One origin transaction, owned by its request (rq_up). */
 struct upstream {
     uint32_t         up_magic;
     enum up_state    up_state;
@@ -427,7 +428,7 @@ enum tls_want tls_conn_handshake(struct conn *c);
  * the caller arms: cn_tls_rw is only ever set here, so the caller clears
  * it before the call). */
 ssize_t tls_conn_read(struct conn *c, char *p, size_t n);
-/* Write cn_out then cn_body as full TLS records (the head and the start of
+/* Write cn_out then the lent body (rq_body) as full TLS records (the head and the start of
  * the body coalesced in one record); same contract as writev: bytes taken
  * from the front of (head, body), or -1 with errno (EAGAIN: wait, with
  * cn_tls_wr set when it must wait for readability). */
