@@ -352,8 +352,8 @@ proxy_put_head(struct upstream *up, struct req *rq, const struct conf_remap_resu
 {
     const struct http_req *r = &rq->r;
     struct buf *o = &up->up_out;
-    char ph[300], ip[64];
-    size_t phl;
+    char ph[300];
+    size_t phl, ipl;
     int xff = -1, err = 0, mfi;
 
     err |= buf_puts(o, http_method_name(r->method));
@@ -389,8 +389,8 @@ proxy_put_head(struct upstream *up, struct req *rq, const struct conf_remap_resu
             err |= buf_lit(o, ", ");
         }
     }
-    fmt_peer(rq->rq_peer, ip, sizeof(ip));
-    err |= buf_puts(o, ip);
+    const char *ip = fmt_peer_text(rq->rq_peer, &ipl);
+    err |= buf_append(o, ip, ipl);
     err |= buf_lit(o, "\r\nVia: ");
     err |= buf_puts(o, wk->via);
     err |= buf_lit(o, "\r\n\r\n");
