@@ -32,7 +32,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -175,34 +174,14 @@ alog_put_esc(char *p, const char *s, size_t n, size_t max)
     return p;
 }
 
-/* The client's address (fmt_peer).  The text of the last address is
- * kept, so the lines of a keep-alive client (or of many connections from
- * one address) cost a compare and a copy. */
+/* The client's address (fmt_peer_text: the last one's text is kept). */
 static char *
 alog_put_peer(char *p, const struct req *rq)
 {
-    static sa_family_t last_af;         /* 0: none yet */
-    static uint8_t last_addr[16];
-    static char last_str[64];
-    static size_t last_len;
-    const struct sockaddr *sa = rq->rq_peer;
-    sa_family_t af = sa->sa_family;
-    const void *a = af == AF_INET ? (const void *)&((const struct sockaddr_in *)sa)->sin_addr
-                                  : (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
-    size_t alen = af == AF_INET ? 4 : 16;
+    size_t n;
+    const char *s = fmt_peer_text(rq->rq_peer, &n);
 
-    if (af != AF_INET && af != AF_INET6) {
-        char peer[64];
-        fmt_peer(rq->rq_peer, peer, sizeof(peer));
-        return fmt_str(p, peer);
-    }
-    if (af != last_af || memcmp(a, last_addr, alen) != 0) {
-        fmt_peer(rq->rq_peer, last_str, sizeof(last_str));
-        last_len = strlen(last_str);
-        memcpy(last_addr, a, alen);
-        last_af = af;
-    }
-    return fmt_mem(p, last_str, last_len);
+    return fmt_mem(p, s, n);
 }
 
 /* Keep the first bytes of a field that can reach the line. */

@@ -236,6 +236,42 @@ fmt_peer(const struct sockaddr *sa, char *out, size_t len)
                   out, (socklen_t)len);
 }
 
+const char *
+fmt_peer_text(const struct sockaddr *sa, size_t *len)
+{
+    static sa_family_t last_af;         /* 0: none yet */
+    static uint8_t last_addr[16];
+    static char last_str[64];
+    static size_t last_len;
+    sa_family_t af = sa->sa_family;
+    int same;
+
+    /* (constant sizes: the compares and copies are a load or two) */
+    if (af == AF_INET) {
+        const void *a = &((const struct sockaddr_in *)(const void *)sa)->sin_addr;
+        same = af == last_af && memcmp(a, last_addr, 4) == 0;
+        if (!same)
+            memcpy(last_addr, a, 4);
+    } else if (af == AF_INET6) {
+        const void *a = &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr;
+        same = af == last_af && memcmp(a, last_addr, 16) == 0;
+        if (!same)
+            memcpy(last_addr, a, 16);
+    } else {
+        static char other[64];
+        fmt_peer(sa, other, sizeof(other));
+        *len = strlen(other);
+        return other;
+    }
+    if (!same) {
+        fmt_peer(sa, last_str, sizeof(last_str));
+        last_len = strlen(last_str);
+        last_af = af;
+    }
+    *len = last_len;
+    return last_str;
+}
+
 /* ------------------------------------------------------------------ */
 /* Sockets */
 

@@ -138,6 +138,12 @@ void  fmt_http_date(time_t t, char out[32]);
  * formats through sprintf), IPv6 as inet_ntop writes it, "?" for anything
  * else or when out is too small.  The port is not included. */
 void  fmt_peer(const struct sockaddr *sa, char *out, size_t len);
+/* fmt_peer's text of sa (NUL ended, its length in *len), in memory of
+ * ours that stays valid until the next call.  The text of the last IPv4
+ * or IPv6 address is kept: the requests of a keep-alive client (or of
+ * many connections from one address) cost a compare, not a formatting
+ * (X-Forwarded-For and the access log both ask, per request). */
+const char *fmt_peer_text(const struct sockaddr *sa, size_t *len);
 
 /* ------------------------------------------------------------------ */
 /* Buffers */

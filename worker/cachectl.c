@@ -59,10 +59,18 @@ typedef void (*cc_fn)(void *arg, const char *name, size_t nl, const char *val,
                       size_t vl, int has_val);
 
 static void
-cc_walk(const struct http_req *r, const char *field, cc_fn fn, void *arg)
+cc_walk_(const struct http_req *r, enum http_fid id, const char *field, size_t fl,
+         cc_fn fn, void *arg)
 {
-    for (int i = 0; i < r->nfields; i++) {
-        if (!http_field_is(r, i, field))
+    /* A known name is matched by its id (the scanner set each field's),
+     * from its first line on; another (Pragma) by its name. */
+    int first = id != HTTP_F_OTHER ? http_field_find_id(r, id, 0) : 0;
+
+    for (int i = first < 0 ? r->nfields : first; i < r->nfields; i++) {
+        const struct http_field *f = &r->fields[i];
+        if (id != HTTP_F_OTHER ? f->id != (uint32_t)id
+                               : !(f->name_len == fl
+                                   && strncasecmp(r->base + f->name, field, fl) == 0))
             continue;
         const char *p = r->base + r->fields[i].value;
         const char *end = p + r->fields[i].value_len;
@@ -116,6 +124,10 @@ cc_walk(const struct http_req *r, const char *field, cc_fn fn, void *arg)
         }
     }
 }
+
+/* Each line of field `lit` (lowercase), whose id is `id` (HTTP_F_OTHER
+ * for a name the scanner does not know). */
+#define cc_walk(r, id, lit, fn, arg) cc_walk_((r), (id), "" lit, sizeof(lit) - 1, (fn), (arg))
 
 #define IS(lit) (nl == sizeof(lit) - 1 && strncasecmp(name, lit, nl) == 0)
 
@@ -325,12 +337,12 @@ cachectl_parse_resp(const struct http_req *r, struct cc_resp *cc, int cdn)
      * Surrogate-Control (W3C Edge Architecture) is honoured the same way
      * when there is no CDN-Cache-Control. */
     if (cdn && cc_targeted_valid(r, "cdn-cache-control"))
-        cc_walk(r, "cdn-cache-control", cc_resp_one, cc);
+        cc_walk(r, HTTP_F_CDN_CACHE_CONTROL, "cdn-cache-control", cc_resp_one, cc);
     else if (cdn && http_field_find_id(r, HTTP_F_CDN_CACHE_CONTROL, 0) < 0
              && http_field_find_id(r, HTTP_F_SURROGATE_CONTROL, 0) >= 0)
-        cc_walk(r, "surrogate-control", cc_resp_one, cc);
+        cc_walk(r, HTTP_F_SURROGATE_CONTROL, "surrogate-control", cc_resp_one, cc);
     else
-        cc_walk(r, "cache-control", cc_resp_one, cc);
+        cc_walk(r, HTTP_F_CACHE_CONTROL, "cache-control", cc_resp_one, cc);
 }
 
 void
@@ -339,9 +351,9 @@ cachectl_parse_req(const struct http_req *r, struct cc_req *cc)
     memset(cc, 0, sizeof(*cc));
     cc->max_age = cc->max_stale = cc->min_fresh = -1;
     if (http_field_find_id(r, HTTP_F_CACHE_CONTROL, 0) >= 0)
-        cc_walk(r, "cache-control", cc_req_one, cc);
+        cc_walk(r, HTTP_F_CACHE_CONTROL, "cache-control", cc_req_one, cc);
     else
-        cc_walk(r, "pragma", cc_pragma_one, cc);    /* RFC 9111 5.4 */
+        cc_walk(r, HTTP_F_OTHER, "pragma", cc_pragma_one, cc);    /* RFC 9111 5.4 */
 }
 
 /* ------------------------------------------------------------------ */

@@ -207,22 +207,34 @@ http_req_reset(struct http_req *r)
     memset(r->fidx, 0, sizeof(r->fidx));
 }
 
-/* The length of a prefix of p[0..n), a multiple of 8 bytes, that holds
- * no control byte (below 0x20, or DEL): the byte checks below may start
- * there.  Eight bytes at a time: (x - 0x20..) & ~x has a high bit set
- * where a byte is below 0x20 (a borrow only ever starts at such a byte),
- * and x ^ 0x7f.. has a zero byte where x has DEL. */
-static size_t
-http_ctl_free(const char *p, size_t n)
+/* Where the byte checks of line[from..to) must start: `to` when no byte
+ * there is a control byte (below 0x20, or DEL), else an index at or
+ * before the first one.  Eight bytes at a time: (x - 0x20..) & ~x has a
+ * high bit set where a byte is below 0x20 (a borrow only ever starts at
+ * such a byte), and x ^ 0x7f.. has a zero byte where x has DEL.  The
+ * last (partial) word is checked as the eight bytes ending at `to`,
+ * which may reach back before `from` into the line: a control byte
+ * there (a field's HTAB before its value) only sends the caller to its
+ * byte loop, which decides exactly. */
+static inline int
+http_has_ctl(uint64_t x)
 {
     const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
-    size_t i = 0;
+    uint64_t d = x ^ (0x7f * ones);
 
-    for (; i + 8 <= n; i += 8) {
-        uint64_t x = http_load64(p + i), d = x ^ (0x7f * ones);
-        if ((((x - 0x20 * ones) & ~x) | ((d - ones) & ~d)) & highs)
-            break;
-    }
+    return ((((x - 0x20 * ones) & ~x) | ((d - ones) & ~d)) & highs) != 0;
+}
+
+static inline __attribute__((always_inline)) size_t
+http_ctl_free(const char *line, size_t from, size_t to)
+{
+    size_t i = from;
+
+    for (; i + 8 <= to; i += 8)
+        if (http_has_ctl(http_load64(line + i)))
+            return i;
+    if (i < to && to >= 8 && !http_has_ctl(http_load64(line + to - 8)))
+        return to;
     return i;
 }
 
@@ -279,7 +291,7 @@ http_head_scan(struct http_req *r, const char *buf, size_t len,
                 r->reason = "request line too long";
                 return 414;
             }
-            for (size_t i = http_ctl_free(line, linelen); i < linelen; i++) {
+            for (size_t i = http_ctl_free(line, 0, linelen); i < linelen; i++) {
                 unsigned char c = (unsigned char)line[i];
                 if (c < 0x21 && c != ' ') {
                     r->reason = "control character in the request line";
@@ -315,7 +327,7 @@ http_head_scan(struct http_req *r, const char *buf, size_t len,
             return 400;
         }
         size_t v = n + 1, ve = linelen;
-        for (size_t i = v + http_ctl_free(line + v, ve - v); i < ve; i++) {
+        for (size_t i = http_ctl_free(line, v, ve); i < ve; i++) {
             unsigned char c = (unsigned char)line[i];
             if ((c < 0x20 && c != '\t') || c == 0x7f) {
                 r->reason = c == '\r' ? "bare CR in a header field"

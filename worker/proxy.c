@@ -93,8 +93,25 @@ buf_put_status(struct buf *b, const struct http_req *resp)
 }
 
 
+/* wk->via's length: the text is written once, when the worker starts
+ * (worker.c), so it is measured once, not per head. */
+static size_t
+proxy_via_len(void)
+{
+    static const char *via;
+    static size_t len;
+
+    if (via != wk->via) {
+        via = wk->via;
+        len = strlen(via);
+    }
+    return len;
+}
+
 /* ------------------------------------------------------------------ */
 
+_Static_assert(sizeof(((struct conf_remap_result *)0)->scheme) >= 6,
+               "proxy_start compares 6 bytes of the scheme");
 _Static_assert(offsetof(struct upstream, up_key) + sizeof(((struct upstream *)0)->up_key)
                == sizeof(struct upstream), "up_key stays last: up_get() does not zero it");
 _Static_assert(offsetof(struct upstream, up_fill)
@@ -230,8 +247,8 @@ proxy_pristine_host(const struct http_req *r, char *out, size_t outlen)
 /* The transaction's fields, from the request and its route. */
 static void
 up_setup(struct upstream *up, struct req *rq, const struct conf_remap_result *res,
-         const struct conf_remap_rule *rule, int keep_alive, const char *key,
-         size_t keylen, const char *fwd)
+         const struct conf_remap_rule *rule, int https, int keep_alive,
+         const char *key, size_t keylen, const char *fwd)
 {
     const struct http_req *r = &rq->r;
     const struct conf_records *rec = &wk->conf->rec;
@@ -244,7 +261,7 @@ up_setup(struct upstream *up, struct req *rq, const struct conf_remap_result *re
     memcpy(up->up_host, res->host, hl);
     up->up_host[hl] = '\0';
     up->up_port = res->port;
-    up->up_https = strcmp(res->scheme, "https") == 0;
+    up->up_https = https;
     up->up_method = r->method;
     up->up_client_minor = r->minor;
     up->up_client_ka = keep_alive;
@@ -354,8 +371,8 @@ proxy_put_head(struct upstream *up, struct req *rq, const struct conf_remap_resu
 {
     const struct http_req *r = &rq->r;
     struct buf *o = &up->up_out;
-    char ph[300], ip[64];
-    size_t phl;
+    char ph[300];
+    size_t phl, ipl;
     int xff = -1, err = 0, mfi;
 
     err |= buf_puts(o, http_method_name(r->method));
@@ -391,10 +408,10 @@ proxy_put_head(struct upstream *up, struct req *rq, const struct conf_remap_resu
             err |= buf_lit(o, ", ");
         }
     }
-    fmt_peer(rq->rq_peer, ip, sizeof(ip));
-    err |= buf_puts(o, ip);
+    const char *ip = fmt_peer_text(rq->rq_peer, &ipl);
+    err |= buf_append(o, ip, ipl);
     err |= buf_lit(o, "\r\nVia: ");
-    err |= buf_puts(o, wk->via);
+    err |= buf_append(o, wk->via, proxy_via_len());
     err |= buf_lit(o, "\r\n\r\n");
     return err ? -1 : 0;
 }
@@ -408,7 +425,10 @@ proxy_start(struct req *rq, const struct conf_remap_result *res,
     const struct http_req *r = &rq->r;
     struct upstream *up;
 
-    if (strcmp(res->scheme, "https") != 0 && strcmp(res->scheme, "http") != 0) {
+    /* (res->scheme is a char[8]: the compares are two loads each) */
+    int https = memcmp(res->scheme, "https", 6) == 0;
+
+    if (!https && memcmp(res->scheme, "http", 5) != 0) {
         *why = "unsupported origin scheme";
         return 502;
     }
@@ -417,7 +437,7 @@ proxy_start(struct req *rq, const struct conf_remap_result *res,
         *why = "out of memory";
         return 503;
     }
-    up_setup(up, rq, res, rule, keep_alive, key, keylen, fwd);
+    up_setup(up, rq, res, rule, https, keep_alive, key, keylen, fwd);
     up->up_answer = answer;
     if (proxy_put_head(up, rq, res) < 0) {
         proxy_error(rq, 502, "request too large to forward");
@@ -739,7 +759,7 @@ proxy_client_head(struct req *rq, struct upstream *up, struct http_req *resp)
     }
     err |= buf_puts(o, wk->debug_hdr);
     err |= buf_lit(o, "Via: ");
-    err |= buf_puts(o, wk->via);
+    err |= buf_append(o, wk->via, proxy_via_len());
     err |= buf_lit(o, "\r\n");
     err |= buf_puts(o, resp_connection_hdr(up->up_client_minor, ka));
     err |= buf_lit(o, "\r\n");

@@ -366,6 +366,14 @@ static const struct head_row head_rows[] = {
     ROW(0, 400, "GET / HTTP/1.1\r\nHost: a\r\nX-A: b\x7f\r\n\r\n"),
     ROW(0, 0, "GET / HTTP/1.1\r\nHost: a\r\nX-A: b\x80\r\n\r\n"),
     ROW(0, 0, "GET / HTTP/1.1\r\nHost: a\r\nX-A:\tb\t\r\n\r\n"),
+    /* control bytes in a line's last, partial word (checked as the eight
+     * bytes ending the line, reaching back into the name) */
+    ROW(0, 400, "GET / HTTP/1.1\r\nHost: a\r\nX-Long: 0123456789\x01z\r\n\r\n"),
+    ROW(0, 400, "GET / HTTP/1.1\r\nHost: a\r\nX-Long: 01234567\x7f\r\n\r\n"),
+    ROW(0, 400, "GET / HTTP/1.1\r\nHost: a\r\nX-Long-Name: ab\x02\r\n\r\n"),
+    ROW(0, 0, "GET / HTTP/1.1\r\nHost: a\r\nX-Long-Name:\tabc\r\n\r\n"),
+    ROW(0, 0, "GET / HTTP/1.1\r\nHost: a\r\nX-Long-Name: ab\tc\r\n\r\n"),
+    ROW(0, 400, "GET /abcdefgh HTTP/1.\x011\r\nHost: a\r\n\r\n"),
     ROW(0, 400, "GET / HTTP/1.1\r\nHost: a\r\nX(A): b\r\n\r\n"),
     ROW(0, 400, "GET / HTTP/1.1\r\nHost: a\r\nX-A b: c\r\n\r\n"),
     ROW(0, 400, "GET / HTTP/1.1\r\nHost: a\r\nNoColon\r\n\r\n"),
