@@ -35,6 +35,16 @@
 #include "shm/panic.h"
 
 /* ------------------------------------------------------------------ */
+/* The worker's one vocabulary for work driven by events (the origin
+ * transaction's pump; a request's steps say REQ_PARK, the parsers
+ * HTTP_OK / HTTP_AGAIN / a status, TLS which way it waits):
+ *   WK_MORE   progress made: call again
+ *   WK_WAIT   nothing more until an event
+ *   WK_DONE   finished
+ *   WK_ABORT  failed after output began: the caller cuts the connection */
+enum wk_rc { WK_MORE, WK_WAIT, WK_DONE, WK_ABORT };
+
+/* ------------------------------------------------------------------ */
 /* Magics */
 
 /* A callback's argument must carry its struct's magic: a mismatch is a

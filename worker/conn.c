@@ -872,14 +872,14 @@ conn_flush(struct conn *c)
         if (conn_up(c) == NULL || c->cn_hold)
             break;
         switch (proxy_pump(c->cn_req)) {
-        case PROXY_MORE:
+        case WK_MORE:
             continue;
-        case PROXY_DONE:
+        case WK_DONE:
             continue;   /* DONE once a body lent from the cache is out too */
-        case PROXY_ABORT:
+        case WK_ABORT:
             conn_reset(c);
             return -1;
-        case PROXY_WAIT:
+        case WK_WAIT:
             conn_sync(c);
             c->cn_in_flush = 0;
             conn_unwant_write(c);

@@ -56,7 +56,7 @@
 static void up_on_read(evutil_socket_t fd, short what, void *arg);
 static void up_on_write(evutil_socket_t fd, short what, void *arg);
 static void up_send(struct upstream *up);
-static enum proxy_pump proxy_pump_body(struct req *rq, struct upstream *up);
+static enum wk_rc proxy_pump_body(struct req *rq, struct upstream *up);
 
 /* Head writers.  The heads we forward are built with plain copies
  * (buf.h's appenders): a printf per line cost a fifth of a proxied
@@ -90,22 +90,6 @@ buf_put_status(struct buf *b, const struct http_req *resp)
         || buf_append(b, resp->base + resp->phrase, resp->phrase_len) < 0)
         return -1;
     return buf_lit(b, "\r\n");
-}
-
-
-/* wk->via's length: the text is written once, when the worker starts
- * (worker.c), so it is measured once, not per head. */
-static size_t
-proxy_via_len(void)
-{
-    static const char *via;
-    static size_t len;
-
-    if (via != wk->via) {
-        via = wk->via;
-        len = strlen(via);
-    }
-    return len;
 }
 
 /* ------------------------------------------------------------------ */
@@ -187,8 +171,8 @@ up_free(struct req *rq)
 
 /* Answer the client with an error of ours and drop the transaction.
  * Only valid before any response byte went to the client. */
-static enum proxy_pump proxy_serve_stale(struct req *rq, struct upstream *up, int status);
-static enum proxy_pump proxy_answer_held(struct req *rq, const struct store_cond *cond,
+static enum wk_rc proxy_serve_stale(struct req *rq, struct upstream *up, int status);
+static enum wk_rc proxy_answer_held(struct req *rq, const struct store_cond *cond,
                                          int ka, const char *cs, const char *hdr,
                                          size_t hdrlen);
 
@@ -411,7 +395,7 @@ proxy_put_head(struct upstream *up, struct req *rq, const struct conf_remap_resu
     const char *ip = fmt_peer_text(rq->rq_peer, &ipl);
     err |= buf_append(o, ip, ipl);
     err |= buf_lit(o, "\r\nVia: ");
-    err |= buf_append(o, wk->via, proxy_via_len());
+    err |= buf_append(o, wk->via, wk->via_len);
     err |= buf_lit(o, "\r\n\r\n");
     return err ? -1 : 0;
 }
@@ -759,7 +743,7 @@ proxy_client_head(struct req *rq, struct upstream *up, struct http_req *resp)
     }
     err |= buf_puts(o, wk->debug_hdr);
     err |= buf_lit(o, "Via: ");
-    err |= buf_append(o, wk->via, proxy_via_len());
+    err |= buf_append(o, wk->via, wk->via_len);
     err |= buf_lit(o, "\r\n");
     err |= buf_puts(o, resp_connection_hdr(up->up_client_minor, ka));
     err |= buf_lit(o, "\r\n");
@@ -844,7 +828,7 @@ proxy_forwarded_req(struct upstream *up)
 
 /* The origin answered 304 to our validators: refresh the stored headers
  * and answer the client from the object we hold. */
-static enum proxy_pump
+static enum wk_rc
 proxy_revalidated(struct req *rq, struct upstream *up, struct http_req *resp)
 {
     static char merged[32768];
@@ -865,7 +849,7 @@ proxy_revalidated(struct req *rq, struct upstream *up, struct http_req *resp)
 }
 
 /* The transaction is over (up freed): answer from the object we hold. */
-static enum proxy_pump
+static enum wk_rc
 proxy_answer_held(struct req *rq, const struct store_cond *cond, int ka,
                   const char *cs, const char *hdr, size_t hdrlen)
 {
@@ -877,12 +861,12 @@ proxy_answer_held(struct req *rq, const struct store_cond *cond, int ka,
     if (!ka)
         rq->rq_close = 1;
     rq->rq_body_owned = 0;
-    return PROXY_DONE;
+    return WK_DONE;
 }
 
 /* The origin failed (status, or 0: no answer) and the held stale object
  * may stand in for it (stale-if-error). */
-static enum proxy_pump
+static enum wk_rc
 proxy_serve_stale(struct req *rq, struct upstream *up, int status)
 {
     struct store_cond cond = up->up_cond;
@@ -902,14 +886,14 @@ proxy_serve_stale(struct req *rq, struct upstream *up, int status)
 /* An interim (1xx) response: on to HTTP/1.1 clients (RFC 9110 15.2: a
  * proxy forwards 1xx it did not ask for); 1.0 clients cannot take them.
  * A 101 would switch protocols under us: refused. */
-static enum proxy_pump
+static enum wk_rc
 proxy_interim(struct req *rq, struct upstream *up, struct http_req *resp)
 {
     struct buf *in = &up->up_in;
 
     if (resp->status == 101) {
         up_fail(up, 502, "protocol upgrade is not supported");
-        return PROXY_MORE;
+        return WK_MORE;
     }
     if (up->up_client_minor >= 1 && buf_alloc(rq->rq_out) == 0) {
         struct buf *o = rq->rq_out;
@@ -926,7 +910,7 @@ proxy_interim(struct req *rq, struct upstream *up, struct http_req *resp)
     }
     in->start += resp->start + resp->head_len;
     http_req_reset(resp);
-    return PROXY_MORE;
+    return WK_MORE;
 }
 
 /* What a final response does to the cache: an unsafe method's success
@@ -963,7 +947,7 @@ proxy_cache_response(struct upstream *up, const struct http_req *resp)
     }
 }
 
-enum proxy_pump
+enum wk_rc
 proxy_pump(struct req *rq)
 {
     struct upstream *up = rq->rq_up;
@@ -972,21 +956,21 @@ proxy_pump(struct req *rq)
     int rc;
 
     if (up->up_state < UP_SENDING)
-        return PROXY_WAIT;
+        return WK_WAIT;
     if (up->up_state != UP_BODY) {
         size_t avail = in->end - in->start;
 
         if (avail == 0) {
             if (up->up_eof) {
                 up_fail(up, 502, "closed the connection without a response");
-                return rq->rq_up ? PROXY_ABORT : PROXY_MORE;
+                return rq->rq_up ? WK_ABORT : WK_MORE;
             }
-            return PROXY_WAIT;
+            return WK_WAIT;
         }
         if (up->up_resp == NULL) {
             if ((up->up_resp = pool_get(&wk->head_pool)) == NULL) {
                 up_fail(up, 502, "out of memory");
-                return PROXY_MORE;
+                return WK_MORE;
             }
             http_req_reset(up->up_resp);
         }
@@ -995,15 +979,15 @@ proxy_pump(struct req *rq)
         if (rc == HTTP_AGAIN) {
             if (up->up_eof) {
                 up_fail(up, 502, "closed the connection mid-head");
-                return PROXY_MORE;
+                return WK_MORE;
             }
-            return PROXY_WAIT;
+            return WK_WAIT;
         }
         if (rc == HTTP_OK)
             rc = http_resp_parse(resp, in->data + in->start + resp->start, up->up_method);
         if (rc != HTTP_OK) {
             up_fail(up, 502, resp->reason ? resp->reason : "invalid response");
-            return PROXY_MORE;
+            return WK_MORE;
         }
         if (resp->status < 200)
             return proxy_interim(rq, up, resp);
@@ -1019,7 +1003,7 @@ proxy_pump(struct req *rq)
         up->up_out.start = up->up_out.end = 0;
         if (proxy_client_head(rq, up, resp) < 0) {
             up_fail(up, 502, "response head too large");
-            return PROXY_MORE;
+            return WK_MORE;
         }
         in->start += resp->start + resp->head_len;
         up->up_parsed = in->start;
@@ -1033,14 +1017,14 @@ proxy_pump(struct req *rq)
          * turns out broken: the client then sees the head and the cut, as
          * when the error comes with a later read (the next call answers
          * ABORT again: see proxy_pump_body). */
-        enum proxy_pump next = proxy_pump_body(rq, up);
-        return next == PROXY_WAIT || next == PROXY_ABORT ? PROXY_MORE : next;
+        enum wk_rc next = proxy_pump_body(rq, up);
+        return next == WK_WAIT || next == WK_ABORT ? WK_MORE : next;
     }
     return proxy_pump_body(rq, up);
 }
 
 /* proxy_pump() once the head is parsed: the body, then the end. */
-static enum proxy_pump
+static enum wk_rc
 proxy_pump_body(struct req *rq, struct upstream *up)
 {
     struct buf *in = &up->up_in;
@@ -1050,7 +1034,7 @@ proxy_pump_body(struct req *rq, struct upstream *up)
     /* A framing error was found already (http_req_body() set the reason
      * and left its decoder mid-way: never feed it again). */
     if (resp->reason)
-        return PROXY_ABORT;
+        return WK_ABORT;
     if (in->start == up->up_parsed && in->start == in->end) {
         in->start = in->end = up->up_parsed = 0;
         if (!up->up_eof) {
@@ -1071,7 +1055,7 @@ proxy_pump_body(struct req *rq, struct upstream *up)
             struct buf *o = rq->rq_out;
             /* de-chunk into the client's buffer, bounded by its room */
             if (buf_alloc(o) < 0)
-                return PROXY_ABORT;
+                return WK_ABORT;
             size_t room = o->size - o->end, feed = in->end - up->up_parsed;
             if (feed > room)
                 feed = room;
@@ -1092,21 +1076,21 @@ proxy_pump_body(struct req *rq, struct upstream *up)
             log_warn("conn %llu: origin %s:%d: bad response body framing",
                      (unsigned long long)rq->rq_id, up->up_host, up->up_port);
             wk->ctr->origin_errors++;
-            return PROXY_ABORT;
+            return WK_ABORT;
         }
         if (used > 0)
-            return PROXY_MORE;
+            return WK_MORE;
     }
     if (!resp->body_done && up->up_eof) {
         if (http_body_eof(resp) != HTTP_OK) {
             log_warn("conn %llu: origin %s:%d closed mid-body; cutting the client",
                      (unsigned long long)rq->rq_id, up->up_host, up->up_port);
             wk->ctr->origin_errors++;
-            return PROXY_ABORT;
+            return WK_ABORT;
         }
     }
     if (!resp->body_done)
-        return PROXY_WAIT;
+        return WK_WAIT;
 
     /* Complete: pool the connection if the exchange ended cleanly. */
     int reuse = resp->keep_alive && up->up_req_done && !up->up_eof
@@ -1128,7 +1112,7 @@ proxy_pump_body(struct req *rq, struct upstream *up)
     if (!client_ka)
         rq->rq_close = 1;
     rq->rq_body_owned = 0;
-    return PROXY_DONE;
+    return WK_DONE;
 }
 
 void

@@ -253,6 +253,7 @@ struct worker {
                                          response head */
     struct pool          idle_pool;   /* origin.c's struct origin_idle */
     char                 via[300];    /* "1.1 NAME" */
+    size_t               via_len;
     char                 debug_hdr[96];/* "X-Cistern-Worker: ..." or "" */
     struct cache        *cache;       /* NULL: no store */
     unsigned             slotno;      /* our shm slot */
@@ -313,8 +314,8 @@ size_t proxy_pristine_host(const struct http_req *r, char *out, size_t outlen);
  * connection and arm the read side, before proxy_origin_ready(up, 0). */
 void proxy_origin_attach(struct upstream *up);
 /* Client side callbacks from conn.c */
-enum proxy_pump { PROXY_MORE, PROXY_WAIT, PROXY_DONE, PROXY_ABORT };
-enum proxy_pump proxy_pump(struct req *rq);
+
+enum wk_rc proxy_pump(struct req *rq);
 void proxy_client_sent(struct req *rq, size_t n);
 /* Feed the client's request body; returns HTTP_OK / HTTP_AGAIN / status. */
 int  proxy_client_body(struct req *rq);
