@@ -27,8 +27,9 @@
  * (hop-by-hop names and those the Connection lines list) in a bitmap, so
  * the proxy rewrites a head in one pass without comparing strings.
  *
- * Nothing here allocates: struct http_req lives in the connection's pooled
- * request context.
+ * Nothing here allocates: a struct http_req lives in its request (struct
+ * req, req.h) or, for an origin's response head, comes from the worker's
+ * pool on its own.
  */
 #ifndef CISTERN_HTTP_H
 #define CISTERN_HTTP_H
