@@ -356,6 +356,9 @@ int      cache_ent_verify(struct cache *c, const struct cache_ent *e,
                           const uint8_t hash[16], const char *key, size_t keylen,
                           int want_body_sum, const struct cache_rec **hout,
                           const struct cache_rec **bout);
+int      cache_ent_pinned_ok(struct cache *c, const struct cache_ent *e,
+                             const uint8_t hash[16], const char *key, size_t keylen,
+                             const struct cache_rec **h, const struct cache_rec **b);
 int      cache_ent_pin(struct cache *c, const struct cache_ent *e);
 void     cache_ent_unpin(struct cache *c, const struct cache_ent *e);
 

@@ -147,6 +147,26 @@ bad:
     return -1;
 }
 
+/* A pinned entry's records, checked (their sums too when the store was
+ * not shut down cleanly since e was written, or verify is on).  0, or -1
+ * after unpinning e and dropping a corrupt entry from the index. */
+int
+cache_ent_pinned_ok(struct cache *c, const struct cache_ent *e, const uint8_t hash[16],
+                    const char *key, size_t keylen, const struct cache_rec **h,
+                    const struct cache_rec **b)
+{
+    int want_sum = c->conf.verify
+                   || e->epoch < __atomic_load_n(&c->shm->trust_epoch, __ATOMIC_RELAXED);
+
+    if (cache_ent_verify(c, e, hash, key, keylen, want_sum, h, b) == 0)
+        return 0;
+    cache_ent_unpin(c, e);
+    CTR_ADD(c, corrupt, 1);
+    if (cache_index_del(c, hash, e) == CACHE_OK)
+        CTR_ADD(c, evictions, 1);
+    return -1;
+}
+
 /*
  * See cache.h.  The hit path: one LMDB read, one or two pins (a private
  * counter, the shared bit only on 0 -> 1), one or two head checksums.
@@ -157,7 +177,7 @@ cache_lookup(struct cache *c, const char *key, size_t keylen, struct cache_obj *
     struct cache_ent e;
     const struct cache_rec *h, *b;
     uint8_t hash[16];
-    int rc, want_sum;
+    int rc;
 
     assert(c && c->magic == CACHE_MAGIC);
     obj->magic = 0;
@@ -170,15 +190,8 @@ cache_lookup(struct cache *c, const char *key, size_t keylen, struct cache_obj *
         goto miss;           /* variants: not served by this version */
     if (cache_ent_pin(c, &e) < 0)
         goto miss;           /* overwritten; the manager's sweep drops the entry */
-    want_sum = c->conf.verify
-               || e.epoch < __atomic_load_n(&c->shm->trust_epoch, __ATOMIC_RELAXED);
-    if (cache_ent_verify(c, &e, hash, key, keylen, want_sum, &h, &b) < 0) {
-        cache_ent_unpin(c, &e);
-        CTR_ADD(c, corrupt, 1);
-        if (cache_index_del(c, hash, &e) == CACHE_OK)
-            CTR_ADD(c, evictions, 1);
+    if (cache_ent_pinned_ok(c, &e, hash, key, keylen, &h, &b) < 0)
         goto miss;
-    }
     obj->magic = CACHE_OBJ_MAGIC;
     obj->iov[0].iov_base = (uint8_t *)(uintptr_t)(h + 1) + h->key_len;
     obj->iov[0].iov_len = h->hdr_len;

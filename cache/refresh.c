@@ -43,7 +43,7 @@ update_headers(struct cache *c, const char *key, size_t keylen, const uint64_t *
     uint64_t len, off;
     uint32_t seg;
     const char *why = NULL;
-    int rc, want_sum;
+    int rc;
 
     if (key == NULL || keylen == 0 || meta == NULL || (hdrlen && hdr == NULL))
         return CACHE_INVAL;
@@ -62,15 +62,8 @@ update_headers(struct cache *c, const char *key, size_t keylen, const uint64_t *
     /* The new entry is stamped with this epoch: a body from before an
      * unclean shutdown must be verified now, or the refresh would launder
      * it into a trusted entry. */
-    want_sum = c->conf.verify
-               || e.epoch < __atomic_load_n(&c->shm->trust_epoch, __ATOMIC_RELAXED);
-    if (cache_ent_verify(c, &e, hash, key, keylen, want_sum, &h, &b) < 0) {
-        cache_ent_unpin(c, &e);
-        CTR_ADD(c, corrupt, 1);
-        if (cache_index_del(c, hash, &e) == CACHE_OK)
-            CTR_ADD(c, evictions, 1);
+    if (cache_ent_pinned_ok(c, &e, hash, key, keylen, &h, &b) < 0)
         return CACHE_MISS;
-    }
     memset(&l, 0, sizeof(l));
     l.body_off = e.body_off;
     l.body_rec_len = b->rec_len;
