@@ -287,5 +287,36 @@ def test_stale_if_error_when_the_origin_fails_at_once():
             expect_eq(r.body, body, "stale-if-error body")
 
 
+def test_push_with_expect_closes_after_saying_close():
+    """A PUSH with Expect: 100-continue: its answer (stored or refused)
+    says Connection: close (the body was not discardable), so the
+    connection must close after it and no later request on it may be
+    answered (RFC 9112 9.6).  (Review of issue 17's SYNTH: step_synth
+    wrote the close header from req_body_discardable() but left
+    syn.close, hence rq_close, unset: the next pipelined request was
+    answered.)"""
+    good = b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nContent-Length: 2\r\n\r\nab"
+    bad = b"not an http response\r\n\r\n"
+    with Cistern(storage=["cache 64M"], remap=["map http://m.test/ http://127.0.0.1:1/"],
+                 records={"proxy.config.http.push_method_enabled": 1}) as c:
+        for name, resp, want in ((b"good", good, 201), (b"bad", bad, 400)):
+            k = harness.Conn(c.port, timeout=3)
+            try:
+                k.send(b"PUSH /%s HTTP/1.1\r\nHost: m.test\r\nContent-Length: %d\r\n"
+                       b"Expect: 100-continue\r\n\r\n" % (name, len(resp)))
+                time.sleep(0.3)
+                k.send(resp + b"GET /_stats HTTP/1.1\r\nHost: m.test\r\n\r\n")
+                closed = k.read_until_close(3)
+            finally:
+                k.close()
+            rs = parse_responses(k.buf, methods=["PUSH", "GET"], strict=False)
+            st = [r.status for r in rs if r.status >= 200]
+            expect(st and st[0] == want, "%s: PUSH status %r (%r)" % (name, st, k.buf[:200]))
+            said_close = b"connection: close" in k.buf.lower().split(b"\r\n\r\n", 2)[1]
+            expect(said_close, "%s: the PUSH answer says Connection: close" % name)
+            expect_eq(st[1:], [], "%s: answers after Connection: close" % name)
+            expect(closed, "%s: connection left open after Connection: close" % name)
+
+
 if __name__ == "__main__":
     harness.main()

@@ -493,6 +493,84 @@ START_TEST(test_head_limits)
 }
 END_TEST
 
+/* Review of issue 17 (3ccebb5): a control byte (below 0x20 but HTAB in a
+ * field value, or DEL) anywhere in a request line, status line or field
+ * line is refused, for every line length and offset, whatever the
+ * alignment; each head sits alone in an allocation of its exact size (a
+ * read before or after it is a sanitizer report). */
+static int
+head_scan_alone(const char *s, size_t n)
+{
+    static const struct http_limits lim = { 8192, 65536 };
+    char *b = malloc(n);
+    int rc;
+
+    ck_assert_ptr_nonnull(b);
+    memcpy(b, s, n);
+    http_req_reset(&r);
+    rc = http_head_scan(&r, b, n, &lim);
+    free(b);
+    return rc;
+}
+
+START_TEST(test_head_ctl_every_offset)
+{
+    static const unsigned char bad[] = { 0x00, 0x01, 0x08, 0x09, 0x0b, 0x0c, 0x0d,
+                                         0x0e, 0x1b, 0x1f, 0x7f };
+    char s[256];
+
+    for (size_t bi = 0; bi < sizeof(bad); bi++) {
+        unsigned char c = bad[bi];
+        for (size_t len = 1; len <= 40; len++) {
+            for (size_t k = 0; k < len; k++) {
+                if (c == '\r' && k == len - 1)
+                    continue;   /* the line's own CR */
+                /* the first line (request or status line) at the buffer's start */
+                for (int resp = 0; resp < 2; resp++) {
+                    memset(s, resp ? 'H' : 'G', len);
+                    s[k] = (char)c;
+                    memcpy(s + len, "\r\nHost: a\r\n\r\n", 13);
+                    int rc = head_scan_alone(s, len + 13);
+                    ck_assert_msg(rc == 400, "first line len %zu, 0x%02x at %zu: %d",
+                                  len, c, k, rc);
+                }
+                /* a field line: names of 1..12 bytes, the value len bytes */
+                for (size_t nl = 1; nl <= 12; nl++) {
+                    for (int resp = 0; resp < 2; resp++) {
+                        size_t o = (size_t)snprintf(s, sizeof(s), "%s",
+                                                    resp ? "HTTP/1.1 200 OK\r\n"
+                                                         : "GET / HTTP/1.1\r\n");
+                        size_t ls = o;
+                        memset(s + o, 'N', nl);
+                        o += nl;
+                        s[o++] = ':';
+                        size_t v = o;
+                        memset(s + o, 'v', len);
+                        o += len;
+                        s[v + k] = (char)c;
+                        memcpy(s + o, "\r\n\r\n", 4);
+                        o += 4;
+                        int rc = head_scan_alone(s, o);
+                        int want = c == '\t' ? HTTP_OK : 400;
+                        ck_assert_msg(rc == want,
+                                      "%s field line of %zu (name %zu), 0x%02x at value offset %zu: %d",
+                                      resp ? "response" : "request", o - ls - 4, nl, c, k, rc);
+                        /* the same byte in the name */
+                        if (k < nl) {
+                            s[v + k] = 'v';
+                            s[ls + k] = (char)c;
+                            rc = head_scan_alone(s, o);
+                            ck_assert_msg(rc == 400, "0x%02x in a name of %zu at %zu: %d", c,
+                                          nl, k, rc);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+END_TEST
+
 static Suite *
 http_suite(void)
 {
@@ -507,6 +585,7 @@ http_suite(void)
     tcase_add_test(tc, test_plain_shortcut_agrees);
     tcase_add_test(tc, test_head_table);
     tcase_add_test(tc, test_head_limits);
+    tcase_add_test(tc, test_head_ctl_every_offset);
     suite_add_tcase(s, tc);
     return s;
 }
