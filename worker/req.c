@@ -512,7 +512,9 @@ step_synth(struct req *rq, struct req_route *rt)
     struct req_synth *s = &rq->syn;
     const struct http_req *r = &rq->r;
     int head = r->method == HTTP_HEAD && !(s->refuse && s->status == 400);
-    int ka = !s->close && req_keep_alive(rq) && req_body_discardable(r);
+    /* a body still to come must be one we can read and drop (a PUSH's or
+     * a transaction's was read already: body_done) */
+    int ka = !s->close && req_keep_alive(rq) && (r->body_done || req_body_discardable(r));
     const char *ch = s->close ? "Connection: close\r\n" : resp_connection_hdr(r->minor, ka);
     const char *extra = s->extra;
     size_t before = rq->rq_out->end;
