@@ -5,27 +5,33 @@
  *     |        |  \       |  \                                  ^
  *     |        |   \      |   WAIT --(the fill ended)--> ROUTE  |
  *     |        |    \     +--> FETCH --(transaction over)-------+
- *     |        |     +--> PUSH --(body stored)--> SYNTH --------+
- *     |        +--------> PURGE ------------------> SYNTH ------+
- *     +--(admin, ip_allow, redirects, 404s, errors)--> SYNTH ---+
+ *     |        |     \             \--(origin failed)--> SYNTH -+
+ *     |        |      +--> PUSH --(stored or refused)--> SYNTH -+
+ *     |        +---------> PURGE ------------------> SYNTH -----+
+ *     +--(admin, ip_allow, redirects, 404s, refusals)--> SYNTH -+
  *
  * Each step is a function that does its work and returns the next step;
  * req_steps() is the one loop that runs them.  A step that must wait
  * (WAIT for another worker's fill, FETCH and PUSH for their transaction,
  * HIT for its lent body to go out) returns REQ_PARK, and the request goes
- * on from where it is when its owner or an event resumes it.
+ * on from where it is when its owner or an event resumes it
+ * (req_answer_ours, req_sent_all, req_finish, req_abort, the wait list).
  *
  * Invariants:
  *  - Only req_steps() writes rq_step.  Only the connection code (conn.c)
  *    writes connection state: a request says what it wants (rq_close, the
  *    step it parked in) and its owner acts on it.
- *  - Every answer a step decides for itself is made in SYNTH, which also
- *    counts its status (through resp.c).  Steps describe it in rq->syn.
- *  - DONE is the one place a request's access-log line is written and its
- *    held object and fill claim are released; it runs exactly once per
- *    request (req_finish, req_abort and req_reset all end in it), and
- *    every claim it releases wakes the waiters (fill_release).
- *  - The only call from here up to the owner is through rq_ops (moved,
+ *  - Every answer of our own is made in SYNTH, which also counts its
+ *    status (through resp.c).  Steps and transactions describe it in
+ *    rq->syn.
+ *  - DONE runs exactly once per request, whatever ends it: it writes the
+ *    access-log line, releases the held object and the request's own fill
+ *    claim (a background revalidation's that never reached the origin;
+ *    fill_release wakes the waiters), and frees a PUSH.  Earlier releases
+ *    are deliberate: the lookup drops an object it will not use, an origin
+ *    answer drops the stale object it replaces, and the transaction's
+ *    claim ends with its fill (proxy.c).
+ *  - The only calls from here up to the owner are through rq_ops (moved,
  *    revalidate): a request never calls conn.c by name.
  *
  * State that lives only while the steps run (the remap result, the cache
