@@ -356,6 +356,8 @@ int      cache_ent_verify(struct cache *c, const struct cache_ent *e,
                           const uint8_t hash[16], const char *key, size_t keylen,
                           int want_body_sum, const struct cache_rec **hout,
                           const struct cache_rec **bout);
+void     cache_ent_for_rec(const struct cache *c, struct cache_ent *e,
+                           const struct cache_rec *r, uint64_t off, uint64_t body_off);
 int      cache_ent_pinned_ok(struct cache *c, const struct cache_ent *e,
                              const uint8_t hash[16], const char *key, size_t keylen,
                              const struct cache_rec **h, const struct cache_rec **b);

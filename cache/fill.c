@@ -246,21 +246,7 @@ cache_fill_commit(struct cache_fill *f, int *replaced)
         rc = fill_fail(f, CACHE_ERROR);
         goto out;
     }
-    memset(&e, 0, sizeof(e));
-    e.magic = CACHE_ENT_MAGIC;
-    e.version = CACHE_ENT_VERSION;
-    e.type = CACHE_ENT_OBJECT;
-    e.flags = r.flags;
-    e.status = r.status;
-    e.epoch = c->epoch;
-    e.rec_len = r.rec_len;
-    e.hdr_len = r.hdr_len;
-    e.key_len = r.key_len;
-    e.off = f->off;
-    e.body_off = f->off;
-    e.body_len = r.body_len;
-    e.stored = r.stored;
-    e.expires = r.expires;
+    cache_ent_for_rec(c, &e, &r, f->off, f->off);
     /* The record's bytes must be visible before the entry that points at them. */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     rc = cache_index_put(c, f->hash, &e, replaced);

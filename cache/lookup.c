@@ -147,6 +147,30 @@ bad:
     return -1;
 }
 
+/* The index entry of an object whose head record r was written at off,
+ * with its body at body_off (the same record for a fill; the old body
+ * for a refreshed head), stamped with this epoch. */
+void
+cache_ent_for_rec(const struct cache *c, struct cache_ent *e, const struct cache_rec *r,
+                  uint64_t off, uint64_t body_off)
+{
+    memset(e, 0, sizeof(*e));
+    e->magic = CACHE_ENT_MAGIC;
+    e->version = CACHE_ENT_VERSION;
+    e->type = CACHE_ENT_OBJECT;
+    e->flags = r->flags;
+    e->status = r->status;
+    e->epoch = c->epoch;
+    e->rec_len = r->rec_len;
+    e->hdr_len = r->hdr_len;
+    e->key_len = r->key_len;
+    e->off = off;
+    e->body_off = body_off;
+    e->body_len = r->body_len;
+    e->stored = r->stored;
+    e->expires = r->expires;
+}
+
 /* A pinned entry's records, checked (their sums too when the store was
  * not shut down cleanly since e was written, or verify is on).  0, or -1
  * after unpinning e and dropping a corrupt entry from the index. */

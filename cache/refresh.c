@@ -108,21 +108,7 @@ update_headers(struct cache *c, const char *key, size_t keylen, const uint64_t *
         rc = CACHE_ERROR;
         goto drop;
     }
-    memset(&ne, 0, sizeof(ne));
-    ne.magic = CACHE_ENT_MAGIC;
-    ne.version = CACHE_ENT_VERSION;
-    ne.type = CACHE_ENT_OBJECT;
-    ne.flags = r.flags;
-    ne.status = r.status;
-    ne.epoch = c->epoch;
-    ne.rec_len = r.rec_len;
-    ne.hdr_len = r.hdr_len;
-    ne.key_len = r.key_len;
-    ne.off = off;
-    ne.body_off = e.body_off;
-    ne.body_len = r.body_len;
-    ne.stored = r.stored;
-    ne.expires = r.expires;
+    cache_ent_for_rec(c, &ne, &r, off, e.body_off);
     /* The record's bytes must be visible before the entry that points at them. */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     rc = cache_index_put_if(c, hash, &ne, e.body_off);
