@@ -76,10 +76,49 @@ conf_warn(struct conf_errors *e, const char *file, int line,
 }
 
 void
+conf_note(struct conf_errors *e, enum conf_note_kind kind, const char *file,
+          int line, const char *fmt, ...)
+{
+    char   *msg = NULL, *full = NULL;
+    va_list ap;
+    int     rc;
+
+    if (e->nnotes == e->notecap) {
+        int   cap = e->notecap ? e->notecap * 2 : 64;
+        void *n = realloc(e->notes, (size_t)cap * sizeof(*e->notes));
+
+        if (n == NULL)
+            return;
+        e->notes = n;
+        e->notecap = cap;
+    }
+    va_start(ap, fmt);
+    rc = vasprintf(&msg, fmt, ap);
+    va_end(ap);
+    if (rc < 0)
+        return;
+    if (file == NULL)
+        rc = asprintf(&full, "%s", msg);
+    else if (line <= 0)
+        rc = asprintf(&full, "%s: %s", file, msg);
+    else
+        rc = asprintf(&full, "%s:%d: %s", file, line, msg);
+    free(msg);
+    if (rc < 0)
+        return;
+    e->notes[e->nnotes].kind = kind;
+    e->notes[e->nnotes].text = full;
+    e->nnotes++;
+}
+
+void
 conf_errors_free(struct conf_errors *e)
 {
     for (int i = 0; i < e->nstored; i++)
         free(e->msgs[i]);
+    for (int i = 0; i < e->nnotes; i++)
+        free(e->notes[i].text);
+    free(e->notes);
     memset(e, 0, sizeof(*e));
 }
 

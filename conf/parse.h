@@ -13,12 +13,31 @@
 /* ---------------------------------------------------------------------
  * Errors and warnings
  */
+/* What a configuration directive became, for the migration report that
+ * `cistern -t` prints at the end (what it understood, what matched
+ * Cistern's own behaviour, what it ignored as ATS-internal tuning).
+ * Errors and warnings are not notes: they stay in msgs[]. */
+enum conf_note_kind {
+    CONF_NOTE_USED = 0,               /* implemented: Cistern does what it asks */
+    CONF_NOTE_MATCHES,                /* asks for what Cistern already does */
+    CONF_NOTE_INTERNAL,               /* tunes ATS internals; ignored (why) */
+    CONF_NOTE_UNKNOWN,                /* not known at all; ignored */
+    CONF_NOTE_KINDS
+};
+
+struct conf_note {
+    enum conf_note_kind kind;
+    char    *text;                    /* "file:line: what" (malloc'd) */
+};
+
 struct conf_errors {
     int      n;                       /* errors recorded (may exceed stored) */
     int      nwarn;                   /* warnings recorded */
     int      nstored;                 /* entries in msgs[] */
     char    *msgs[CONF_MAX_ERRORS];   /* "file:line: message" (malloc'd) */
     int      is_warn[CONF_MAX_ERRORS];
+    struct conf_note *notes;          /* conf_note(), in the order recorded */
+    int      nnotes, notecap;
 };
 
 /* Record an error / warning.  file may be NULL (no "file:line: " prefix);
@@ -27,6 +46,11 @@ void conf_error(struct conf_errors *e, const char *file, int line,
                 const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void conf_warn(struct conf_errors *e, const char *file, int line,
                const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Record a note for the migration report (never fails the load; a note
+ * that cannot be stored for lack of memory is dropped). */
+void conf_note(struct conf_errors *e, enum conf_note_kind kind,
+               const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 void conf_errors_free(struct conf_errors *e);
 
 /* Resolve p against dir when relative; returns a malloc'd absolute path. */
