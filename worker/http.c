@@ -1233,12 +1233,19 @@ http_req_parse(struct http_req *r, char *head)
                 return http_refuse(r, 417, "unsupported expectation");
         }
     }
-    if (r->minor >= 1 && r->f_host < 0)
-        return http_refuse(r, 400, "missing Host");
     if ((rc = http_req_framing(r, 0)) != HTTP_OK)
         return rc;
     if ((rc = http_req_target(r)) != HTTP_OK)
         return rc;
+    /* RFC 9112 3.2 wants 400 for any HTTP/1.1 request without Host.  As
+     * ATS (and Squid) do, a target that carries its own authority (the
+     * absolute form, CONNECT's authority form) is accepted without one:
+     * Cistern routes and keys by that authority and writes the Host line
+     * the origin sees itself, so no second reading of the request can
+     * disagree about where it goes.  The origin form still needs Host. */
+    if (r->minor >= 1 && r->f_host < 0 && !r->absolute
+        && r->method != HTTP_CONNECT)
+        return http_refuse(r, 400, "missing Host");
 
     if (r->minor >= 1)
         r->keep_alive = !(r->conn_tokens & HTTP_CONN_CLOSE);

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""The seeds' own scenarios, typed as their authors typed them (issue 19).
+
+The PUSH benchmark of ATS PR 7382: records.config and remap.config exactly
+as in the PR (only the two port numbers are picked free here), the
+generator program (t/seeds/push_gen.c, compiled by the test) piped into
+`nc localhost PORT`, then GETs of the object through the other port.  The
+PUSH request is in absolute form without a Host line, which ATS accepts;
+RFC 9112 3.2 would refuse it, and Cistern follows ATS (cistern.8, "Host").
+"""
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+
+import harness
+from harness import Cistern, Collector, expect, expect_eq, is_hit, raw, \
+    parse_responses
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def generator(tmp):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise harness.SkipTest("no C compiler")
+    exe = os.path.join(tmp, "push_gen")
+    subprocess.run([cc, "-O2", "-o", exe,
+                    os.path.join(harness.srcdir(), "t", "seeds", "push_gen.c")],
+                   check=True)
+    return exe
+
+
+def expected_body(n=65536):
+    b = bytearray((ord("a") + (i // 64) % 26) for i in range(n))
+    for i in range(63, n, 64):
+        b[i] = ord("\n")
+    return bytes(b)
+
+
+def seed_config():
+    push_port, get_port = free_port(), free_port()
+    records = [
+        "CONFIG proxy.config.url_remap.remap_required INT 0",
+        "CONFIG proxy.config.http.cache.required_headers INT 0",
+        "CONFIG proxy.config.http.push_method_enabled INT 1",
+        "CONFIG proxy.config.http.server_ports STRING %d %d"
+        % (push_port, get_port),
+    ]
+    remap = ["map http://localhost:%d http://fakehost" % get_port]
+    return push_port, get_port, records, remap
+
+
+def nc_push(exe, port, half_close):
+    """The generator's output through nc; returns nc's stdout.  Without
+    -N nc keeps the connection after its input ends (the server decides
+    when it closes): read until one whole response is there."""
+    need = shutil.which("nc")
+    if need is None:
+        raise harness.SkipTest("no nc (netcat-openbsd)")
+    gen = subprocess.Popen([exe], stdout=subprocess.PIPE)
+    args = ["nc"] + (["-N"] if half_close else []) + ["localhost", str(port)]
+    nc = subprocess.Popen(args, stdin=gen.stdout, stdout=subprocess.PIPE)
+    gen.stdout.close()
+    out = b""
+    deadline = time.time() + 20
+    os.set_blocking(nc.stdout.fileno(), False)
+    while time.time() < deadline:
+        try:
+            d = nc.stdout.read()
+        except BlockingIOError:
+            d = None
+        if d:
+            out += d
+            rs = parse_responses(out, eof=False)
+            if rs:
+                break
+        elif d == b"" and nc.poll() is not None:
+            break
+        time.sleep(0.02)
+    nc.kill()
+    nc.wait()
+    gen.wait()
+    return out
+
+
+def test_ats_pr7382_push_then_get_is_a_hit():
+    tmp = tempfile.mkdtemp(prefix="cistern-seed-")
+    try:
+        exe = generator(tmp)
+        push_port, get_port, records, remap = seed_config()
+        with Cistern(records=records, remap=remap, storage=["cache 64M"]) as c, \
+                Collector() as col:
+            out = nc_push(exe, push_port, half_close=False)
+            rs = parse_responses(out, eof=False)
+            expect(rs, "no response to the PUSH: %r" % out[:200])
+            expect_eq(rs[0].status, 201, "PUSH status")
+            want = expected_body()
+            for i in range(3):
+                with col.case("GET %d" % i):
+                    r = harness.one_request(get_port, "GET", "/fake",
+                                            host="localhost:%d" % get_port)
+                    expect(r is not None, "no complete response")
+                    expect_eq(r.status, 200, "status")
+                    expect(r.body == want, "body differs from the pushed one "
+                           "(%d bytes)" % len(r.body))
+                    expect(is_hit(r), "not a hit: Cache-Status %r"
+                           % r.header("Cache-Status"))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_push_with_half_close_gets_its_whole_answer():
+    """nc -N shuts its side down as soon as its input ends, as many
+    scripts do: the answer still comes, then the close."""
+    tmp = tempfile.mkdtemp(prefix="cistern-seed-")
+    try:
+        exe = generator(tmp)
+        push_port, get_port, records, remap = seed_config()
+        with Cistern(records=records, remap=remap, storage=["cache 64M"]):
+            out = nc_push(exe, push_port, half_close=True)
+            rs = parse_responses(out, eof=False)
+            expect(rs, "no response to the half-closed PUSH: %r" % out[:200])
+            expect_eq(rs[0].status, 201, "PUSH status")
+            r = harness.one_request(get_port, "GET", "/fake",
+                                    host="localhost:%d" % get_port)
+            expect(r is not None and r.body == expected_body(),
+                   "the object pushed by a half-closed client is not served")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_host_rules():
+    """Absolute form without Host: accepted (as ATS).  Origin form without
+    Host, two Hosts, or an invalid Host: 400 as before."""
+    push_port, get_port, records, remap = seed_config()
+    with Cistern(records=records, remap=remap, storage=["cache 64M"]) as c, \
+            Collector() as col:
+        with col.case("absolute form, no Host"):
+            body = (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n"
+                    b"Cache-Control: max-age=60\r\n\r\nok")
+            data, _ = raw(c.port, b"PUSH http://fakehost/x HTTP/1.1\r\n"
+                          b"Content-Length: %d\r\nConnection: close\r\n\r\n"
+                          % len(body) + body)
+            expect_eq(parse_responses(data)[0].status, 201, "status")
+        for name, req in (
+                ("origin form, no Host", b"GET /x HTTP/1.1\r\n\r\n"),
+                ("absolute form, two Hosts",
+                 b"GET http://fakehost/x HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n"),
+                ("absolute form, bad Host",
+                 b"GET http://fakehost/x HTTP/1.1\r\nHost: a b\r\n\r\n")):
+            with col.case(name):
+                data, _ = raw(c.port, req)
+                expect_eq(parse_responses(data)[0].status, 400, "status")
+
+
+if __name__ == "__main__":
+    harness.main()
