@@ -17,8 +17,8 @@ import tempfile
 import time
 
 import harness
-from harness import Cistern, Collector, expect, expect_eq, is_hit, raw, \
-    parse_responses
+from harness import Cistern, Collector, Conn, Origin, ab, expect, \
+    expect_eq, is_hit, raw, parse_responses
 
 
 def free_port():
@@ -161,6 +161,67 @@ def test_host_rules():
             with col.case(name):
                 data, _ = raw(c.port, req)
                 expect_eq(parse_responses(data)[0].status, 400, "status")
+
+
+# ---------------------------------------------------------------------------
+# The forward-proxy benchmark of the ATS wiki: a forward proxy that caches.
+
+FORWARD = {"proxy.config.url_remap.remap_required": 0}
+CACHEABLE = "/headers/bytes/1024?Cache-Control=max-age%3D600"
+
+
+def test_forward_proxy_caches_ab_x():
+    """ab -X through the proxy: the origin sees one request of 2,000."""
+    with Origin() as o, Cistern(records=FORWARD, storage=["cache 64M"]) as c:
+        url = "http://%s%s" % (o.authority, CACHEABLE)
+        r = ab(["-X", "127.0.0.1:%d" % c.port, "-k", "-c", "10", "-n", "2000",
+                url])
+        expect_eq(r.failed, 0, "ab failed requests")
+        expect_eq(r.non2xx, 0, "ab non-2xx responses")
+        n = len(o.requests())
+        expect(n <= 2, "the origin saw %d requests of 2000 (at most one per "
+               "worker's first miss expected; collapsed: 1)" % n)
+
+
+def test_forward_proxy_cache_follows_rfc9111():
+    """Forward-proxied responses are stored under the same rules: no-store
+    is not stored, Vary keys variants, the key is the absolute URL (scheme,
+    host, port, path, query)."""
+    with Origin() as o, Cistern(records=FORWARD, storage=["cache 64M"]) as c, \
+            Collector() as col:
+        base = "http://%s" % o.authority
+
+        def get(path, headers=""):
+            with Conn(c.port) as k:
+                return k.request(("GET %s%s HTTP/1.1\r\nHost: x.test\r\n%s\r\n"
+                                  % (base, path, headers)).encode())
+        with col.case("fresh object: second GET is a hit"):
+            get(CACHEABLE)
+            r = get(CACHEABLE)
+            expect(is_hit(r), "not a hit: %r" % r.header("Cache-Status"))
+        with col.case("query is part of the key"):
+            r = get(CACHEABLE + "&v=2")
+            expect(not is_hit(r), "another query served from the cache")
+        with col.case("no-store is not stored"):
+            p = "/headers/bytes/10?Cache-Control=no-store"
+            get(p)
+            r = get(p)
+            expect(not is_hit(r), "no-store response served from the cache")
+        with col.case("Vary"):
+            p = ("/headers/echo?Cache-Control=max-age%3D600&Vary=X-Lang")
+            a = get(p, "X-Lang: en\r\n")
+            b = get(p, "X-Lang: fr\r\n")
+            expect(not is_hit(b), "a different X-Lang was a hit")
+            a2 = get(p, "X-Lang: en\r\n")
+            expect(is_hit(a2), "the same X-Lang was not a hit")
+            expect_eq(a2.body, a.body, "variant body")
+        with col.case("PURGE of the absolute URL"):
+            with Conn(c.port) as k:
+                r = k.request(("PURGE %s%s HTTP/1.1\r\nHost: x\r\n\r\n"
+                               % (base, CACHEABLE)).encode())
+            expect_eq(r.status, 200, "PURGE status")
+            r = get(CACHEABLE)
+            expect(not is_hit(r), "hit after PURGE")
 
 
 if __name__ == "__main__":

@@ -380,10 +380,8 @@ step_lookup(struct req *rq, struct req_route *rt)
     } else if (r->has_body && cacheable_method) {
         rt->fwd = "bypass";
     }
-    if (rt->rule == NULL)
-        rt->fwd = "bypass";     /* forward proxying is not cached */
     /* Collapsed forwarding: one fetch per missing object, all workers. */
-    if (wk->cache && rt->rule && rt->keylen && rt->verdict == STORE_MISS
+    if (wk->cache && rt->keylen && rt->verdict == STORE_MISS
         && r->method == HTTP_GET && !r->has_body && !rq->rq_nowait
         && wk->conf->rec.collapse_timeout > 0 && !http_req_no_store(r)) {
         struct timeval now;
@@ -462,7 +460,7 @@ step_fetch(struct req *rq, struct req_route *rt)
 {
     const char *why = NULL;
     int rc = proxy_start(rq, &rt->res, rt->rule, req_keep_alive(rq),
-                         (rt->keylen && rt->rule) ? rt->key : NULL, rt->keylen, rt->fwd,
+                         rt->keylen ? rt->key : NULL, rt->keylen, rt->fwd,
                          req_answer_ours, &why);
 
     if (rq->rq_claim && rc == 0 && rq->rq_up) {
