@@ -104,6 +104,34 @@ const struct conf_ats_key conf_ats_keys[] = {
       CONF_ATS_MATCHES, "0",
       NO_PARENTS "origins are resolved and connected to directly" },
 
+    /* The files ATS reads, under other names: Cistern reads (or checks)
+     * the files of the config directory under ATS's default names only. */
+    { "proxy.config.url_remap.filename", "STRING", CONF_ATS_MATCHES,
+      "remap.config", "Cistern reads remap.config in the config directory" },
+    { "proxy.config.url_remap.strategies.filename", "STRING",
+      CONF_ATS_MATCHES, "strategies.yaml",
+      "Cistern checks strategies.yaml in the config directory (it must be "
+      "empty)" },
+    { "proxy.config.socks.socks_config_file", "STRING", CONF_ATS_MATCHES,
+      "socks.config", "Cistern checks socks.config in the config directory" },
+    { "proxy.config.cache.hosting_filename", "STRING", CONF_ATS_MATCHES,
+      "hosting.config",
+      "Cistern checks hosting.config in the config directory (it must be "
+      "empty)" },
+    { "proxy.config.cache.volume_filename", "STRING", CONF_ATS_MATCHES,
+      "volume.config",
+      "Cistern checks volume.config in the config directory (it must be "
+      "empty)" },
+    { "proxy.config.dns.splitdns.filename", "STRING", CONF_ATS_MATCHES,
+      "splitdns.config",
+      "Cistern checks splitdns.config in the config directory (it must be "
+      "empty)" },
+    { "proxy.config.ssl.servername.filename", "STRING", CONF_ATS_MATCHES,
+      "sni.yaml",
+      "Cistern checks sni.yaml in the config directory (it must be empty)" },
+    { "proxy.config.log.config.filename", "STRING", CONF_ATS_MATCHES,
+      "logging.yaml", "Cistern checks logging.yaml in the config directory" },
+
     /* -------------------------------------------------------------------
      * INTERNAL: ATS's own machinery, ignored (one warning per file)
      */
@@ -229,7 +257,8 @@ conf_ats_key_find(const char *name)
 }
 
 /* One value against one accepted value: numbers as numbers ("0.10" is
- * "0.1", "01" is "1"), strings without regard to case (ATS's words). */
+ * "0.1", "01" is "1"), ATS's words without regard to case, file names
+ * exactly. */
 static int
 ats_value_equal(const char *type, const char *want, size_t wlen,
                 const char *value)
@@ -245,10 +274,10 @@ ats_value_equal(const char *type, const char *want, size_t wlen,
         long long a, b;
 
         errno = 0;
-        b = strtoll(value, &end, 0);
+        b = strtoll(value, &end, 10);
         if (end == value || *end != '\0' || errno != 0)
             return 0;
-        a = strtoll(buf, NULL, 0);
+        a = strtoll(buf, NULL, 10);
         return a == b;
     }
     if (strcmp(type, "FLOAT") == 0) {
@@ -261,6 +290,11 @@ ats_value_equal(const char *type, const char *want, size_t wlen,
         a = strtod(buf, NULL);
         return a - b < 1e-9 && b - a < 1e-9;
     }
+    /* ATS's upper-case words ("ALL") are read without regard to case;
+     * file names are not */
+    for (const char *q = buf; *q != '\0'; q++)
+        if (!isupper((unsigned char)*q) && *q != '_')
+            return strcmp(buf, value) == 0;
     return strcasecmp(buf, value) == 0;
 }
 

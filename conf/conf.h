@@ -290,7 +290,8 @@ extern const size_t conf_ats_nkeys;
 /* The row for name (an exact row before the longest prefix), or NULL. */
 const struct conf_ats_key *conf_ats_key_find(const char *name);
 /* Whether value is one of k's accepted values (numbers compared as
- * numbers, words without regard to case); 1 for INTERNAL rows. */
+ * numbers, upper-case words without regard to case, file names exactly);
+ * 1 for INTERNAL rows. */
 int conf_ats_value_matches(const struct conf_ats_key *k, const char *value);
 
 /* conf/atsfiles.c: the other files an ATS config directory holds
