@@ -1,11 +1,13 @@
 /*
  * conf/records.c: records.config, "CONFIG name TYPE value" lines.
  *
- * Every key Cistern knows is one row of rec_table below: its name, its ATS
+ * Every key Cistern implements is one row of rec_table below: its name, its ATS
  * type, the setter that parses the value, the struct conf_records field it
- * writes (by offsetof), its default, and its bounds.  Adding a key means
+ * writes (by offsetof), its default, its bounds, and its meaning in one
+ * line (`cistern --list-keys`, which README.md embeds).  Adding a key means
  * adding a field to struct conf_records and one row here; defaults, parsing,
- * range checks and the type check all follow from the row.
+ * range checks, the type check and the documentation all follow from the
+ * row.
  *
  * Defaults are written as the same strings an operator would put in the file
  * and go through the same setters, so a default can never bypass validation
@@ -102,13 +104,15 @@ static rec_setter rec_set_int, rec_set_int64, rec_set_size, rec_set_string,
 static const struct rec_directive rec_table[] = {
     { "proxy.config.http.server_ports", REC_STRING, rec_set_ports,
       0, "8080", 0, 0,
-      "listening ports, space separated (`PORT`, `PORT:ssl`, `PORT:ipv6`); `0` picks a free port" },
+      "listening ports, space separated (`PORT`, `PORT:ssl`, `PORT:ipv6`); "
+      "`0` picks a free port" },
     { "proxy.config.cistern.workers", REC_INT, rec_set_int,
       REC_FIELD(workers), "0", 0, 256,
       "worker processes; 0 = one per CPU" },
     { "proxy.config.url_remap.remap_required", REC_INT, rec_set_int,
       REC_FIELD(remap_required), "1", 0, 1,
-      "1: no matching rule = 404; 0: absolute-form requests are forward-proxied (uncached)" },
+      "1: no matching rule = 404; 0: absolute-form requests are "
+      "forward-proxied (uncached)" },
     { "proxy.config.url_remap.pristine_host_hdr", REC_INT, rec_set_int,
       REC_FIELD(pristine_host_hdr), "0", 0, 1,
       "1: send the client's Host to the origin (the cache key names it too)" },
@@ -126,7 +130,8 @@ static const struct rec_directive rec_table[] = {
       "idle origin connection in the pool, seconds" },
     { "proxy.config.http.transaction_no_activity_timeout_in", REC_INT,
       rec_set_int, REC_FIELD(txn_no_activity_in), "30", 1, ONE_DAY,
-      "client silent mid-request or not reading the response, seconds (never while the origin is awaited)" },
+      "client silent mid-request or not reading the response, seconds (never "
+      "while the origin is awaited)" },
     { "proxy.config.http.transaction_no_activity_timeout_out", REC_INT,
       rec_set_int, REC_FIELD(txn_no_activity_out), "30", 1, ONE_DAY,
       "origin silent, seconds" },
@@ -175,25 +180,30 @@ static const struct rec_directive rec_table[] = {
       "who may read `/_stats` and `/_metrics`" },
     { "proxy.config.admin.user_id", REC_STRING, rec_set_user,
       REC_FIELD(user_id), "nobody", 0, 0,
-      "user of the workers when started as root; `#-1` keeps the starting user" },
+      "user of the workers when started as root; `#-1` keeps the starting "
+      "user" },
     { "proxy.config.http.normalize_ae", REC_INT, rec_set_int,
       REC_FIELD(normalize_ae), "1", 0, 2,
-      "Accept-Encoding normalisation: 0 as sent, 1 `gzip` or nothing, 2 `br`, `gzip` or nothing" },
+      "Accept-Encoding normalisation: 0 as sent, 1 `gzip` or nothing, 2 "
+      "`br`, `gzip` or nothing" },
     { "proxy.config.http.cache.range.write", REC_INT, rec_set_int,
       REC_FIELD(range_write), "0", 0, 1,
       "1: a Range miss fetches and stores the whole object" },
     { "proxy.config.cistern.cache.set_cookie", REC_INT, rec_set_int,
       REC_FIELD(cache_set_cookie), "0", 0, 1,
-      "0: a response with Set-Cookie is not stored; 1: stored without its Set-Cookie" },
+      "0: a response with Set-Cookie is not stored; 1: stored without its "
+      "Set-Cookie" },
     { "proxy.config.cistern.cdn_cache_control", REC_INT, rec_set_int,
       REC_FIELD(cdn_cache_control), "1", 0, 1,
       "honour CDN-Cache-Control / Surrogate-Control" },
     { "proxy.config.cistern.cache.eviction", REC_STRING, rec_set_string,
       REC_FIELD(cache_eviction), "s3fifo", 0, 0,
-      "`s3fifo` keeps hot objects when the store laps, `fifo` drops all in the way (ATS)" },
+      "`s3fifo` keeps hot objects when the store laps, `fifo` drops all in "
+      "the way (ATS)" },
     { "proxy.config.cistern.collapse_timeout", REC_INT, rec_set_int,
       REC_FIELD(collapse_timeout), "10", 0, 300,
-      "how long a miss waits for another worker's fetch of the same URL, seconds; 0 = no collapsing" },
+      "how long a miss waits for another worker's fetch of the same URL, "
+      "seconds; 0 = no collapsing" },
     { "proxy.config.log.logging_enabled", REC_INT, rec_set_int,
       REC_FIELD(logging_enabled), "3", 0, 3,
       "2 or 3: access log on; 0 or 1: off" },
@@ -241,7 +251,8 @@ static const struct rec_directive rec_table[] = {
       "TLS 1.3 cipher suites" },
     { "proxy.config.ssl.server.ticket_key.filename", REC_STRING, rec_set_string,
       REC_FIELD(ssl_ticket_key_file), "NULL", 0, 0,
-      "session ticket keys (ATS format: 48-byte records, the first encrypts); NULL: a random key made once by the master" },
+      "session ticket keys (ATS format: 48-byte records, the first "
+      "encrypts); NULL: a random key made once by the master" },
     { "proxy.config.ssl.TLSv1", REC_INT, rec_set_int,
       REC_FIELD(ssl_tlsv1), "0", 0, 1,
       "1: accept TLS 1.0 clients" },
@@ -256,7 +267,8 @@ static const struct rec_directive rec_table[] = {
       "1: accept TLS 1.3 clients" },
     { "proxy.config.ssl.client.verify.server.policy", REC_STRING, rec_set_policy,
       REC_FIELD(ssl_verify_policy), "ENFORCED", 0, 0,
-      "https origins: ENFORCED (502 on a bad certificate), PERMISSIVE (log it) or DISABLED" },
+      "https origins: ENFORCED (502 on a bad certificate), PERMISSIVE (log "
+      "it) or DISABLED" },
     { "proxy.config.ssl.client.CA.cert.filename", REC_STRING, rec_set_string,
       REC_FIELD(ssl_client_ca_file), "NULL", 0, 0,
       "CA bundle for https origins; NULL = the system's" },
@@ -800,7 +812,8 @@ conf_records_list_keys(FILE *out)
         n += conf_ats_keys[i].cls == CONF_ATS_MATCHES;
     fprintf(out, "\nMatches (%zu keys): accepted only with the values listed, "
             "which ask for what Cistern does; any other value is an error.\n\n"
-            "| key | type | accepted | what Cistern does |\n|---|---|---|---|\n",
+            "| key | type | accepted | what Cistern does |\n"
+            "|---|---|---|---|\n",
             n);
     for (size_t i = 0; i < conf_ats_nkeys; i++) {
         const struct conf_ats_key *k = &conf_ats_keys[i];
