@@ -122,6 +122,10 @@ conf_load(const char *confdir, struct conf_errors *errs)
         conf_storage_parse(&c->storage, path, c->confdir, errs);
     free(path);
 
+    /* socks.config, parent.config, plugin.config, ...: read by ATS, not by
+     * Cistern; anything in them that Cistern would not do is refused. */
+    conf_ats_files_check(c, errs);
+
     if (errs->n == n0)
         conf_tls_load(c, errs);     /* certificates: after records (paths) */
 

@@ -18,6 +18,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <regex.h>
 #include <netinet/in.h>
 
@@ -264,6 +265,42 @@ void conf_records_defaults(struct conf_records *r);
 int  conf_records_parse(struct conf_records *r, const char *file,
                         const char *dir, struct conf_errors *e);
 void conf_records_free(struct conf_records *r);
+/* Print every records.config key Cistern knows (`cistern --list-keys`), by
+ * class, as Markdown tables: implemented (rec_table, with default and
+ * meaning), matches (conf_ats_keys: accepted values) and ATS-internal
+ * (ignored, with the reason).  README.md embeds this output
+ * (scripts/readme-keys.sh). */
+void conf_records_list_keys(FILE *out);
+
+/* conf/atskeys.c: the ATS keys Cistern does not implement (see there). */
+enum conf_ats_class {
+    CONF_ATS_MATCHES,                 /* accepted only with `values` */
+    CONF_ATS_INTERNAL,                /* ATS internals: ignored, warned once */
+};
+struct conf_ats_key {
+    const char *name;                 /* exact, or a prefix ending in '*' */
+    const char *type;                 /* ATS's: "INT", "STRING", "FLOAT" */
+    enum conf_ats_class cls;
+    const char *values;               /* MATCHES: accepted, '|'-separated */
+    const char *why;                  /* MATCHES: what Cistern does;
+                                         INTERNAL: why ignoring it is safe */
+};
+extern const struct conf_ats_key conf_ats_keys[];
+extern const size_t conf_ats_nkeys;
+/* The row for name (an exact row before the longest prefix), or NULL. */
+const struct conf_ats_key *conf_ats_key_find(const char *name);
+/* Whether value is one of k's accepted values (numbers compared as
+ * numbers, upper-case words without regard to case, file names exactly);
+ * 1 for INTERNAL rows. */
+int conf_ats_value_matches(const struct conf_ats_key *k, const char *value);
+
+/* conf/atsfiles.c: the other files an ATS config directory holds
+ * (socks.config, parent.config, strategies.yaml, plugin.config,
+ * hosting.config, volume.config, splitdns.config, sni.yaml, logging.yaml,
+ * body_factory/).  Cistern reads none of them; one that asks for something
+ * (is not empty) is an error, or a warning where it changes no access,
+ * routing or caching.  Records notes for the migration report. */
+void conf_ats_files_check(const struct conf *c, struct conf_errors *e);
 
 int  conf_remap_parse(struct conf_remap *rm, const char *file,
                       const char *dir, struct conf_errors *e);

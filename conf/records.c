@@ -1,11 +1,13 @@
 /*
  * conf/records.c: records.config, "CONFIG name TYPE value" lines.
  *
- * Every key Cistern knows is one row of rec_table below: its name, its ATS
+ * Every key Cistern implements is one row of rec_table below: its name, its ATS
  * type, the setter that parses the value, the struct conf_records field it
- * writes (by offsetof), its default, and its bounds.  Adding a key means
+ * writes (by offsetof), its default, its bounds, and its meaning in one
+ * line (`cistern --list-keys`, which README.md embeds).  Adding a key means
  * adding a field to struct conf_records and one row here; defaults, parsing,
- * range checks and the type check all follow from the row.
+ * range checks, the type check and the documentation all follow from the
+ * row.
  *
  * Defaults are written as the same strings an operator would put in the file
  * and go through the same setters, so a default can never bypass validation
@@ -16,8 +18,12 @@
  * String fields are always malloc'd (or NULL before defaults are applied) and
  * owned by the struct; conf_records_free() releases them.
  *
- * Unknown keys only warn: ATS files carry hundreds of keys Cistern ignores,
- * and an operator should be able to reuse one.
+ * A key that is not in rec_table is looked up in conf_ats_keys
+ * (conf/atskeys.c): a "matches" key is accepted only with a value that asks
+ * for what Cistern does (any other is an error with file:line); an
+ * ATS-internal key is accepted and named in one warning per file; a key in
+ * neither table draws a warning of its own.  Each line also leaves a note
+ * (conf_note) for the migration report `cistern -t` prints.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE   /* asprintf, vasprintf */
@@ -71,6 +77,7 @@ struct rec_directive {
     size_t         off;
     const char    *def;        /* default, in config-file syntax */
     int64_t        min, max;   /* for integers */
+    const char    *desc;       /* one line: what it does (--list-keys) */
 };
 
 /* Where a value came from, for messages and relative paths.  file == NULL
@@ -96,116 +103,178 @@ static rec_setter rec_set_int, rec_set_int64, rec_set_size, rec_set_string,
  * K/M/G/T like ATS. */
 static const struct rec_directive rec_table[] = {
     { "proxy.config.http.server_ports", REC_STRING, rec_set_ports,
-      0, "8080", 0, 0 },
+      0, "8080", 0, 0,
+      "listening ports, space separated (`PORT`, `PORT:ssl`, `PORT:ipv6`); "
+      "`0` picks a free port" },
     { "proxy.config.cistern.workers", REC_INT, rec_set_int,
-      REC_FIELD(workers), "0", 0, 256 },
+      REC_FIELD(workers), "0", 0, 256,
+      "worker processes; 0 = one per CPU" },
     { "proxy.config.url_remap.remap_required", REC_INT, rec_set_int,
-      REC_FIELD(remap_required), "1", 0, 1 },
+      REC_FIELD(remap_required), "1", 0, 1,
+      "1: no matching rule = 404; 0: absolute-form requests are "
+      "forward-proxied (uncached)" },
     { "proxy.config.url_remap.pristine_host_hdr", REC_INT, rec_set_int,
-      REC_FIELD(pristine_host_hdr), "0", 0, 1 },
+      REC_FIELD(pristine_host_hdr), "0", 0, 1,
+      "1: send the client's Host to the origin (the cache key names it too)" },
     { "proxy.config.http.push_method_enabled", REC_INT, rec_set_int,
-      REC_FIELD(push_method_enabled), "0", 0, 1 },
+      REC_FIELD(push_method_enabled), "0", 0, 1,
+      "allow PUSH (from addresses ip_allow lets)" },
     { "proxy.config.http.cache.required_headers", REC_INT, rec_set_int,
-      REC_FIELD(required_headers), "1", 0, 2 },
+      REC_FIELD(required_headers), "1", 0, 2,
+      "what freshness a response needs to be stored (CACHING.md)" },
     { "proxy.config.http.keep_alive_no_activity_timeout_in", REC_INT,
-      rec_set_int, REC_FIELD(ka_no_activity_in), "120", 0, ONE_DAY },
+      rec_set_int, REC_FIELD(ka_no_activity_in), "120", 0, ONE_DAY,
+      "idle client keep-alive, seconds" },
     { "proxy.config.http.keep_alive_no_activity_timeout_out", REC_INT,
-      rec_set_int, REC_FIELD(ka_no_activity_out), "120", 0, ONE_DAY },
+      rec_set_int, REC_FIELD(ka_no_activity_out), "120", 0, ONE_DAY,
+      "idle origin connection in the pool, seconds" },
     { "proxy.config.http.transaction_no_activity_timeout_in", REC_INT,
-      rec_set_int, REC_FIELD(txn_no_activity_in), "30", 1, ONE_DAY },
+      rec_set_int, REC_FIELD(txn_no_activity_in), "30", 1, ONE_DAY,
+      "client silent mid-request or not reading the response, seconds (never "
+      "while the origin is awaited)" },
     { "proxy.config.http.transaction_no_activity_timeout_out", REC_INT,
-      rec_set_int, REC_FIELD(txn_no_activity_out), "30", 1, ONE_DAY },
+      rec_set_int, REC_FIELD(txn_no_activity_out), "30", 1, ONE_DAY,
+      "origin silent, seconds" },
     { "proxy.config.http.transaction_active_timeout_in", REC_INT,
-      rec_set_int, REC_FIELD(txn_active_in), "0", 0, ONE_DAY },
+      rec_set_int, REC_FIELD(txn_active_in), "0", 0, ONE_DAY,
+      "cap on a whole client transaction, seconds; 0 = none" },
     { "proxy.config.http.transaction_active_timeout_out", REC_INT,
-      rec_set_int, REC_FIELD(txn_active_out), "0", 0, ONE_DAY },
+      rec_set_int, REC_FIELD(txn_active_out), "0", 0, ONE_DAY,
+      "cap on a whole origin transaction, seconds; 0 = none" },
     { "proxy.config.http.accept_no_activity_timeout", REC_INT,
-      rec_set_int, REC_FIELD(accept_no_activity), "120", 1, ONE_DAY },
+      rec_set_int, REC_FIELD(accept_no_activity), "120", 1, ONE_DAY,
+      "a new connection silent before its first byte, seconds" },
     { "proxy.config.http.connect_attempts_timeout", REC_INT, rec_set_int,
-      REC_FIELD(connect_timeout), "30", 1, ONE_DAY },
+      REC_FIELD(connect_timeout), "30", 1, ONE_DAY,
+      "connecting to an origin, seconds" },
     { "proxy.config.cistern.request_header_timeout", REC_INT, rec_set_int,
-      REC_FIELD(request_header_timeout), "10", 1, ONE_DAY },
+      REC_FIELD(request_header_timeout), "10", 1, ONE_DAY,
+      "the whole request header must arrive within this, seconds (slowloris)" },
     { "proxy.config.http.request_header_max_size", REC_INT, rec_set_size,
-      REC_FIELD(request_header_max_size), "131072", 1024, M16 },
+      REC_FIELD(request_header_max_size), "131072", 1024, M16,
+      "request header block limit; 431 beyond" },
     { "proxy.config.http.request_line_max_size", REC_INT, rec_set_size,
-      REC_FIELD(request_line_max_size), "65535", 256, M16 },
+      REC_FIELD(request_line_max_size), "65535", 256, M16,
+      "request line limit; 414 beyond" },
     { "proxy.config.http.response_header_max_size", REC_INT, rec_set_size,
-      REC_FIELD(response_header_max_size), "131072", 1024, M16 },
+      REC_FIELD(response_header_max_size), "131072", 1024, M16,
+      "origin response header limit; 502 beyond" },
     { "proxy.config.stop.shutdown_timeout", REC_INT, rec_set_int,
-      REC_FIELD(shutdown_timeout), "30", 0, ONE_DAY },
+      REC_FIELD(shutdown_timeout), "30", 0, ONE_DAY,
+      "drain deadline on graceful stop, seconds" },
     { "proxy.config.http.per_server.connection.max_idle", REC_INT,
-      rec_set_int, REC_FIELD(origin_max_idle), "64", 0, 65535 },
+      rec_set_int, REC_FIELD(origin_max_idle), "64", 0, 65535,
+      "idle keep-alive connections per origin, per worker; 0 = no reuse" },
     { "proxy.config.net.connections_throttle", REC_INT, rec_set_int,
-      REC_FIELD(connections_throttle), "30000", 1, 1000000 },
+      REC_FIELD(connections_throttle), "30000", 1, 1000000,
+      "client connections per worker; beyond, 503 and close" },
     /* ATS: 0 = no limit. */
     { "proxy.config.cache.max_doc_size", REC_INT, rec_set_int64,
-      REC_FIELD(max_doc_size), "64M", 0, INT64_MAX },
+      REC_FIELD(max_doc_size), "64M", 0, INT64_MAX,
+      "largest object stored; 0 = no limit" },
     { "proxy.config.cistern.debug_headers", REC_INT, rec_set_int,
-      REC_FIELD(debug_headers), "0", 0, 1 },
+      REC_FIELD(debug_headers), "0", 0, 1,
+      "1: add `X-Cistern-Worker` to responses" },
     { "proxy.config.cistern.admin.allow", REC_STRING, rec_set_string,
-      REC_FIELD(admin_allow), "127.0.0.1 ::1", 0, 0 },
+      REC_FIELD(admin_allow), "127.0.0.1 ::1", 0, 0,
+      "who may read `/_stats` and `/_metrics`" },
     { "proxy.config.admin.user_id", REC_STRING, rec_set_user,
-      REC_FIELD(user_id), "nobody", 0, 0 },
+      REC_FIELD(user_id), "nobody", 0, 0,
+      "user of the workers when started as root; `#-1` keeps the starting "
+      "user" },
     { "proxy.config.http.normalize_ae", REC_INT, rec_set_int,
-      REC_FIELD(normalize_ae), "1", 0, 2 },
+      REC_FIELD(normalize_ae), "1", 0, 2,
+      "Accept-Encoding normalisation: 0 as sent, 1 `gzip` or nothing, 2 "
+      "`br`, `gzip` or nothing" },
     { "proxy.config.http.cache.range.write", REC_INT, rec_set_int,
-      REC_FIELD(range_write), "0", 0, 1 },
+      REC_FIELD(range_write), "0", 0, 1,
+      "1: a Range miss fetches and stores the whole object" },
     { "proxy.config.cistern.cache.set_cookie", REC_INT, rec_set_int,
-      REC_FIELD(cache_set_cookie), "0", 0, 1 },
+      REC_FIELD(cache_set_cookie), "0", 0, 1,
+      "0: a response with Set-Cookie is not stored; 1: stored without its "
+      "Set-Cookie" },
     { "proxy.config.cistern.cdn_cache_control", REC_INT, rec_set_int,
-      REC_FIELD(cdn_cache_control), "1", 0, 1 },
+      REC_FIELD(cdn_cache_control), "1", 0, 1,
+      "honour CDN-Cache-Control / Surrogate-Control" },
     { "proxy.config.cistern.cache.eviction", REC_STRING, rec_set_string,
-      REC_FIELD(cache_eviction), "s3fifo", 0, 0 },
+      REC_FIELD(cache_eviction), "s3fifo", 0, 0,
+      "`s3fifo` keeps hot objects when the store laps, `fifo` drops all in "
+      "the way (ATS)" },
     { "proxy.config.cistern.collapse_timeout", REC_INT, rec_set_int,
-      REC_FIELD(collapse_timeout), "10", 0, 300 },
+      REC_FIELD(collapse_timeout), "10", 0, 300,
+      "how long a miss waits for another worker's fetch of the same URL, "
+      "seconds; 0 = no collapsing" },
     { "proxy.config.log.logging_enabled", REC_INT, rec_set_int,
-      REC_FIELD(logging_enabled), "3", 0, 3 },
+      REC_FIELD(logging_enabled), "3", 0, 3,
+      "2 or 3: access log on; 0 or 1: off" },
     { "proxy.config.cistern.access_log_format", REC_STRING, rec_set_string,
-      REC_FIELD(access_log_format), "combined", 0, 0 },
+      REC_FIELD(access_log_format), "combined", 0, 0,
+      "`combined`, `squid` or `json`" },
     { "proxy.config.http.cache.heuristic_min_lifetime", REC_INT, rec_set_int,
-      REC_FIELD(heuristic_min_lifetime), "3600", 0, 31536000 },
+      REC_FIELD(heuristic_min_lifetime), "3600", 0, 31536000,
+      "least heuristic freshness (10% of the age of Last-Modified), seconds" },
     { "proxy.config.http.cache.heuristic_max_lifetime", REC_INT, rec_set_int,
-      REC_FIELD(heuristic_max_lifetime), "86400", 0, 31536000 },
+      REC_FIELD(heuristic_max_lifetime), "86400", 0, 31536000,
+      "most heuristic freshness, seconds" },
     { "proxy.config.log.logfile_dir", REC_STRING, rec_set_path,
-      REC_FIELD(logfile_dir), CST_LOGDIR, 0, 0 },
+      REC_FIELD(logfile_dir), CST_LOGDIR, 0, 0,
+      "error and access logs" },
     { "proxy.config.cistern.run_dir", REC_STRING, rec_set_path,
-      REC_FIELD(run_dir), CST_RUNDIR, 0, 0 },
+      REC_FIELD(run_dir), CST_RUNDIR, 0, 0,
+      "pid, lock, `ports` and `reload.status` files" },
     { "proxy.config.proxy_name", REC_STRING, rec_set_string,
-      REC_FIELD(proxy_name), "cistern", 0, 0 },
+      REC_FIELD(proxy_name), "cistern", 0, 0,
+      "this proxy's name in Via" },
     { "proxy.config.cistern.log_level", REC_STRING, rec_set_log_level,
-      REC_FIELD(error_log_level), "info", 0, 0 },
+      REC_FIELD(error_log_level), "info", 0, 0,
+      "error log level: debug, info, notice, warn, error or crit" },
     /* TLS (conf/ssl_multicert.c).  Paths stay as written: the certificate
      * paths resolve against the config directory when the certificates
      * are loaded; a STRING of NULL means unset, as in ATS.  The cipher
      * lists: Mozilla's "intermediate" profile for TLS 1.2 (ECDHE with
      * AES-GCM or ChaCha20 only) and OpenSSL's TLS 1.3 defaults. */
     { "proxy.config.ssl.server.multicert.filename", REC_STRING, rec_set_string,
-      REC_FIELD(ssl_multicert), "ssl_multicert.config", 0, 0 },
+      REC_FIELD(ssl_multicert), "ssl_multicert.config", 0, 0,
+      "the certificates file (ssl_multicert.config)" },
     { "proxy.config.ssl.server.cert.path", REC_STRING, rec_set_string,
-      REC_FIELD(ssl_cert_path), ".", 0, 0 },
+      REC_FIELD(ssl_cert_path), ".", 0, 0,
+      "where relative certificate paths resolve" },
     { "proxy.config.ssl.server.private_key.path", REC_STRING, rec_set_string,
-      REC_FIELD(ssl_key_path), ".", 0, 0 },
+      REC_FIELD(ssl_key_path), ".", 0, 0,
+      "where relative key paths resolve" },
     { "proxy.config.ssl.server.cipher_suite", REC_STRING, rec_set_string,
-      REC_FIELD(ssl_cipher_suite), CONF_SSL_CIPHERS_DEFAULT, 0, 0 },
+      REC_FIELD(ssl_cipher_suite), CONF_SSL_CIPHERS_DEFAULT, 0, 0,
+      "TLS 1.2 ciphers (OpenSSL syntax)" },
     { "proxy.config.ssl.server.TLSv1_3.cipher_suites", REC_STRING, rec_set_string,
       REC_FIELD(ssl_tls13_suites),
-      "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256", 0, 0 },
+      "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256", 0, 0,
+      "TLS 1.3 cipher suites" },
     { "proxy.config.ssl.server.ticket_key.filename", REC_STRING, rec_set_string,
-      REC_FIELD(ssl_ticket_key_file), "NULL", 0, 0 },
+      REC_FIELD(ssl_ticket_key_file), "NULL", 0, 0,
+      "session ticket keys (ATS format: 48-byte records, the first "
+      "encrypts); NULL: a random key made once by the master" },
     { "proxy.config.ssl.TLSv1", REC_INT, rec_set_int,
-      REC_FIELD(ssl_tlsv1), "0", 0, 1 },
+      REC_FIELD(ssl_tlsv1), "0", 0, 1,
+      "1: accept TLS 1.0 clients" },
     { "proxy.config.ssl.TLSv1_1", REC_INT, rec_set_int,
-      REC_FIELD(ssl_tlsv1_1), "0", 0, 1 },
+      REC_FIELD(ssl_tlsv1_1), "0", 0, 1,
+      "1: accept TLS 1.1 clients" },
     { "proxy.config.ssl.TLSv1_2", REC_INT, rec_set_int,
-      REC_FIELD(ssl_tlsv1_2), "1", 0, 1 },
+      REC_FIELD(ssl_tlsv1_2), "1", 0, 1,
+      "1: accept TLS 1.2 clients" },
     { "proxy.config.ssl.TLSv1_3", REC_INT, rec_set_int,
-      REC_FIELD(ssl_tlsv1_3), "1", 0, 1 },
+      REC_FIELD(ssl_tlsv1_3), "1", 0, 1,
+      "1: accept TLS 1.3 clients" },
     { "proxy.config.ssl.client.verify.server.policy", REC_STRING, rec_set_policy,
-      REC_FIELD(ssl_verify_policy), "ENFORCED", 0, 0 },
+      REC_FIELD(ssl_verify_policy), "ENFORCED", 0, 0,
+      "https origins: ENFORCED (502 on a bad certificate), PERMISSIVE (log "
+      "it) or DISABLED" },
     { "proxy.config.ssl.client.CA.cert.filename", REC_STRING, rec_set_string,
-      REC_FIELD(ssl_client_ca_file), "NULL", 0, 0 },
+      REC_FIELD(ssl_client_ca_file), "NULL", 0, 0,
+      "CA bundle for https origins; NULL = the system's" },
     { "proxy.config.ssl.client.CA.cert.path", REC_STRING, rec_set_string,
-      REC_FIELD(ssl_client_ca_path), "NULL", 0, 0 },
+      REC_FIELD(ssl_client_ca_path), "NULL", 0, 0,
+      "CA directory for https origins; NULL = the system's" },
 };
 
 #define REC_NKEYS (sizeof(rec_table) / sizeof(rec_table[0]))
@@ -528,7 +597,59 @@ struct rec_parse {
     struct conf_records *r;
     struct rec_ctx       ctx;
     int                  seen[REC_NKEYS];   /* line of last setting, or 0 */
+    char                *internal;          /* ATS-internal keys seen:
+                                               "a, b, c" (malloc'd) */
+    int                  ninternal;
 };
+
+/* Append name to the list of ATS-internal keys the file sets. */
+static void
+rec_internal_seen(struct rec_parse *ps, const char *name)
+{
+    char *n = NULL;
+
+    if (asprintf(&n, "%s%s%s", ps->internal ? ps->internal : "",
+                 ps->internal ? ", " : "", name) < 0)
+        return;
+    free(ps->internal);
+    ps->internal = n;
+    ps->ninternal++;
+}
+
+/* A key rec_table does not have: matches, ATS-internal or unknown. */
+static void
+rec_not_implemented(struct rec_parse *ps, const char *name, const char *type,
+                    const char *value)
+{
+    struct rec_ctx *ctx = &ps->ctx;
+    const struct conf_ats_key *k = conf_ats_key_find(name);
+
+    if (k == NULL) {
+        conf_warn(ctx->e, ctx->file, ctx->line, "unknown key \"%s\" ignored",
+                  name);
+        conf_note(ctx->e, CONF_NOTE_UNKNOWN, ctx->file, ctx->line, "%s",
+                  name);
+        return;
+    }
+    if (k->cls == CONF_ATS_INTERNAL) {
+        rec_internal_seen(ps, name);
+        conf_note(ctx->e, CONF_NOTE_INTERNAL, ctx->file, ctx->line, "%s: %s",
+                  name, k->why);
+        return;
+    }
+    if (strcmp(type, k->type) != 0) {
+        conf_error(ctx->e, ctx->file, ctx->line, "%s: type must be %s, not %s",
+                   name, k->type, type);
+        return;
+    }
+    if (!conf_ats_value_matches(k, value)) {
+        conf_error(ctx->e, ctx->file, ctx->line, "%s %s is not supported "
+                   "(only %s): %s", name, value, k->values, k->why);
+        return;
+    }
+    conf_note(ctx->e, CONF_NOTE_MATCHES, ctx->file, ctx->line, "%s %s: %s",
+              name, value, k->why);
+}
 
 static int
 rec_line(void *arg, char *line, int lineno)
@@ -571,8 +692,7 @@ rec_line(void *arg, char *line, int lineno)
 
     d = rec_find(name);
     if (d == NULL) {
-        conf_warn(ctx->e, ctx->file, lineno, "unknown key \"%s\" ignored",
-                  name);
+        rec_not_implemented(ps, name, type, value);
         return 0;
     }
     if ((enum rec_type)t != d->type) {
@@ -589,8 +709,11 @@ rec_line(void *arg, char *line, int lineno)
         conf_warn(ctx->e, ctx->file, lineno,
                   "%s: set again (line %d's value is replaced)", name,
                   ps->seen[idx]);
-    if (d->set(ps->r, d, value, ctx) == 0)
+    if (d->set(ps->r, d, value, ctx) == 0) {
         ps->seen[idx] = lineno;
+        conf_note(ctx->e, CONF_NOTE_USED, ctx->file, lineno, "%s %s", name,
+                  value);
+    }
     return 0;
 }
 
@@ -608,6 +731,13 @@ conf_records_parse(struct conf_records *r, const char *file, const char *dir,
     ps.ctx.e = e;
     if (conf_foreach_line(file, e, rec_line, &ps) < 0)
         return -1;
+    if (ps.ninternal > 0)
+        conf_warn(e, file, 0, "%d key%s only tune%s ATS internals and %s "
+                  "ignored (the `cistern -t` report says why): %s",
+                  ps.ninternal, ps.ninternal == 1 ? "" : "s",
+                  ps.ninternal == 1 ? "s" : "",
+                  ps.ninternal == 1 ? "is" : "are", ps.internal);
+    free(ps.internal);
     return e->n == n0 ? 0 : -1;
 }
 
@@ -631,4 +761,85 @@ conf_records_free(struct conf_records *r)
             *field = NULL;
         }
     }
+}
+
+/* ---------------------------------------------------------------------
+ * The key list (`cistern --list-keys`, README.md)
+ */
+
+/* A table cell: '|' would end it, so it is escaped. */
+static void
+rec_cell(FILE *out, const char *s)
+{
+    for (; *s != '\0'; s++) {
+        if (*s == '|')
+            fputc('\\', out);
+        fputc(*s, out);
+    }
+}
+
+/* Defaults that depend on the build's directories are shown as the
+ * directory variable, so the list is the same for every build. */
+static const char *
+rec_shown_default(const struct rec_directive *d)
+{
+    if (strcmp(d->def, CST_LOGDIR) == 0)
+        return "$(localstatedir)/log/cistern";
+    if (strcmp(d->def, CST_RUNDIR) == 0)
+        return "$(runstatedir)/cistern";
+    return d->def;
+}
+
+void
+conf_records_list_keys(FILE *out)
+{
+    size_t n;
+
+    fprintf(out, "Implemented (%zu keys): Cistern does what the key asks.\n\n"
+            "| key | type | default | meaning |\n|---|---|---|---|\n",
+            REC_NKEYS);
+    for (size_t i = 0; i < REC_NKEYS; i++) {
+        const struct rec_directive *d = &rec_table[i];
+
+        fprintf(out, "| `%s` | %s | `", d->name, rec_type_names[d->type]);
+        rec_cell(out, rec_shown_default(d));
+        fputs("` | ", out);
+        rec_cell(out, d->desc);
+        fputs(" |\n", out);
+    }
+    n = 0;
+    for (size_t i = 0; i < conf_ats_nkeys; i++)
+        n += conf_ats_keys[i].cls == CONF_ATS_MATCHES;
+    fprintf(out, "\nMatches (%zu keys): accepted only with the values listed, "
+            "which ask for what Cistern does; any other value is an error.\n\n"
+            "| key | type | accepted | what Cistern does |\n"
+            "|---|---|---|---|\n",
+            n);
+    for (size_t i = 0; i < conf_ats_nkeys; i++) {
+        const struct conf_ats_key *k = &conf_ats_keys[i];
+
+        if (k->cls != CONF_ATS_MATCHES)
+            continue;
+        fprintf(out, "| `%s` | %s | `", k->name, k->type);
+        rec_cell(out, k->values);
+        fputs("` | ", out);
+        rec_cell(out, k->why);
+        fputs(" |\n", out);
+    }
+    fprintf(out, "\nATS-internal (%zu keys or families): accepted whatever "
+            "the value and ignored, named in one warning per file; none "
+            "changes access, routing or caching.\n\n"
+            "| key | why it is safe to ignore |\n|---|---|\n",
+            conf_ats_nkeys - n);
+    for (size_t i = 0; i < conf_ats_nkeys; i++) {
+        const struct conf_ats_key *k = &conf_ats_keys[i];
+
+        if (k->cls != CONF_ATS_INTERNAL)
+            continue;
+        fprintf(out, "| `%s` | ", k->name);
+        rec_cell(out, k->why);
+        fputs(" |\n", out);
+    }
+    fputs("\nAny other key is unknown: it draws a warning of its own and is "
+          "ignored.\n", out);
 }

@@ -15,6 +15,7 @@ usage(FILE *out)
 {
     fprintf(out,
 "Usage: cistern [-c CONFDIR] [-f] [-t] [-s reload|stop|quit|reopen] [-V] [-h]\n"
+"       cistern --list-keys\n"
 "\n"
 "Cistern, a caching HTTP reverse proxy with Apache Traffic Server's config.\n"
 "\n"
@@ -23,7 +24,11 @@ usage(FILE *out)
 "              storage.config, ssl_multicert.config\n"
 "  -f          stay in the foreground (log to stderr as well)\n"
 "  -t          check the configuration and exit: 0 when valid, 1 with every\n"
-"              error printed as file:line: message\n"
+"              error printed as file:line: message; then a migration report:\n"
+"              what each key and file became (understood, matches, ignored\n"
+"              as ATS-internal, unknown) and how many errors refused it\n"
+"  --list-keys every records.config key Cistern knows, by class, with its\n"
+"              default or accepted values and meaning (Markdown tables)\n"
 "  -s ACTION   signal the running master through its pid file:\n"
 "              reload (check, then SIGHUP; waits for the result),\n"
 "              stop (SIGTERM, fast), quit (SIGQUIT, graceful drain),\n"
@@ -47,6 +52,10 @@ main(int argc, char **argv)
     for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
         if (strcmp(argv[i], "--help") == 0) {
             usage(stdout);
+            return 0;
+        }
+        if (strcmp(argv[i], "--list-keys") == 0) {
+            conf_records_list_keys(stdout);
             return 0;
         }
         if (strcmp(argv[i], "--version") == 0) {

@@ -1016,6 +1016,45 @@ master_daemonize(void)
     return 0;
 }
 
+/* The migration report `cistern -t` prints after the errors and warnings:
+ * what each line of the directory became (conf_note()), by kind, then how
+ * many errors refused it.  Paths are shown relative to the directory. */
+static void
+master_print_report(const struct conf_errors *e, const char *confdir,
+                    FILE *out)
+{
+    static const char *const head[CONF_NOTE_KINDS] = {
+        [CONF_NOTE_USED] = "understood (Cistern does what these ask)",
+        [CONF_NOTE_MATCHES] = "matches (these ask for what Cistern already does)",
+        [CONF_NOTE_INTERNAL] = "ignored (ATS-internal tuning; changes no "
+                               "access, routing or caching)",
+        [CONF_NOTE_UNKNOWN] = "unknown (not known at all; ignored, warned above)",
+    };
+    char  *real = realpath(confdir, NULL);
+    size_t rlen = real != NULL ? strlen(real) : 0;
+
+    fprintf(out, "Migration report for %s:\n", real != NULL ? real : confdir);
+    for (int k = 0; k < CONF_NOTE_KINDS; k++) {
+        int n = 0;
+
+        for (int i = 0; i < e->nnotes; i++)
+            n += e->notes[i].kind == (enum conf_note_kind)k;
+        fprintf(out, "  %s: %d\n", head[k], n);
+        for (int i = 0; i < e->nnotes; i++) {
+            const char *t = e->notes[i].text;
+
+            if (e->notes[i].kind != (enum conf_note_kind)k)
+                continue;
+            if (rlen > 0 && strncmp(t, real, rlen) == 0 && t[rlen] == '/')
+                t += rlen + 1;
+            fprintf(out, "    %s\n", t);
+        }
+    }
+    fprintf(out, "  refused: %d error%s%s\n", e->n, e->n == 1 ? "" : "s",
+            e->n > 0 ? " (listed above)" : "");
+    free(real);
+}
+
 int
 master_check(const char *confdir)
 {
@@ -1025,6 +1064,9 @@ master_check(const char *confdir)
     memset(&e, 0, sizeof(e));
     c = conf_load(confdir, &e);
     master_print_errors(&e);
+    fflush(stderr);
+    master_print_report(&e, confdir, stdout);
+    fflush(stdout);
     conf_errors_free(&e);
     if (c == NULL) {
         fprintf(stderr, "cistern: configuration %s has errors\n", confdir);

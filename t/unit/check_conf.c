@@ -1285,6 +1285,168 @@ START_TEST(test_load_shipped_files)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------
+ * Issue 18, records: ATS keys Cistern does not implement (conf/atskeys.c)
+ */
+static int
+count_notes(enum conf_note_kind kind)
+{
+    int n = 0;
+
+    for (int i = 0; i < errs.nnotes; i++)
+        n += errs.notes[i].kind == kind;
+    return n;
+}
+
+START_TEST(test_records_matches_keys)
+{
+    int rc = records(
+        "CONFIG proxy.config.reverse_proxy.enabled INT 1\n"                 /* 1 */
+        "CONFIG proxy.config.http.cache.heuristic_lm_factor FLOAT 0.10\n"   /* 2 */
+        "CONFIG proxy.config.socks.socks_needed INT 0\n"                    /* 3 */
+        "CONFIG proxy.config.ssl.client.verify.server.properties STRING all\n" /* 4 */
+        "CONFIG proxy.config.cistern.workers INT 2\n");                     /* 5 */
+
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(errs.n, 0);
+    ck_assert_int_eq(errs.nwarn, 0);
+    ck_assert_int_eq(count_notes(CONF_NOTE_MATCHES), 4);
+    ck_assert_int_eq(count_notes(CONF_NOTE_USED), 1);
+    conf_records_free(&rec);
+}
+END_TEST
+
+START_TEST(test_records_matches_other_value_is_error)
+{
+    int rc = records(
+        "CONFIG proxy.config.reverse_proxy.enabled INT 0\n"                 /* 1 */
+        "CONFIG proxy.config.http.cache.heuristic_lm_factor FLOAT 0.2\n"    /* 2 */
+        "CONFIG proxy.config.socks.socks_needed STRING 0\n"                 /* 3 */
+        "CONFIG proxy.config.http.cache.cache_urls_that_look_dynamic INT 0\n"); /* 4 */
+
+    ck_assert_int_eq(rc, -1);
+    ck_assert_int_eq(errs.n, 4);
+    check_error("records.config:1: proxy.config.reverse_proxy.enabled 0 is "
+                "not supported (only 1): Cistern is always a reverse proxy "
+                "(remap.config decides what it serves)");
+    check_error("records.config:2: proxy.config.http.cache.heuristic_lm_factor "
+                "0.2 is not supported (only 0.1): heuristic freshness is 10%% "
+                "of the time since Last-Modified, bounded by "
+                "heuristic_min_lifetime and heuristic_max_lifetime");
+    check_error("records.config:3: proxy.config.socks.socks_needed: type must "
+                "be INT, not STRING");
+    ck_assert_int_eq(count_notes(CONF_NOTE_MATCHES), 0);
+    conf_records_free(&rec);
+}
+END_TEST
+
+START_TEST(test_records_internal_one_warning)
+{
+    int rc = records(
+        "CONFIG proxy.config.exec_thread.limit INT 2\n"
+        "CONFIG proxy.config.cache.ram_cache.size INT -1\n"
+        "CONFIG proxy.config.diags.debug.tags STRING http|dns\n"
+        "CONFIG proxy.config.no.such.key INT 1\n");
+
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(errs.n, 0);
+    ck_assert_int_eq(errs.nwarn, 2);
+    check_warning("records.config: 3 keys only tune ATS internals and are "
+                  "ignored (the `cistern -t` report says why): "
+                  "proxy.config.exec_thread.limit, "
+                  "proxy.config.cache.ram_cache.size, "
+                  "proxy.config.diags.debug.tags");
+    check_warning("records.config:4: unknown key \"proxy.config.no.such.key\" "
+                  "ignored");
+    ck_assert_int_eq(count_notes(CONF_NOTE_INTERNAL), 3);
+    ck_assert_int_eq(count_notes(CONF_NOTE_UNKNOWN), 1);
+    conf_records_free(&rec);
+}
+END_TEST
+
+START_TEST(test_ats_key_table)
+{
+    /* exact rows win; prefixes need something after them */
+    ck_assert_ptr_nonnull(conf_ats_key_find("proxy.config.exec_thread.autoconfig.scale"));
+    ck_assert_ptr_null(conf_ats_key_find("proxy.config.exec_thread."));
+    ck_assert_ptr_null(conf_ats_key_find("proxy.config.http.server_ports"));
+    /* no key is both implemented and classified, and every row is
+     * complete: a MATCHES row has values, every row has a reason */
+    for (size_t i = 0; i < conf_ats_nkeys; i++) {
+        const struct conf_ats_key *k = &conf_ats_keys[i];
+        struct conf_records r;
+        char line[256];
+
+        ck_assert_ptr_nonnull(k->why);
+        ck_assert(k->cls == CONF_ATS_INTERNAL || k->values != NULL);
+        if (strchr(k->name, '*') != NULL)
+            continue;
+        conf_errors_free(&errs);
+        conf_records_defaults(&r);
+        snprintf(line, sizeof(line), "CONFIG %s %s %s\n", k->name, k->type,
+                 k->values ? k->values : "1");
+        if (k->values == NULL || strchr(k->values, '|') == NULL) {
+            conf_records_parse(&r, put("records.config", line), tmpdir, &errs);
+            ck_assert_msg(count_notes(CONF_NOTE_USED) == 0,
+                          "%s is in rec_table too", k->name);
+            ck_assert_msg(errs.n == 0, "%s: its own value refused", k->name);
+        }
+        conf_records_free(&r);
+    }
+}
+END_TEST
+
+START_TEST(test_ats_files)
+{
+    struct conf_errors e2;
+    struct conf *c;
+    char *sub;
+
+    put("records.config", "CONFIG proxy.config.http.server_ports STRING 0\n");
+    put("remap.config", "");
+    put("socks.config", "# c\nno_socks 10.0.0.1\n");
+    put("parent.config", "# nothing\n\n");
+    put("strategies.yaml", "# c\n---\nstrategies: []\n");
+    put("logging.yaml", "logging:\n  logs:\n    - filename: squid\n");
+    c = conf_load(tmpdir, &errs);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_eq(errs.nwarn, 1);
+    check_warning("logging.yaml:3: custom log formats are not read yet; the "
+                  "access log format is proxy.config.cistern.access_log_format");
+    ck_assert_int_eq(count_notes(CONF_NOTE_MATCHES), 3);
+    conf_free(c);
+
+    put("parent.config", "dest_domain=. parent=\"p:8080\"\n");
+    put("plugin.config", "# c\n\ngen.so\n");
+    put("sni.yaml", "sni:\n- fqdn: a.test\n  verify_client: STRICT\n");
+    put("hosting.config", "hostname=a.test volume=1\n");
+    put("volume.config", "volume=1 scheme=http size=50%\n");
+    put("splitdns.config", "dest_domain=a.test named=10.0.0.1\n");
+    put("records.config", "CONFIG proxy.config.http.server_ports STRING 0\n"
+        "CONFIG proxy.config.socks.socks_needed INT 1\n");
+    memset(&e2, 0, sizeof(e2));
+    c = conf_load(tmpdir, &e2);
+    ck_assert_ptr_null(c);
+    ck_assert_int_eq(e2.n, 8);
+    conf_errors_free(&errs);
+    errs = e2;
+    check_error("parent.config:1: \"dest_domain=. parent=\"p:8080\"\": parent "
+                "proxies are not supported yet (issue: origin pools); Cistern "
+                "would send these requests to the origin directly (1 line; "
+                "the file must be empty or hold only comments)");
+    check_error("socks.config:2: SOCKS is not supported, and "
+                "proxy.config.socks.socks_needed asks for it: Cistern would "
+                "connect to origins directly (1 line)");
+    ck_assert_int_ge(asprintf(&sub, "%s/plugin.config:3: \"gen.so\": plugins",
+                              tmpdir), 0);
+    int found = 0;
+    for (int i = 0; i < errs.nstored; i++)
+        found |= strncmp(errs.msgs[i], sub, strlen(sub)) == 0;
+    ck_assert_msg(found, "no plugin.config:3 error");
+    free(sub);
+}
+END_TEST
+
 static Suite *
 conf_suite(void)
 {
@@ -1350,6 +1512,15 @@ conf_suite(void)
     tcase_add_test(tc, test_load_missing_required);
     tcase_add_test(tc, test_load_warnings_do_not_fail);
     tcase_add_test(tc, test_load_shipped_files);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("atskeys");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_records_matches_keys);
+    tcase_add_test(tc, test_records_matches_other_value_is_error);
+    tcase_add_test(tc, test_records_internal_one_warning);
+    tcase_add_test(tc, test_ats_key_table);
+    tcase_add_test(tc, test_ats_files);
     suite_add_tcase(s, tc);
 
     return s;

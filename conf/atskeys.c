@@ -1,0 +1,317 @@
+/*
+ * conf/atskeys.c: the records.config keys of Apache Traffic Server that
+ * Cistern does not implement, and what it does with each.
+ *
+ * The keys Cistern implements are rec_table in conf/records.c.  Every other
+ * ATS key falls in one of three classes (README.md "Configuration", the
+ * rule of issue 18: fail closed):
+ *
+ *   MATCHES   the key asks for something Cistern always does, when its value
+ *             is one of `values` (ATS's default, and every value Debian 12's
+ *             stock records.config sets).  Any other value asks for
+ *             behaviour Cistern lacks: an error with file:line, saying what
+ *             Cistern does instead (`why`).
+ *   INTERNAL  the key tunes ATS's own machinery (threads, RAM cache, log
+ *             rolling, diagnostics) and changes no access, routing or
+ *             caching decision: accepted whatever its value, with one
+ *             warning per file naming them all, `why` saying why ignoring it
+ *             is safe.
+ *   unknown   not in either table: one warning each (ATS has hundreds of
+ *             keys; an unknown one is reported, not silently taken).
+ *
+ * A key that would restrict access, change routing or change what is
+ * cached is never INTERNAL: it is implemented (rec_table) or MATCHES.
+ *
+ * A name ending in '*' is a prefix: "proxy.config.diags.*" covers every key
+ * under proxy.config.diags.  An exact row wins over a prefix row.
+ *
+ * Defaults and meanings are ATS 9.2's (mgmt/RecordsConfig.cc and
+ * doc/admin-guide/files/records.config.en.rst), which Debian 12 ships.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "conf/conf.h"
+
+#define NO_PARENTS  "there are no parent proxies (parent.config must be empty): "
+
+const struct conf_ats_key conf_ats_keys[] = {
+    /* -------------------------------------------------------------------
+     * MATCHES: accepted only with these values
+     */
+    { "proxy.config.reverse_proxy.enabled", "INT", CONF_ATS_MATCHES, "1",
+      "Cistern is always a reverse proxy (remap.config decides what it serves)" },
+    { "proxy.config.http.cache.cache_urls_that_look_dynamic", "INT",
+      CONF_ATS_MATCHES, "1",
+      "URLs with a query or ';' are cached like any other (the response's "
+      "freshness decides)" },
+    { "proxy.config.http.cache.heuristic_lm_factor", "FLOAT",
+      CONF_ATS_MATCHES, "0.1",
+      "heuristic freshness is 10% of the time since Last-Modified, bounded "
+      "by heuristic_min_lifetime and heuristic_max_lifetime" },
+    { "proxy.config.http.cache.post_method", "INT", CONF_ATS_MATCHES, "0",
+      "responses to POST are never stored" },
+    { "proxy.config.http.cache.range.lookup", "INT", CONF_ATS_MATCHES, "1",
+      "Range requests are answered from stored objects" },
+    { "proxy.config.http.cache.ignore_accept_mismatch", "INT",
+      CONF_ATS_MATCHES, "2",
+      "stored variants are told apart by Vary only: without Vary a stored "
+      "response is served whatever the request's Accept says" },
+    { "proxy.config.http.cache.ignore_accept_language_mismatch", "INT",
+      CONF_ATS_MATCHES, "2",
+      "stored variants are told apart by Vary only (Accept-Language counts "
+      "only when Vary names it)" },
+    { "proxy.config.http.cache.ignore_accept_encoding_mismatch", "INT",
+      CONF_ATS_MATCHES, "2",
+      "stored variants are told apart by Vary only (Accept-Encoding counts "
+      "only when Vary names it, normalised by normalize_ae)" },
+    { "proxy.config.http.cache.ignore_accept_charset_mismatch", "INT",
+      CONF_ATS_MATCHES, "2",
+      "stored variants are told apart by Vary only (Accept-Charset counts "
+      "only when Vary names it)" },
+    { "proxy.config.http.send_http11_requests", "INT", CONF_ATS_MATCHES, "1",
+      "requests to origins are always HTTP/1.1" },
+    { "proxy.config.http.keep_alive_enabled_in", "INT", CONF_ATS_MATCHES, "1",
+      "client connections are kept alive (keep_alive_no_activity_timeout_in "
+      "bounds the idle time)" },
+    { "proxy.config.http.keep_alive_enabled_out", "INT", CONF_ATS_MATCHES, "1",
+      "origin connections are reused (per_server.connection.max_idle 0 "
+      "turns reuse off)" },
+    { "proxy.config.http.per_server.connection.max", "INT", CONF_ATS_MATCHES,
+      "0", "connections to one origin are not limited" },
+    { "proxy.config.net.max_requests_in", "INT", CONF_ATS_MATCHES, "0",
+      "active requests are not limited apart from "
+      "proxy.config.net.connections_throttle" },
+    { "proxy.config.ssl.client.verify.server.properties", "STRING",
+      CONF_ATS_MATCHES, "ALL",
+      "an origin's certificate is checked for both signature and name, as "
+      "proxy.config.ssl.client.verify.server.policy says" },
+    { "proxy.config.socks.socks_needed", "INT", CONF_ATS_MATCHES, "0",
+      "SOCKS is not supported: Cistern connects to origins directly "
+      "(socks.config is not read)" },
+    { "proxy.config.dns.splitDNS.enabled", "INT", CONF_ATS_MATCHES, "0",
+      "there is no split DNS: origins are resolved by the system resolver "
+      "(splitdns.config must be empty)" },
+    { "proxy.config.http.forward.proxy_auth_to_parent", "INT",
+      CONF_ATS_MATCHES, "0",
+      NO_PARENTS "Proxy-Authorization is never forwarded" },
+    { "proxy.config.http.uncacheable_requests_bypass_parent", "INT",
+      CONF_ATS_MATCHES, "1", NO_PARENTS "every request goes to its origin" },
+    { "proxy.config.http.no_dns_just_forward_to_parent", "INT",
+      CONF_ATS_MATCHES, "0",
+      NO_PARENTS "origins are resolved and connected to directly" },
+
+    /* The files ATS reads, under other names: Cistern reads (or checks)
+     * the files of the config directory under ATS's default names only. */
+    { "proxy.config.url_remap.filename", "STRING", CONF_ATS_MATCHES,
+      "remap.config", "Cistern reads remap.config in the config directory" },
+    { "proxy.config.url_remap.strategies.filename", "STRING",
+      CONF_ATS_MATCHES, "strategies.yaml",
+      "Cistern checks strategies.yaml in the config directory (it must be "
+      "empty)" },
+    { "proxy.config.socks.socks_config_file", "STRING", CONF_ATS_MATCHES,
+      "socks.config", "Cistern checks socks.config in the config directory" },
+    { "proxy.config.cache.hosting_filename", "STRING", CONF_ATS_MATCHES,
+      "hosting.config",
+      "Cistern checks hosting.config in the config directory (it must be "
+      "empty)" },
+    { "proxy.config.cache.volume_filename", "STRING", CONF_ATS_MATCHES,
+      "volume.config",
+      "Cistern checks volume.config in the config directory (it must be "
+      "empty)" },
+    { "proxy.config.dns.splitdns.filename", "STRING", CONF_ATS_MATCHES,
+      "splitdns.config",
+      "Cistern checks splitdns.config in the config directory (it must be "
+      "empty)" },
+    { "proxy.config.ssl.servername.filename", "STRING", CONF_ATS_MATCHES,
+      "sni.yaml",
+      "Cistern checks sni.yaml in the config directory (it must be empty)" },
+    { "proxy.config.log.config.filename", "STRING", CONF_ATS_MATCHES,
+      "logging.yaml", "Cistern checks logging.yaml in the config directory" },
+
+    /* -------------------------------------------------------------------
+     * INTERNAL: ATS's own machinery, ignored (one warning per file)
+     */
+    { "proxy.config.exec_thread.*", "INT", CONF_ATS_INTERNAL, NULL,
+      "ATS's event threads; Cistern runs single-threaded worker processes "
+      "(proxy.config.cistern.workers)" },
+    { "proxy.config.accept_threads", "INT", CONF_ATS_INTERNAL, NULL,
+      "ATS's accept threads; each Cistern worker accepts on its own" },
+    { "proxy.config.task_threads", "INT", CONF_ATS_INTERNAL, NULL,
+      "ATS's task threads; Cistern has none" },
+    { "proxy.config.thread.*", "INT", CONF_ATS_INTERNAL, NULL,
+      "ATS's thread stacks; Cistern's workers are processes" },
+    { "proxy.config.cache.threads_per_disk", "INT", CONF_ATS_INTERNAL, NULL,
+      "ATS's disk I/O threads; Cistern's store is memory-mapped" },
+    { "proxy.config.cache.ram_cache.*", "INT", CONF_ATS_INTERNAL, NULL,
+      "ATS's RAM cache; Cistern's hot objects stay in the kernel's page "
+      "cache over its memory-mapped store" },
+    { "proxy.config.cache.ram_cache_cutoff", "INT", CONF_ATS_INTERNAL, NULL,
+      "ATS's RAM cache; Cistern's hot objects stay in the kernel's page "
+      "cache over its memory-mapped store" },
+    { "proxy.config.cache.min_average_object_size", "INT", CONF_ATS_INTERNAL,
+      NULL, "sizes ATS's cache directory; Cistern's index grows as needed" },
+    { "proxy.config.cache.limits.http.max_alts", "INT", CONF_ATS_INTERNAL,
+      NULL,
+      "a space bound: ATS evicts a URL's oldest variant beyond this many; "
+      "Cistern keeps each variant until its eviction reaches it (every "
+      "variant served is still the one Vary selects)" },
+    { "proxy.config.cache.log.alternate.eviction", "INT", CONF_ATS_INTERNAL,
+      NULL, "ATS's diagnostics for max_alts evictions" },
+    { "proxy.config.http.cache.max_open_read_retries", "INT",
+      CONF_ATS_INTERNAL, NULL,
+      "ATS's cache lock retries; Cistern collapses concurrent misses "
+      "(proxy.config.cistern.collapse_timeout)" },
+    { "proxy.config.http.cache.open_read_retry_time", "INT",
+      CONF_ATS_INTERNAL, NULL,
+      "ATS's cache lock retries; Cistern collapses concurrent misses "
+      "(proxy.config.cistern.collapse_timeout)" },
+    { "proxy.config.http.cache.max_open_write_retries", "INT",
+      CONF_ATS_INTERNAL, NULL,
+      "ATS's cache lock retries; Cistern collapses concurrent misses "
+      "(proxy.config.cistern.collapse_timeout)" },
+    { "proxy.config.log.rolling_*", "INT", CONF_ATS_INTERNAL, NULL,
+      "ATS's log rolling; Cistern's logs are rotated by logrotate and "
+      "`cistern -s reopen`" },
+    { "proxy.config.log.max_space_mb_*", "INT", CONF_ATS_INTERNAL, NULL,
+      "ATS's log space management; Cistern's logs are rotated by logrotate" },
+    { "proxy.config.log.auto_delete_rolled_files", "INT", CONF_ATS_INTERNAL,
+      NULL, "ATS's log space management; Cistern's logs are rotated by "
+      "logrotate" },
+    { "proxy.config.log.periodic_tasks_interval", "INT", CONF_ATS_INTERNAL,
+      NULL, "ATS's log housekeeping timer" },
+    { "proxy.config.log.max_secs_per_buffer", "INT", CONF_ATS_INTERNAL, NULL,
+      "ATS's log buffering" },
+    { "proxy.config.log.log_buffer_size", "INT", CONF_ATS_INTERNAL, NULL,
+      "ATS's log buffering" },
+    { "proxy.config.log.max_line_size", "INT", CONF_ATS_INTERNAL, NULL,
+      "ATS's log buffering" },
+    { "proxy.config.diags.*", "STRING", CONF_ATS_INTERNAL, NULL,
+      "ATS's diagnostics; Cistern's error log level is "
+      "proxy.config.cistern.log_level" },
+    { "proxy.config.http.slow.log.threshold", "INT", CONF_ATS_INTERNAL, NULL,
+      "ATS's slow-transaction diagnostics" },
+    { "proxy.config.res_track_memory", "INT", CONF_ATS_INTERNAL, NULL,
+      "ATS's memory diagnostics" },
+    { "proxy.config.dump_mem_info_frequency", "INT", CONF_ATS_INTERNAL, NULL,
+      "ATS's memory diagnostics" },
+    { "proxy.config.allocator.*", "INT", CONF_ATS_INTERNAL, NULL,
+      "ATS's memory allocator" },
+    { "proxy.config.net.sock_*", "INT", CONF_ATS_INTERNAL, NULL,
+      "socket buffer and option tuning; Cistern uses the kernel's defaults "
+      "and sets TCP_NODELAY itself" },
+    { "proxy.config.net.default_inactivity_timeout", "INT",
+      CONF_ATS_INTERNAL, NULL,
+      "ATS's fallback for connections without a timeout; every Cistern "
+      "connection state has one (keep_alive_, transaction_ and accept_ "
+      "timeouts)" },
+    { "proxy.config.net.max_connections_in", "INT", CONF_ATS_INTERNAL, NULL,
+      "ATS trims idle keep-alive connections at this total; Cistern's "
+      "connection cap is proxy.config.net.connections_throttle (per worker)" },
+    { "proxy.config.http.post_connect_attempts_timeout", "INT",
+      CONF_ATS_INTERNAL, NULL,
+      "a connect timeout for POST and PUT; Cistern connects for every "
+      "method within proxy.config.http.connect_attempts_timeout" },
+    { "proxy.config.body_factory.*", "INT", CONF_ATS_INTERNAL, NULL,
+      "ATS's error page templates; Cistern's error responses carry their "
+      "own short bodies (body_factory/ is not read)" },
+};
+
+const size_t conf_ats_nkeys = sizeof(conf_ats_keys) / sizeof(conf_ats_keys[0]);
+
+static int
+ats_name_matches(const char *pattern, const char *name, int *prefix)
+{
+    size_t n = strlen(pattern);
+
+    if (n > 0 && pattern[n - 1] == '*') {
+        *prefix = 1;
+        return strncmp(pattern, name, n - 1) == 0 && name[n - 1] != '\0';
+    }
+    *prefix = 0;
+    return strcmp(pattern, name) == 0;
+}
+
+const struct conf_ats_key *
+conf_ats_key_find(const char *name)
+{
+    const struct conf_ats_key *best = NULL;
+    size_t bestlen = 0;
+
+    for (size_t i = 0; i < conf_ats_nkeys; i++) {
+        int prefix;
+
+        if (!ats_name_matches(conf_ats_keys[i].name, name, &prefix))
+            continue;
+        if (!prefix)
+            return &conf_ats_keys[i];
+        if (strlen(conf_ats_keys[i].name) > bestlen) {
+            best = &conf_ats_keys[i];
+            bestlen = strlen(best->name);
+        }
+    }
+    return best;
+}
+
+/* One value against one accepted value: numbers as numbers ("0.10" is
+ * "0.1", "01" is "1"), ATS's words without regard to case, file names
+ * exactly. */
+static int
+ats_value_equal(const char *type, const char *want, size_t wlen,
+                const char *value)
+{
+    char  buf[64];
+    char *end;
+
+    if (wlen >= sizeof(buf))
+        return 0;
+    memcpy(buf, want, wlen);
+    buf[wlen] = '\0';
+    if (strcmp(type, "INT") == 0) {
+        long long a, b;
+
+        errno = 0;
+        b = strtoll(value, &end, 10);
+        if (end == value || *end != '\0' || errno != 0)
+            return 0;
+        a = strtoll(buf, NULL, 10);
+        return a == b;
+    }
+    if (strcmp(type, "FLOAT") == 0) {
+        double a, b;
+
+        errno = 0;
+        b = strtod(value, &end);
+        if (end == value || *end != '\0' || errno != 0)
+            return 0;
+        a = strtod(buf, NULL);
+        return a - b < 1e-9 && b - a < 1e-9;
+    }
+    /* ATS's upper-case words ("ALL") are read without regard to case;
+     * file names are not */
+    for (const char *q = buf; *q != '\0'; q++)
+        if (!isupper((unsigned char)*q) && *q != '_')
+            return strcmp(buf, value) == 0;
+    return strcasecmp(buf, value) == 0;
+}
+
+int
+conf_ats_value_matches(const struct conf_ats_key *k, const char *value)
+{
+    const char *p = k->values, *bar;
+
+    if (p == NULL)
+        return 1;
+    for (;;) {
+        bar = strchr(p, '|');
+        if (ats_value_equal(k->type, p, bar ? (size_t)(bar - p) : strlen(p),
+                            value))
+            return 1;
+        if (bar == NULL)
+            return 0;
+        p = bar + 1;
+    }
+}
