@@ -70,7 +70,7 @@ libs() {
     case $1 in
         request|response|push|cachectl) echo "-lhttp_parser" ;;
         record) echo "-llmdb -lpthread" ;;
-        conf_*) echo "-lssl -lcrypto" ;;
+        conf_*) echo "-lssl -lcrypto -lyaml" ;;
         *) echo "" ;;
     esac
 }
