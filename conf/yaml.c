@@ -329,9 +329,9 @@ conf_yaml_load(const char *file, struct conf_errors *e,
                struct conf_yaml **root)
 {
     FILE   *fp;
-    char   *text;
-    size_t  len;
-    int     rc;
+    char   *text = NULL, *nt;
+    size_t  len = 0, cap = 0, n;
+    int     rc = -1;
 
     *root = NULL;
     fp = fopen(file, "r");
@@ -339,19 +339,28 @@ conf_yaml_load(const char *file, struct conf_errors *e,
         conf_error(e, file, 0, "cannot open: %s", strerror(errno));
         return -1;
     }
-    text = malloc(CONF_YAML_MAX_BYTES + 1);
-    if (text == NULL) {
-        fclose(fp);
-        conf_error(e, file, 0, "out of memory");
-        return -1;
-    }
-    len = fread(text, 1, CONF_YAML_MAX_BYTES + 1, fp);
+    /* Grow to the file's size (one byte past the limit is enough to know
+     * it is too large); a few KiB in the usual case. */
+    do {
+        if (len == cap) {
+            cap = cap == 0 ? 16384 : cap * 2;
+            if (cap > CONF_YAML_MAX_BYTES + 1)
+                cap = CONF_YAML_MAX_BYTES + 1;
+            if ((nt = realloc(text, cap)) == NULL) {
+                conf_error(e, file, 0, "out of memory");
+                goto out;
+            }
+            text = nt;
+        }
+        n = fread(text + len, 1, cap - len, fp);
+        len += n;
+    } while (n > 0 && len <= CONF_YAML_MAX_BYTES);
     if (ferror(fp)) {
         conf_error(e, file, 0, "read error: %s", strerror(errno));
-        rc = -1;
-    } else {
-        rc = conf_yaml_load_text(text, len, file, e, root);
+        goto out;
     }
+    rc = conf_yaml_load_text(text != NULL ? text : "", len, file, e, root);
+out:
     free(text);
     fclose(fp);
     return rc;

@@ -1480,7 +1480,15 @@ START_TEST(test_yaml_errors)
     /* (reported at the line of the node whose copy crossed the bound) */
     check_error("t.yaml:1: more than %d nodes (after expanding aliases)",
                 CONF_YAML_MAX_NODES);
-    ck_assert_int_eq(errs.n, 9);
+    /* the size bound, checked before libyaml sees a byte */
+    bomb = malloc(CONF_YAML_MAX_BYTES + 2);
+    ck_assert_ptr_nonnull(bomb);
+    memset(bomb, '\n', CONF_YAML_MAX_BYTES + 1);
+    bomb[CONF_YAML_MAX_BYTES + 1] = '\0';
+    ck_assert_ptr_null(yaml(bomb, -1));
+    free(bomb);
+    check_error("t.yaml: larger than %d bytes", CONF_YAML_MAX_BYTES);
+    ck_assert_int_eq(errs.n, 10);
 }
 END_TEST
 
