@@ -10,8 +10,9 @@
  * NULL comes back (reload = build, validate, swap).
  *
  * Which files are required is decided here, not in the parsers:
- * records.config and remap.config must exist; a missing ip_allow.config
- * means the built-in defaults (the same rules as the shipped file); a missing
+ * records.config and remap.config must exist; ip_allow.yaml or
+ * ip_allow.config (not both) is read, and with neither the built-in
+ * defaults apply (the same rules as the shipped file); a missing
  * storage.config means no cache spans.
  */
 #ifndef _GNU_SOURCE
@@ -71,6 +72,39 @@ conf_cross_check(struct conf *c, const char *recfile, struct conf_errors *e)
                   r->request_line_max_size, r->request_header_max_size);
 }
 
+/* ip_allow.yaml (ATS 9+) or ip_allow.config (ATS 8), never both: which
+ * one an operator meant is not ours to guess, and rules read from the wrong
+ * one would allow what the other denies.  Neither: the built-in defaults.
+ * Returns -1 only when out of memory. */
+static int
+conf_load_ip_allow(struct conf *c, struct conf_errors *errs)
+{
+    char *yml = conf_path(c->confdir, "ip_allow.yaml");
+    char *cfg = conf_path(c->confdir, "ip_allow.config");
+    int   has_yml, has_cfg;
+
+    if (yml == NULL || cfg == NULL) {
+        free(yml);
+        free(cfg);
+        return -1;
+    }
+    has_yml = conf_optional_exists(yml);
+    has_cfg = conf_optional_exists(cfg);
+    if (has_yml && has_cfg)
+        conf_error(errs, yml, 0, "both %s and %s exist; ATS 9 reads only "
+                   "ip_allow.yaml, ATS 8 only ip_allow.config: remove the "
+                   "one that is not meant", yml, cfg);
+    else if (has_yml)
+        conf_ip_allow_yaml_parse(&c->ip_allow, yml, errs);
+    else if (has_cfg)
+        conf_ip_allow_parse(&c->ip_allow, cfg, errs);
+    else
+        conf_ip_allow_defaults(&c->ip_allow);
+    free(yml);
+    free(cfg);
+    return 0;
+}
+
 struct conf *
 conf_load(const char *confdir, struct conf_errors *errs)
 {
@@ -106,14 +140,8 @@ conf_load(const char *confdir, struct conf_errors *errs)
     conf_remap_parse(&c->remap, path, c->confdir, errs);
     free(path);
 
-    path = conf_path(c->confdir, "ip_allow.config");
-    if (path == NULL)
+    if (conf_load_ip_allow(c, errs) < 0)
         goto oom;
-    if (conf_optional_exists(path))
-        conf_ip_allow_parse(&c->ip_allow, path, errs);
-    else
-        conf_ip_allow_defaults(&c->ip_allow);
-    free(path);
 
     path = conf_path(c->confdir, "storage.config");
     if (path == NULL)

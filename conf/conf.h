@@ -171,7 +171,7 @@ int conf_remap_reverse(const struct conf_remap *rm, const char *url,
                        size_t urllen, char *out, size_t outlen);
 
 /* ---------------------------------------------------------------------
- * ip_allow.config (ATS 8 line syntax)
+ * ip_allow.yaml (ATS 9+) or ip_allow.config (ATS 8 line syntax)
  */
 #define CONF_METHOD_GET      (1u << 0)
 #define CONF_METHOD_HEAD     (1u << 1)
@@ -192,16 +192,28 @@ struct conf_ip_range {
     uint8_t  lo[16], hi[16];          /* inclusive, network order; v4 in 4 bytes */
 };
 
+/* One address range of a rule (a rule listing several ranges becomes one
+ * conf_ip_rule per range, in order).  As in ATS, the rule's method list
+ * says which methods its action applies to, and the opposite applies to
+ * every other method: "allow GET" denies POST, "deny PURGE" allows GET. */
 struct conf_ip_rule {
     struct conf_ip_range range;
-    int      allow;                   /* action=ip_allow (1) / ip_deny (0) */
-    unsigned methods;                 /* CONF_METHOD_* bits */
+    int      allow;                   /* allow / ip_allow (1), deny / ip_deny (0) */
+    unsigned methods;                 /* the listed methods: CONF_METHOD_* bits
+                                         (CONF_METHOD_ALL: every method) */
+    char   **names;                   /* listed methods without a bit, by name
+                                         (e.g. PROPFIND), or NULL */
+    int      nnames;
     int      line;
 };
 
 struct conf_ip_allow {
-    struct conf_ip_rule *rules;
+    struct conf_ip_rule *rules;       /* inbound: apply: in / src_ip= */
     int      nrules;
+    struct conf_ip_rule *out;         /* outbound: apply: out / dest_ip= */
+    int      nout;
+    const char *source;               /* "ip_allow.yaml", "ip_allow.config" or
+                                         "built-in ip_allow" (for messages) */
 };
 
 /* Parse a space/comma separated list of addresses, ranges or CIDRs into
@@ -212,11 +224,23 @@ int conf_ip_list_parse(struct conf_ip_allow *ia, const char *list,
 /* Map a method name to its CONF_METHOD_* bit (unknown -> CONF_METHOD_OTHER). */
 unsigned conf_method_bit(const char *name, size_t len);
 
-/* First matching rule decides: returns 1 when the address may use the
- * method, 0 when denied (also when no rule matches).  sa is a sockaddr_in or
- * sockaddr_in6 (v4-mapped v6 addresses are checked as v4). */
+/* Inbound decision, ATS's: the first rule whose range holds the address
+ * decides, by its action and method list; an address no rule holds is
+ * denied.  Returns 1 when the address may use the method, else 0.  sa is a
+ * sockaddr_in or sockaddr_in6 (v4-mapped v6 addresses are checked as v4).
+ * conf_ip_allowed() takes the method as a bit, and a CONF_METHOD_OTHER
+ * method is one no rule names; conf_ip_method_allowed() takes its name. */
 int conf_ip_allowed(const struct conf_ip_allow *ia, const struct sockaddr *sa,
                     unsigned method_bit);
+int conf_ip_method_allowed(const struct conf_ip_allow *ia,
+                           const struct sockaddr *sa, const char *method,
+                           size_t mlen);
+/* Outbound decision (the origin's address, before connecting): the same,
+ * over the out rules, except that an address no rule holds is allowed (as
+ * in ATS); with no out rules it returns 1 at once. */
+int conf_ip_out_allowed(const struct conf_ip_allow *ia,
+                        const struct sockaddr *sa, const char *method,
+                        size_t mlen);
 
 /* ---------------------------------------------------------------------
  * storage.config: "path size" lines, e.g. "var/cache 256M"
@@ -308,6 +332,9 @@ void conf_remap_free(struct conf_remap *rm);
 
 int  conf_ip_allow_parse(struct conf_ip_allow *ia, const char *file,
                          struct conf_errors *e);
+/* ip_allow.yaml (ATS 9 and 10 syntax; conf/ip_allow.c says what is read). */
+int  conf_ip_allow_yaml_parse(struct conf_ip_allow *ia, const char *file,
+                              struct conf_errors *e);
 void conf_ip_allow_defaults(struct conf_ip_allow *ia);
 void conf_ip_allow_free(struct conf_ip_allow *ia);
 

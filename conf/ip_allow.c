@@ -1,26 +1,40 @@
 /*
- * conf/ip_allow.c: ip_allow.config, who may send which methods.
+ * conf/ip_allow.c: ip_allow.yaml (ATS 9+) and ip_allow.config (ATS 8): who
+ * may send which methods, and to which origin addresses Cistern may send
+ * them.
  *
- * ATS 8 line syntax, keys in any order:
- *     src_ip=RANGE action=ip_allow|ip_deny [method=M1|M2|...|ALL]
- * RANGE is one address, "lo-hi", or a CIDR block, IPv4 or IPv6.  ATS 8's
- * dest_ip= lines (filtering by the proxy's own address) are not supported
- * yet, and are an error: ignoring one that denies would fail open.
+ * ip_allow.yaml (read with conf/yaml.c):
+ *     ip_allow:                      # a sequence of rules, or one rule
+ *       - apply: in | out            # the client's / the origin's address
+ *         ip_addrs: RANGE | [RANGE, ...]
+ *         action: allow | deny       # ATS 10's set_allow / set_deny too
+ *         methods: ALL | M | [M, ...]   # optional, default ALL
+ * Every key of a rule is checked: an unknown one, ATS 10's ip_categories
+ * (here or at the top) and any other top-level key are errors, since a rule
+ * read without them would allow what the operator meant to deny.
+ * ip_allow.config, keys in any order:
+ *     src_ip=RANGE | dest_ip=RANGE  action=ip_allow|ip_deny [method=M1|M2|...|ALL]
+ * dest_ip= lines are the out rules.  RANGE is one address, "lo-hi", or a
+ * CIDR block, IPv4 or IPv6; "0/0" (ATS's stock file) is 0.0.0.0/0, since
+ * ATS reads an IPv4 address written as one number as inet_aton() does.
  *
- * Decision (conf_ip_allowed): rules are tried in file order, and the first
- * one whose range holds the client address AND whose method set holds the
- * request's method decides.  A rule that lists methods therefore says
- * nothing about the others: "deny PUSH|PURGE|DELETE from everyone" followed
- * by "allow ALL from everyone" allows GET.  An address and method no rule
- * covers is denied.
+ * Decision, exactly ATS's (IpAllow.cc fills an address map, first rule
+ * first): the first rule whose range holds the address decides, whatever
+ * the method.  An allow rule allows the methods it lists and denies the
+ * others; a deny rule denies the methods it lists and allows the others.
+ * So "deny PURGE from 0/0" lets GET through, and a later rule for the same
+ * addresses is never consulted.  Methods without a bit of their own are
+ * matched by name.  In rules: an address no rule holds is denied.  Out
+ * rules: an address no rule holds is allowed (ATS: "default is fail open"),
+ * and with no out rules at all the check costs nothing.
  *
  * Ranges are stored as inclusive [lo, hi] byte strings in network order
  * (4 bytes for IPv4, 16 for IPv6), so containment is two memcmp()s.
- * IPv4-mapped IPv6 clients (::ffff:a.b.c.d, as a dual-stack socket reports
+ * IPv4-mapped IPv6 addresses (::ffff:a.b.c.d, as a dual-stack socket reports
  * them) are checked against the IPv4 rules.
  *
- * The built-in defaults (used when ip_allow.config is missing) are parsed
- * from ip_allow_default_text, the same rules the shipped file carries.
+ * The built-in defaults (used when neither file exists) are parsed from
+ * ip_allow_default_text, the same rules the shipped file carries.
  */
 #include <arpa/inet.h>
 #include <assert.h>
@@ -31,16 +45,14 @@
 #include <sys/socket.h>
 
 #include "conf/conf.h"
+#include "conf/yaml.h"
 
 static const char ip_allow_default_text[] =
     "src_ip=127.0.0.1 action=ip_allow method=ALL\n"
     "src_ip=::1 action=ip_allow method=ALL\n"
     "src_ip=0.0.0.0-255.255.255.255 action=ip_deny method=PUSH|PURGE|DELETE\n"
     "src_ip=::-ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff action=ip_deny "
-    "method=PUSH|PURGE|DELETE\n"
-    "src_ip=0.0.0.0-255.255.255.255 action=ip_allow method=ALL\n"
-    "src_ip=::-ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff action=ip_allow "
-    "method=ALL\n";
+    "method=PUSH|PURGE|DELETE\n";
 
 static const struct {
     const char *name;
@@ -77,10 +89,28 @@ conf_method_bit(const char *name, size_t len)
 static int
 ip_parse_addr(const char *s, uint8_t out[16])
 {
+    char          *end;
+    unsigned long  v;
+
     memset(out, 0, 16);
     if (strchr(s, ':') != NULL)
         return inet_pton(AF_INET6, s, out) == 1 ? AF_INET6 : 0;
-    return inet_pton(AF_INET, s, out) == 1 ? AF_INET : 0;
+    if (inet_pton(AF_INET, s, out) == 1)
+        return AF_INET;
+    /* One decimal number is a whole IPv4 address, as ATS (inet_aton)
+     * reads it: "0/0" in ATS's stock ip_allow.yaml.  inet_aton's dotted
+     * short forms stay refused: it reads "192.168.1/24" as 192.168.0.1/24,
+     * which nobody means. */
+    if (s[0] < '0' || s[0] > '9')
+        return 0;
+    v = strtoul(s, &end, 10);
+    if (*end != '\0' || v > 0xffffffffUL || strlen(s) > 10)
+        return 0;
+    out[0] = (uint8_t)(v >> 24);
+    out[1] = (uint8_t)(v >> 16);
+    out[2] = (uint8_t)(v >> 8);
+    out[3] = (uint8_t)v;
+    return AF_INET;
 }
 
 /* RANGE: ADDR, ADDR-ADDR or ADDR/BITS, as written.  Returns 0, or -1 with
@@ -211,20 +241,93 @@ conf_ip_list_parse(struct conf_ip_allow *ia, const char *list, const char **why)
 }
 
 /* ---------------------------------------------------------------------
- * The file
+ * Rules
  */
+
+/* Append a copy of rule (its names copied too) to *list.  Returns 0, or -1
+ * out of memory. */
+static int
+ip_rule_add(struct conf_ip_rule **list, int *n, const struct conf_ip_rule *rule)
+{
+    struct conf_ip_rule *nl, *r;
+
+    nl = realloc(*list, sizeof(*nl) * (size_t)(*n + 1));
+    if (nl == NULL)
+        return -1;
+    *list = nl;
+    r = &nl[*n];
+    *r = *rule;
+    r->names = NULL;
+    r->nnames = 0;
+    if (rule->nnames > 0) {
+        r->names = calloc((size_t)rule->nnames, sizeof(*r->names));
+        if (r->names == NULL)
+            return -1;
+        for (int i = 0; i < rule->nnames; i++) {
+            if ((r->names[i] = strdup(rule->names[i])) == NULL) {
+                r->nnames = i;
+                (*n)++;             /* so the free finds what was copied */
+                return -1;
+            }
+        }
+        r->nnames = rule->nnames;
+    }
+    (*n)++;
+    return 0;
+}
+
+static void
+ip_rules_free(struct conf_ip_rule *list, int n)
+{
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < list[i].nnames; j++)
+            free(list[i].names[j]);
+        free(list[i].names);
+    }
+    free(list);
+}
+
+/* Add one method (name, len) to rule: its bit, ALL, or its name.  Names
+ * point into the caller's text until ip_rule_add() copies them. */
+static int
+ip_rule_method(struct conf_ip_rule *rule, const char *name, size_t len,
+               const char **namebuf, int namecap)
+{
+    unsigned b;
+
+    if (len == 3 && strncasecmp(name, "ALL", 3) == 0) {
+        rule->methods = CONF_METHOD_ALL;
+        return 0;
+    }
+    b = conf_method_bit(name, len);
+    if (b != CONF_METHOD_OTHER) {
+        rule->methods |= b;
+        return 0;
+    }
+    if (rule->nnames >= namecap)
+        return -1;
+    namebuf[rule->nnames++] = name;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------
+ * ip_allow.config
+ */
+#define IP_MAX_NAMES 32             /* named methods in one rule */
+
 struct ip_parse {
     struct conf_ip_allow *ia;
     const char           *file;
     struct conf_errors   *e;
 };
 
-/* method=M1|M2|...; returns the bit set, or 0 after an error. */
-static unsigned
-ip_parse_methods(struct ip_parse *ps, int line, const char *value)
+/* method=M1|M2|... into rule (names are cut out of value in place).
+ * Returns 0, or -1 after an error. */
+static int
+ip_parse_methods(struct ip_parse *ps, int line, char *value,
+                 struct conf_ip_rule *rule, const char **names)
 {
-    unsigned    bits = 0;
-    const char *p = value, *bar;
+    char *p = value, *bar;
 
     for (;;) {
         size_t len;
@@ -232,36 +335,32 @@ ip_parse_methods(struct ip_parse *ps, int line, const char *value)
         bar = strchr(p, '|');
         len = bar != NULL ? (size_t)(bar - p) : strlen(p);
         if (len == 0) {
-            conf_error(ps->e, ps->file, line,
-                       "empty method name in \"method=%s\"", value);
-            return 0;
+            conf_error(ps->e, ps->file, line, "empty method name in method=");
+            return -1;
         }
-        if (len == 3 && strncasecmp(p, "ALL", 3) == 0) {
-            bits |= CONF_METHOD_ALL;
-        } else {
-            unsigned b = conf_method_bit(p, len);
-
-            if (b == CONF_METHOD_OTHER)
-                conf_warn(ps->e, ps->file, line,
-                          "unknown method \"%.*s\" (it stands for every "
-                          "non-standard method)", (int)len, p);
-            bits |= b;
+        if (bar != NULL)
+            *bar = '\0';
+        if (ip_rule_method(rule, p, len, names, IP_MAX_NAMES) < 0) {
+            conf_error(ps->e, ps->file, line,
+                       "more than %d non-standard methods", IP_MAX_NAMES);
+            return -1;
         }
         if (bar == NULL)
             break;
         p = bar + 1;
     }
-    return bits;
+    return 0;
 }
 
 static int
 ip_line(void *arg, char *line, int lineno)
 {
     struct ip_parse     *ps = arg;
-    struct conf_ip_rule  rule, *nr;
-    char *p = line, *tok, *src = NULL, *action = NULL, *method = NULL;
-    const char *why;
-    int   dest = 0;
+    struct conf_ip_rule  rule;
+    const char *names[IP_MAX_NAMES], *why;
+    char *p = line, *tok, *src = NULL, *dst = NULL, *action = NULL,
+         *method = NULL, *range;
+    int   rc;
 
     while ((tok = conf_token(&p)) != NULL) {
         char **slot, *eq;
@@ -277,13 +376,12 @@ ip_line(void *arg, char *line, int lineno)
         *eq = '\0';
         if (strcasecmp(tok, "src_ip") == 0) {
             slot = &src;
+        } else if (strcasecmp(tok, "dest_ip") == 0) {
+            slot = &dst;
         } else if (strcasecmp(tok, "action") == 0) {
             slot = &action;
         } else if (strcasecmp(tok, "method") == 0) {
             slot = &method;
-        } else if (strcasecmp(tok, "dest_ip") == 0) {
-            dest = 1;
-            continue;
         } else {
             conf_error(ps->e, ps->file, lineno, "unknown key \"%s\"", tok);
             return 0;
@@ -294,26 +392,26 @@ ip_line(void *arg, char *line, int lineno)
         }
         *slot = eq + 1;
     }
-    if (dest) {
-        /* ignoring a rule that may deny would fail open */
-        conf_error(ps->e, ps->file, lineno,
-                   "dest_ip rules are not supported (ignoring one could "
-                   "allow what it denies)");
-        return 0;
-    }
 
     memset(&rule, 0, sizeof(rule));
     rule.line = lineno;
-    if (src == NULL) {
-        conf_error(ps->e, ps->file, lineno, "missing src_ip=");
+    if (src == NULL && dst == NULL) {
+        conf_error(ps->e, ps->file, lineno, "missing src_ip= (or dest_ip=)");
+        return 0;
+    }
+    if (src != NULL && dst != NULL) {
+        conf_error(ps->e, ps->file, lineno,
+                   "src_ip= and dest_ip= on one line (one rule each)");
         return 0;
     }
     if (action == NULL) {
         conf_error(ps->e, ps->file, lineno, "missing action=");
         return 0;
     }
-    if (ip_parse_range(src, &rule.range, &why) < 0) {
-        conf_error(ps->e, ps->file, lineno, "src_ip \"%s\": %s", src, why);
+    range = src != NULL ? src : dst;
+    if (ip_parse_range(range, &rule.range, &why) < 0) {
+        conf_error(ps->e, ps->file, lineno, "%s \"%s\": %s",
+                   src != NULL ? "src_ip" : "dest_ip", range, why);
         return 0;
     }
     if (strcasecmp(action, "ip_allow") == 0) {
@@ -326,19 +424,22 @@ ip_line(void *arg, char *line, int lineno)
                    action);
         return 0;
     }
-    if (method == NULL) {
+    if (method == NULL)
         rule.methods = CONF_METHOD_ALL;
-    } else if ((rule.methods = ip_parse_methods(ps, lineno, method)) == 0) {
+    else if (ip_parse_methods(ps, lineno, method, &rule, names) < 0)
         return 0;
-    }
+    if (rule.methods == CONF_METHOD_ALL)
+        rule.nnames = 0;            /* ALL covers every name */
+    rule.names = (char **)names;
 
-    nr = realloc(ps->ia->rules, sizeof(*nr) * (size_t)(ps->ia->nrules + 1));
-    if (nr == NULL) {
+    if (src != NULL)
+        rc = ip_rule_add(&ps->ia->rules, &ps->ia->nrules, &rule);
+    else
+        rc = ip_rule_add(&ps->ia->out, &ps->ia->nout, &rule);
+    if (rc < 0) {
         conf_error(ps->e, ps->file, lineno, "out of memory");
         return -1;
     }
-    ps->ia->rules = nr;
-    ps->ia->rules[ps->ia->nrules++] = rule;
     return 0;
 }
 
@@ -349,11 +450,275 @@ conf_ip_allow_parse(struct conf_ip_allow *ia, const char *file,
     struct ip_parse ps = { .ia = ia, .file = file, .e = e };
     int             n0 = e->n;
 
+    ia->source = "ip_allow.config";
     if (conf_foreach_line(file, e, ip_line, &ps) < 0)
         return -1;
     return e->n == n0 ? 0 : -1;
 }
 
+/* ---------------------------------------------------------------------
+ * ip_allow.yaml
+ */
+
+/* *vp, a scalar or a sequence of scalars, as an array of nodes (a scalar
+ * is the one-item array vp).  Returns the count, or -1 after an error. */
+static int
+ip_yaml_list(struct ip_parse *ps, const struct conf_yaml *const *vp,
+             const char *key, const struct conf_yaml *const **items)
+{
+    const struct conf_yaml *v = *vp;
+
+    if (v->kind == CONF_YAML_SCALAR) {
+        *items = vp;
+        return 1;
+    }
+    if (v->kind != CONF_YAML_SEQ) {
+        conf_error(ps->e, ps->file, v->line,
+                   "%s: expected a value or a sequence of values, not a %s",
+                   key, conf_yaml_kind_name(v->kind));
+        return -1;
+    }
+    for (int i = 0; i < v->nkids; i++) {
+        if (v->kids[i]->kind != CONF_YAML_SCALAR) {
+            conf_error(ps->e, ps->file, v->kids[i]->line,
+                       "%s: expected a value, not a %s", key,
+                       conf_yaml_kind_name(v->kids[i]->kind));
+            return -1;
+        }
+    }
+    *items = (const struct conf_yaml *const *)v->kids;
+    return v->nkids;
+}
+
+/* The keys of one rule, checked; NULL where absent.  Returns 0, or -1
+ * after an error. */
+struct ip_yaml_rule {
+    const struct conf_yaml *apply, *addrs, *action, *methods;
+};
+
+static int
+ip_yaml_keys(struct ip_parse *ps, const struct conf_yaml *node,
+             struct ip_yaml_rule *yr)
+{
+    int rc = 0;
+
+    memset(yr, 0, sizeof(*yr));
+    for (int i = 0; i + 1 < node->nkids; i += 2) {
+        const struct conf_yaml *k = node->kids[i], *v = node->kids[i + 1];
+
+        if (k->kind != CONF_YAML_SCALAR) {
+            conf_error(ps->e, ps->file, k->line,
+                       "a rule's keys are names, not a %s",
+                       conf_yaml_kind_name(k->kind));
+            rc = -1;
+        } else if (strcmp(k->str, "apply") == 0) {
+            yr->apply = v;
+        } else if (strcmp(k->str, "ip_addrs") == 0) {
+            yr->addrs = v;
+        } else if (strcmp(k->str, "action") == 0) {
+            yr->action = v;
+        } else if (strcmp(k->str, "methods") == 0) {
+            yr->methods = v;
+        } else if (strcmp(k->str, "ip_categories") == 0) {
+            conf_error(ps->e, ps->file, k->line,
+                       "ip_categories (ATS 10) is not supported; this rule "
+                       "could not be enforced");
+            rc = -1;
+        } else {
+            conf_error(ps->e, ps->file, k->line,
+                       "unknown key \"%s\" in a rule (expected apply, "
+                       "ip_addrs, action, methods)", k->str);
+            rc = -1;
+        }
+    }
+    return rc;
+}
+
+/* apply, action and methods into rule; *out says which list.  Returns 0,
+ * or -1 after an error. */
+static int
+ip_yaml_action(struct ip_parse *ps, const struct conf_yaml *node,
+               const struct ip_yaml_rule *yr, struct conf_ip_rule *rule,
+               int *out, const char **names)
+{
+    const struct conf_yaml *const *ms;
+    int nm;
+
+    if (yr->apply == NULL || yr->action == NULL || yr->addrs == NULL) {
+        conf_error(ps->e, ps->file, node->line, "a rule needs %s",
+                   yr->apply == NULL ? "apply: (in or out)"
+                   : yr->action == NULL ? "action: (allow or deny)"
+                   : "ip_addrs:");
+        return -1;
+    }
+    if (yr->apply->kind != CONF_YAML_SCALAR
+        || (strcasecmp(yr->apply->str, "in") != 0
+            && strcasecmp(yr->apply->str, "out") != 0)) {
+        conf_error(ps->e, ps->file, yr->apply->line,
+                   "apply: expected in or out");
+        return -1;
+    }
+    *out = strcasecmp(yr->apply->str, "out") == 0;
+    /* ATS compares the action exactly; set_allow / set_deny are ATS 10's
+     * names, which ATS 10 reads with the same meaning. */
+    if (yr->action->kind == CONF_YAML_SCALAR
+        && (strcmp(yr->action->str, "allow") == 0
+            || strcmp(yr->action->str, "set_allow") == 0)) {
+        rule->allow = 1;
+    } else if (yr->action->kind == CONF_YAML_SCALAR
+               && (strcmp(yr->action->str, "deny") == 0
+                   || strcmp(yr->action->str, "set_deny") == 0)) {
+        rule->allow = 0;
+    } else {
+        conf_error(ps->e, ps->file, yr->action->line,
+                   "action: expected allow or deny (or set_allow, set_deny)");
+        return -1;
+    }
+    if (yr->methods == NULL) {
+        rule->methods = CONF_METHOD_ALL;
+        return 0;
+    }
+    if ((nm = ip_yaml_list(ps, &yr->methods, "methods", &ms)) < 0)
+        return -1;
+    for (int i = 0; i < nm; i++) {
+        if (ms[i]->len == 0 || strlen(ms[i]->str) != ms[i]->len) {
+            conf_error(ps->e, ps->file, ms[i]->line,
+                       "methods: an empty or broken method name");
+            return -1;
+        }
+        if (ip_rule_method(rule, ms[i]->str, ms[i]->len, names,
+                           IP_MAX_NAMES) < 0) {
+            conf_error(ps->e, ps->file, ms[i]->line,
+                       "methods: more than %d non-standard methods",
+                       IP_MAX_NAMES);
+            return -1;
+        }
+    }
+    if (rule->methods == CONF_METHOD_ALL)
+        rule->nnames = 0;
+    return 0;
+}
+
+/* One rule (a mapping): one conf_ip_rule per address range. */
+static void
+ip_yaml_rule(struct ip_parse *ps, const struct conf_yaml *node)
+{
+    struct ip_yaml_rule           yr;
+    struct conf_ip_rule           rule;
+    const struct conf_yaml *const *as;
+    const char *names[IP_MAX_NAMES], *why;
+    int out = 0, na;
+
+    if (node->kind != CONF_YAML_MAP) {
+        conf_error(ps->e, ps->file, node->line,
+                   "a rule is a mapping (apply, ip_addrs, action, methods), "
+                   "not a %s", conf_yaml_kind_name(node->kind));
+        return;
+    }
+    memset(&rule, 0, sizeof(rule));
+    rule.line = node->line;
+    if (ip_yaml_keys(ps, node, &yr) < 0
+        || ip_yaml_action(ps, node, &yr, &rule, &out, names) < 0)
+        return;
+    rule.names = (char **)names;
+    if ((na = ip_yaml_list(ps, &yr.addrs, "ip_addrs", &as)) < 0)
+        return;
+    if (na == 0) {
+        conf_error(ps->e, ps->file, yr.addrs->line, "ip_addrs: empty");
+        return;
+    }
+    for (int i = 0; i < na; i++) {
+        int rc;
+
+        if (strlen(as[i]->str) != as[i]->len
+            || ip_parse_range(as[i]->str, &rule.range, &why) < 0) {
+            conf_error(ps->e, ps->file, as[i]->line, "ip_addrs \"%s\": %s",
+                       as[i]->str, strlen(as[i]->str) != as[i]->len
+                       ? "contains a NUL" : why);
+            return;
+        }
+        if (out)
+            rc = ip_rule_add(&ps->ia->out, &ps->ia->nout, &rule);
+        else
+            rc = ip_rule_add(&ps->ia->rules, &ps->ia->nrules, &rule);
+        if (rc < 0) {
+            conf_error(ps->e, ps->file, as[i]->line, "out of memory");
+            return;
+        }
+    }
+}
+
+/* The top level: a mapping whose only key is ip_allow. */
+static const struct conf_yaml *
+ip_yaml_top(struct ip_parse *ps, const struct conf_yaml *root)
+{
+    const struct conf_yaml *rules = NULL;
+
+    if (root == NULL) {
+        conf_error(ps->e, ps->file, 0, "empty: no ip_allow rules");
+        return NULL;
+    }
+    if (root->kind != CONF_YAML_MAP) {
+        conf_error(ps->e, ps->file, root->line,
+                   "the top level is a mapping with an ip_allow key, not a %s",
+                   conf_yaml_kind_name(root->kind));
+        return NULL;
+    }
+    for (int i = 0; i + 1 < root->nkids; i += 2) {
+        const struct conf_yaml *k = root->kids[i];
+
+        if (k->kind == CONF_YAML_SCALAR && strcmp(k->str, "ip_allow") == 0)
+            rules = root->kids[i + 1];
+        else if (k->kind == CONF_YAML_SCALAR
+                 && strcmp(k->str, "ip_categories") == 0)
+            conf_error(ps->e, ps->file, k->line,
+                       "ip_categories (ATS 10) is not supported");
+        else
+            conf_error(ps->e, ps->file, k->line,
+                       "unknown top-level key%s%s%s (only ip_allow is read)",
+                       k->kind == CONF_YAML_SCALAR ? " \"" : "",
+                       k->kind == CONF_YAML_SCALAR ? k->str : "",
+                       k->kind == CONF_YAML_SCALAR ? "\"" : "");
+    }
+    if (rules == NULL)
+        conf_error(ps->e, ps->file, root->line, "no ip_allow key");
+    return rules;
+}
+
+int
+conf_ip_allow_yaml_parse(struct conf_ip_allow *ia, const char *file,
+                         struct conf_errors *e)
+{
+    struct ip_parse         ps = { .ia = ia, .file = file, .e = e };
+    struct conf_yaml       *root;
+    const struct conf_yaml *rules;
+    int                     n0 = e->n;
+
+    ia->source = "ip_allow.yaml";
+    if (conf_yaml_load(file, e, &root) < 0)
+        return -1;
+    if ((rules = ip_yaml_top(&ps, root)) != NULL) {
+        if (rules->kind == CONF_YAML_SEQ) {
+            for (int i = 0; i < rules->nkids; i++)
+                ip_yaml_rule(&ps, rules->kids[i]);
+        } else if (rules->kind == CONF_YAML_MAP) {
+            ip_yaml_rule(&ps, rules);       /* one rule, as ATS allows */
+        } else {
+            conf_error(e, file, rules->line,
+                       "ip_allow: expected a sequence of rules, not a %s",
+                       conf_yaml_kind_name(rules->kind));
+        }
+        /* ATS refuses a file without rules (and would block everyone) */
+        if (e->n == n0 && ia->nrules + ia->nout == 0)
+            conf_error(e, file, rules->line, "ip_allow: no rules");
+    }
+    conf_yaml_free(root);
+    return e->n == n0 ? 0 : -1;
+}
+
+/* ---------------------------------------------------------------------
+ * Defaults and release
+ */
 void
 conf_ip_allow_defaults(struct conf_ip_allow *ia)
 {
@@ -366,22 +731,24 @@ conf_ip_allow_defaults(struct conf_ip_allow *ia)
     /* The built-in text is part of the program: it must parse. */
     assert(e.n == 0 && e.nwarn == 0);
     conf_errors_free(&e);
+    ia->source = "built-in ip_allow";
 }
 
 void
 conf_ip_allow_free(struct conf_ip_allow *ia)
 {
-    free(ia->rules);
-    ia->rules = NULL;
-    ia->nrules = 0;
+    ip_rules_free(ia->rules, ia->nrules);
+    ip_rules_free(ia->out, ia->nout);
+    memset(ia, 0, sizeof(*ia));
 }
 
 /* ---------------------------------------------------------------------
  * Decisions
  */
-int
-conf_ip_allowed(const struct conf_ip_allow *ia, const struct sockaddr *sa,
-                unsigned method_bit)
+
+/* The first rule of list whose range holds sa, or NULL. */
+static const struct conf_ip_rule *
+ip_match(const struct conf_ip_rule *list, int n, const struct sockaddr *sa)
 {
     uint8_t addr[16];
     int     family;
@@ -403,19 +770,66 @@ conf_ip_allowed(const struct conf_ip_allow *ia, const struct sockaddr *sa,
             memcpy(addr, &s6->sin6_addr, 16);
         }
     } else {
-        return 0;
+        return NULL;
     }
     alen = family == AF_INET ? 4 : 16;
 
-    for (int i = 0; i < ia->nrules; i++) {
-        const struct conf_ip_rule *r = &ia->rules[i];
+    for (int i = 0; i < n; i++) {
+        const struct conf_ip_rule *r = &list[i];
 
-        if (r->range.family != family || (r->methods & method_bit) == 0)
-            continue;
-        if (memcmp(addr, r->range.lo, alen) < 0
-            || memcmp(addr, r->range.hi, alen) > 0)
-            continue;
-        return r->allow;
+        if (r->range.family == family
+            && memcmp(addr, r->range.lo, alen) >= 0
+            && memcmp(addr, r->range.hi, alen) <= 0)
+            return r;
     }
-    return 0;
+    return NULL;
+}
+
+/* The rule's action applies to the methods it lists, the opposite to the
+ * others.  name may be NULL (a CONF_METHOD_OTHER method no rule names). */
+static int
+ip_rule_allows(const struct conf_ip_rule *r, unsigned bit, const char *name,
+               size_t len)
+{
+    int listed = (r->methods & bit) != 0;
+
+    if (!listed && bit == CONF_METHOD_OTHER && name != NULL)
+        for (int i = 0; i < r->nnames && !listed; i++)
+            listed = strlen(r->names[i]) == len
+                     && strncasecmp(r->names[i], name, len) == 0;
+    return r->allow ? listed : !listed;
+}
+
+int
+conf_ip_allowed(const struct conf_ip_allow *ia, const struct sockaddr *sa,
+                unsigned method_bit)
+{
+    const struct conf_ip_rule *r = ip_match(ia->rules, ia->nrules, sa);
+
+    return r != NULL && ip_rule_allows(r, method_bit, NULL, 0);
+}
+
+int
+conf_ip_method_allowed(const struct conf_ip_allow *ia,
+                       const struct sockaddr *sa, const char *method,
+                       size_t mlen)
+{
+    const struct conf_ip_rule *r = ip_match(ia->rules, ia->nrules, sa);
+
+    return r != NULL
+           && ip_rule_allows(r, conf_method_bit(method, mlen), method, mlen);
+}
+
+int
+conf_ip_out_allowed(const struct conf_ip_allow *ia,
+                    const struct sockaddr *sa, const char *method,
+                    size_t mlen)
+{
+    const struct conf_ip_rule *r;
+
+    if (ia->nout == 0)
+        return 1;
+    r = ip_match(ia->out, ia->nout, sa);
+    return r == NULL
+           || ip_rule_allows(r, conf_method_bit(method, mlen), method, mlen);
 }

@@ -22,7 +22,7 @@ CST_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck disable=SC2034 # used by the scripts that source this file
 CST_DEB_PACKAGES=(
     build-essential autoconf automake libtool pkg-config
-    libssl-dev libhttp-parser-dev liblmdb-dev libevent-dev check
+    libssl-dev libhttp-parser-dev liblmdb-dev libevent-dev libyaml-dev check
     python3 curl apache2-utils wrk procps ca-certificates openssl valgrind
     iproute2 strace shellcheck clang libclang-rt-14-dev universal-ctags
     netcat-openbsd

@@ -39,7 +39,7 @@ if [ -z "${CONFIG_H_DIR:-}" ]; then
     if [ -f "$PWD/config.h" ]; then CONFIG_H_DIR=$PWD; else CONFIG_H_DIR=$SRCDIR; fi
 fi
 FUZZ_JOBS=${FUZZ_JOBS:-1}
-ALL="request response push conf_records conf_remap conf_ip_allow conf_storage cachectl record"
+ALL="request response push conf_records conf_remap conf_ip_allow conf_ip_allow_yaml conf_storage cachectl record"
 TARGETS=${FUZZ_TARGETS:-$ALL}
 
 if ! command -v "$CLANG" >/dev/null 2>&1; then
@@ -70,7 +70,7 @@ libs() {
     case $1 in
         request|response|push|cachectl) echo "-lhttp_parser" ;;
         record) echo "-llmdb -lpthread" ;;
-        conf_*) echo "-lssl -lcrypto" ;;
+        conf_*) echo "-lssl -lcrypto -lyaml" ;;
         *) echo "" ;;
     esac
 }

@@ -485,7 +485,7 @@ def test_client_stalling_mid_body_is_its_own_timeout():
 def test_access_rules_cistern_lacks_fail_closed():
     """An ATS rule that restricts access in a way Cistern does not implement
     yet (remap.config @action=deny @src_ip=..., @method=, @plugin=;
-    ip_allow.config dest_ip=) is an error, never a warning that loads the
+    ip_allow.yaml ip_categories:) is an error, never a warning that loads the
     rule open: `cistern -t` says file:line and fails, and a reload to such
     a file keeps the running configuration."""
     r = harness.check_config(remap=["map http://a.test/ http://127.0.0.1:9/ "
@@ -493,10 +493,11 @@ def test_access_rules_cistern_lacks_fail_closed():
     expect_eq(r.rc, 1, "cistern -t exit status")
     expect_in("remap.config:1: map: option \"@action=deny\" is not supported", r.stderr,
               "cistern -t")
-    r = harness.check_config(ip_allow="dest_ip=10.1.1.1 action=ip_deny method=ALL\n"
-                                      "src_ip=0.0.0.0-255.255.255.255 action=ip_allow\n")
-    expect_eq(r.rc, 1, "cistern -t exit status (dest_ip)")
-    expect_in("ip_allow.config:1: dest_ip rules are not supported", r.stderr, "cistern -t")
+    r = harness.check_config(files={"ip_allow.yaml": "ip_allow:\n  - apply: out\n"
+                                    "    ip_categories: ACME\n    action: deny\n"})
+    expect_eq(r.rc, 1, "cistern -t exit status (ip_categories)")
+    expect_in("ip_allow.yaml:3: ip_categories (ATS 10) is not supported", r.stderr,
+              "cistern -t")
     with Origin() as o:
         with Cistern(remap=remap_for(o), workers=1) as c:
             c.expect_log(r"reload failed|not supported")

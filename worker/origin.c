@@ -14,6 +14,12 @@
  * had no business sending) makes it unusable, and it is closed at once.
  * It is also closed after keep_alive_no_activity_timeout_out.
  *
+ * Outbound ip_allow (apply: out / dest_ip= rules) is checked here, on the
+ * address about to be connected to (after resolution) and on the address
+ * of a pooled connection about to be reused, with the request's method: a
+ * denied one is answered 403 through up_ready and nothing is connected or
+ * sent.  Without out rules the check is one compare.
+ *
  * Nothing here calls up into the transaction: the owner passes origin_get()
  * two callbacks, kept in the upstream: up_ready(up, err) when the
  * connection is ready or cannot be had, and up_attach(up) for a pooled
@@ -49,6 +55,8 @@ struct origin_idle {
     int                 https;
     char                host[256];
     int                 port;
+    struct sockaddr_storage addr;     /* where it is connected (ip_allow) */
+    socklen_t           addrlen;
     struct event        ev;
     struct origin_idle *next, *prev;
 };
@@ -76,6 +84,27 @@ origin_connected(struct upstream *up)
         tls_origin_start(up);
     else
         up->up_ready(up, 0);
+}
+
+/* Outbound ip_allow: 1 (and a log line) when the out rules forbid sending
+ * up's request to sa. */
+static int
+origin_denied(const struct upstream *up, const struct sockaddr *sa)
+{
+    const struct conf_ip_allow *ia = &wk->conf->ip_allow;
+    const char *m;
+    char        peer[64];
+
+    if (ia->nout == 0)
+        return 0;
+    m = http_method_name(up->up_method);
+    if (conf_ip_out_allowed(ia, sa, m, strlen(m)))
+        return 0;
+    fmt_peer(sa, peer, sizeof(peer));
+    log_notice("conn %llu: %s to origin %s (%s) denied by %s",
+               (unsigned long long)up->up_req->rq_id, m, up->up_host, peer,
+               ia->source);
+    return 1;
 }
 
 /* ------------------------------------------------------------------ */
@@ -227,6 +256,10 @@ origin_connect_fresh(struct upstream *up)
     struct timeval tv = { w->conf->rec.connect_timeout, 0 };
     int fd, one = 1;
 
+    if (origin_denied(up, (struct sockaddr *)&up->up_addr)) {
+        up->up_ready(up, 403);
+        return 0;
+    }
     fd = socket(up->up_addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         log_warn("conn %llu: origin socket: %s",
@@ -265,6 +298,12 @@ origin_get(struct upstream *up, int pooled, origin_ready_fn ready,
     for (struct origin_idle *e = pooled ? w->idle : NULL; e; e = e->next) {
         if (e->port == up->up_port && e->https == (int)up->up_https
             && strcasecmp(e->host, up->up_host) == 0) {
+            if (origin_denied(up, (struct sockaddr *)&e->addr)) {
+                up->up_ready(up, 403);      /* the connection stays idle */
+                return;
+            }
+            memcpy(&up->up_addr, &e->addr, e->addrlen);
+            up->up_addrlen = e->addrlen;
             up->up_fd = e->fd;
             up->up_tls = e->tls;
             e->fd = -1;
@@ -403,6 +442,8 @@ origin_put(struct upstream *up)
     e->https = up->up_https;
     e->port = up->up_port;
     memcpy(e->host, up->up_host, sizeof(e->host));
+    memcpy(&e->addr, &up->up_addr, up->up_addrlen);
+    e->addrlen = up->up_addrlen;
     /* The idle watch is added before the transaction's events go, so the
      * fd stays in epoll as it was (see origin_get). */
     event_assign(&e->ev, w->base, e->fd, EV_READ, origin_on_idle_event, e);

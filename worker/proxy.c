@@ -181,7 +181,9 @@ proxy_error(struct req *rq, int status, const char *body)
 {
     struct upstream *up = rq->rq_up;
 
-    if (store_stale_on_error(rq)) {
+    /* A 403 is ip_allow refusing the origin (out rules): a policy answer,
+     * not an origin failure, so no stale copy stands in for it. */
+    if (status != 403 && store_stale_on_error(rq)) {
         wk->ctr->origin_errors++;
         proxy_serve_stale(rq, up, 0);
         return;
@@ -189,12 +191,14 @@ proxy_error(struct req *rq, int status, const char *body)
     int ka = up->up_client_ka && !up->up_req_body && !wk->draining;
     void (*answer)(struct req *) = up->up_answer;
 
-    wk->ctr->origin_errors++;
+    if (status != 403)
+        wk->ctr->origin_errors++;
     up_free(rq);
     memset(&rq->syn, 0, sizeof(rq->syn));
     rq->syn.status = status;
     rq->syn.body = body;
-    rq->syn.result = status == 504 ? "ERR_READ_TIMEOUT" : "ERR_CONNECT_FAIL";
+    rq->syn.result = status == 504 ? "ERR_READ_TIMEOUT"
+                   : status == 403 ? "TCP_DENIED" : "ERR_CONNECT_FAIL";
     rq->syn.close = !ka;
     answer(rq);     /* the request makes our answer (SYNTH), then DONE */
 }
@@ -461,7 +465,9 @@ proxy_origin_ready(struct upstream *up, int err)
 
     if (err) {
         origin_release(up);
-        proxy_error(rq, err, err == 504 ? "origin connect timeout" : "origin unreachable");
+        proxy_error(rq, err, err == 504 ? "origin connect timeout"
+                             : err == 403 ? "access to the origin denied by ip_allow"
+                             : "origin unreachable");
         up_kick(rq);
         return;
     }

@@ -240,15 +240,16 @@ step_recv(struct req *rq, struct req_route *rt)
     (void)rt;
     wk->ctr->requests++;
     alog_begin(rq);
-    if (!conf_ip_allowed(&wk->conf->ip_allow, rq->rq_peer,
-                         conf_method_bit(m, strlen(m)))) {
+    if (!conf_ip_method_allowed(&wk->conf->ip_allow, rq->rq_peer, m,
+                                strlen(m))) {
         char peer[64];
         fmt_peer(rq->rq_peer, peer, sizeof(peer));
-        log_notice("conn %llu from %s: %s denied by ip_allow.config",
-                   (unsigned long long)rq->rq_id, peer, m);
+        log_notice("conn %llu from %s: %s denied by %s",
+                   (unsigned long long)rq->rq_id, peer, m,
+                   wk->conf->ip_allow.source);
         rq->syn.close = 1;      /* no body of a refused client is read */
         rq->syn.result = "TCP_DENIED";
-        return req_answer(rq, 403, NULL, "access denied by ip_allow.config");
+        return req_answer(rq, 403, NULL, "access denied by ip_allow");
     }
     if (admin_handle(rq, &rq->syn))
         return REQ_SYNTH;

@@ -158,7 +158,7 @@ enum up_state {
 
 /* How origin.c (and tls.c) hand an upstream back to its owner: ready
  * says the connection is usable (err 0) or could not be had (err: the
- * status to answer, 502 or 504); attach sets up the owner's events on a
+ * status to answer, 502 or 504, or 403 from ip_allow's out rules); attach sets up the owner's events on a
  * pooled connection (see origin_get). */
 typedef void (*origin_ready_fn)(struct upstream *up, int err);
 typedef void (*origin_attach_fn)(struct upstream *up);
@@ -276,7 +276,8 @@ void conn_close_all(struct worker *w);
 /* origin.c: connections to origins (DNS, connect, the idle pool) */
 /* Start getting a connection for up (host/port set): from the pool when
  * `pooled`, else a new one; calls ready(up, err) when done (maybe before
- * returning).  err is 0, or the status to answer (502/504).  A pooled
+ * returning).  err is 0, or the status to answer (502/504, or 403 when
+ * ip_allow's out rules deny the origin's address).  A pooled
  * connection is given to attach(up) first, while the idle watch still
  * holds the fd; ready is also called by tls.c after the handshake with
  * an https origin.  Both are kept in up (up_ready, up_attach). */
@@ -289,7 +290,8 @@ void origin_release(struct upstream *up);
 void origin_pool_init(struct worker *w);
 void origin_pool_close_all(struct worker *w);
 /* Open a new connection to up_addr; the result arrives through
- * up->up_ready.  Returns -1 when it failed at once. */
+ * up->up_ready (403, nothing connected, when ip_allow's out rules deny
+ * the address).  Returns -1 when it failed at once. */
 int  origin_connect_fresh(struct upstream *up);
 
 /* proxy.c: the origin transaction */

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "conf/conf.h"
+#include "conf/yaml.h"
 
 static char               tmpdir[64];
 static struct conf_errors errs;
@@ -936,25 +937,29 @@ END_TEST
 
 START_TEST(test_ip_allow_cidr_edges)
 {
-    int rc = ip_allow("src_ip=0.0.0.0/0 action=ip_deny method=PUT\n"
-                      "src_ip=::/0 action=ip_deny method=PUT\n"
-                      "src_ip=1.2.3.4/32 action=ip_allow\n"
+    /* The /0 rules come last: the first rule holding an address decides
+     * (ATS), and they hold every address.  They allow only HEAD, so a GET
+     * tells which rule decided. */
+    int rc = ip_allow("src_ip=1.2.3.4/32 action=ip_allow\n"
                       "src_ip=::1/128 action=ip_allow\n"
                       "src_ip=10.1.0.0/15 action=ip_allow\n"
-                      "src_ip=::ffff:192.0.2.0/120 action=ip_allow\n");
+                      "src_ip=::ffff:192.0.2.0/120 action=ip_allow\n"
+                      "src_ip=0.0.0.0/0 action=ip_allow method=HEAD\n"
+                      "src_ip=::/0 action=ip_allow method=HEAD\n");
 
     ck_assert_int_eq(rc, 0);
-    ck_assert_int_eq(allowed("1.2.3.4", CONF_METHOD_PUT), 0);
+    ck_assert_int_eq(allowed("1.2.3.4", CONF_METHOD_PUT), 1);
     ck_assert_int_eq(allowed("1.2.3.4", CONF_METHOD_GET), 1);
     ck_assert_int_eq(allowed("1.2.3.5", CONF_METHOD_GET), 0);
+    ck_assert_int_eq(allowed("1.2.3.5", CONF_METHOD_HEAD), 1);
     ck_assert_int_eq(allowed("::1", CONF_METHOD_GET), 1);
-    ck_assert_int_eq(allowed("::1", CONF_METHOD_PUT), 0);
     ck_assert_int_eq(allowed("::2", CONF_METHOD_GET), 0);
+    ck_assert_int_eq(allowed("::2", CONF_METHOD_HEAD), 1);
     ck_assert_int_eq(allowed("10.0.0.0", CONF_METHOD_GET), 1);
     ck_assert_int_eq(allowed("10.1.255.255", CONF_METHOD_GET), 1);
     ck_assert_int_eq(allowed("10.2.0.0", CONF_METHOD_GET), 0);
     /* A v4-mapped rule applies to IPv4 clients, however they arrive. */
-    ck_assert_int_eq(ia.rules[5].range.family, AF_INET);
+    ck_assert_int_eq(ia.rules[3].range.family, AF_INET);
     ck_assert_int_eq(allowed("192.0.2.77", CONF_METHOD_GET), 1);
     ck_assert_int_eq(allowed("::ffff:192.0.2.77", CONF_METHOD_GET), 1);
     ck_assert_int_eq(allowed("192.0.3.1", CONF_METHOD_GET), 0);
@@ -976,18 +981,18 @@ START_TEST(test_ip_allow_errors)
         "src_ip=1.2.3.4/33 action=ip_allow\n"                   /* 9 */
         "src_ip=1.2.3.4 src_ip=1.2.3.5 action=ip_allow\n"       /* 10 */
         "src_ip=1.2.3.4 ip_allow\n"                             /* 11 */
-        "dest_ip=1.2.3.4 action=ip_allow\n"                     /* 12 */
+        "src_ip=1.2.3.4 dest_ip=1.2.3.5 action=ip_allow\n"      /* 12 */
         "src_ip=1.2.3.4 action=ip_allow method=GET|BREW\n"      /* 13 */
         "src_ip=::/x action=ip_allow\n");                       /* 14 */
 
     ck_assert_int_eq(rc, -1);
     check_error("ip_allow.config:1: missing action=");
-    check_error("ip_allow.config:2: missing src_ip=");
+    check_error("ip_allow.config:2: missing src_ip= (or dest_ip=)");
     check_error("ip_allow.config:3: src_ip \"1.2.3\": bad address");
     check_error("ip_allow.config:4: unknown action \"allow\" (expected "
                 "ip_allow or ip_deny)");
     check_error("ip_allow.config:5: unknown key \"colour\"");
-    check_error("ip_allow.config:6: empty method name in \"method=GET||PUT\"");
+    check_error("ip_allow.config:6: empty method name in method=");
     check_error("ip_allow.config:7: src_ip \"1.2.3.9-1.2.3.4\": starts after "
                 "it ends");
     check_error("ip_allow.config:8: src_ip \"1.2.3.4-::1\": mixes IPv4 and "
@@ -995,16 +1000,16 @@ START_TEST(test_ip_allow_errors)
     check_error("ip_allow.config:9: src_ip \"1.2.3.4/33\": bad prefix length");
     check_error("ip_allow.config:10: src_ip given twice");
     check_error("ip_allow.config:11: \"ip_allow\" is not key=value");
-    check_error("ip_allow.config:12: dest_ip rules are not supported (ignoring "
-                "one could allow what it denies)");
-    check_warning("ip_allow.config:13: unknown method \"BREW\" (it stands for "
-                  "every non-standard method)");
+    check_error("ip_allow.config:12: src_ip= and dest_ip= on one line (one "
+                "rule each)");
     check_error("ip_allow.config:14: src_ip \"::/x\": bad prefix length");
     ck_assert_int_eq(errs.n, 13);
-    ck_assert_int_eq(errs.nwarn, 1);
+    ck_assert_int_eq(errs.nwarn, 0);
+    /* A method without a bit is kept by name (ATS matches it by name). */
     ck_assert_int_eq(ia.nrules, 1);
-    ck_assert_uint_eq(ia.rules[0].methods,
-                      CONF_METHOD_GET | CONF_METHOD_OTHER);
+    ck_assert_uint_eq(ia.rules[0].methods, CONF_METHOD_GET);
+    ck_assert_int_eq(ia.rules[0].nnames, 1);
+    ck_assert_str_eq(ia.rules[0].names[0], "BREW");
     conf_ip_allow_free(&ia);
 }
 END_TEST
@@ -1013,7 +1018,7 @@ START_TEST(test_ip_allow_defaults)
 {
     memset(&ia, 0, sizeof(ia));
     conf_ip_allow_defaults(&ia);
-    ck_assert_int_eq(ia.nrules, 6);
+    ck_assert_int_eq(ia.nrules, 4);
     ck_assert_int_eq(allowed("127.0.0.1", CONF_METHOD_PUSH), 1);
     ck_assert_int_eq(allowed("127.0.0.1", CONF_METHOD_PURGE), 1);
     ck_assert_int_eq(allowed("127.0.0.2", CONF_METHOD_PUSH), 0);
@@ -1149,7 +1154,7 @@ START_TEST(test_load_minimal)
     ck_assert_str_eq(c->rec.logfile_dir, want);
     free(want);
     ck_assert_int_eq(c->remap.nrules, 1);
-    ck_assert_int_eq(c->ip_allow.nrules, 6);    /* built-in defaults */
+    ck_assert_int_eq(c->ip_allow.nrules, 4);    /* built-in defaults */
     ck_assert_int_eq(c->storage.nspans, 0);
     conf_free(c);
 }
@@ -1277,7 +1282,7 @@ START_TEST(test_load_shipped_files)
     ck_assert_str_eq(c->rec.run_dir, "/run/cistern");
     conf_records_free(&def);
     ck_assert_int_eq(c->remap.nrules, 0);
-    ck_assert_int_eq(c->ip_allow.nrules, 6);
+    ck_assert_int_eq(c->ip_allow.nrules, 4);
     ck_assert_int_eq(c->storage.nspans, 1);
     ck_assert_str_eq(c->storage.spans[0].path, "/var/cache/cistern");
     ck_assert_int_eq(c->storage.spans[0].size, 256LL << 20);
@@ -1444,6 +1449,410 @@ START_TEST(test_ats_files)
         found |= strncmp(errs.msgs[i], sub, strlen(sub)) == 0;
     ck_assert_msg(found, "no plugin.config:3 error");
     free(sub);
+ * issue 18: ATS's ip_allow semantics, dest_ip=, conf/yaml.c, ip_allow.yaml
+ */
+static int
+method_ok(const char *addr, const char *method, int out)
+{
+    struct sockaddr_storage ss;
+    struct sockaddr_in     *s4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6    *s6 = (struct sockaddr_in6 *)&ss;
+
+    memset(&ss, 0, sizeof(ss));
+    if (inet_pton(AF_INET, addr, &s4->sin_addr) == 1) {
+        s4->sin_family = AF_INET;
+    } else {
+        ck_assert_int_eq(inet_pton(AF_INET6, addr, &s6->sin6_addr), 1);
+        s6->sin6_family = AF_INET6;
+    }
+    if (out)
+        return conf_ip_out_allowed(&ia, (struct sockaddr *)&ss, method,
+                                   strlen(method));
+    return conf_ip_method_allowed(&ia, (struct sockaddr *)&ss, method,
+                                  strlen(method));
+}
+
+/* The first rule holding the address decides (ATS fills an address map):
+ * a later rule for the same address is never consulted, and a rule's
+ * action applies to the methods it lists, the opposite to the others. */
+START_TEST(test_ip_allow_ats_order)
+{
+    int rc = ip_allow("src_ip=10.0.0.0/8 action=ip_allow method=GET|PROPFIND\n"
+                      "src_ip=0/0 action=ip_deny method=PURGE|MKCOL\n"
+                      "src_ip=0.0.0.0/0 action=ip_allow\n");
+
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(errs.n + errs.nwarn, 0);
+    ck_assert_int_eq(method_ok("10.1.2.3", "GET", 0), 1);
+    ck_assert_int_eq(method_ok("10.1.2.3", "POST", 0), 0);   /* not rule 3 */
+    ck_assert_int_eq(method_ok("10.1.2.3", "PROPFIND", 0), 1);
+    ck_assert_int_eq(method_ok("10.1.2.3", "propfind", 0), 1);
+    ck_assert_int_eq(method_ok("10.1.2.3", "MKCOL", 0), 0);
+    /* "0/0" is 0.0.0.0/0, as ATS reads it */
+    ck_assert_int_eq(method_ok("11.0.0.1", "GET", 0), 1);
+    ck_assert_int_eq(method_ok("11.0.0.1", "PURGE", 0), 0);
+    ck_assert_int_eq(method_ok("11.0.0.1", "MKCOL", 0), 0);
+    ck_assert_int_eq(method_ok("11.0.0.1", "PROPFIND", 0), 1);
+    ck_assert_int_eq(method_ok("255.255.255.255", "DELETE", 0), 1);
+    ck_assert_int_eq(method_ok("::2", "GET", 0), 0);   /* no IPv6 rule */
+    /* out rules: none, so every origin is allowed */
+    ck_assert_int_eq(ia.nout, 0);
+    ck_assert_int_eq(method_ok("10.1.2.3", "DELETE", 1), 1);
+    conf_ip_allow_free(&ia);
+    /* inet_aton's dotted short forms stay refused */
+    ck_assert_int_eq(ip_allow("src_ip=192.168.1/24 action=ip_allow\n"), -1);
+    check_error("ip_allow.config:1: src_ip \"192.168.1/24\": bad address");
+    conf_ip_allow_free(&ia);
+}
+END_TEST
+
+/* dest_ip= lines are out rules: they never touch clients, and an origin
+ * no out rule holds is allowed. */
+START_TEST(test_ip_allow_dest_ip)
+{
+    int rc = ip_allow("dest_ip=10.0.0.1 action=ip_deny\n"
+                      "dest_ip=10.0.0.0/24 action=ip_deny method=DELETE\n"
+                      "dest_ip=fd00::/8 action=ip_allow method=GET|HEAD\n"
+                      "src_ip=0/0 action=ip_allow\n");
+
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(ia.nrules, 1);
+    ck_assert_int_eq(ia.nout, 3);
+    ck_assert_int_eq(method_ok("10.0.0.1", "GET", 1), 0);
+    ck_assert_int_eq(method_ok("10.0.0.2", "GET", 1), 1);
+    ck_assert_int_eq(method_ok("10.0.0.2", "DELETE", 1), 0);
+    ck_assert_int_eq(method_ok("::ffff:10.0.0.2", "DELETE", 1), 0);
+    ck_assert_int_eq(method_ok("10.0.1.2", "DELETE", 1), 1);
+    ck_assert_int_eq(method_ok("fd12::1", "HEAD", 1), 1);
+    ck_assert_int_eq(method_ok("fd12::1", "POST", 1), 0);
+    ck_assert_int_eq(method_ok("fe80::1", "POST", 1), 1);
+    /* clients are checked against the src_ip rules only */
+    ck_assert_int_eq(method_ok("10.0.0.1", "GET", 0), 1);
+    conf_ip_allow_free(&ia);
+}
+END_TEST
+
+static struct conf_yaml *
+yaml(const char *text, int want_rc)
+{
+    struct conf_yaml *root = NULL;
+    const char       *f = put("t.yaml", text);
+
+    ck_assert_int_eq(conf_yaml_load(f, &errs, &root), want_rc);
+    return root;
+}
+
+START_TEST(test_yaml_tree)
+{
+    struct conf_yaml *root = yaml(
+        "# comment\n"                                   /* 1 */
+        "a: plain\n"                                    /* 2 */
+        "b: 'single ''q'''\n"                           /* 3 */
+        "c: [1, \"two\", {x: y}]\n"                     /* 4 */
+        "d: &anc\n"                                     /* 5 */
+        "  - one\n"                                     /* 6 */
+        "  - two\n"                                     /* 7 */
+        "e: *anc\n"                                     /* 8 */
+        "f: |\n"                                        /* 9 */
+        "  line1\n"                                     /* 10 */
+        "  line2\n"                                     /* 11 */
+        "g:\n", 0);                                     /* 12 */
+    const struct conf_yaml *v;
+
+    ck_assert_ptr_nonnull(root);
+    ck_assert_int_eq(errs.n, 0);
+    ck_assert_int_eq(root->kind, CONF_YAML_MAP);
+    ck_assert_int_eq(root->nkids, 14);
+    ck_assert_int_eq(root->line, 2);
+    v = conf_yaml_get(root, "a");
+    ck_assert_str_eq(v->str, "plain");
+    ck_assert_int_eq(v->plain, 1);
+    ck_assert_int_eq(v->line, 2);
+    v = conf_yaml_get(root, "b");
+    ck_assert_str_eq(v->str, "single 'q'");
+    ck_assert_int_eq(v->plain, 0);
+    ck_assert_int_eq(v->line, 3);
+    v = conf_yaml_get(root, "c");
+    ck_assert_int_eq(v->kind, CONF_YAML_SEQ);
+    ck_assert_int_eq(v->nkids, 3);
+    ck_assert_str_eq(v->kids[1]->str, "two");
+    ck_assert_int_eq(v->kids[2]->kind, CONF_YAML_MAP);
+    ck_assert_str_eq(conf_yaml_get(v->kids[2], "x")->str, "y");
+    v = conf_yaml_get(root, "d");
+    ck_assert_int_eq(v->line, 5);                  /* at its anchor */
+    ck_assert_int_eq(v->kids[1]->line, 7);
+    /* the alias is a copy of the anchored node, with its lines */
+    v = conf_yaml_get(root, "e");
+    ck_assert_int_eq(v->kind, CONF_YAML_SEQ);
+    ck_assert_ptr_ne(v, conf_yaml_get(root, "d"));
+    ck_assert_str_eq(v->kids[0]->str, "one");
+    ck_assert_int_eq(v->kids[0]->line, 6);
+    ck_assert_str_eq(conf_yaml_get(root, "f")->str, "line1\nline2\n");
+    ck_assert_str_eq(conf_yaml_get(root, "g")->str, "");
+    ck_assert_ptr_null(conf_yaml_get(root, "h"));
+    ck_assert_ptr_null(conf_yaml_get(v, "a"));     /* not a mapping */
+    conf_yaml_free(root);
+
+    /* empty file: no document, no error */
+    ck_assert_ptr_null(yaml("# nothing\n", 0));
+    ck_assert_int_eq(errs.n, 0);
+    ck_assert_str_eq(conf_yaml_kind_name(CONF_YAML_SEQ), "sequence");
+}
+END_TEST
+
+START_TEST(test_yaml_errors)
+{
+    char *bomb, *p;
+
+    ck_assert_ptr_null(yaml("a: b\n  c: d\n", -1));
+    check_error("t.yaml:2: mapping values are not allowed in this context");
+    ck_assert_ptr_null(yaml("a:\n  - x\n - y\n", -1));
+    check_error("t.yaml:3: did not find expected key (while parsing a block "
+                "mapping started on line 1)");
+    ck_assert_ptr_null(yaml("a: [1, 2\n", -1));
+    check_error("t.yaml:2: did not find expected ',' or ']' (while parsing a "
+                "flow sequence started on line 1)");
+    ck_assert_ptr_null(yaml("a: *nowhere\n", -1));
+    check_error("t.yaml:1: found undefined alias");
+    ck_assert_ptr_null(yaml("a: 1\nb: 2\na: 3\n", -1));
+    check_error("t.yaml:3: duplicate key \"a\" (first on line 1)");
+    ck_assert_ptr_null(yaml("a: 1\n---\nb: 2\n", -1));
+    check_error("t.yaml:2: a second YAML document (only one is read)");
+    ck_assert_ptr_null(yaml("a: \"\xff\"\n", -1));
+    check_error("t.yaml:1: invalid leading UTF-8 octet");
+    /* an anchor used inside itself: a cycle, stopped by the depth bound */
+    ck_assert_ptr_null(yaml("a: &x [1, *x]\n", -1));
+    check_error("t.yaml:1: nested deeper than %d levels", CONF_YAML_MAX_DEPTH);
+    /* an alias bomb: 10 levels of 10 aliases each is 10^10 nodes */
+    bomb = malloc(4096);
+    ck_assert_ptr_nonnull(bomb);
+    p = bomb + sprintf(bomb, "l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for (int i = 1; i < 10; i++) {
+        p += sprintf(p, "l%d: &l%d [", i, i);
+        for (int j = 0; j < 10; j++)
+            p += sprintf(p, "%s*l%d", j ? ", " : "", i - 1);
+        p += sprintf(p, "]\n");
+    }
+    ck_assert_ptr_null(yaml(bomb, -1));
+    free(bomb);
+    /* (reported at the line of the node whose copy crossed the bound) */
+    check_error("t.yaml:1: more than %d nodes (after expanding aliases)",
+                CONF_YAML_MAX_NODES);
+    /* the size bound, checked before libyaml sees a byte */
+    bomb = malloc(CONF_YAML_MAX_BYTES + 2);
+    ck_assert_ptr_nonnull(bomb);
+    memset(bomb, '\n', CONF_YAML_MAX_BYTES + 1);
+    bomb[CONF_YAML_MAX_BYTES + 1] = '\0';
+    ck_assert_ptr_null(yaml(bomb, -1));
+    free(bomb);
+    check_error("t.yaml: larger than %d bytes", CONF_YAML_MAX_BYTES);
+    ck_assert_int_eq(errs.n, 10);
+}
+END_TEST
+
+static int
+ip_allow_yaml(const char *text)
+{
+    const char *f = put("ip_allow.yaml", text);
+
+    memset(&ia, 0, sizeof(ia));
+    return conf_ip_allow_yaml_parse(&ia, f, &errs);
+}
+
+/* Debian 12's /etc/trafficserver/ip_allow.yaml (trafficserver 9.2.5), as
+ * shipped, comments shortened. */
+static const char debian_ip_allow_yaml[] =
+    "# YAML\n"
+    "ip_allow:\n"
+    "  - apply: in\n"
+    "    ip_addrs: 127.0.0.1\n"
+    "    action: allow\n"
+    "    methods: ALL\n"
+    "  - apply: in\n"
+    "    ip_addrs: ::1\n"
+    "    action: allow\n"
+    "    methods: ALL\n"
+    "  - apply: in\n"
+    "    ip_addrs: 0/0\n"
+    "    action: deny\n"
+    "    methods:\n"
+    "      - PURGE\n"
+    "      - PUSH\n"
+    "      - DELETE\n"
+    "      - TRACE\n"
+    "  - apply: in\n"
+    "    ip_addrs: ::/0\n"
+    "    action: deny\n"
+    "    methods:\n"
+    "      - PURGE\n"
+    "      - PUSH\n"
+    "      - DELETE\n"
+    "      - TRACE\n";
+
+START_TEST(test_ip_allow_yaml_debian)
+{
+    ck_assert_int_eq(ip_allow_yaml(debian_ip_allow_yaml), 0);
+    ck_assert_int_eq(errs.n + errs.nwarn, 0);
+    ck_assert_int_eq(ia.nrules, 4);
+    ck_assert_int_eq(ia.nout, 0);
+    ck_assert_str_eq(ia.source, "ip_allow.yaml");
+    ck_assert_int_eq(ia.rules[2].line, 11);
+    ck_assert_int_eq(method_ok("127.0.0.1", "PURGE", 0), 1);
+    ck_assert_int_eq(method_ok("127.0.0.1", "TRACE", 0), 1);
+    ck_assert_int_eq(method_ok("::1", "DELETE", 0), 1);
+    ck_assert_int_eq(method_ok("127.0.0.2", "PURGE", 0), 0);
+    ck_assert_int_eq(method_ok("127.0.0.2", "TRACE", 0), 0);
+    ck_assert_int_eq(method_ok("127.0.0.2", "GET", 0), 1);
+    ck_assert_int_eq(method_ok("192.0.2.1", "POST", 0), 1);
+    ck_assert_int_eq(method_ok("192.0.2.1", "PROPFIND", 0), 1);
+    ck_assert_int_eq(method_ok("2001:db8::1", "PUSH", 0), 0);
+    ck_assert_int_eq(method_ok("2001:db8::1", "PUT", 0), 1);
+    conf_ip_allow_free(&ia);
+}
+END_TEST
+
+START_TEST(test_ip_allow_yaml_forms)
+{
+    /* one rule as a mapping (ATS allows it), flow style, quoting, ATS 10's
+     * action names, several ranges, anchors */
+    ck_assert_int_eq(ip_allow_yaml(
+        "ip_allow: {apply: in, ip_addrs: [10.0.0.0/8, '::1'], action: allow,"
+        " methods: [GET, \"HEAD\"]}\n"), 0);
+    ck_assert_int_eq(ia.nrules, 2);
+    ck_assert_int_eq(method_ok("10.9.9.9", "HEAD", 0), 1);
+    ck_assert_int_eq(method_ok("::1", "GET", 0), 1);
+    ck_assert_int_eq(method_ok("::1", "POST", 0), 0);
+    conf_ip_allow_free(&ia);
+
+    ck_assert_int_eq(ip_allow_yaml(
+        "ip_allow:\n"
+        "  - apply: OUT\n"
+        "    ip_addrs: &private\n"
+        "      - 10.0.0.0-10.255.255.255\n"
+        "      - 192.168.0.0/16\n"
+        "    action: set_deny\n"
+        "    methods: [DELETE, PURGE]\n"
+        "  - apply: in\n"
+        "    ip_addrs: *private\n"
+        "    action: set_allow\n"
+        "  - apply: out\n"
+        "    ip_addrs: 127.0.0.0/8\n"
+        "    action: deny\n"
+        "    methods: all\n"), 0);
+    ck_assert_int_eq(ia.nrules, 2);
+    ck_assert_int_eq(ia.nout, 3);
+    ck_assert_int_eq(method_ok("10.1.1.1", "DELETE", 1), 0);
+    ck_assert_int_eq(method_ok("10.1.1.1", "GET", 1), 1);
+    ck_assert_int_eq(method_ok("192.168.3.4", "PURGE", 1), 0);
+    ck_assert_int_eq(method_ok("127.0.0.5", "GET", 1), 0);
+    ck_assert_int_eq(method_ok("8.8.8.8", "DELETE", 1), 1);
+    ck_assert_int_eq(method_ok("192.168.3.4", "DELETE", 0), 1);
+    ck_assert_int_eq(method_ok("8.8.8.8", "GET", 0), 0);
+    conf_ip_allow_free(&ia);
+}
+END_TEST
+
+START_TEST(test_ip_allow_yaml_errors)
+{
+    ck_assert_int_eq(ip_allow_yaml(
+        "ip_allow:\n"                                   /* 1 */
+        "  - apply: in\n"                               /* 2 */
+        "    ip_addrs: 10.0.0.1\n"                      /* 3 */
+        "    action: allow\n"                           /* 4 */
+        "    method: GET\n"                             /* 5 */
+        "  - apply: sideways\n"                         /* 6 */
+        "    ip_addrs: 10.0.0.1\n"                      /* 7 */
+        "    action: allow\n"                           /* 8 */
+        "  - apply: in\n"                               /* 9 */
+        "    ip_addrs: [10.0.0.1, 10.0.0.300]\n"        /* 10 */
+        "    action: allow\n"                           /* 11 */
+        "  - apply: in\n"                               /* 12 */
+        "    ip_addrs: 10.0.0.1\n"                      /* 13 */
+        "    action: Allow\n"                           /* 14 */
+        "  - apply: in\n"                               /* 15 */
+        "    action: deny\n"                            /* 16 */
+        "  - apply: out\n"                              /* 17 */
+        "    ip_categories: ACME_INTERNAL\n"            /* 18 */
+        "    action: deny\n"                            /* 19 */
+        "  - apply: in\n"                               /* 20 */
+        "    ip_addrs: {a: b}\n"                        /* 21 */
+        "    action: deny\n"                            /* 22 */
+        "  - apply: in\n"                               /* 23 */
+        "    ip_addrs: 10.0.0.1\n"                      /* 24 */
+        "    action: deny\n"                            /* 25 */
+        "    methods: [GET, [PUT]]\n"                   /* 26 */
+        "  - just a string\n"                           /* 27 */
+        "ip_categories:\n"                              /* 28 */
+        "  - name: X\n"                                 /* 29 */
+        "other: 1\n"), -1);                             /* 30 */
+    check_error("ip_allow.yaml:5: unknown key \"method\" in a rule (expected "
+                "apply, ip_addrs, action, methods)");
+    check_error("ip_allow.yaml:6: apply: expected in or out");
+    check_error("ip_allow.yaml:10: ip_addrs \"10.0.0.300\": bad address");
+    check_error("ip_allow.yaml:14: action: expected allow or deny (or "
+                "set_allow, set_deny)");
+    check_error("ip_allow.yaml:15: a rule needs ip_addrs:");
+    check_error("ip_allow.yaml:18: ip_categories (ATS 10) is not supported; "
+                "this rule could not be enforced");
+    check_error("ip_allow.yaml:21: ip_addrs: expected a value or a sequence "
+                "of values, not a mapping");
+    check_error("ip_allow.yaml:26: methods: expected a value, not a sequence");
+    check_error("ip_allow.yaml:27: a rule is a mapping (apply, ip_addrs, "
+                "action, methods), not a scalar");
+    check_error("ip_allow.yaml:28: ip_categories (ATS 10) is not supported");
+    check_error("ip_allow.yaml:30: unknown top-level key \"other\" (only "
+                "ip_allow is read)");
+    ck_assert_int_eq(errs.n, 11);
+    conf_ip_allow_free(&ia);
+
+    ck_assert_int_eq(ip_allow_yaml("ip_allow:\n  - apply: in\n    ip_addrs: x\n"
+                                   "   action: allow\n"), -1);
+    check_error("ip_allow.yaml:4: did not find expected '-' indicator (while "
+                "parsing a block collection started on line 2)");
+    conf_ip_allow_free(&ia);
+    ck_assert_int_eq(ip_allow_yaml("ip_allow: []\n"), -1);
+    check_error("ip_allow.yaml:1: ip_allow: no rules");
+    conf_ip_allow_free(&ia);
+    ck_assert_int_eq(ip_allow_yaml("# nothing\n"), -1);
+    check_error("ip_allow.yaml: empty: no ip_allow rules");
+    conf_ip_allow_free(&ia);
+    ck_assert_int_eq(ip_allow_yaml("- apply: in\n"), -1);
+    check_error("ip_allow.yaml:1: the top level is a mapping with an ip_allow "
+                "key, not a sequence");
+    conf_ip_allow_free(&ia);
+    ck_assert_int_eq(ip_allow_yaml("ip_allow: allow\n"), -1);
+    check_error("ip_allow.yaml:1: ip_allow: expected a sequence of rules, not "
+                "a scalar");
+    conf_ip_allow_free(&ia);
+    ck_assert_int_eq(ip_allow_yaml("ip_allow:\n  - apply: in\n    ip_addrs: x\n"
+                                   "    ip_addrs: y\n    action: deny\n"), -1);
+    check_error("ip_allow.yaml:4: duplicate key \"ip_addrs\" (first on line 3)");
+    conf_ip_allow_free(&ia);
+}
+END_TEST
+
+/* conf_load(): ip_allow.yaml when it exists, never both files. */
+START_TEST(test_load_ip_allow_yaml)
+{
+    struct conf *c;
+
+    put("records.config", "");
+    put("remap.config", "");
+    put("ip_allow.yaml", debian_ip_allow_yaml);
+    c = conf_load(tmpdir, &errs);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_eq(c->ip_allow.nrules, 4);
+    ck_assert_str_eq(c->ip_allow.source, "ip_allow.yaml");
+    conf_free(c);
+
+    put("ip_allow.config", "src_ip=::1 action=ip_allow\n");
+    c = conf_load(tmpdir, &errs);
+    ck_assert_ptr_null(c);
+    check_error("ip_allow.yaml: both %s/ip_allow.yaml and %s/ip_allow.config "
+                "exist; ATS 9 reads only ip_allow.yaml, ATS 8 only "
+                "ip_allow.config: remove the one that is not meant",
+                tmpdir, tmpdir);
+    ck_assert_int_eq(errs.n, 1);
 }
 END_TEST
 
@@ -1521,6 +1930,18 @@ conf_suite(void)
     tcase_add_test(tc, test_records_internal_one_warning);
     tcase_add_test(tc, test_ats_key_table);
     tcase_add_test(tc, test_ats_files);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("issue18_ip_allow");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_ip_allow_ats_order);
+    tcase_add_test(tc, test_ip_allow_dest_ip);
+    tcase_add_test(tc, test_yaml_tree);
+    tcase_add_test(tc, test_yaml_errors);
+    tcase_add_test(tc, test_ip_allow_yaml_debian);
+    tcase_add_test(tc, test_ip_allow_yaml_forms);
+    tcase_add_test(tc, test_ip_allow_yaml_errors);
+    tcase_add_test(tc, test_load_ip_allow_yaml);
     suite_add_tcase(s, tc);
 
     return s;
