@@ -206,6 +206,9 @@ static const struct rec_directive rec_table[] = {
       REC_FIELD(ssl_client_ca_file), "NULL", 0, 0 },
     { "proxy.config.ssl.client.CA.cert.path", REC_STRING, rec_set_string,
       REC_FIELD(ssl_client_ca_path), "NULL", 0, 0 },
+    /* issue 18, remap ACLs (conf/remap.c) */
+    { "proxy.config.url_remap.acl_behavior_policy", REC_INT, rec_set_int,
+      REC_FIELD(acl_behavior_policy), "0", 0, 1 },
 };
 
 #define REC_NKEYS (sizeof(rec_table) / sizeof(rec_table[0]))
