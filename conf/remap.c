@@ -3,10 +3,14 @@
  * origin request (and an origin's Location back into the client's view).
  *
  * Directives (one table, remap_directives): map, reverse_map, regex_map,
- * redirect, redirect_temporary, each "DIRECTIVE FROM TO [@option...]", plus
- * ".include FILE".  Options are ATS plugin/ACL hooks Cistern does not have
- * yet; a rule with one is an error (ignoring an @action=deny or an auth
- * plugin would open what it restricts).
+ * redirect, redirect_temporary, regex_redirect(_temporary),
+ * (regex_)map_with_recv_port, each "DIRECTIVE FROM TO [@option...]", plus
+ * ".include FILE" and the named-filter directives (.definefilter,
+ * .activatefilter, .deactivatefilter, .deletefilter).  Options are ATS's ACL
+ * filter (@action=, @src_ip=, @in_ip=, @method=, @internal); any other
+ * (@plugin=, @strategy=, unknown ones) is an error, as is map_with_referer:
+ * ignoring one would load a rule that restricts or routes as one that
+ * does not.
  *
  * Invariants of a parsed struct conf_remap:
  *  - rules[] is in file order, with included files spliced in where their
@@ -19,9 +23,12 @@
  *    header carries and a Location header needs;
  *  - rule->file points at a string in files[], owned by the struct.
  *
- * Matching follows ATS: map and regex_map rules win over redirects whatever
- * their order in the file, and within each class the first rule in file
- * order wins.  Path matching is a plain prefix match on the path (the query
+ * Matching follows ATS: map_with_recv_port rules first, then map and
+ * regex_map, then redirect and redirect_temporary, then the regex
+ * redirects, whatever their order in the file, and within each class the
+ * first rule in file order wins.  A matched rule's ACL filters
+ * (rule->acl: its in-line filter, then the named filters active at its
+ * line in activation order) are checked by conf_remap_acl_allows().  Path matching is a plain prefix match on the path (the query
  * never takes part), and the remainder of the request path is carried over
  * to the target, with one slash between the two pieces (remap_join()).
  */
