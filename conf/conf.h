@@ -162,6 +162,9 @@ struct conf_remap_rule {
                                          in activation order; NULL: none */
     int      nacl;
     int      acl_local;               /* some filter has @in_ip= */
+    int      cls;                     /* precedence class (conf_remap_find_recv):
+                                         0 recv_port, 1 map, 2 redirect, 3 regex
+                                         redirect, -1 reverse_map */
 };
 
 /* proxy.config.url_remap.acl_behavior_policy (ATS 10): 0 legacy (ATS 9's

@@ -916,6 +916,24 @@ remap_include(struct remap_parse *ps, int line, char *p)
     ps->file = saved;
 }
 
+/* The precedence class of a rule type (ATS): 0 map_with_recv_port, 1 map
+ * and regex_map, 2 redirect and redirect_temporary, 3 regex_redirect and
+ * regex_redirect_temporary; -1 never matches a request (reverse_map). */
+static int
+remap_class(enum conf_remap_type t)
+{
+    switch (t) {
+    case CONF_REMAP_MAP_RECV_PORT:            return 0;
+    case CONF_REMAP_MAP:
+    case CONF_REMAP_REGEX_MAP:                return 1;
+    case CONF_REMAP_REDIRECT:
+    case CONF_REMAP_REDIRECT_TEMPORARY:       return 2;
+    case CONF_REMAP_REGEX_REDIRECT:
+    case CONF_REMAP_REGEX_REDIRECT_TEMPORARY: return 3;
+    default:                                  return -1;
+    }
+}
+
 static int
 remap_line(void *arg, char *line, int lineno)
 {
@@ -1025,6 +1043,7 @@ remap_line(void *arg, char *line, int lineno)
     }
     if (d->type == CONF_REMAP_MAP_RECV_PORT)
         ps->rm->has_recv_port = 1;
+    rule.cls = remap_class(rule.type);
 
     if (remap_add_rule(ps, &rule) < 0) {
         conf_error(ps->e, ps->file, lineno, "out of memory");
@@ -1206,24 +1225,6 @@ remap_path_matches(const struct conf_url *u, const char *path, size_t pathlen)
     return pathlen >= u->pathlen && memcmp(path, u->path, u->pathlen) == 0;
 }
 
-/* The precedence class of a rule type (ATS): 0 map_with_recv_port, 1 map
- * and regex_map, 2 redirect and redirect_temporary, 3 regex_redirect and
- * regex_redirect_temporary; -1 never matches a request (reverse_map). */
-static int
-remap_class(enum conf_remap_type t)
-{
-    switch (t) {
-    case CONF_REMAP_MAP_RECV_PORT:            return 0;
-    case CONF_REMAP_MAP:
-    case CONF_REMAP_REGEX_MAP:                return 1;
-    case CONF_REMAP_REDIRECT:
-    case CONF_REMAP_REDIRECT_TEMPORARY:       return 2;
-    case CONF_REMAP_REGEX_REDIRECT:
-    case CONF_REMAP_REGEX_REDIRECT_TEMPORARY: return 3;
-    default:                                  return -1;
-    }
-}
-
 const struct conf_remap_rule *
 conf_remap_find(const struct conf_remap *rm, const char *scheme,
                 const char *host, size_t hostlen, int port,
@@ -1260,7 +1261,7 @@ conf_remap_find_recv(const struct conf_remap *rm, const char *scheme,
             const struct conf_remap_rule *r = &rm->rules[i];
             size_t len = 0;
 
-            if (remap_class(r->type) != pass)
+            if (r->cls != pass)
                 continue;
             if (strcasecmp(scheme, r->from.scheme) != 0
                 || (pass == 0 ? recv_port : port) != r->from.port
