@@ -137,6 +137,7 @@ conf_load(const char *confdir, struct conf_errors *errs)
     path = conf_path(c->confdir, "remap.config");
     if (path == NULL)
         goto oom;
+    c->remap.acl_policy = (enum conf_acl_policy)c->rec.acl_behavior_policy;
     conf_remap_parse(&c->remap, path, c->confdir, errs);
     free(path);
 

@@ -90,6 +90,9 @@ struct conf_records {
     char    *ssl_verify_policy;       /* proxy.config.ssl.client.verify.server.policy */
     char    *ssl_client_ca_file;      /* proxy.config.ssl.client.CA.cert.filename */
     char    *ssl_client_ca_path;      /* proxy.config.ssl.client.CA.cert.path */
+    /* issue 18, remap ACLs */
+    int      acl_behavior_policy;     /* proxy.config.url_remap.acl_behavior_policy
+                                         (enum conf_acl_policy) */
 };
 
 /* ---------------------------------------------------------------------
@@ -101,6 +104,41 @@ enum conf_remap_type {
     CONF_REMAP_REGEX_MAP,
     CONF_REMAP_REDIRECT,
     CONF_REMAP_REDIRECT_TEMPORARY,
+    CONF_REMAP_MAP_RECV_PORT,         /* map_with_recv_port (regex_ too: re_ok) */
+    CONF_REMAP_REGEX_REDIRECT,        /* regex_redirect */
+    CONF_REMAP_REGEX_REDIRECT_TEMPORARY, /* regex_redirect_temporary */
+};
+
+/* One @src_ip= or @in_ip= of an ACL filter: a range, or its complement
+ * ("@src_ip=~RANGE").  "all" is two entries, 0.0.0.0/0 and ::/0. */
+struct conf_acl_ip {
+    struct conf_ip_range *ranges;     /* (defined below) */
+    int      nranges;
+    int      invert;
+};
+
+/* ACL filter actions (@action=).  ATS 9 spells allow/deny also as
+ * 1/on/enable and 0/off/disable; ATS 10 adds add_ and set_ forms. */
+enum conf_acl_action {
+    CONF_ACL_ALLOW = 1,
+    CONF_ACL_DENY,
+    CONF_ACL_ADD_ALLOW,
+    CONF_ACL_ADD_DENY,
+    CONF_ACL_SET_ALLOW,
+    CONF_ACL_SET_DENY,
+};
+
+/* One ACL filter (an in-line one, or a named one applied to a rule). */
+struct conf_acl {
+    enum conf_acl_action action;
+    int      allow;                   /* the action allows (1) or denies (0) */
+    unsigned methods;                 /* CONF_METHOD_* bits; 0: every method */
+    struct conf_acl_ip *src, *in;     /* @src_ip=, @in_ip= (any one matches) */
+    int      nsrc, nin;
+    int      internal;                /* @internal: matches internal requests
+                                         only, and Cistern has none */
+    const char *name;                 /* the named filter, or NULL (in-line);
+                                         a string in struct conf_remap */
 };
 
 struct conf_url {
@@ -120,13 +158,29 @@ struct conf_remap_rule {
     int      re_ok;
     const char *file;                 /* owned by struct conf_remap */
     int      line;
+    struct conf_acl *acl;             /* the in-line filter first, then the
+                                         named filters active at this line,
+                                         in activation order; NULL: none */
+    int      nacl;
+    int      acl_local;               /* some filter has @in_ip= */
+    int      cls;                     /* precedence class (conf_remap_find_recv):
+                                         0 recv_port, 1 map, 2 redirect, 3 regex
+                                         redirect, -1 reverse_map */
 };
+
+/* proxy.config.url_remap.acl_behavior_policy (ATS 10): 0 legacy (ATS 9's
+ * behaviour, the default), 1 modern. */
+enum conf_acl_policy { CONF_ACL_LEGACY = 0, CONF_ACL_MODERN = 1 };
 
 struct conf_remap {
     struct conf_remap_rule *rules;    /* file order (includes followed) */
     int      nrules;
     char   **files;                   /* names for rule->file */
     int      nfiles;
+    char   **names;                   /* named filters' names, for acl->name */
+    int      nnames;
+    int      has_recv_port;           /* some rule is map_with_recv_port */
+    enum conf_acl_policy acl_policy;  /* set before conf_remap_parse() */
 };
 
 /* The target of a matched rule, built by conf_remap_apply(). */
@@ -157,6 +211,34 @@ conf_remap_find(const struct conf_remap *rm, const char *scheme,
                 const char *host, size_t hostlen, int port,
                 const char *path, size_t pathlen,
                 struct conf_remap_result *res);
+
+/* The same, for a request that arrived on local port recv_port (0:
+ * unknown): map_with_recv_port rules match on that port instead of the
+ * request's, and are tried before every other rule (ATS's precedence:
+ * map_with_recv_port, then map and regex_map, then redirect and
+ * redirect_temporary, then regex_redirect and regex_redirect_temporary). */
+const struct conf_remap_rule *
+conf_remap_find_recv(const struct conf_remap *rm, const char *scheme,
+                     const char *host, size_t hostlen, int port, int recv_port,
+                     const char *path, size_t pathlen,
+                     struct conf_remap_result *res);
+
+/* The ACL filters of a matched rule (rule->nacl > 0): does the request
+ * pass?  peer is the client, local the address it connected to (NULL when
+ * unknown: an @in_ip= never matches then), method_bit its CONF_METHOD_*.
+ * With policy legacy (ATS 9, and ATS 10's default) every filter must
+ * pass: an allow filter passes when it matches, a deny filter when it
+ * does not.  With modern (ATS 10, acl_behavior_policy 1), the first
+ * filter whose addresses match decides: by its action when the method
+ * matches too, by the opposite when it does not (add_allow / add_deny:
+ * the next filter decides); no filter deciding allows.  Returns 1 to
+ * allow, 0 to deny; *by (may be NULL) names the deciding filter ("in-line"
+ * or the filter's name). */
+int conf_remap_acl_allows(const struct conf_remap *rm,
+                          const struct conf_remap_rule *rule,
+                          const struct sockaddr *peer,
+                          const struct sockaddr *local, unsigned method_bit,
+                          const char **by);
 
 /* For reverse_map (and map rules, as ATS does): rewrite a Location-style URL
  * from the origin's form back to the client's.  Returns 1 and fills out

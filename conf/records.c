@@ -275,6 +275,11 @@ static const struct rec_directive rec_table[] = {
     { "proxy.config.ssl.client.CA.cert.path", REC_STRING, rec_set_string,
       REC_FIELD(ssl_client_ca_path), "NULL", 0, 0,
       "CA directory for https origins; NULL = the system's" },
+    /* issue 18, remap ACLs (conf/remap.c) */
+    { "proxy.config.url_remap.acl_behavior_policy", REC_INT, rec_set_int,
+      REC_FIELD(acl_behavior_policy), "0", 0, 1,
+      "remap ACL filters: 0 ATS 9 (every filter must pass), 1 ATS 10's "
+      "first match decides" },
 };
 
 #define REC_NKEYS (sizeof(rec_table) / sizeof(rec_table[0]))

@@ -3,10 +3,14 @@
  * origin request (and an origin's Location back into the client's view).
  *
  * Directives (one table, remap_directives): map, reverse_map, regex_map,
- * redirect, redirect_temporary, each "DIRECTIVE FROM TO [@option...]", plus
- * ".include FILE".  Options are ATS plugin/ACL hooks Cistern does not have
- * yet; a rule with one is an error (ignoring an @action=deny or an auth
- * plugin would open what it restricts).
+ * redirect, redirect_temporary, regex_redirect(_temporary),
+ * (regex_)map_with_recv_port, each "DIRECTIVE FROM TO [@option...]", plus
+ * ".include FILE" and the named-filter directives (.definefilter,
+ * .activatefilter, .deactivatefilter, .deletefilter).  Options are ATS's ACL
+ * filter (@action=, @src_ip=, @in_ip=, @method=, @internal); any other
+ * (@plugin=, @strategy=, unknown ones) is an error, as is map_with_referer:
+ * ignoring one would load a rule that restricts or routes as one that
+ * does not.
  *
  * Invariants of a parsed struct conf_remap:
  *  - rules[] is in file order, with included files spliced in where their
@@ -19,9 +23,12 @@
  *    header carries and a Location header needs;
  *  - rule->file points at a string in files[], owned by the struct.
  *
- * Matching follows ATS: map and regex_map rules win over redirects whatever
- * their order in the file, and within each class the first rule in file
- * order wins.  Path matching is a plain prefix match on the path (the query
+ * Matching follows ATS: map_with_recv_port rules first, then map and
+ * regex_map, then redirect and redirect_temporary, then the regex
+ * redirects, whatever their order in the file, and within each class the
+ * first rule in file order wins.  A matched rule's ACL filters
+ * (rule->acl: its in-line filter, then the named filters active at its
+ * line in activation order) are checked by conf_remap_acl_allows().  Path matching is a plain prefix match on the path (the query
  * never takes part), and the remainder of the request path is carried over
  * to the target, with one slash between the two pieces (remap_join()).
  */
@@ -42,18 +49,64 @@
 
 #define REMAP_MAX_INCLUDE_DEPTH 8
 
-struct remap_directive {
-    const char          *name;
-    enum conf_remap_type type;        /* 0 for .include */
+/* What a line's first word is. */
+enum remap_word {
+    REMAP_RULE = 1,                   /* a rule: type says which */
+    REMAP_INCLUDE,
+    REMAP_DEFINE,                     /* .definefilter NAME @opt... */
+    REMAP_DELETE,                     /* .deletefilter NAME */
+    REMAP_ACTIVATE,                   /* .activatefilter NAME */
+    REMAP_DEACTIVATE,                 /* .deactivatefilter NAME */
+    REMAP_UNSUPPORTED,                /* known to ATS, not to us: an error */
 };
 
+struct remap_directive {
+    const char          *name;
+    enum remap_word      word;
+    enum conf_remap_type type;        /* REMAP_RULE only */
+    int                  regex;       /* the from-host is a pattern */
+};
+
+/* ATS's rule types and directives, with its older spellings of the
+ * filter directives. */
 static const struct remap_directive remap_directives[] = {
-    { "map",                CONF_REMAP_MAP },
-    { "reverse_map",        CONF_REMAP_REVERSE_MAP },
-    { "regex_map",          CONF_REMAP_REGEX_MAP },
-    { "redirect",           CONF_REMAP_REDIRECT },
-    { "redirect_temporary", CONF_REMAP_REDIRECT_TEMPORARY },
-    { ".include",           0 },
+    { "map",                        REMAP_RULE, CONF_REMAP_MAP, 0 },
+    { "reverse_map",                REMAP_RULE, CONF_REMAP_REVERSE_MAP, 0 },
+    { "regex_map",                  REMAP_RULE, CONF_REMAP_REGEX_MAP, 1 },
+    { "redirect",                   REMAP_RULE, CONF_REMAP_REDIRECT, 0 },
+    { "redirect_temporary",         REMAP_RULE, CONF_REMAP_REDIRECT_TEMPORARY, 0 },
+    { "map_with_recv_port",         REMAP_RULE, CONF_REMAP_MAP_RECV_PORT, 0 },
+    { "regex_map_with_recv_port",   REMAP_RULE, CONF_REMAP_MAP_RECV_PORT, 1 },
+    { "regex_redirect",             REMAP_RULE, CONF_REMAP_REGEX_REDIRECT, 1 },
+    { "regex_redirect_temporary",   REMAP_RULE, CONF_REMAP_REGEX_REDIRECT_TEMPORARY, 1 },
+    { "map_with_referer",           REMAP_UNSUPPORTED, 0, 0 },
+    { "regex_map_with_referer",     REMAP_UNSUPPORTED, 0, 0 },
+    { ".include",                   REMAP_INCLUDE, 0, 0 },
+    { ".definefilter",              REMAP_DEFINE, 0, 0 },
+    { ".deffilter",                 REMAP_DEFINE, 0, 0 },
+    { ".defflt",                    REMAP_DEFINE, 0, 0 },
+    { ".deletefilter",              REMAP_DELETE, 0, 0 },
+    { ".delfilter",                 REMAP_DELETE, 0, 0 },
+    { ".delflt",                    REMAP_DELETE, 0, 0 },
+    { ".activatefilter",            REMAP_ACTIVATE, 0, 0 },
+    { ".activefilter",              REMAP_ACTIVATE, 0, 0 },
+    { ".usefilter",                 REMAP_ACTIVATE, 0, 0 },
+    { ".useflt",                    REMAP_ACTIVATE, 0, 0 },
+    { ".deactivatefilter",          REMAP_DEACTIVATE, 0, 0 },
+    { ".unactivefilter",            REMAP_DEACTIVATE, 0, 0 },
+    { ".unusefilter",               REMAP_DEACTIVATE, 0, 0 },
+    { ".deuseflt",                  REMAP_DEACTIVATE, 0, 0 },
+    { ".unuseflt",                  REMAP_DEACTIVATE, 0, 0 },
+};
+
+/* A named filter while the file is read: its options as written (ATS
+ * keeps them so and builds each rule's copy from them; a second
+ * .definefilter of the same name adds to them). */
+struct remap_filter {
+    char    *name;
+    char   **argv;                    /* "@action=deny", ... */
+    int      argc;
+    int      active;                  /* activation order (1, 2, ...); 0: not active */
 };
 
 /* State of one parse, shared by the files it includes. */
@@ -64,6 +117,9 @@ struct remap_parse {
     const char         *file;         /* current file (a string in rm->files) */
     char               *stack[REMAP_MAX_INCLUDE_DEPTH + 1]; /* real paths */
     int                 depth;
+    struct remap_filter *filters;     /* named filters, global across includes */
+    int                 nfilters;
+    int                 activations;  /* the last activation's number */
 };
 
 static int remap_parse_file(struct remap_parse *ps, const char *file);
@@ -305,6 +361,480 @@ remap_pct_normalise(char *path)
 }
 
 /* ---------------------------------------------------------------------
+ * ACL filters (@action=, @src_ip=, @in_ip=, @method=, @internal)
+ */
+static void
+remap_acl_free(struct conf_acl *a)
+{
+    for (int i = 0; i < a->nsrc; i++)
+        free(a->src[i].ranges);
+    for (int i = 0; i < a->nin; i++)
+        free(a->in[i].ranges);
+    free(a->src);
+    free(a->in);
+    memset(a, 0, sizeof(*a));
+}
+
+/* "@src_ip=RANGE" / "@src_ip=~RANGE" (and @in_ip): one address, a-b or a
+ * CIDR block, or "all".  Returns 0, or -1 with *why. */
+static int
+remap_acl_ip(struct conf_acl_ip **list, int *n, const char *v, const char **why)
+{
+    struct conf_ip_allow tmp;
+    struct conf_acl_ip  *nl, *ip;
+    int invert = 0;
+
+    if (*v == '~') {
+        invert = 1;
+        v++;
+    }
+    if (*v == '\0') {
+        *why = "no address";
+        return -1;
+    }
+    /* One range per option, as in ATS: a list would read as one. */
+    if (strpbrk(v, ", \t") != NULL) {
+        *why = "one address or range per option (repeat the option)";
+        return -1;
+    }
+    memset(&tmp, 0, sizeof(tmp));
+    if (strcasecmp(v, "all") == 0)
+        v = "0.0.0.0/0 ::/0";
+    if (conf_ip_list_parse(&tmp, v, why) < 0) {
+        conf_ip_allow_free(&tmp);
+        return -1;
+    }
+    nl = realloc(*list, sizeof(*nl) * (size_t)(*n + 1));
+    if (nl == NULL) {
+        conf_ip_allow_free(&tmp);
+        *why = "out of memory";
+        return -1;
+    }
+    *list = nl;
+    ip = &nl[(*n)++];
+    ip->ranges = malloc(sizeof(*ip->ranges) * (size_t)tmp.nrules);
+    ip->nranges = 0;
+    ip->invert = invert;
+    if (ip->ranges == NULL) {
+        conf_ip_allow_free(&tmp);
+        *why = "out of memory";
+        return -1;
+    }
+    for (int i = 0; i < tmp.nrules; i++)
+        ip->ranges[ip->nranges++] = tmp.rules[i].range;
+    conf_ip_allow_free(&tmp);
+    return 0;
+}
+
+/* The options ATS takes on a rule that Cistern does not implement, and
+ * why each is refused rather than ignored. */
+static const struct {
+    const char *prefix;
+    const char *why;
+} remap_unsupported_opts[] = {
+    { "plugin=",          "plugins are not supported yet; this rule would run without it" },
+    { "pparam=",          "plugins are not supported yet (a parameter of @plugin=)" },
+    { "strategy=",        "next-hop strategies (strategies.yaml) are not supported; "
+                          "this rule would go to its origin directly" },
+    { "volume=",          "cache volumes are not supported" },
+    { "src_ip_category=", "IP categories (ATS 10) are not supported; this filter "
+                          "would match other addresses" },
+    { "mapid=",           "map ids (for plugins) are not supported" },
+};
+
+/* Parse filter options (each "@name[=value]") into *a, which starts
+ * zeroed.  Reports errors (file:line) when report is set.  Returns 0, or
+ * -1 after an error. */
+static int
+remap_acl_parse(struct remap_parse *ps, int line, int report, char **argv,
+                int argc, struct conf_acl *a)
+{
+    int action_seen = 0, plugin_said = 0, bad = 0;
+
+#define ACL_ERR(...) do { if (report) conf_error(ps->e, ps->file, line, __VA_ARGS__); \
+                          bad = 1; } while (0)
+    a->allow = 1;                     /* ATS's default action */
+    a->action = CONF_ACL_ALLOW;
+    for (int i = 0; i < argc; i++) {
+        const char *o = argv[i] + 1, *v = strchr(o, '='), *why;
+        size_t nl = v != NULL ? (size_t)(v - o) : strlen(o);
+        int known = 0;
+
+        if (v != NULL)
+            v++;
+#define OPT(n) (nl == sizeof(n) - 1 && strncasecmp(o, n, nl) == 0)
+        for (size_t k = 0; k < sizeof(remap_unsupported_opts) / sizeof(remap_unsupported_opts[0]); k++) {
+            const char *pf = remap_unsupported_opts[k].prefix;
+            if (v != NULL && (size_t)(v - o) == strlen(pf) && strncasecmp(o, pf, strlen(pf)) == 0) {
+                known = 1;
+                if (strncasecmp(pf, "pparam=", 7) == 0 && plugin_said)
+                    break;    /* said for its @plugin= already */
+                if (strncasecmp(pf, "plugin=", 7) == 0)
+                    plugin_said = 1;
+                ACL_ERR("%s: %s", argv[i], remap_unsupported_opts[k].why);
+                break;
+            }
+        }
+        if (known)
+            continue;
+        if (OPT("internal") && v == NULL) {
+            a->internal = 1;
+            continue;
+        }
+        if (v == NULL || !(OPT("action") || OPT("method") || OPT("src_ip") || OPT("in_ip"))) {
+            ACL_ERR("unknown option \"%s\"", argv[i]);
+            continue;
+        }
+        if (*v == '\0') {
+            ACL_ERR("empty value in \"%s\"", argv[i]);
+            continue;
+        }
+        if (OPT("action")) {
+            static const struct { const char *name; enum conf_acl_action act; int legacy; } acts[] = {
+                { "allow", CONF_ACL_ALLOW, 1 },  { "deny", CONF_ACL_DENY, 1 },
+                { "1", CONF_ACL_SET_ALLOW, 0 },  { "on", CONF_ACL_SET_ALLOW, 0 },
+                { "enable", CONF_ACL_SET_ALLOW, 0 },
+                { "0", CONF_ACL_SET_DENY, 0 },   { "off", CONF_ACL_SET_DENY, 0 },
+                { "disable", CONF_ACL_SET_DENY, 0 },
+                { "add_allow", CONF_ACL_ADD_ALLOW, 0 }, { "add_deny", CONF_ACL_ADD_DENY, 0 },
+                { "set_allow", CONF_ACL_SET_ALLOW, 0 }, { "set_deny", CONF_ACL_SET_DENY, 0 },
+            };
+            size_t k, nacts = sizeof(acts) / sizeof(acts[0]);
+
+            if (action_seen++) {
+                ACL_ERR("only one @action= per filter (\"%s\")", argv[i]);
+                continue;
+            }
+            for (k = 0; k < nacts; k++)
+                if (strcasecmp(v, acts[k].name) == 0)
+                    break;
+            if (k == nacts) {
+                ACL_ERR("unknown action in \"%s\" (expected allow, deny, add_allow, "
+                        "add_deny, set_allow or set_deny)", argv[i]);
+                continue;
+            }
+            if (acts[k].legacy && ps->rm->acl_policy == CONF_ACL_MODERN) {
+                ACL_ERR("\"%s\": allow and deny are not valid with "
+                        "proxy.config.url_remap.acl_behavior_policy 1; use add_%s or set_%s",
+                        argv[i], v, v);
+                continue;
+            }
+            a->action = acts[k].act;
+            a->allow = a->action == CONF_ACL_ALLOW || a->action == CONF_ACL_ADD_ALLOW
+                       || a->action == CONF_ACL_SET_ALLOW;
+        } else if (OPT("method")) {
+            /* One method per option, any case; a name Cistern does not
+             * know is CONF_METHOD_OTHER (such a request is refused before
+             * it is routed, so it never reaches a filter). */
+            a->methods |= conf_method_bit(v, strlen(v));
+        } else if (OPT("src_ip")) {
+            if (remap_acl_ip(&a->src, &a->nsrc, v, &why) < 0)
+                ACL_ERR("\"%s\": %s", argv[i], why);
+        } else {
+            if (remap_acl_ip(&a->in, &a->nin, v, &why) < 0)
+                ACL_ERR("\"%s\": %s", argv[i], why);
+        }
+#undef OPT
+    }
+#undef ACL_ERR
+    if (bad)
+        remap_acl_free(a);
+    return bad ? -1 : 0;
+}
+
+static struct remap_filter *
+remap_filter_find(struct remap_parse *ps, const char *name)
+{
+    for (int i = 0; i < ps->nfilters; i++)
+        if (strcmp(ps->filters[i].name, name) == 0)
+            return &ps->filters[i];
+    return NULL;
+}
+
+static void
+remap_filter_free(struct remap_filter *f)
+{
+    for (int i = 0; i < f->argc; i++)
+        free(f->argv[i]);
+    free(f->argv);
+    free(f->name);
+}
+
+/* The name as a string struct conf_remap owns (one copy per name). */
+static const char *
+remap_name(struct conf_remap *rm, const char *name)
+{
+    char **nn;
+
+    for (int i = 0; i < rm->nnames; i++)
+        if (strcmp(rm->names[i], name) == 0)
+            return rm->names[i];
+    nn = realloc(rm->names, sizeof(*nn) * (size_t)(rm->nnames + 1));
+    if (nn == NULL)
+        return NULL;
+    rm->names = nn;
+    if ((nn[rm->nnames] = strdup(name)) == NULL)
+        return NULL;
+    return nn[rm->nnames++];
+}
+
+/* .definefilter / .deletefilter / .activatefilter / .deactivatefilter */
+static void
+remap_filter_directive(struct remap_parse *ps, int line, const char *word,
+                       enum remap_word what, char *p)
+{
+    char *name = conf_token(&p), *opt, **args = NULL;
+    struct remap_filter *f;
+    int nargs = 0;
+
+    if (name == NULL || name[0] == '@' || name[0] == '#') {
+        conf_error(ps->e, ps->file, line, "%s: missing filter name", word);
+        return;
+    }
+    while ((opt = conf_token(&p)) != NULL && opt[0] != '#') {
+        char **na;
+
+        if (opt[0] != '@' || what != REMAP_DEFINE) {
+            conf_error(ps->e, ps->file, line, "%s %s: unexpected \"%s\"", word, name, opt);
+            free(args);
+            return;
+        }
+        if ((na = realloc(args, sizeof(*na) * (size_t)(nargs + 1))) == NULL) {
+            conf_error(ps->e, ps->file, line, "out of memory");
+            free(args);
+            return;
+        }
+        args = na;
+        args[nargs++] = opt;
+    }
+    f = remap_filter_find(ps, name);
+
+    if (strcmp(name, "ip_allow") == 0 && what != REMAP_DEFINE && what != REMAP_DELETE) {
+        /* ATS's implicit filter: ip_allow.config applies to every request
+         * here (it is checked before routing), so activating it asks for
+         * what Cistern does, and deactivating it cannot be done. */
+        if (what == REMAP_ACTIVATE)
+            conf_note(ps->e, CONF_NOTE_MATCHES, ps->file, line,
+                      "%s ip_allow: ip_allow.config applies to every rule", word);
+        else
+            conf_error(ps->e, ps->file, line,
+                       "%s ip_allow: lifting ip_allow.config for some rules is not "
+                       "supported (Cistern checks it before any rule is chosen)", word);
+        free(args);
+        return;
+    }
+
+    switch (what) {
+    case REMAP_DEFINE: {
+        struct conf_acl test;
+        char **na;
+
+        if (nargs == 0) {
+            conf_error(ps->e, ps->file, line, "%s %s: no filter options", word, name);
+            break;
+        }
+        if (f == NULL) {
+            struct remap_filter *nf = realloc(ps->filters, sizeof(*nf) * (size_t)(ps->nfilters + 1));
+            if (nf == NULL) {
+                conf_error(ps->e, ps->file, line, "out of memory");
+                break;
+            }
+            ps->filters = nf;
+            f = &nf[ps->nfilters];
+            memset(f, 0, sizeof(*f));
+            if ((f->name = strdup(name)) == NULL) {
+                conf_error(ps->e, ps->file, line, "out of memory");
+                break;
+            }
+            ps->nfilters++;
+        }
+        /* As in ATS, a second definition adds to the first. */
+        na = realloc(f->argv, sizeof(*na) * (size_t)(f->argc + nargs));
+        if (na == NULL) {
+            conf_error(ps->e, ps->file, line, "out of memory");
+            break;
+        }
+        f->argv = na;
+        for (int i = 0; i < nargs; i++)
+            if ((f->argv[f->argc] = strdup(args[i])) != NULL)
+                f->argc++;
+        memset(&test, 0, sizeof(test));
+        /* errors are reported here, once (and fail the load) */
+        if (remap_acl_parse(ps, line, 1, f->argv, f->argc, &test) == 0)
+            remap_acl_free(&test);
+        break;
+    }
+    case REMAP_DELETE:
+        if (f != NULL) {
+            remap_filter_free(f);
+            *f = ps->filters[--ps->nfilters];
+        }
+        break;
+    case REMAP_ACTIVATE:
+        if (f == NULL)
+            conf_error(ps->e, ps->file, line, "%s: undefined filter \"%s\"", word, name);
+        else if (!f->active)
+            f->active = ++ps->activations;
+        break;
+    case REMAP_DEACTIVATE:
+        if (f == NULL)
+            conf_error(ps->e, ps->file, line, "%s: undefined filter \"%s\"", word, name);
+        else
+            f->active = 0;
+        break;
+    default:
+        break;
+    }
+    free(args);
+}
+
+/* The rule's filters: its in-line one (argv: its @options), then the
+ * named filters active now, in activation order.  Returns 0, or -1 after
+ * an error. */
+static int
+remap_rule_acls(struct remap_parse *ps, int line, char **argv, int argc,
+                struct conf_remap_rule *rule)
+{
+    int nactive = 0, last = 0;
+
+    for (int i = 0; i < ps->nfilters; i++)
+        nactive += ps->filters[i].active != 0;
+    if (argc == 0 && nactive == 0)
+        return 0;
+    if (rule->type == CONF_REMAP_REVERSE_MAP) {
+        if (argc > 0) {
+            conf_error(ps->e, ps->file, line,
+                       "reverse_map: %s: a reverse_map rule never matches a request, "
+                       "so a filter on it would restrict nothing", argv[0]);
+            return -1;
+        }
+        return 0;     /* the active named filters apply to request rules */
+    }
+    rule->acl = calloc((size_t)(nactive + 1), sizeof(*rule->acl));
+    if (rule->acl == NULL) {
+        conf_error(ps->e, ps->file, line, "out of memory");
+        return -1;
+    }
+    if (argc > 0) {
+        if (remap_acl_parse(ps, line, 1, argv, argc, &rule->acl[0]) < 0)
+            return -1;
+        rule->nacl = 1;
+    }
+    /* in activation order */
+    for (int k = 0; k < nactive; k++) {
+        struct remap_filter *next = NULL;
+        struct conf_acl *a = &rule->acl[rule->nacl];
+
+        for (int i = 0; i < ps->nfilters; i++) {
+            struct remap_filter *f = &ps->filters[i];
+            if (f->active > last && (next == NULL || f->active < next->active))
+                next = f;
+        }
+        last = next->active;
+        /* checked when defined: one that failed is reported already */
+        if (remap_acl_parse(ps, line, 0, next->argv, next->argc, a) < 0)
+            continue;
+        if ((a->name = remap_name(ps->rm, next->name)) == NULL) {
+            remap_acl_free(a);
+            conf_error(ps->e, ps->file, line, "out of memory");
+            return -1;
+        }
+        rule->nacl++;
+    }
+    for (int i = 0; i < rule->nacl; i++)
+        if (rule->acl[i].nin > 0)
+            rule->acl_local = 1;
+    return 0;
+}
+
+/* The address of sa as 4 or 16 bytes (v4-mapped IPv6: as IPv4); returns
+ * its family, or 0. */
+static int
+remap_addr(const struct sockaddr *sa, uint8_t out[16])
+{
+    if (sa == NULL)
+        return 0;
+    if (sa->sa_family == AF_INET) {
+        memcpy(out, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+        return AF_INET;
+    }
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+
+        if (IN6_IS_ADDR_V4MAPPED(a6)) {
+            memcpy(out, &a6->s6_addr[12], 4);
+            return AF_INET;
+        }
+        memcpy(out, a6, 16);
+        return AF_INET6;
+    }
+    return 0;
+}
+
+/* Does any entry of list match the address?  An entry "~RANGE" matches
+ * an address outside RANGE (ATS).  No entries: everything matches. */
+static int
+remap_acl_ip_match(const struct conf_acl_ip *list, int n, int family,
+                   const uint8_t addr[16])
+{
+    size_t alen = family == AF_INET ? 4 : 16;
+
+    if (n == 0)
+        return 1;
+    for (int i = 0; i < n; i++) {
+        int in = 0;
+
+        for (int j = 0; j < list[i].nranges && !in; j++) {
+            const struct conf_ip_range *r = &list[i].ranges[j];
+            in = family != 0 && r->family == family
+                 && memcmp(addr, r->lo, alen) >= 0 && memcmp(addr, r->hi, alen) <= 0;
+        }
+        if (in != list[i].invert)
+            return 1;
+    }
+    return 0;
+}
+
+int
+conf_remap_acl_allows(const struct conf_remap *rm,
+                      const struct conf_remap_rule *rule,
+                      const struct sockaddr *peer, const struct sockaddr *local,
+                      unsigned method_bit, const char **by)
+{
+    uint8_t pa[16], la[16];
+    int pf = remap_addr(peer, pa), lf = remap_addr(local, la);
+
+    for (int i = 0; i < rule->nacl; i++) {
+        const struct conf_acl *a = &rule->acl[i];
+        int ip = remap_acl_ip_match(a->src, a->nsrc, pf, pa)
+                 && remap_acl_ip_match(a->in, a->nin, lf, la);
+        int method = a->methods == 0 || (a->methods & method_bit) != 0;
+
+        /* @internal: only requests Cistern makes itself would match,
+         * and none reaches a filter (a background revalidation replays a
+         * client's request, which passed already). */
+        if (a->internal)
+            ip = 0;
+        if (by != NULL)
+            *by = a->name != NULL ? a->name : "in-line";
+        if (rm->acl_policy == CONF_ACL_LEGACY) {
+            if ((ip && method) != a->allow)
+                return 0;
+            continue;
+        }
+        if (!ip)
+            continue;
+        if (method)
+            return a->allow;
+        if (a->action != CONF_ACL_ADD_ALLOW && a->action != CONF_ACL_ADD_DENY)
+            return !a->allow;
+    }
+    if (by != NULL)
+        *by = NULL;
+    return 1;
+}
+
+/* ---------------------------------------------------------------------
  * Parsing
  */
 static int
@@ -329,6 +859,11 @@ remap_rule_free(struct conf_remap_rule *rule)
     if (rule->re_ok)
         regfree(&rule->re);
     rule->re_ok = 0;
+    for (int i = 0; i < rule->nacl; i++)
+        remap_acl_free(&rule->acl[i]);
+    free(rule->acl);
+    rule->acl = NULL;
+    rule->nacl = 0;
 }
 
 static void
@@ -381,14 +916,32 @@ remap_include(struct remap_parse *ps, int line, char *p)
     ps->file = saved;
 }
 
+/* The precedence class of a rule type (ATS): 0 map_with_recv_port, 1 map
+ * and regex_map, 2 redirect and redirect_temporary, 3 regex_redirect and
+ * regex_redirect_temporary; -1 never matches a request (reverse_map). */
+static int
+remap_class(enum conf_remap_type t)
+{
+    switch (t) {
+    case CONF_REMAP_MAP_RECV_PORT:            return 0;
+    case CONF_REMAP_MAP:
+    case CONF_REMAP_REGEX_MAP:                return 1;
+    case CONF_REMAP_REDIRECT:
+    case CONF_REMAP_REDIRECT_TEMPORARY:       return 2;
+    case CONF_REMAP_REGEX_REDIRECT:
+    case CONF_REMAP_REGEX_REDIRECT_TEMPORARY: return 3;
+    default:                                  return -1;
+    }
+}
+
 static int
 remap_line(void *arg, char *line, int lineno)
 {
     struct remap_parse *ps = arg;
     const struct remap_directive *d = NULL;
     struct conf_remap_rule rule;
-    char *p = line, *word, *from, *to, *opt;
-    int   rc;
+    char *p = line, *word, *from, *to, *opt, **opts = NULL;
+    int   rc, nopts = 0, regex;
 
     word = conf_token(&p);
     for (size_t i = 0; i < sizeof(remap_directives) / sizeof(remap_directives[0]); i++)
@@ -398,10 +951,24 @@ remap_line(void *arg, char *line, int lineno)
         conf_error(ps->e, ps->file, lineno, "unknown directive \"%s\"", word);
         return 0;
     }
-    if (d->type == 0) {
+    switch (d->word) {
+    case REMAP_INCLUDE:
         remap_include(ps, lineno, p);
         return 0;
+    case REMAP_UNSUPPORTED:
+        /* deep-linking protection: a Referer check Cistern cannot make;
+         * as a plain map it would serve what it protects */
+        conf_error(ps->e, ps->file, lineno,
+                   "%s: the Referer check (deep-linking protection) is not supported",
+                   d->name);
+        return 0;
+    case REMAP_RULE:
+        break;
+    default:
+        remap_filter_directive(ps, lineno, d->name, d->word, p);
+        return 0;
     }
+    regex = d->regex;
 
     from = conf_token(&p);
     to = from != NULL ? conf_token(&p) : NULL;
@@ -412,33 +979,39 @@ remap_line(void *arg, char *line, int lineno)
         return 0;
     }
     while ((opt = conf_token(&p)) != NULL) {
+        char **no;
+
         if (opt[0] == '#')
             break;
         if (opt[0] != '@') {
             conf_error(ps->e, ps->file, lineno,
                        "%s: too many fields (unexpected \"%s\")", d->name,
                        opt);
+            free(opts);
             return 0;
         }
-        /* @action=deny, @src_ip=, @method=, @plugin= (an auth plugin):
-         * ignoring one would load a rule meant to restrict access as an
-         * unrestricted one.  Fail closed until they are implemented. */
-        conf_error(ps->e, ps->file, lineno,
-                   "%s: option \"%s\" is not supported (ignoring it could "
-                   "open what the rule restricts)", d->name, opt);
-        return 0;
+        if ((no = realloc(opts, sizeof(*no) * (size_t)(nopts + 1))) == NULL) {
+            conf_error(ps->e, ps->file, lineno, "out of memory");
+            free(opts);
+            return 0;
+        }
+        opts = no;
+        opts[nopts++] = opt;
     }
 
     memset(&rule, 0, sizeof(rule));
     rule.type = d->type;
+    rule.re_ok = 0;
     rule.file = ps->file;
     rule.line = lineno;
-    if (remap_url_parse(ps, lineno, from, d->type == CONF_REMAP_REGEX_MAP,
-                        &rule.from) < 0
-        || remap_url_parse(ps, lineno, to, 0, &rule.to) < 0) {
+    if (remap_url_parse(ps, lineno, from, regex, &rule.from) < 0
+        || remap_url_parse(ps, lineno, to, 0, &rule.to) < 0
+        || remap_rule_acls(ps, lineno, opts, nopts, &rule) < 0) {
+        free(opts);
         remap_rule_free(&rule);
         return 0;
     }
+    free(opts);
 
     /* Requests are matched on their normalised path (worker/http.h,
      * http_path_normalize): a from-path must be written the same way or
@@ -446,7 +1019,7 @@ remap_line(void *arg, char *line, int lineno)
     if (d->type != CONF_REMAP_REVERSE_MAP)
         rule.from.pathlen = remap_pct_normalise(rule.from.path);
 
-    if (d->type == CONF_REMAP_REGEX_MAP) {
+    if (regex) {
         char *pat;
 
         if (asprintf(&pat, "^(%s)$", rule.from.host) < 0) {
@@ -461,13 +1034,16 @@ remap_line(void *arg, char *line, int lineno)
 
             regerror(rc, &rule.re, why, sizeof(why));
             conf_error(ps->e, ps->file, lineno,
-                       "regex_map: invalid regular expression \"%s\": %s",
+                       "%s: invalid regular expression \"%s\": %s", d->name,
                        rule.from.host, why);
             remap_rule_free(&rule);
             return 0;
         }
         rule.re_ok = 1;
     }
+    if (d->type == CONF_REMAP_MAP_RECV_PORT)
+        ps->rm->has_recv_port = 1;
+    rule.cls = remap_class(rule.type);
 
     if (remap_add_rule(ps, &rule) < 0) {
         conf_error(ps->e, ps->file, lineno, "out of memory");
@@ -512,13 +1088,17 @@ conf_remap_parse(struct conf_remap *rm, const char *file, const char *dir,
                  struct conf_errors *e)
 {
     struct remap_parse ps;
-    int                n0 = e->n;
+    int                n0 = e->n, rc;
 
     memset(&ps, 0, sizeof(ps));
     ps.rm = rm;
     ps.dir = dir;
     ps.e = e;
-    if (remap_parse_file(&ps, file) < 0)
+    rc = remap_parse_file(&ps, file);
+    for (int i = 0; i < ps.nfilters; i++)
+        remap_filter_free(&ps.filters[i]);
+    free(ps.filters);
+    if (rc < 0)
         return -1;
     return e->n == n0 ? 0 : -1;
 }
@@ -532,6 +1112,9 @@ conf_remap_free(struct conf_remap *rm)
     for (int i = 0; i < rm->nfiles; i++)
         free(rm->files[i]);
     free(rm->files);
+    for (int i = 0; i < rm->nnames; i++)
+        free(rm->names[i]);
+    free(rm->names);
     memset(rm, 0, sizeof(*rm));
 }
 
@@ -630,9 +1213,8 @@ remap_host_matches(const struct conf_remap_rule *r, const char *host,
                    size_t hostlen, const char *lchost, regmatch_t *m,
                    size_t nm)
 {
-    if (r->type == CONF_REMAP_REGEX_MAP)
-        return lchost != NULL && r->re_ok
-               && regexec(&r->re, lchost, nm, m, 0) == 0;
+    if (r->re_ok)     /* regex_map, regex_redirect*, regex_map_with_recv_port */
+        return lchost != NULL && regexec(&r->re, lchost, nm, m, 0) == 0;
     return hostlen == r->from.hostlen
            && strncasecmp(host, r->from.host, hostlen) == 0;
 }
@@ -649,13 +1231,23 @@ conf_remap_find(const struct conf_remap *rm, const char *scheme,
                 const char *path, size_t pathlen,
                 struct conf_remap_result *res)
 {
+    return conf_remap_find_recv(rm, scheme, host, hostlen, port, 0, path,
+                                pathlen, res);
+}
+
+const struct conf_remap_rule *
+conf_remap_find_recv(const struct conf_remap *rm, const char *scheme,
+                     const char *host, size_t hostlen, int port, int recv_port,
+                     const char *path, size_t pathlen,
+                     struct conf_remap_result *res)
+{
     char        lchost[256];
     const char *lc = NULL;
     regmatch_t  m[11];
     int         pass;
 
     /* regexec() wants a NUL-terminated string; a host that does not fit a
-     * DNS name cannot match a regex_map rule anyway. */
+     * DNS name cannot match a regex rule anyway. */
     if (hostlen < sizeof(lchost) && memchr(host, '\0', hostlen) == NULL) {
         for (size_t i = 0; i < hostlen; i++)
             lchost[i] = (char)tolower((unsigned char)host[i]);
@@ -663,19 +1255,16 @@ conf_remap_find(const struct conf_remap *rm, const char *scheme,
         lc = lchost;
     }
 
-    for (pass = 0; pass < 2; pass++) {
+    /* without map_with_recv_port rules (or a known port) class 0 is empty */
+    for (pass = rm->has_recv_port && recv_port > 0 ? 0 : 1; pass < 4; pass++) {
         for (int i = 0; i < rm->nrules; i++) {
             const struct conf_remap_rule *r = &rm->rules[i];
-            int is_map = r->type == CONF_REMAP_MAP
-                         || r->type == CONF_REMAP_REGEX_MAP;
-            int is_redirect = r->type == CONF_REMAP_REDIRECT
-                              || r->type == CONF_REMAP_REDIRECT_TEMPORARY;
             size_t len = 0;
 
-            if (pass == 0 ? !is_map : !is_redirect)
+            if (r->cls != pass)
                 continue;
             if (strcasecmp(scheme, r->from.scheme) != 0
-                || port != r->from.port
+                || (pass == 0 ? recv_port : port) != r->from.port
                 || !remap_path_matches(&r->from, path, pathlen)
                 || !remap_host_matches(r, host, hostlen, lc, m, 11))
                 continue;
@@ -687,7 +1276,7 @@ conf_remap_find(const struct conf_remap *rm, const char *scheme,
             memcpy(res->scheme, r->to.scheme, slen);
             res->scheme[slen] = '\0';
             res->port = r->to.port;
-            if (r->type == CONF_REMAP_REGEX_MAP) {
+            if (r->re_ok) {
                 if (remap_subst(res->host, sizeof(res->host), r->to.host, lc,
                                 m, 11) < 0)
                     return NULL;

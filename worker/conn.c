@@ -138,6 +138,7 @@ conn_unwant_write(struct conn *c)
 }
 
 static const struct req_owner_ops conn_req_ops;
+static struct conn *conn_of(const struct req *rq);
 
 static void
 conn_req_get(struct conn *c)
@@ -333,6 +334,12 @@ conn_bg_revalidate(struct req *rq, const char *key, size_t keylen)
         return;
     }
     g->cn_bg = 1;
+    /* its replay is routed as the client's request was: the same local
+     * address (known when a rule asked for it) */
+    if (conn_of(rq)->cn_local_ok) {
+        g->cn_local = conn_of(rq)->cn_local;
+        g->cn_local_ok = 1;
+    }
     g->cn_req->rq_bg = 1;
     g->cn_req->rq_claim = 1;
     memcpy(g->cn_req->whash, h, 16);
@@ -648,11 +655,27 @@ conn_req_body_resume(struct req *rq)
     conn_read_resume(conn_of(rq));
 }
 
+/* The local address, looked up the first time a request asks (a remap
+ * rule with @in_ip= or map_with_recv_port): accepting costs no syscall
+ * more when no rule needs it. */
+static const struct sockaddr *
+conn_local(struct req *rq)
+{
+    struct conn *c = conn_of(rq);
+    socklen_t sl = sizeof(c->cn_local);
+
+    if (!c->cn_local_ok && c->cn_fd >= 0
+        && getsockname(c->cn_fd, &c->cn_local.sa, &sl) == 0 && sl <= sizeof(c->cn_local))
+        c->cn_local_ok = 1;
+    return c->cn_local_ok ? &c->cn_local.sa : NULL;
+}
+
 static const struct req_owner_ops conn_req_ops = {
     .moved = conn_req_moved,
     .flush = conn_req_flush,
     .body_resume = conn_req_body_resume,
     .revalidate = conn_bg_revalidate,
+    .local = conn_local,
 };
 
 /* Parse and answer as many complete requests as the input holds.

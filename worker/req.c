@@ -262,7 +262,8 @@ req_redirect(struct req *rq, struct req_route *rt)
 {
     const struct conf_remap_result *res = &rt->res;
     int def = strcmp(res->scheme, "https") == 0 ? 443 : 80;
-    int status = rt->rule->type == CONF_REMAP_REDIRECT ? 301 : 307;
+    int status = rt->rule->type == CONF_REMAP_REDIRECT
+                 || rt->rule->type == CONF_REMAP_REGEX_REDIRECT ? 301 : 307;
 
     if (rq->r.method == HTTP_M_PUSH || rq->r.method == HTTP_PURGE)
         return req_answer(rq, 404, NULL, "a redirect rule holds no cached object");
@@ -273,6 +274,43 @@ req_redirect(struct req *rq, struct req_route *rt)
         snprintf(rt->loc, sizeof(rt->loc), "Location: %s://%s:%d%s\r\n", res->scheme,
                  res->host, res->port, res->path);
     return req_answer(rq, status, rt->loc, http_status_text(status));
+}
+
+/* The local port the request arrived on, or 0 when unknown. */
+static int
+req_local_port(struct req *rq)
+{
+    const struct sockaddr *sa = rq->rq_ops->local(rq);
+
+    if (sa == NULL)
+        return 0;
+    if (sa->sa_family == AF_INET)
+        return ntohs(((const struct sockaddr_in *)sa)->sin_port);
+    if (sa->sa_family == AF_INET6)
+        return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
+    return 0;
+}
+
+/* The matched rule's ACL filters (remap.config @action= and named
+ * filters): may this request go on?  A refusal is logged with the rule
+ * and the filter that decided. */
+static int
+req_acl_allows(struct req *rq, const struct conf_remap_rule *rule)
+{
+    const struct conf *cf = wk->conf;
+    const char *m = http_method_name(rq->r.method), *by = NULL;
+    const struct sockaddr *local = rule->acl_local ? rq->rq_ops->local(rq) : NULL;
+
+    if (conf_remap_acl_allows(&cf->remap, rule, rq->rq_peer, local,
+                              conf_method_bit(m, strlen(m)), &by))
+        return 1;
+    char peer[64];
+    fmt_peer(rq->rq_peer, peer, sizeof(peer));
+    log_notice("conn %llu from %s: %s denied by %s:%d (filter %s)",
+               (unsigned long long)rq->rq_id, peer, m, rule->file, rule->line,
+               by != NULL ? by : "in-line");
+    rq->syn.result = "TCP_DENIED";
+    return 0;
 }
 
 static enum req_step
@@ -309,9 +347,16 @@ step_route(struct req *rq, struct req_route *rt)
                                                  r->fields[r->f_host].value_len))
             port = 443;
     }
+    /* map_with_recv_port rules match on the port the connection came in
+     * on: only then is it looked up */
+    int recv_port = 0;
+    if (cf->remap.has_recv_port && r->host_len != 0)
+        recv_port = req_local_port(rq);
     rt->rule = r->host_len == 0 ? NULL
-             : conf_remap_find(&cf->remap, https ? "https" : "http", base + r->host,
-                               r->host_len, port, path, pathlen, &rt->res);
+             : conf_remap_find_recv(&cf->remap, https ? "https" : "http", base + r->host,
+                                    r->host_len, port, recv_port, path, pathlen, &rt->res);
+    if (rt->rule != NULL && rt->rule->nacl > 0 && !req_acl_allows(rq, rt->rule))
+        return req_answer(rq, 403, NULL, "Access Denied");
     if (rt->rule == NULL && r->absolute && !cf->rec.remap_required
         && r->host_len < sizeof(rt->res.host) && pathlen + 1 < sizeof(rt->res.path)) {
         /* Forward proxy: the target's own authority is the origin. */
@@ -327,7 +372,9 @@ step_route(struct req *rq, struct req_route *rt)
     } else if (rt->rule == NULL) {
         return req_answer(rq, 404, NULL, "no remap rule matches this request");
     } else if (rt->rule->type == CONF_REMAP_REDIRECT
-               || rt->rule->type == CONF_REMAP_REDIRECT_TEMPORARY) {
+               || rt->rule->type == CONF_REMAP_REDIRECT_TEMPORARY
+               || rt->rule->type == CONF_REMAP_REGEX_REDIRECT
+               || rt->rule->type == CONF_REMAP_REGEX_REDIRECT_TEMPORARY) {
         return req_redirect(rq, rt);
     }
 

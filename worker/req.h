@@ -94,6 +94,11 @@ struct req_owner_ops {
     /* Start a background revalidation of key, replaying rq's head, on an
      * owner of its own whose answer goes nowhere. */
     void (*revalidate)(struct req *rq, const char *key, size_t keylen);
+    /* The local address the request arrived on (remap's @in_ip= and
+     * map_with_recv_port), or NULL when unknown.  Asked only when a rule
+     * needs it: the owner may look it up then (one getsockname per
+     * connection). */
+    const struct sockaddr *(*local)(struct req *rq);
 };
 
 struct req {

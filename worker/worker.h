@@ -129,6 +129,7 @@ struct conn {
                                          (an origin failure found while
                                          pumping) leaves the work to it */
     unsigned         cn_fresh:1;      /* no request head completed yet */
+    unsigned         cn_local_ok:1;   /* cn_local is known (conn_local) */
     uint64_t         cn_id;
     struct event     cn_rev;
     struct conn_wev *cn_wev;          /* write interest, from the worker's pool
@@ -141,6 +142,7 @@ struct conn {
     size_t           cn_hold_mark;    /* cn_out.end before the held answer */
     size_t           cn_discarded;    /* body bytes dropped for it so far */
     union conn_addr  cn_peer;         /* the client (IPv4 or IPv6) */
+    union conn_addr  cn_local;        /* where it connected to, once asked */
     struct ssl_st   *cn_tls;          /* TLS (tls.c), or NULL: plain TCP */
     struct conn     *cn_next;         /* the worker's list of connections */
     struct conn     *cn_prev;

@@ -429,25 +429,50 @@ find(const char *scheme, const char *host, int port, const char *path)
     return out;
 }
 
-/* ATS's @options restrict access (@action=deny, @src_ip=, @method=) or
- * hand the request to a plugin (an auth check): ignored, they would load
- * a restricted rule as an open one.  Each is an error until implemented. */
+/* ATS's @options that Cistern does not implement (plugins, strategies,
+ * volumes...) are errors: ignored, they would load a rule that runs a
+ * plugin (an auth check) as one that does not.  So are unknown ones. */
 START_TEST(test_remap_options_fail_closed)
 {
     int rc = remap(
         "map http://a/ http://o/ @action=deny @src_ip=10.0.0.0-10.255.255.255\n"
-        "map http://b/ http://o/ @method=GET\n"
+        "map http://b/ http://o/ @method=GET @frobnicate=1\n"
         "map http://c/ http://o/ @plugin=auth.so @pparam=x\n"
-        "map http://d/ http://o/\n");
+        "map http://d/ http://o/\n"
+        "map http://e/ http://o/ @strategy=s1\n"
+        "map http://f/ http://o/ @action=maybe\n"
+        "map http://g/ http://o/ @action=deny @action=allow\n"
+        "map http://h/ http://o/ @src_ip=10.0.0.300\n"
+        "map http://i/ http://o/ @src_ip=\n"
+        "map http://j/ http://o/ @src_ip=1.2.3.4,5.6.7.8\n"
+        "map_with_referer http://k/ http://o/ http://r/ .*\\.k\n"
+        "reverse_map http://o/ http://l/ @action=deny\n"
+        "map http://m/ http://o/ @internal=1\n"
+        "map http://n/ http://o/ @pparam=x\n");
 
     ck_assert_int_eq(rc, -1);
-    check_error("remap.config:1: map: option \"@action=deny\" is not supported "
-                "(ignoring it could open what the rule restricts)");
-    check_error("remap.config:2: map: option \"@method=GET\" is not supported "
-                "(ignoring it could open what the rule restricts)");
-    check_error("remap.config:3: map: option \"@plugin=auth.so\" is not supported "
-                "(ignoring it could open what the rule restricts)");
-    ck_assert_int_eq(errs.n, 3);
+    check_error("remap.config:2: unknown option \"@frobnicate=1\"");
+    check_error("remap.config:3: @plugin=auth.so: plugins are not supported yet; "
+                "this rule would run without it");
+    check_error("remap.config:5: @strategy=s1: next-hop strategies (strategies.yaml) "
+                "are not supported; this rule would go to its origin directly");
+    check_error("remap.config:6: unknown action in \"@action=maybe\" (expected allow, "
+                "deny, add_allow, add_deny, set_allow or set_deny)");
+    check_error("remap.config:7: only one @action= per filter (\"@action=allow\")");
+    check_error("remap.config:8: \"@src_ip=10.0.0.300\": bad address");
+    check_error("remap.config:9: empty value in \"@src_ip=\"");
+    check_error("remap.config:10: \"@src_ip=1.2.3.4,5.6.7.8\": one address or range "
+                "per option (repeat the option)");
+    check_error("remap.config:11: map_with_referer: the Referer check (deep-linking "
+                "protection) is not supported");
+    check_error("remap.config:12: reverse_map: @action=deny: a reverse_map rule never "
+                "matches a request, so a filter on it would restrict nothing");
+    check_error("remap.config:13: unknown option \"@internal=1\"");
+    check_error("remap.config:14: @pparam=x: plugins are not supported yet (a "
+                "parameter of @plugin=)");
+    /* lines 1 and 4 are fine; line 3's @pparam is not reported twice */
+    ck_assert_int_eq(errs.n, 12);
+    conf_remap_free(&rm);
 }
 END_TEST
 
@@ -1449,6 +1474,10 @@ START_TEST(test_ats_files)
         found |= strncmp(errs.msgs[i], sub, strlen(sub)) == 0;
     ck_assert_msg(found, "no plugin.config:3 error");
     free(sub);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------
  * issue 18: ATS's ip_allow semantics, dest_ip=, conf/yaml.c, ip_allow.yaml
  */
 static int
@@ -1856,6 +1885,317 @@ START_TEST(test_load_ip_allow_yaml)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------
+ * remap.config ACL filters, named filters, map_with_recv_port,
+ * regex_redirect (issue 18)
+ */
+static struct sockaddr_storage acl_peer, acl_local;
+
+/* An address (v4 or v6) as a sockaddr in *ss. */
+static const struct sockaddr *
+acl_addr(struct sockaddr_storage *ss, const char *a)
+{
+    memset(ss, 0, sizeof(*ss));
+    if (strchr(a, ':') != NULL) {
+        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+        s6->sin6_family = AF_INET6;
+        ck_assert_int_eq(inet_pton(AF_INET6, a, &s6->sin6_addr), 1);
+    } else {
+        struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+        s4->sin_family = AF_INET;
+        ck_assert_int_eq(inet_pton(AF_INET, a, &s4->sin_addr), 1);
+    }
+    return (const struct sockaddr *)ss;
+}
+
+/* Does rule i let peer (connected to local, NULL: unknown) use method? */
+static int
+acl_ok(int i, const char *peer, const char *local, const char *method)
+{
+    const char *by;
+
+    ck_assert_int_lt(i, rm.nrules);
+    return conf_remap_acl_allows(&rm, &rm.rules[i], acl_addr(&acl_peer, peer),
+                                 local != NULL ? acl_addr(&acl_local, local) : NULL,
+                                 conf_method_bit(method, strlen(method)), &by);
+}
+
+START_TEST(test_remap_acl_legacy)
+{
+    int rc = remap(
+        "map http://a/ http://o/ @action=deny @src_ip=127.0.0.1\n"
+        "map http://b/ http://o/ @action=allow @src_ip=10.0.0.0/8 "
+        "@src_ip=192.168.1.1-192.168.1.9 @src_ip=2001:db8::/32\n"
+        "map http://c/ http://o/ @action=deny @src_ip=~127.0.0.0/8\n"
+        "map http://d/ http://o/ @action=allow @method=GET @method=head\n"
+        "map http://e/ http://o/ @action=deny @method=post\n"
+        "map http://f/ http://o/ @in_ip=127.0.0.1\n"
+        "map http://g/ http://o/ @action=allow @internal\n"
+        "map http://h/ http://o/ @action=deny @internal\n"
+        "map http://i/ http://o/ @action=deny @src_ip=all\n"
+        "map http://j/ http://o/ @action=deny @src_ip=127.0.0.1 @method=PURGE\n"
+        "map http://k/ http://o/ @action=1 @src_ip=10.0.0.1\n"
+        "map http://l/ http://o/ @action=add_deny @src_ip=10.0.0.1\n"
+        "map http://m/ http://o/\n");
+
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(errs.n, 0);
+    ck_assert_int_eq(rm.nrules, 13);
+    /* deny from one address: that one refused, a neighbour allowed */
+    ck_assert_int_eq(acl_ok(0, "127.0.0.1", NULL, "GET"), 0);
+    ck_assert_int_eq(acl_ok(0, "127.0.0.2", NULL, "GET"), 1);
+    ck_assert_int_eq(acl_ok(0, "::ffff:127.0.0.1", NULL, "GET"), 0);   /* v4-mapped */
+    /* allow: only the listed ranges (any of them) */
+    ck_assert_int_eq(acl_ok(1, "10.200.0.1", NULL, "GET"), 1);
+    ck_assert_int_eq(acl_ok(1, "192.168.1.9", NULL, "GET"), 1);
+    ck_assert_int_eq(acl_ok(1, "192.168.1.10", NULL, "GET"), 0);
+    ck_assert_int_eq(acl_ok(1, "2001:db8::5", NULL, "GET"), 1);
+    ck_assert_int_eq(acl_ok(1, "::1", NULL, "GET"), 0);
+    /* ~: everyone outside loopback is denied */
+    ck_assert_int_eq(acl_ok(2, "127.0.0.9", NULL, "GET"), 1);
+    ck_assert_int_eq(acl_ok(2, "10.0.0.1", NULL, "GET"), 0);
+    /* methods: an allow list, a deny list */
+    ck_assert_int_eq(acl_ok(3, "1.2.3.4", NULL, "GET"), 1);
+    ck_assert_int_eq(acl_ok(3, "1.2.3.4", NULL, "HEAD"), 1);
+    ck_assert_int_eq(acl_ok(3, "1.2.3.4", NULL, "POST"), 0);
+    ck_assert_int_eq(acl_ok(4, "1.2.3.4", NULL, "POST"), 0);
+    ck_assert_int_eq(acl_ok(4, "1.2.3.4", NULL, "PUT"), 1);
+    /* @in_ip alone: an allow filter on the local address */
+    ck_assert_int_eq(rm.rules[5].acl_local, 1);
+    ck_assert_int_eq(rm.rules[0].acl_local, 0);
+    ck_assert_int_eq(acl_ok(5, "1.2.3.4", "127.0.0.1", "GET"), 1);
+    ck_assert_int_eq(acl_ok(5, "1.2.3.4", "127.0.0.2", "GET"), 0);
+    ck_assert_int_eq(acl_ok(5, "1.2.3.4", NULL, "GET"), 0);
+    /* @internal matches no request from outside */
+    ck_assert_int_eq(acl_ok(6, "127.0.0.1", NULL, "GET"), 0);
+    ck_assert_int_eq(acl_ok(7, "127.0.0.1", NULL, "GET"), 1);
+    /* all: both families */
+    ck_assert_int_eq(acl_ok(8, "1.2.3.4", NULL, "GET"), 0);
+    ck_assert_int_eq(acl_ok(8, "::1", NULL, "GET"), 0);
+    /* address and method together */
+    ck_assert_int_eq(acl_ok(9, "127.0.0.1", NULL, "PURGE"), 0);
+    ck_assert_int_eq(acl_ok(9, "127.0.0.1", NULL, "GET"), 1);
+    ck_assert_int_eq(acl_ok(9, "127.0.0.2", NULL, "PURGE"), 1);
+    /* ATS 9's 1/0 and ATS 10's add_ forms, legacy: plain allow / deny */
+    ck_assert_int_eq(acl_ok(10, "10.0.0.1", NULL, "GET"), 1);
+    ck_assert_int_eq(acl_ok(10, "10.0.0.2", NULL, "GET"), 0);
+    ck_assert_int_eq(acl_ok(11, "10.0.0.1", NULL, "GET"), 0);
+    ck_assert_int_eq(acl_ok(11, "10.0.0.2", NULL, "GET"), 1);
+    /* a rule without filters has none */
+    ck_assert_int_eq(rm.rules[12].nacl, 0);
+    ck_assert_ptr_null(rm.rules[12].acl);
+    conf_remap_free(&rm);
+}
+END_TEST
+
+START_TEST(test_remap_named_filters)
+{
+    put("inc.config",
+        ".activatefilter no_purge\n"
+        "map http://inc/ http://o/\n"
+        ".deactivatefilter no_purge\n");
+    int rc = remap(
+        ".definefilter no_purge @action=deny @method=PURGE\n"
+        ".definefilter local_only @action=allow @src_ip=127.0.0.0/8\n"
+        "map http://a/ http://o/\n"                         /* 0: none */
+        ".activatefilter no_purge\n"
+        "map http://b/ http://o/\n"                         /* 1: no_purge */
+        ".activatefilter local_only\n"
+        "map http://c/ http://o/ @action=deny @method=DELETE\n" /* 2: in-line, no_purge, local_only */
+        ".deactivatefilter no_purge\n"
+        "map http://d/ http://o/\n"                         /* 3: local_only */
+        ".activatefilter no_purge\n"
+        "map http://e/ http://o/\n"                         /* 4: local_only, no_purge */
+        ".deletefilter local_only\n"
+        ".deletefilter never_defined\n"
+        "map http://f/ http://o/\n"                         /* 5: no_purge */
+        ".deactivatefilter no_purge\n"
+        ".include inc.config\n"                             /* 6: no_purge */
+        "map http://g/ http://o/\n"                         /* 7: none */
+        ".definefilter local_only @src_ip=10.0.0.1\n"
+        ".definefilter local_only @action=deny\n"           /* adds to it (ATS) */
+        ".activatefilter local_only\n"
+        "map http://h/ http://o/\n"                         /* 8: deny 10.0.0.1 */
+        ".activatefilter ip_allow\n");
+
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(errs.n, 0);
+    ck_assert_int_eq(rm.nrules, 9);
+    ck_assert_int_eq(rm.rules[0].nacl, 0);
+    ck_assert_int_eq(rm.rules[1].nacl, 1);
+    ck_assert_str_eq(rm.rules[1].acl[0].name, "no_purge");
+    ck_assert_int_eq(rm.rules[2].nacl, 3);
+    ck_assert_ptr_null(rm.rules[2].acl[0].name);            /* in-line first */
+    ck_assert_str_eq(rm.rules[2].acl[1].name, "no_purge");
+    ck_assert_str_eq(rm.rules[2].acl[2].name, "local_only");
+    ck_assert_int_eq(rm.rules[3].nacl, 1);
+    ck_assert_str_eq(rm.rules[3].acl[0].name, "local_only");
+    ck_assert_int_eq(rm.rules[4].nacl, 2);                  /* activation order */
+    ck_assert_str_eq(rm.rules[4].acl[0].name, "local_only");
+    ck_assert_str_eq(rm.rules[4].acl[1].name, "no_purge");
+    ck_assert_int_eq(rm.rules[5].nacl, 1);
+    ck_assert_int_eq(rm.rules[6].nacl, 1);                  /* included file */
+    ck_assert_str_eq(rm.rules[6].acl[0].name, "no_purge");
+    ck_assert_int_eq(rm.rules[7].nacl, 0);
+    ck_assert_int_eq(rm.rules[8].nacl, 1);
+
+    ck_assert_int_eq(acl_ok(1, "1.2.3.4", NULL, "PURGE"), 0);
+    ck_assert_int_eq(acl_ok(1, "1.2.3.4", NULL, "GET"), 1);
+    ck_assert_int_eq(acl_ok(2, "127.0.0.1", NULL, "GET"), 1);
+    ck_assert_int_eq(acl_ok(2, "127.0.0.1", NULL, "DELETE"), 0);  /* in-line */
+    ck_assert_int_eq(acl_ok(2, "127.0.0.1", NULL, "PURGE"), 0);   /* no_purge */
+    ck_assert_int_eq(acl_ok(2, "10.0.0.1", NULL, "GET"), 0);      /* local_only */
+    ck_assert_int_eq(acl_ok(3, "127.0.0.1", NULL, "PURGE"), 1);
+    ck_assert_int_eq(acl_ok(3, "10.0.0.1", NULL, "GET"), 0);
+    ck_assert_int_eq(acl_ok(5, "10.0.0.1", NULL, "GET"), 1);      /* deleted */
+    ck_assert_int_eq(acl_ok(8, "10.0.0.1", NULL, "GET"), 0);
+    ck_assert_int_eq(acl_ok(8, "10.0.0.2", NULL, "GET"), 1);
+    conf_remap_free(&rm);
+}
+END_TEST
+
+START_TEST(test_remap_filter_errors)
+{
+    int rc = remap(
+        ".activatefilter nope\n"
+        ".deactivatefilter nope\n"
+        ".definefilter empty\n"
+        ".definefilter\n"
+        ".definefilter bad @action=deny @plugin=x.so\n"
+        ".deactivatefilter ip_allow\n"
+        ".activatefilter empty extra\n");
+
+    ck_assert_int_eq(rc, -1);
+    check_error("remap.config:1: .activatefilter: undefined filter \"nope\"");
+    check_error("remap.config:2: .deactivatefilter: undefined filter \"nope\"");
+    check_error("remap.config:3: .definefilter empty: no filter options");
+    check_error("remap.config:4: .definefilter: missing filter name");
+    check_error("remap.config:5: @plugin=x.so: plugins are not supported yet; this "
+                "rule would run without it");
+    check_error("remap.config:6: .deactivatefilter ip_allow: lifting ip_allow.config for "
+                "some rules is not supported (Cistern checks it before any rule is chosen)");
+    check_error("remap.config:7: .activatefilter empty: unexpected \"extra\"");
+    ck_assert_int_eq(errs.n, 7);
+    conf_remap_free(&rm);
+}
+END_TEST
+
+/* ATS 10's modern policy (acl_behavior_policy 1): the first filter whose
+ * addresses match decides; allow and deny are errors. */
+START_TEST(test_remap_acl_modern)
+{
+    const char *f = put("remap.config",
+        "map http://a/ http://o/ @action=deny @src_ip=127.0.0.1\n");
+
+    memset(&rm, 0, sizeof(rm));
+    rm.acl_policy = CONF_ACL_MODERN;
+    ck_assert_int_eq(conf_remap_parse(&rm, f, tmpdir, &errs), -1);
+    check_error("remap.config:1: \"@action=deny\": allow and deny are not valid with "
+                "proxy.config.url_remap.acl_behavior_policy 1; use add_deny or set_deny");
+    conf_remap_free(&rm);
+    conf_errors_free(&errs);
+    memset(&errs, 0, sizeof(errs));
+
+    f = put("remap.config",
+        ".definefilter get_only @action=set_allow @method=GET\n"
+        ".activatefilter get_only\n"
+        "map http://a/ http://o/ @action=set_allow @src_ip=10.0.0.0/8 @method=POST\n"
+        "map http://b/ http://o/ @action=add_allow @src_ip=10.0.0.0/8 @method=POST\n"
+        "map http://c/ http://o/ @action=set_deny @src_ip=10.0.0.1 @method=GET\n");
+    memset(&rm, 0, sizeof(rm));
+    rm.acl_policy = CONF_ACL_MODERN;
+    ck_assert_int_eq(conf_remap_parse(&rm, f, tmpdir, &errs), 0);
+    /* a: the in-line filter decides for 10/8 (POST only), get_only for others */
+    ck_assert_int_eq(acl_ok(0, "10.0.0.1", NULL, "POST"), 1);
+    ck_assert_int_eq(acl_ok(0, "10.0.0.1", NULL, "GET"), 0);
+    ck_assert_int_eq(acl_ok(0, "1.2.3.4", NULL, "GET"), 1);
+    ck_assert_int_eq(acl_ok(0, "1.2.3.4", NULL, "POST"), 0);
+    /* b: add_allow adds POST to what follows (get_only) */
+    ck_assert_int_eq(acl_ok(1, "10.0.0.1", NULL, "POST"), 1);
+    ck_assert_int_eq(acl_ok(1, "10.0.0.1", NULL, "GET"), 1);
+    ck_assert_int_eq(acl_ok(1, "10.0.0.1", NULL, "PUT"), 0);
+    /* c: set_deny GET for 10.0.0.1 decides (other methods allowed) */
+    ck_assert_int_eq(acl_ok(2, "10.0.0.1", NULL, "GET"), 0);
+    ck_assert_int_eq(acl_ok(2, "10.0.0.1", NULL, "PUT"), 1);
+    ck_assert_int_eq(acl_ok(2, "10.0.0.2", NULL, "PUT"), 0);   /* get_only */
+    conf_remap_free(&rm);
+}
+END_TEST
+
+/* map_with_recv_port matches on the port the connection came in on, and
+ * comes before every other rule; regex_redirect comes after redirect. */
+START_TEST(test_remap_recv_port_and_regex_redirect)
+{
+    static struct conf_remap_result res;
+    int rc = remap(
+        "map http://a.test/ http://plain/\n"
+        "map_with_recv_port http://a.test:8001/ http://p8001/\n"
+        "map_with_recv_port http://a.test:8002/ http://p8002/\n"
+        "regex_map_with_recv_port http://(x|y)\\.test:8003/ http://$1-8003/\n"
+        "regex_redirect http://old\\.(.*)\\.z/ http://new.$1.z/\n"
+        "redirect http://old.b.z/ http://exact.b.z/\n"
+        "regex_redirect_temporary http://tmp\\.(.*)/ http://t.$1/\n");
+    const struct conf_remap_rule *r;
+
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(rm.has_recv_port, 1);
+    r = conf_remap_find_recv(&rm, "http", "a.test", 6, 80, 8001, "/q", 2, &res);
+    ck_assert_ptr_eq(r, &rm.rules[1]);
+    ck_assert_str_eq(res.host, "p8001");
+    r = conf_remap_find_recv(&rm, "http", "a.test", 6, 8001, 8002, "/q", 2, &res);
+    ck_assert_ptr_eq(r, &rm.rules[2]);        /* the Host's port does not count */
+    r = conf_remap_find_recv(&rm, "http", "a.test", 6, 80, 9999, "/q", 2, &res);
+    ck_assert_ptr_eq(r, &rm.rules[0]);
+    r = conf_remap_find_recv(&rm, "http", "a.test", 6, 80, 0, "/q", 2, &res);
+    ck_assert_ptr_eq(r, &rm.rules[0]);        /* port unknown */
+    r = conf_remap_find_recv(&rm, "http", "Y.test", 6, 80, 8003, "/q", 2, &res);
+    ck_assert_ptr_eq(r, &rm.rules[3]);
+    ck_assert_str_eq(res.host, "y-8003");
+    /* redirect before regex_redirect, whatever the file order */
+    r = conf_remap_find(&rm, "http", "old.b.z", 7, 80, "/p", 2, &res);
+    ck_assert_ptr_eq(r, &rm.rules[5]);
+    r = conf_remap_find(&rm, "http", "old.c.z", 7, 80, "/p", 2, &res);
+    ck_assert_ptr_eq(r, &rm.rules[4]);
+    ck_assert_int_eq(r->type, CONF_REMAP_REGEX_REDIRECT);
+    ck_assert_str_eq(res.host, "new.c.z");
+    ck_assert_str_eq(res.path, "/p");
+    r = conf_remap_find(&rm, "http", "tmp.q", 5, 80, "/", 1, &res);
+    ck_assert_ptr_eq(r, &rm.rules[6]);
+    ck_assert_int_eq(r->type, CONF_REMAP_REGEX_REDIRECT_TEMPORARY);
+    ck_assert_str_eq(res.host, "t.q");
+    conf_remap_free(&rm);
+
+    /* without recv_port rules a known port changes nothing */
+    ck_assert_int_eq(remap("map http://a.test/ http://plain/\n"), 0);
+    ck_assert_int_eq(rm.has_recv_port, 0);
+    ck_assert_ptr_eq(conf_remap_find_recv(&rm, "http", "a.test", 6, 80, 8001, "/", 1, &res),
+                     &rm.rules[0]);
+    conf_remap_free(&rm);
+}
+END_TEST
+
+/* records.config's acl_behavior_policy reaches the remap parser. */
+START_TEST(test_load_acl_policy)
+{
+    struct conf *c;
+
+    put("records.config", "CONFIG proxy.config.url_remap.acl_behavior_policy INT 1\n"
+                          "CONFIG proxy.config.http.server_ports STRING 0\n");
+    put("remap.config", "map http://a/ http://o/ @action=allow @src_ip=127.0.0.1\n");
+    c = conf_load(tmpdir, &errs);
+    ck_assert_ptr_null(c);
+    check_error("remap.config:1: \"@action=allow\": allow and deny are not valid with "
+                "proxy.config.url_remap.acl_behavior_policy 1; use add_allow or set_allow");
+    conf_errors_free(&errs);
+    memset(&errs, 0, sizeof(errs));
+    put("remap.config", "map http://a/ http://o/ @action=set_allow @src_ip=127.0.0.1\n");
+    c = conf_load(tmpdir, &errs);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_eq(c->remap.acl_policy, CONF_ACL_MODERN);
+    conf_free(c);
+}
+END_TEST
+
 static Suite *
 conf_suite(void)
 {
@@ -1942,6 +2282,16 @@ conf_suite(void)
     tcase_add_test(tc, test_ip_allow_yaml_forms);
     tcase_add_test(tc, test_ip_allow_yaml_errors);
     tcase_add_test(tc, test_load_ip_allow_yaml);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("remap_acl");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_remap_acl_legacy);
+    tcase_add_test(tc, test_remap_named_filters);
+    tcase_add_test(tc, test_remap_filter_errors);
+    tcase_add_test(tc, test_remap_acl_modern);
+    tcase_add_test(tc, test_remap_recv_port_and_regex_redirect);
+    tcase_add_test(tc, test_load_acl_policy);
     suite_add_tcase(s, tc);
 
     return s;
