@@ -318,11 +318,12 @@ int conf_ip_method_allowed(const struct conf_ip_allow *ia,
                            const struct sockaddr *sa, const char *method,
                            size_t mlen);
 /* Outbound decision (the origin's address, before connecting): the same,
- * over the out rules, except that an address no rule holds is allowed (as
- * in ATS); with no out rules it returns 1 at once. */
-int conf_ip_out_allowed(const struct conf_ip_allow *ia,
-                        const struct sockaddr *sa, const char *method,
-                        size_t mlen);
+ * over the out rules: 1 allowed, 0 denied, -1 when no rule holds the
+ * address (ATS then allows; the caller decides: worker/origin.c refuses
+ * forward-proxied requests to the machine's own addresses). */
+int conf_ip_out_decide(const struct conf_ip_allow *ia,
+                       const struct sockaddr *sa, const char *method,
+                       size_t mlen);
 
 /* ---------------------------------------------------------------------
  * storage.config: "path size" lines, e.g. "var/cache 256M"

@@ -821,15 +821,16 @@ conf_ip_method_allowed(const struct conf_ip_allow *ia,
 }
 
 int
-conf_ip_out_allowed(const struct conf_ip_allow *ia,
-                    const struct sockaddr *sa, const char *method,
-                    size_t mlen)
+conf_ip_out_decide(const struct conf_ip_allow *ia,
+                   const struct sockaddr *sa, const char *method,
+                   size_t mlen)
 {
     const struct conf_ip_rule *r;
 
     if (ia->nout == 0)
-        return 1;
+        return -1;
     r = ip_match(ia->out, ia->nout, sa);
-    return r == NULL
-           || ip_rule_allows(r, conf_method_bit(method, mlen), method, mlen);
+    if (r == NULL)
+        return -1;
+    return ip_rule_allows(r, conf_method_bit(method, mlen), method, mlen);
 }

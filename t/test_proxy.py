@@ -149,11 +149,18 @@ def test_reverse_map_rewrites_location_and_content_location():
                    "origin target %r" % rs[0]["target"])
 
 
+# Forward proxying to this machine is refused unless a destination rule
+# opens it (issue 19); the origins here are on 127.0.0.1.
+FORWARD_TO_LOOPBACK = ["src_ip=127.0.0.1 action=ip_allow method=ALL",
+                       "dest_ip=127.0.0.1 action=ip_allow method=ALL"]
+
+
 def test_forward_proxy_absolute_form_ignores_host():
     # The misleading Host header has a rule to origin B: a daemon that
     # routed by Host would reach B; the target's authority is origin A.
     with Origin() as a, Origin() as b:
         with Cistern(records={"proxy.config.url_remap.remap_required": 0},
+                     ip_allow=FORWARD_TO_LOOPBACK,
                      remap=["map http://misleading.test/ http://%s/"
                             % b.authority]) as c:
             with Conn(c.port) as k:

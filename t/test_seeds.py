@@ -167,12 +167,17 @@ def test_host_rules():
 # The forward-proxy benchmark of the ATS wiki: a forward proxy that caches.
 
 FORWARD = {"proxy.config.url_remap.remap_required": 0}
+# The origin is on 127.0.0.1, which a forward proxy refuses to reach unless
+# a destination rule opens it.
+FORWARD_TO_LOOPBACK = ["src_ip=127.0.0.1 action=ip_allow method=ALL",
+                       "dest_ip=127.0.0.1 action=ip_allow method=ALL"]
 CACHEABLE = "/headers/bytes/1024?Cache-Control=max-age%3D600"
 
 
 def test_forward_proxy_caches_ab_x():
     """ab -X through the proxy: the origin sees one request of 2,000."""
-    with Origin() as o, Cistern(records=FORWARD, storage=["cache 64M"]) as c:
+    with Origin() as o, Cistern(records=FORWARD, storage=["cache 64M"],
+                                      ip_allow=FORWARD_TO_LOOPBACK) as c:
         url = "http://%s%s" % (o.authority, CACHEABLE)
         r = ab(["-X", "127.0.0.1:%d" % c.port, "-k", "-c", "10", "-n", "2000",
                 url])
@@ -187,7 +192,8 @@ def test_forward_proxy_cache_follows_rfc9111():
     """Forward-proxied responses are stored under the same rules: no-store
     is not stored, Vary keys variants, the key is the absolute URL (scheme,
     host, port, path, query)."""
-    with Origin() as o, Cistern(records=FORWARD, storage=["cache 64M"]) as c, \
+    with Origin() as o, Cistern(records=FORWARD, storage=["cache 64M"],
+                                      ip_allow=FORWARD_TO_LOOPBACK) as c, \
             Collector() as col:
         base = "http://%s" % o.authority
 
@@ -222,6 +228,59 @@ def test_forward_proxy_cache_follows_rfc9111():
             expect_eq(r.status, 200, "PURGE status")
             r = get(CACHEABLE)
             expect(not is_hit(r), "hit after PURGE")
+
+
+def own_address():
+    """A non-loopback IPv4 address of this machine (the source address of
+    a route to a documentation address), or None."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect(("192.0.2.1", 9))
+        a = s.getsockname()[0]
+        return None if a.startswith("127.") else a
+    except OSError:
+        return None
+    finally:
+        s.close()
+
+
+def test_forward_proxy_never_reaches_the_machine_itself():
+    """Without a destination rule, a forward-proxied request to loopback,
+    "this host", link-local or the proxy's own addresses gets 403 and
+    nothing is connected; remapped requests to the same origin are unaffected, and
+    a dest_ip= rule opens an address."""
+    own = own_address()
+    with Origin() as o, Cistern(records=FORWARD, storage=["cache 64M"],
+                                remap=["map http://m.test/ http://%s/"
+                                       % o.authority]) as c, \
+            Collector() as col:
+        for name, target in (
+                ("loopback", "http://%s/x" % o.authority),
+                ("localhost", "http://localhost:%d/x" % o.port),
+                ("127.0.0.2", "http://127.0.0.2:%d/x" % o.port),
+                ("0.0.0.0", "http://0.0.0.0:%d/x" % o.port),
+                ("IPv6 loopback", "http://[::1]:%d/x" % o.port),
+                ("IPv4-mapped", "http://[::ffff:127.0.0.1]:%d/x" % o.port),
+                ("link-local", "http://169.254.169.254/latest/meta-data/")
+            ) + ((("the machine's own address",
+                   "http://%s:%d/x" % (own, o.port)),) if own else ()):
+            with col.case(name):
+                with Conn(c.port) as k:
+                    r = k.request(("GET %s HTTP/1.1\r\nHost: x\r\n\r\n"
+                                   % target).encode())
+                expect_eq(r.status, 403, "status")
+        with col.case("a remapped request to the same origin"):
+            with Conn(c.port) as k:
+                r = k.request(b"GET /y HTTP/1.1\r\nHost: m.test\r\n\r\n")
+            expect_eq(r.status, 200, "status")
+        expect_eq([x["target"] for x in o.requests()], ["/y"],
+                  "what reached the origin")
+    with Origin() as o, Cistern(records=FORWARD,
+                                ip_allow=FORWARD_TO_LOOPBACK) as c:
+        with Conn(c.port) as k:
+            r = k.request(("GET http://%s/z HTTP/1.1\r\nHost: x\r\n\r\n"
+                           % o.authority).encode())
+        expect_eq(r.status, 200, "status with a dest_ip rule for 127.0.0.1")
 
 
 if __name__ == "__main__":

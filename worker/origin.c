@@ -29,6 +29,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -86,24 +87,102 @@ origin_connected(struct upstream *up)
         up->up_ready(up, 0);
 }
 
-/* Outbound ip_allow: 1 (and a log line) when the out rules forbid sending
- * up's request to sa. */
+/* The machine's own addresses (every interface's), read once per worker
+ * with getifaddrs(): a forward-proxy client must not reach them. */
+#define OWN_MAX 64
+static struct sockaddr_storage own_addr[OWN_MAX];
+static int own_n = -1;
+
+static void
+origin_own_load(void)
+{
+    struct ifaddrs *ifa = NULL;
+
+    own_n = 0;
+    if (getifaddrs(&ifa) < 0)
+        return;
+    for (struct ifaddrs *i = ifa; i != NULL && own_n < OWN_MAX; i = i->ifa_next) {
+        if (i->ifa_addr == NULL)
+            continue;
+        if (i->ifa_addr->sa_family == AF_INET)
+            memcpy(&own_addr[own_n++], i->ifa_addr, sizeof(struct sockaddr_in));
+        else if (i->ifa_addr->sa_family == AF_INET6)
+            memcpy(&own_addr[own_n++], i->ifa_addr, sizeof(struct sockaddr_in6));
+    }
+    freeifaddrs(ifa);
+}
+
+/* 1 when sa is this machine or its link: loopback, "this host" (0/8, ::),
+ * link-local, or an address of one of its interfaces (IPv4-mapped IPv6
+ * addresses are judged as IPv4). */
+static int
+origin_addr_internal(const struct sockaddr *sa)
+{
+    struct in_addr v4 = { 0 };
+    const struct in6_addr *a6 = NULL;
+
+    if (sa->sa_family == AF_INET6) {
+        a6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        if (!IN6_IS_ADDR_V4MAPPED(a6)) {
+            if (IN6_IS_ADDR_LOOPBACK(a6) || IN6_IS_ADDR_UNSPECIFIED(a6)
+                || IN6_IS_ADDR_LINKLOCAL(a6))
+                return 1;
+            goto own;
+        }
+        memcpy(&v4, &a6->s6_addr[12], 4);
+    } else if (sa->sa_family == AF_INET) {
+        v4 = ((const struct sockaddr_in *)sa)->sin_addr;
+    } else {
+        return 1;
+    }
+    uint32_t h = ntohl(v4.s_addr);
+    if ((h >> 24) == 127 || (h >> 24) == 0 || (h >> 16) == 0xa9fe)
+        return 1;
+    a6 = NULL;
+own:
+    if (own_n < 0)
+        origin_own_load();
+    for (int i = 0; i < own_n; i++) {
+        const struct sockaddr *o = (const struct sockaddr *)&own_addr[i];
+        if (a6 == NULL && o->sa_family == AF_INET
+            && ((const struct sockaddr_in *)o)->sin_addr.s_addr == v4.s_addr)
+            return 1;
+        if (a6 != NULL && o->sa_family == AF_INET6
+            && memcmp(&((const struct sockaddr_in6 *)o)->sin6_addr, a6, 16) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Outbound ip_allow: 1 (and a log line) when up's request must not be sent
+ * to sa.  The out rules decide where one holds the address; where none
+ * does, remapped requests go anywhere (their origin is the operator's
+ * choice), while forward-proxied ones (no rule: the client named the
+ * host) never reach the machine itself or its link, so an open forward
+ * port is no way into local services or the admin endpoints. */
 static int
 origin_denied(const struct upstream *up, const struct sockaddr *sa)
 {
     const struct conf_ip_allow *ia = &wk->conf->ip_allow;
-    const char *m;
+    const char *m, *by;
     char        peer[64];
+    int         rc;
 
-    if (ia->nout == 0)
+    if (ia->nout == 0 && up->up_rule != NULL)
         return 0;
     m = http_method_name(up->up_method);
-    if (conf_ip_out_allowed(ia, sa, m, strlen(m)))
+    rc = conf_ip_out_decide(ia, sa, m, strlen(m));
+    by = ia->source;
+    if (rc < 0) {
+        rc = up->up_rule != NULL || !origin_addr_internal(sa);
+        by = "the forward-proxy default (no dest_ip / apply: out rule "
+             "holds this address)";
+    }
+    if (rc)
         return 0;
     fmt_peer(sa, peer, sizeof(peer));
     log_notice("conn %llu: %s to origin %s (%s) denied by %s",
-               (unsigned long long)up->up_req->rq_id, m, up->up_host, peer,
-               ia->source);
+               (unsigned long long)up->up_req->rq_id, m, up->up_host, peer, by);
     return 1;
 }
 

@@ -33,7 +33,7 @@ check_list(const struct conf_ip_allow *ia, const struct conf_ip_rule *rules,
             memcpy(&s6->sin6_addr, g->lo, 16);
         }
         (void)conf_ip_method_allowed(ia, (struct sockaddr *)&ss, "PROPFIND", 8);
-        (void)conf_ip_out_allowed(ia, (struct sockaddr *)&ss, "GET", 3);
+        (void)conf_ip_out_decide(ia, (struct sockaddr *)&ss, "GET", 3);
     }
 }
 

@@ -1495,8 +1495,8 @@ method_ok(const char *addr, const char *method, int out)
         s6->sin6_family = AF_INET6;
     }
     if (out)
-        return conf_ip_out_allowed(&ia, (struct sockaddr *)&ss, method,
-                                   strlen(method));
+        return conf_ip_out_decide(&ia, (struct sockaddr *)&ss, method,
+                                  strlen(method));
     return conf_ip_method_allowed(&ia, (struct sockaddr *)&ss, method,
                                   strlen(method));
 }
@@ -1524,9 +1524,9 @@ START_TEST(test_ip_allow_ats_order)
     ck_assert_int_eq(method_ok("11.0.0.1", "PROPFIND", 0), 1);
     ck_assert_int_eq(method_ok("255.255.255.255", "DELETE", 0), 1);
     ck_assert_int_eq(method_ok("::2", "GET", 0), 0);   /* no IPv6 rule */
-    /* out rules: none, so every origin is allowed */
+    /* out rules: none, so none decides (-1: ATS allows) */
     ck_assert_int_eq(ia.nout, 0);
-    ck_assert_int_eq(method_ok("10.1.2.3", "DELETE", 1), 1);
+    ck_assert_int_eq(method_ok("10.1.2.3", "DELETE", 1), -1);
     conf_ip_allow_free(&ia);
     /* inet_aton's dotted short forms stay refused */
     ck_assert_int_eq(ip_allow("src_ip=192.168.1/24 action=ip_allow\n"), -1);
@@ -1535,8 +1535,8 @@ START_TEST(test_ip_allow_ats_order)
 }
 END_TEST
 
-/* dest_ip= lines are out rules: they never touch clients, and an origin
- * no out rule holds is allowed. */
+/* dest_ip= lines are out rules: they never touch clients, and for an
+ * origin no out rule holds none decides (-1). */
 START_TEST(test_ip_allow_dest_ip)
 {
     int rc = ip_allow("dest_ip=10.0.0.1 action=ip_deny\n"
@@ -1551,10 +1551,10 @@ START_TEST(test_ip_allow_dest_ip)
     ck_assert_int_eq(method_ok("10.0.0.2", "GET", 1), 1);
     ck_assert_int_eq(method_ok("10.0.0.2", "DELETE", 1), 0);
     ck_assert_int_eq(method_ok("::ffff:10.0.0.2", "DELETE", 1), 0);
-    ck_assert_int_eq(method_ok("10.0.1.2", "DELETE", 1), 1);
+    ck_assert_int_eq(method_ok("10.0.1.2", "DELETE", 1), -1);  /* no rule */
     ck_assert_int_eq(method_ok("fd12::1", "HEAD", 1), 1);
     ck_assert_int_eq(method_ok("fd12::1", "POST", 1), 0);
-    ck_assert_int_eq(method_ok("fe80::1", "POST", 1), 1);
+    ck_assert_int_eq(method_ok("fe80::1", "POST", 1), -1);
     /* clients are checked against the src_ip rules only */
     ck_assert_int_eq(method_ok("10.0.0.1", "GET", 0), 1);
     conf_ip_allow_free(&ia);
@@ -1774,7 +1774,7 @@ START_TEST(test_ip_allow_yaml_forms)
     ck_assert_int_eq(method_ok("10.1.1.1", "GET", 1), 1);
     ck_assert_int_eq(method_ok("192.168.3.4", "PURGE", 1), 0);
     ck_assert_int_eq(method_ok("127.0.0.5", "GET", 1), 0);
-    ck_assert_int_eq(method_ok("8.8.8.8", "DELETE", 1), 1);
+    ck_assert_int_eq(method_ok("8.8.8.8", "DELETE", 1), -1);  /* no rule holds it */
     ck_assert_int_eq(method_ok("192.168.3.4", "DELETE", 0), 1);
     ck_assert_int_eq(method_ok("8.8.8.8", "GET", 0), 0);
     conf_ip_allow_free(&ia);
