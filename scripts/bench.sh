@@ -19,6 +19,20 @@
 #   squid    squid -N, cache_mem 256 MB, no disk cache.
 #   ats      Apache Traffic Server: traffic_server with a private runroot,
 #            one ET_NET thread, a 256 MB cache file and RAM cache.
+# Two scenarios are the seeds' own (issue 19), typed as their authors did:
+#   push-64k   the PUSH benchmark of ATS PR 7382: records.config with
+#            remap_required 0, required_headers 0, push_method_enabled 1 and
+#            two ports; remap.config "map http://localhost:GETPORT
+#            http://fakehost"; the object loaded by t/seeds/push_gen.c piped
+#            into "nc -N localhost PUSHPORT" (201 expected); then "h2load
+#            --h1 -t 1 -c 40 -D SEC http://localhost:GETPORT/fake".  No
+#            origin: fakehost does not resolve, so a 200 is a hit.
+#   forward-1k the forward-proxy benchmark of the ATS wiki: each server a
+#            caching forward proxy (remap_required 0, no rules; Squid a
+#            plain forward proxy), "ab -X 127.0.0.1:PORT -k -c 10 -n N
+#            http://127.0.0.1:ORIGIN/cache/1k"; the origin's requests per
+#            run are printed beside the req/s (a proxy that relays
+#            everything is fast here and slow across the internet).
 # The origin is one nginx serving static files.  For a cache-hit scenario the
 # object is warmed by one GET and a second GET must be a hit (the origin's
 # log of /cache/ must not grow; Cistern must also say "Cache-Status: cistern;
@@ -39,13 +53,16 @@
 # Extending it:
 #   - a scenario NAME is the functions scen_NAME_desc, scen_NAME_path,
 #     scen_NAME_expect (HTTP status), scen_NAME_kind (proxy: the servers
-#     proxy/cache the origin; redirect: a redirect rule), scen_NAME_hit (1:
-#     the warm-up must give a cache hit), scen_NAME_size (the limit server's
-#     body bytes), scen_NAME_tools ("TOOL:CONNECTIONS ..."; tools: ab, wrk,
-#     idle), scen_NAME_setup (shared backends) and optionally
-#     scen_NAME_servers (the servers it applies to; default all) and
+#     proxy/cache the origin; redirect: a redirect rule; push: push-64k's
+#     two ports, the object PUSHed before the GETs; forward: a forward
+#     proxy, the load sent to the origin's URL through it), scen_NAME_hit
+#     (1: the warm-up must give a cache hit), scen_NAME_size (the limit
+#     server's body bytes), scen_NAME_tools ("TOOL:CONNECTIONS ..."; tools:
+#     ab, wrk, h2load (--h1), idle), scen_NAME_setup (shared backends) and
+#     optionally scen_NAME_servers (the servers it applies to; default all),
 #     scen_NAME_scheme (https: the servers listen with TLS, with the
-#     self-signed certificate tls_cert makes; default http); add NAME to
+#     self-signed certificate tls_cert makes; default http) and
+#     scen_NAME_host (the host in the URL; default 127.0.0.1); add NAME to
 #     ALL_SCENARIOS (and DEFAULT_SCENARIOS to run it by default).
 #   - a scenario without the limit server (TLS: the limit speaks plain HTTP)
 #     shows req/s instead of fractions of the limit's.
@@ -56,10 +73,10 @@
 # Function names use '_' where scenario names use '-'.
 set -euo pipefail
 
-ALL_SCENARIOS=(hit-1k hit-64k proxy-1k conn-1 hit-1k-log idle-conn redirect https-hit-1k)
-DEFAULT_SCENARIOS=(hit-1k hit-64k proxy-1k conn-1 hit-1k-log idle-conn)
+ALL_SCENARIOS=(hit-1k hit-64k proxy-1k conn-1 hit-1k-log idle-conn redirect https-hit-1k push-64k forward-1k)
+DEFAULT_SCENARIOS=(hit-1k hit-64k proxy-1k conn-1 hit-1k-log idle-conn push-64k forward-1k)
 ALL_SERVERS=(limit cistern nginx varnish squid ats)
-ALL_TOOLS=(ab wrk idle)
+ALL_TOOLS=(ab wrk h2load idle)
 
 rounds=3
 duration=10
@@ -88,6 +105,10 @@ epoll server answering from memory (the limit).  Prints, per scenario and
 load generator, req/s as a fraction of the limit's (medians of interleaved
 rounds) and the Cistern/nginx ratio; then p50/p99 latency, peak RSS, and
 memory per idle keep-alive connection.  It never fails on numbers.
+Two scenarios are the seeds' own, as their authors ran them: push-64k
+(ATS PR 7382: an object PUSHed with nc, then h2load --h1 -c40; Cistern and
+ATS) and forward-1k (the ATS wiki's forward proxy: ab -X; Cistern, ATS and
+Squid, with the origin's request count per run).
 
 Cistern comes from \$CISTERN_BIN, else _build/plain/cistern, else ./cistern
 (built in _build/plain when none exists).  Missing peers are installed with
@@ -102,16 +123,16 @@ apt-get when run as root; a peer that cannot be installed or started shows
   --rounds N         interleaved rounds (default $rounds)
   --quick            a smoke run: 1 round, wrk 2 s, ab 20000 requests,
                      200 idle connections (options after it override it)
-  --duration SEC     wrk run length (default $duration)
+  --duration SEC     wrk and h2load run length (default $duration)
   --requests N       ab requests per run (default $requests)
-  --concurrency N    connections for ab and wrk (default: each scenario's,
-                     ab 100 and wrk 50; conn-1 stays at 1)
+  --concurrency N    connections for ab, wrk and h2load (default: each scenario's,
+                     e.g. ab 100 and wrk 50; conn-1 stays at 1)
   --idle-conns N     idle keep-alive connections for idle-conn (default $idle_conns)
   --server-cpu N     CPU for the servers (default $server_cpu)
   --client-cpu N     CPU for the load generator (default $client_cpu)
   --origin-cpu N     CPU for the shared origin (default: CPU 2 when there
                      are 3 or more, else unpinned)
-  --port-base N      ports N, N+1, ... (default $port_base, env BENCH_PORT_BASE)
+  --port-base N      ports N to N+19 (default $port_base, env BENCH_PORT_BASE)
   --nice N           run the servers and the load generator at this nice
                      level (root; e.g. -10 on a machine shared with other
                      work: fewer of their time slices land in a run; the
@@ -232,9 +253,73 @@ scen_https_hit_1k_servers() { echo "cistern nginx"; }
 scen_https_hit_1k_scheme() { echo https; }
 scen_https_hit_1k_setup() { origin_start; tls_cert; }
 
+# push-64k: the PUSH benchmark of ATS PR 7382 (see the head comment).  The
+# limit server answers the GETs with 64 KiB as for hit-64k.
+scen_push_64k_desc() { echo "ATS PR 7382: 64 KiB PUSHed (push_gen | nc -N), GET on the other port (h2load --h1)"; }
+scen_push_64k_path() { echo "/fake"; }
+scen_push_64k_expect() { echo 200; }
+scen_push_64k_kind() { echo push; }
+scen_push_64k_hit() { echo 1; }
+scen_push_64k_size() { echo 65536; }
+scen_push_64k_tools() { echo "h2load:40"; }
+scen_push_64k_host() { echo localhost; }
+scen_push_64k_servers() { echo "limit cistern ats"; }
+scen_push_64k_setup() {
+    push_gen_build
+    # A 200 for fakehost is a hit only while fakehost does not resolve.
+    if getent hosts fakehost >/dev/null 2>&1; then
+        say "warning: fakehost resolves here: a 200 on the GET port need not be a hit"
+    fi
+}
+
+# forward-1k: the forward-proxy benchmark of the ATS wiki (see the head
+# comment).  Not a hit scenario: a proxy that relays everything still gets
+# its req/s, and the origin's count shows what it did.
+scen_forward_1k_desc() { echo "ATS wiki: forward proxy, ab -X -k -c10 to the origin's cacheable 1 KiB"; }
+scen_forward_1k_path() { echo "/cache/1k"; }
+scen_forward_1k_expect() { echo 200; }
+scen_forward_1k_kind() { echo forward; }
+scen_forward_1k_hit() { echo 0; }
+scen_forward_1k_size() { echo 1024; }
+scen_forward_1k_tools() { echo "ab:10"; }
+scen_forward_1k_servers() { echo "limit cistern squid ats"; }
+scen_forward_1k_setup() { origin_start; }
+
 # scen_scheme SCEN: http, or the scenario's scen_NAME_scheme.
 scen_scheme() {
     if declare -F "scen_${1//-/_}_scheme" >/dev/null; then "scen_${1//-/_}_scheme"; else echo http; fi
+}
+
+# scen_host SCEN: 127.0.0.1, or the scenario's scen_NAME_host.
+scen_host() {
+    if declare -F "scen_${1//-/_}_host" >/dev/null; then "scen_${1//-/_}_host"; else echo 127.0.0.1; fi
+}
+
+# scen_kind SCEN: the scenario's kind.
+scen_kind() { "scen_${1//-/_}_kind"; }
+
+# push_port PORT: a push-64k server's PUSH port, beside its GET port PORT.
+push_port() { echo $(($1 + 10)); }
+
+# push_gen_build: compile the PUSH generator (t/seeds/push_gen.c), once.
+push_gen_build() {
+    [[ -x $work/push_gen ]] && return 0
+    gcc -O2 -o "$work/push_gen" "$CST_TOP/t/seeds/push_gen.c" 2>"$work/push_gen.log" ||
+        die "gcc t/seeds/push_gen.c failed; see $work/push_gen.log"
+}
+
+# push_object DIR PUSHPORT PID: the generator's output through "nc -N
+# localhost PUSHPORT" once the port accepts (while PID lives); prints the
+# status the server answered (nothing when none).
+push_object() {
+    local dir=$1 pport=$2 pid=$3 i
+    for ((i = 0; i < 600; i++)); do
+        kill -0 "$pid" 2>/dev/null || return 0
+        (: <"/dev/tcp/127.0.0.1/$pport") 2>/dev/null && break
+        sleep 0.05
+    done
+    "$work/push_gen" | timeout 20 nc -N localhost "$pport" >"$dir/push.out" 2>"$dir/push.err" || true
+    awk 'NR == 1 { print $2 }' "$dir/push.out"
 }
 
 # tls_cert: a self-signed P-256 certificate for localhost, valid 2 days,
@@ -291,8 +376,10 @@ CONF
         die "the origin (nginx) did not start; see $dir/error.log"
 }
 
-# Requests the origin has had for /cache/ so far.
-origin_fetches() { wc -l <"$work/origin/cache.log" | tr -d ' '; }
+# Requests the origin has had for /cache/ so far (0 before it starts).
+origin_fetches() {
+    if [[ -f $work/origin/cache.log ]]; then wc -l <"$work/origin/cache.log" | tr -d ' '; else echo 0; fi
+}
 
 # ---------------------------------------------------------------------------
 # Servers.  srv_X_start DIR PORT SCEN starts X (pinned to server_cpu) with the
@@ -336,9 +423,21 @@ srv_cistern_nolog_prepare() { :; }
 srv_cistern_nolog_start() { cistern_logging=1 srv_cistern_start "$@"; }
 
 srv_cistern_start() { # DIR PORT SCEN
-    local dir=$1 port=$2 scen=$3 logging=1 scheme listen
+    local dir=$1 port=$2 scen=$3 logging=1 scheme listen kind extra=''
     scheme=$(scen_scheme "$scen")
+    kind=$(scen_kind "$scen")
     listen=$port
+    # push: the PR's records (a PUSH port, then the GET port); forward: no
+    # rules needed.
+    case $kind in
+    push)
+        listen="$(push_port "$port") $port"
+        extra="CONFIG proxy.config.url_remap.remap_required INT 0
+CONFIG proxy.config.http.cache.required_headers INT 0
+CONFIG proxy.config.http.push_method_enabled INT 1"
+        ;;
+    forward) extra="CONFIG proxy.config.url_remap.remap_required INT 0" ;;
+    esac
     # https: a TLS port with the run's certificate (copied: its files are
     # read relative to the config dir).
     if [[ $scheme == https ]]; then
@@ -359,12 +458,26 @@ CONFIG proxy.config.log.logging_enabled INT $logging
 CONFIG proxy.config.http.keep_alive_no_activity_timeout_in INT 120
 CONFIG proxy.config.stop.shutdown_timeout INT 2
 CONFIG proxy.config.admin.user_id STRING #-1
+$extra
 CONF
     cp "$CST_TOP/scripts/demo/ip_allow.config" "$dir/"
     echo "cache 256M" >"$dir/storage.config"
-    case $("scen_${scen//-/_}_kind") in
+    case $kind in
     proxy) echo "map $scheme://127.0.0.1:$port/ http://127.0.0.1:$origin_port/" >"$dir/remap.config" ;;
     redirect) echo "redirect http://127.0.0.1:$port/ http://b.test/" >"$dir/remap.config" ;;
+    push) echo "map http://localhost:$port http://fakehost" >"$dir/remap.config" ;;
+    forward)
+        : >"$dir/remap.config"
+        # The origin is on 127.0.0.1, which a forward proxy refuses without
+        # a destination rule opening it (issue 19); a Cistern that does not
+        # know dest_ip= lines yet (-t fails) goes without.
+        cat >>"$dir/ip_allow.config" <<CONF
+dest_ip=127.0.0.1 action=ip_allow method=ALL
+CONF
+        if ! "$cistern_bin" -c "$dir" -t >"$dir/check.log" 2>&1; then
+            cp "$CST_TOP/scripts/demo/ip_allow.config" "$dir/"
+        fi
+        ;;
     *) return 3 ;;
     esac
     "${srv_pin[@]}" "$cistern_bin" -c "$dir" -f >"$dir/stderr.log" 2>&1 &
@@ -495,19 +608,26 @@ srv_varnish_start() { # DIR PORT SCEN
 }
 
 # squid: an accelerator (reverse proxy) for the origin, one worker, a memory
-# cache only, no access log, no pinger.
+# cache only, no access log, no pinger; forward: a plain forward proxy
+# (no accel, no peer), the same cache.
 srv_squid_prepare() { peer_install squid squid squid; }
 
 srv_squid_start() { # DIR PORT SCEN
-    local dir=$1 port=$2 scen=$3 user=''
-    [[ $("scen_${scen//-/_}_kind") == proxy ]] || return 3
+    local dir=$1 port=$2 scen=$3 user='' front
+    case $(scen_kind "$scen") in
+    proxy)
+        front="http_port 127.0.0.1:$port accel defaultsite=127.0.0.1 vhost
+cache_peer 127.0.0.1 parent $origin_port 0 no-query originserver name=origin
+cache_peer_access origin allow all"
+        ;;
+    forward) front="http_port 127.0.0.1:$port" ;;
+    *) return 3 ;;
+    esac
     if ((EUID == 0)); then
         user="cache_effective_user $(id -un proxy 2>/dev/null || echo nobody)"
     fi
     cat >"$dir/squid.conf" <<CONF
-http_port 127.0.0.1:$port accel defaultsite=127.0.0.1 vhost
-cache_peer 127.0.0.1 parent $origin_port 0 no-query originserver name=origin
-cache_peer_access origin allow all
+$front
 http_access allow all
 workers 1
 cache_mem 256 MB
@@ -538,12 +658,28 @@ CONF
 # ats: traffic_server alone (no traffic_manager) with a private runroot: its
 # runroot.yaml points every directory into DIR.  One ET_NET thread (the
 # accept threads off: accept on it), one task thread, one AIO thread; a
-# 256 MB cache file and a 256 MB RAM cache; no logging; no Via.
+# 256 MB cache file and a 256 MB RAM cache; no logging; no Via.  push:
+# the PR's records.config and remap.config (two ports, PUSH enabled, no
+# remap required); forward: a forward proxy (no remap required, reverse
+# proxying off).  ip_allow.yaml lets every address use every method (PUSH
+# included; ATS 9's stock file allows PUSH from loopback only, which is
+# where the bench's nc runs anyway) and reach every destination.
 srv_ats_prepare() { peer_install ats trafficserver traffic_server; }
 
 srv_ats_start() { # DIR PORT SCEN
-    local dir=$1 port=$2 scen=$3 f
-    [[ $("scen_${scen//-/_}_kind") == proxy ]] || return 3
+    local dir=$1 port=$2 scen=$3 f kind ports remap_req=1 reverse=1 push=0 remap
+    kind=$(scen_kind "$scen")
+    ports=$port
+    remap="map / http://127.0.0.1:$origin_port/"
+    case $kind in
+    proxy) ;;
+    push)
+        ports="$(push_port "$port") $port" remap_req=0 push=1
+        remap="map http://localhost:$port http://fakehost"
+        ;;
+    forward) remap_req=0 reverse=0 remap='' ;;
+    *) return 3 ;;
+    esac
     mkdir -p "$dir/etc" "$dir/var" "$dir/run" "$dir/log" "$dir/cache"
     [[ -d /etc/trafficserver/body_factory ]] && cp -r /etc/trafficserver/body_factory "$dir/etc/"
     for f in plugin.config hosting.config volume.config cache.config parent.config \
@@ -566,15 +702,16 @@ logdir: $dir/log
 cachedir: $dir/cache
 CONF
     cat >"$dir/etc/records.config" <<CONF
-CONFIG proxy.config.http.server_ports STRING $port
+CONFIG proxy.config.http.server_ports STRING $ports
 CONFIG proxy.config.exec_thread.autoconfig INT 0
 CONFIG proxy.config.exec_thread.limit INT 1
 CONFIG proxy.config.accept_threads INT 0
 CONFIG proxy.config.task_threads INT 1
 CONFIG proxy.config.cache.threads_per_disk INT 1
 CONFIG proxy.config.log.logging_enabled INT 0
-CONFIG proxy.config.url_remap.remap_required INT 1
-CONFIG proxy.config.reverse_proxy.enabled INT 1
+CONFIG proxy.config.url_remap.remap_required INT $remap_req
+CONFIG proxy.config.reverse_proxy.enabled INT $reverse
+CONFIG proxy.config.http.push_method_enabled INT $push
 CONFIG proxy.config.admin.user_id STRING #-1
 CONFIG proxy.config.cache.ram_cache.size INT 268435456
 CONFIG proxy.config.http.keep_alive_no_activity_timeout_in INT 120
@@ -584,7 +721,7 @@ CONFIG proxy.config.http.insert_response_via_str INT 0
 CONFIG proxy.config.http.cache.required_headers INT 0
 CONF
     echo "$dir/cache 256M" >"$dir/etc/storage.config"
-    echo "map / http://127.0.0.1:$origin_port/" >"$dir/etc/remap.config"
+    echo "$remap" >"$dir/etc/remap.config"
     cat >"$dir/etc/ip_allow.yaml" <<CONF
 ip_allow:
   - apply: in
@@ -624,28 +761,36 @@ port_check() {
     fi
 }
 
-# wait_http URL STATUS PID [SECONDS]: poll until URL answers STATUS (default
-# 5 s), while PID lives.
+# wait_http URL STATUS PID [SECONDS [PROXY]]: poll until URL answers STATUS
+# (default 5 s), while PID lives; through the forward proxy PROXY if given.
 wait_http() {
-    local url=$1 want=$2 pid=$3 secs=${4:-5} i got
+    local url=$1 want=$2 pid=$3 secs=${4:-5} i got px=()
+    [[ -n ${5:-} ]] && px=(-x "http://$5")
     for ((i = 0; i < secs * 20; i++)); do
         kill -0 "$pid" 2>/dev/null || return 1
-        got=$(curl -sk -o /dev/null -w '%{http_code}' --max-time 1 "$url" || true)
+        got=$(curl -sk "${px[@]}" -o /dev/null -w '%{http_code}' --max-time 1 "$url" || true)
         [[ $got == "$want" ]] && return 0
         sleep 0.05
     done
     return 1
 }
 
-# check_hit SRV URL: after the warming GET, is the next GET a hit?  Prints
-# the reason on stdout when not.  Up to 3 tries (a store may complete just
-# after the response).
+# check_hit SRV URL SIZE [PROXY]: after the warming GET, is the next GET a
+# hit, of SIZE body bytes?  Prints the reason on stdout when not.  Up to 3
+# tries (a store may complete just after the response).
 check_hit() {
-    local srv=$1 url=$2 try before after hdrs
+    local srv=$1 url=$2 size=$3 try before after hdrs got px=()
+    [[ -n ${4:-} ]] && px=(-x "http://$4")
     for ((try = 0; try < 3; try++)); do
         before=$(origin_fetches)
-        hdrs=$(curl -sk -D - -o /dev/null --max-time 5 "$url" || true)
+        hdrs=$(curl -sk "${px[@]}" -D - -o /dev/null -w 'size_download=%{size_download}\n' \
+            --max-time 5 "$url" || true)
         after=$(origin_fetches)
+        got=$(awk -F= '/^size_download=/ { print $2 }' <<<"$hdrs")
+        if [[ $got != "$size" ]]; then
+            echo "the second GET had $got body bytes, not $size"
+            return 0
+        fi
         if ((after == before)); then
             if [[ $srv == cistern* ]] &&
                 ! grep -qi '^Cache-Status: cistern; hit' <<<"$hdrs"; then
@@ -804,13 +949,17 @@ run_idle() {
     wait "$cpid" 2>/dev/null || true
 }
 
-# run_load TOOL CONNS URL EXPECT OUT: one run; writes "rps p50ms p99ms
-# errors" to OUT.
+# run_load TOOL CONNS URL EXPECT OUT [PROXY]: one run (ab through the
+# forward proxy PROXY if given); writes "rps p50ms p99ms errors" to OUT.
+# h2load has no percentiles (p50/p99 "?"); its errors are one word (spaces
+# as "_"): how many of how many requests failed (failed, errored, timed out
+# or not 2xx), with the non-2xx status classes; or that none completed.
 run_load() {
-    local tool=$1 conns=$2 url=$3 expect=$4 out=$5 log=$5.log rps p50 p99 err f n
+    local tool=$1 conns=$2 url=$3 expect=$4 out=$5 log=$5.log rps p50 p99 err f n px=()
+    [[ -n ${6:-} ]] && px=(-X "$6")
     case $tool in
     ab)
-        "${cli_pin[@]}" ab -q -k -n "$requests" -c "$conns" "$url" \
+        "${cli_pin[@]}" ab -q -k "${px[@]}" -n "$requests" -c "$conns" "$url" \
             >"$log" 2>&1 || true
         rps=$(awk '/^Requests per second:/ { print $4 }' "$log")
         p50=$(awk '$1 == "50%" { print $2 }' "$log")
@@ -832,6 +981,22 @@ run_load() {
         err=$(awk '/Socket errors:/ { gsub(",", ""); s = $4 + $6 + $8 + $10 }
                    /Non-2xx or 3xx responses:/ { n = $5 }
                    END { print s + n }' "$log")
+        ;;
+    h2load)
+        # "finished in 3.00s, 31700.00 req/s, 1.94GB/s"; "requests: T
+        # total, S started, D done, OK succeeded, F failed, E errored, X
+        # timeout"; "status codes: A 2xx, B 3xx, C 4xx, D 5xx".
+        "${cli_pin[@]}" h2load --h1 -t 1 -c "$conns" -D "$duration" "$url" \
+            >"$log" 2>&1 || true
+        rps=$(awk '/^finished in/ { print $4 }' "$log")
+        p50='?' p99='?'
+        err=$(awk '/^requests:/ { gsub(",", ""); t = $2; ok = $8; bad = $10 + $12 + $14 }
+                   /^status codes:/ { gsub(",", ""); s3 = $5; s4 = $7; s5 = $9; nx = s3 + s4 + s5 }
+                   END { if (t + 0 == 0) print "no_request_completed"
+                         else if (ok + 0 == 0 || bad + nx > 0)
+                             printf "%d_of_%d_requests_failed_or_not_2xx_(3xx/4xx/5xx:_%d/%d/%d)\n",
+                                 (ok + 0 == 0 ? t : bad + nx), t, s3, s4, s5
+                         else print 0 }' "$log")
         ;;
     esac
     [[ -n $rps ]] || { rps=0; err=failed; }
@@ -931,6 +1096,8 @@ if ((nice_level != 0)); then
 fi
 
 cst_ensure_packages apache2-utils wrk curl procps python3 gcc
+# push-64k: nc (OpenBSD's, for -N) and h2load.
+[[ " ${scenarios[*]} " == *" push-64k "* ]] && cst_ensure_packages netcat-openbsd nghttp2-client
 nginx_bin=$(command -v nginx || true)
 [[ -z $nginx_bin && -x /usr/sbin/nginx ]] && nginx_bin=/usr/sbin/nginx
 if [[ -z $nginx_bin ]]; then
@@ -966,18 +1133,31 @@ load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 say "servers on CPU $server_cpu, load on CPU $client_cpu, origin on CPU ${origin_cpu:-any}, nice $nice_level; load average $load_start"
 say "rounds $rounds, ab -k -n $requests, wrk -t1 -d ${duration}s, idle connections $idle_conns"
 
+# load_url PORT: the URL the load asks for from a server on PORT; and
+# load_proxy PORT: the forward proxy it goes through ("" when none).
+load_url() {
+    if [[ $kind == forward ]]; then
+        echo "http://127.0.0.1:$origin_port$path"
+    else
+        echo "$scheme://$host:$1$path"
+    fi
+}
+load_proxy() { [[ $kind != forward ]] || echo "127.0.0.1:$1"; }
+
 # start_server SRV DIR: start SRV for the current scenario ($scen, $path,
-# $expect, $want_hit) in DIR on its port; check that it answers and, for a
-# hit scenario, that the second GET is a hit.  Sets srv_pid and port, or
+# $expect, $want_hit, $kind) in DIR on its port; for a push scenario, PUSH
+# the object (201 expected); check that it answers and, for a hit
+# scenario, that the second GET is a hit.  Sets srv_pid and port, or
 # note[$scen|SRV] (and returns 1) when it cannot be measured.
 start_server() {
-    local srv=$1 dir=$2 rc=0 got why i
+    local srv=$1 dir=$2 rc=0 got why i url proxy pushed px=()
     # A fixed port per server: its index in ALL_SERVERS (cistern-nolog: next).
     port=$((port_base + ${#ALL_SERVERS[@]}))
     for ((i = 0; i < ${#ALL_SERVERS[@]}; i++)); do
         [[ ${ALL_SERVERS[i]} == "$srv" ]] && port=$((port_base + i))
     done
     port_check "$port"
+    [[ $kind == push ]] && port_check "$(push_port "$port")"
     mkdir -p "$dir"
     chmod 755 "$work/$scen" "$work/$scen/$srv"
     "srv_${srv//-/_}_start" "$dir" "$port" "$scen" || rc=$?
@@ -985,9 +1165,23 @@ start_server() {
         note[$scen|$srv]="n/a (scenario not supported)"
         return 1
     fi
-    local url="$scheme://127.0.0.1:$port$path"
-    if ! wait_http "$url" "$expect" "$srv_pid" 30; then
-        got=$(curl -sk -o "$dir/probe.body" -w '%{http_code}' --max-time 2 "$url" || true)
+    url=$(load_url "$port") proxy=$(load_proxy "$port")
+    [[ -n $proxy ]] && px=(-x "http://$proxy")
+    if [[ $kind == push && $srv != limit ]]; then
+        pushed=$(push_object "$dir" "$(push_port "$port")" "$srv_pid")
+        if [[ $pushed != 201 ]]; then
+            if kill -0 "$srv_pid" 2>/dev/null; then
+                note[$scen|$srv]="n/a (PUSH answered ${pushed:-nothing}, expected 201)"
+            else
+                note[$scen|$srv]="n/a (did not start: $(tail -n 3 "$dir/stderr.log" 2>/dev/null | tr -s '\r\n\t' '   ' | tail -c 100))"
+            fi
+            say "$srv: ${note[$scen|$srv]}"
+            stop_tree "$srv_pid"
+            return 1
+        fi
+    fi
+    if ! wait_http "$url" "$expect" "$srv_pid" 30 "$proxy"; then
+        got=$(curl -sk "${px[@]}" -o "$dir/probe.body" -w '%{http_code}' --max-time 2 "$url" || true)
         if kill -0 "$srv_pid" 2>/dev/null; then
             note[$scen|$srv]="n/a (HTTP ${got:-none}, expected $expect)"
         else
@@ -998,7 +1192,7 @@ start_server() {
         return 1
     fi
     if ((want_hit)) && [[ $srv != limit ]]; then
-        why=$(check_hit "$srv" "$url")
+        why=$(check_hit "$srv" "$url" "$("scen_${scen//-/_}_size")" "$proxy")
         if [[ -n $why ]]; then
             note[$scen|$srv]="n/a ($why)"
             say "$srv: ${note[$scen|$srv]}"
@@ -1010,6 +1204,7 @@ start_server() {
 }
 
 declare -A res_rps=() res_p50=() res_p99=() res_rss=() res_err=() note=() fetched=()
+declare -A res_org=() warm_org=() failed_run=()
 rows=()      # "scen|tool|conns" in print order
 
 for scen in "${scenarios[@]}"; do
@@ -1020,6 +1215,8 @@ for scen in "${scenarios[@]}"; do
     expect=$("scen_${fn}_expect")
     want_hit=$("scen_${fn}_hit")
     scheme=$(scen_scheme "$scen")
+    host=$(scen_host "$scen")
+    kind=$(scen_kind "$scen")
     applies=" ${ALL_SERVERS[*]} "
     declare -F "scen_${fn}_servers" >/dev/null && applies=" $("scen_${fn}_servers") "
     # The scenario's runs: TOOL:CONNS, filtered by --tools.
@@ -1072,9 +1269,25 @@ for scen in "${scenarios[@]}"; do
         continue
     fi
     for srv in "${scen_servers[@]}"; do
+        f0=$(origin_fetches)
         start_server "$srv" "$work/$scen/$srv" || continue
-        "${cli_pin[@]}" wrk -t1 -c 50 -d "${warmup}s" "$scheme://127.0.0.1:$port$path" \
-            >/dev/null 2>&1 || true
+        # The warm-up load: the scenario's first tool's kind of client.
+        case ${runs[0]%%:*} in
+        h2load)
+            "${cli_pin[@]}" h2load --h1 -t 1 -c 40 -D "$warmup" "$(load_url "$port")" \
+                >/dev/null 2>&1 || true
+            ;;
+        *)
+            if [[ $kind == forward ]]; then
+                "${cli_pin[@]}" ab -q -k -c 10 -n 2000 -X "$(load_proxy "$port")" \
+                    "$(load_url "$port")" >/dev/null 2>&1 || true
+            else
+                "${cli_pin[@]}" wrk -t1 -c 50 -d "${warmup}s" "$(load_url "$port")" \
+                    >/dev/null 2>&1 || true
+            fi
+            ;;
+        esac
+        warm_org[$scen|$srv]=$(($(origin_fetches) - f0))
         spid[$srv]=$srv_pid
         sport[$srv]=$port
         live+=("$srv")
@@ -1094,7 +1307,8 @@ for scen in "${scenarios[@]}"; do
                 f0=$(origin_fetches)
                 rss_sampler "${spid[$srv]}" "$out.rss" &
                 sampler=$!
-                run_load "$tool" "$conns" "$scheme://127.0.0.1:${sport[$srv]}$path" "$expect" "$out"
+                run_load "$tool" "$conns" "$(load_url "${sport[$srv]}")" "$expect" "$out" \
+                    "$(load_proxy "${sport[$srv]}")"
                 kill "$sampler" 2>/dev/null || true
                 wait "$sampler" 2>/dev/null || true
                 f1=$(origin_fetches)
@@ -1104,8 +1318,14 @@ for scen in "${scenarios[@]}"; do
                 res_p50[$key]+="$p50 "
                 res_p99[$key]+="$p99 "
                 ((rss > ${res_rss[$key]:-0})) && res_rss[$key]=$rss
-                [[ $err != 0 ]] && res_err[$key]="${res_err[$key]:-}$err "
+                # h2load: a run with failures is no figure (n/a, and why).
+                if [[ $tool == h2load && $err != 0 ]]; then
+                    failed_run[$key]="h2load: ${err//_/ }"
+                elif [[ $err != 0 ]]; then
+                    res_err[$key]="${res_err[$key]:-}$err "
+                fi
                 ((f1 > f0)) && fetched[$key]=$((${fetched[$key]:-0} + f1 - f0))
+                res_org[$key]+="$((f1 - f0)) "
                 say "round $r $tool -c$conns $srv: $rps req/s, p50 $p50 ms, p99 $p99 ms, RssAnon $rss KiB, errors $err"
             done
         done
@@ -1120,6 +1340,7 @@ done
 row_label() { # scen tool conns
     case $2 in
     idle) echo "$1 (B/conn, N=$3)" ;;
+    ab) if [[ $(scen_kind "$1") == forward ]]; then echo "$1 ab -X -c$3"; else echo "$1 ab -c$3"; fi ;;
     *) echo "$1 $2 -c$3" ;;
     esac
 }
@@ -1146,9 +1367,10 @@ for row in "${rows[@]}"; do
     fi
     for s in "${cols[@]}"; do
         v=$(med "$k|$s" res_rps)
+        [[ -n ${failed_run[$k|$s]:-} ]] && v=-
         if [[ $v == - ]]; then
             cell=-
-            [[ ${note[$scen|$s]:-} == n/a* ]] && cell=n/a
+            [[ ${note[$scen|$s]:-} == n/a* || -n ${failed_run[$k|$s]:-} ]] && cell=n/a
         elif [[ $tool == idle ]]; then
             cell=$v
         elif ((nolimit)); then
@@ -1161,13 +1383,38 @@ for row in "${rows[@]}"; do
     printf ' %14s\n' "$(ratio "$(med "$k|cistern" res_rps)" "$(med "$k|nginx" res_rps)")"
 done
 
-printf '\n== latency p50 / p99, ms (median of %d rounds)\n' "$rounds"
+# The origin's requests, for the forward-proxy rows: a proxy that caches
+# sends it none during a run.
+org_rows=()
+for row in "${rows[@]}"; do
+    IFS='|' read -r scen tool conns <<<"$row"
+    [[ $(scen_kind "$scen") == forward ]] && org_rows+=("$row")
+done
+if ((${#org_rows[@]})); then
+    printf '\n== the origin'"'"'s requests during a run of %d (median); in parentheses, before the runs (start check, warm-up)\n' "$requests"
+    printf '%-*s' "$w" row
+    for s in "${servers[@]}"; do printf ' %12s' "$s"; done
+    printf '\n'
+    for row in "${org_rows[@]}"; do
+        IFS='|' read -r scen tool conns <<<"$row"
+        k="$scen|$tool|$conns"
+        printf '%-*s' "$w" "$(row_label "$scen" "$tool" "$conns")"
+        for s in "${servers[@]}"; do
+            v=$(med "$k|$s" res_org)
+            [[ $v != - ]] && v="$v (${warm_org[$scen|$s]:-0})"
+            printf ' %12s' "$v"
+        done
+        printf '\n'
+    done
+fi
+
+printf '\n== latency p50 / p99, ms (median of %d rounds; h2load has no percentiles)\n' "$rounds"
 printf '%-*s' "$w" row
 for s in "${servers[@]}"; do printf ' %15s' "$s"; done
 printf '\n'
 for row in "${rows[@]}"; do
     IFS='|' read -r scen tool conns <<<"$row"
-    [[ $tool == idle ]] && continue
+    [[ $tool == idle || $tool == h2load ]] && continue
     k="$scen|$tool|$conns"
     printf '%-*s' "$w" "$(row_label "$scen" "$tool" "$conns")"
     for s in "${servers[@]}"; do
@@ -1189,6 +1436,22 @@ for row in "${rows[@]}"; do
     for s in "${servers[@]}"; do printf ' %9s' "${res_rss[$k|$s]:--}"; done
     printf '\n'
 done
+
+# fig KEY SRV: SRV's median req/s for the row KEY, "-" when it failed.
+fig() {
+    if [[ -n ${failed_run[$1|$2]:-} ]]; then echo -; else ratio "$(med "$1|$2" res_rps)" 1 %.0f; fi
+}
+
+# peer_figures KEY SRV...: "srv N req/s, ..." for the row KEY.
+peer_figures() {
+    local k=$1 s out=''
+    shift
+    for s in "$@"; do
+        [[ " ${cols[*]} " == *" $s "* ]] || continue
+        out+="${out:+, }$s $(fig "$k" "$s") req/s"
+    done
+    echo "$out"
+}
 
 # Targets of issue 12 that these numbers speak to, for Cistern.
 summary=()
@@ -1218,6 +1481,16 @@ for row in "${rows[@]}"; do
     idle-conn)
         summary+=("idle keep-alive connection: Cistern $c B, nginx $(med "$k|nginx" res_rps) B (target: below nginx)")
         ;;
+    push-64k)
+        summary+=("$scen $tool -c$conns (ATS PR 7382): $(peer_figures "$k" cistern ats), Cistern/ATS $(ratio "$(fig "$k" cistern)" "$(fig "$k" ats)")")
+        ;;
+    forward-1k)
+        summary+=("$scen $tool -X -c$conns (ATS wiki): req/s, and the origin's requests per run of $requests (before the runs):")
+        for s in cistern ats squid; do
+            [[ " ${cols[*]} " == *" $s "* ]] || continue
+            summary+=("    $s $(fig "$k" "$s") req/s, origin $(med "$k|$s" res_org) ($((${warm_org[$scen|$s]:-0})))")
+        done
+        ;;
     esac
 done
 
@@ -1230,6 +1503,7 @@ for scen in "${scenarios[@]}"; do
     done
 done
 for k in "${!res_err[@]}"; do printf '  %s: errors per run: %s\n' "${k//|/ }" "${res_err[$k]}"; done
+for k in "${!failed_run[@]}"; do printf '  %s: n/a (%s; --keep keeps its log)\n' "${k//|/ }" "${failed_run[$k]}"; done
 for k in "${!fetched[@]}"; do printf '  %s: %s origin fetches of /cache/ during the runs\n' "${k//|/ }" "${fetched[$k]}"; done
 printf '  load average (1, 5, 15 min) at the start %s, at the end %s: other work on the machine shares its CPUs\n' \
     "$load_start" "$(cut -d' ' -f1-3 /proc/loadavg)"
