@@ -330,15 +330,14 @@ START_TEST(test_records_errors)
     check_error("records.config:8: missing key name after CONFIG");
     check_error("records.config:9: proxy.config.url_remap.remap_required: "
                 "2 is out of range (0..1)");
-    check_error("records.config:10: proxy.config.http.server_ports: \"80x\" "
-                "is not a port (expected PORT, PORT:ssl, PORT:ipv4 or "
-                "PORT:ipv6)");
+    check_error("records.config:10: proxy.config.http.server_ports: \"80x\": "
+                "\"80x\" is not a port number");
     check_error("records.config:11: proxy.config.http.server_ports: port "
                 "70000 is out of range (0..65535)");
-    check_error("records.config:12: proxy.config.http.server_ports: unknown "
-                "port option \"tls\" in \"80:tls\"");
-    check_error("records.config:13: proxy.config.http.server_ports: port 80 "
-                "is listed twice");
+    check_error("records.config:12: proxy.config.http.server_ports: "
+                "\"80:tls\": unknown port option \"tls\"");
+    check_error("records.config:13: proxy.config.http.server_ports: \"80\": "
+                "port 80 (IPv4) is listed twice");
     check_error("records.config:14: proxy.config.cistern.log_level: unknown "
                 "log level \"loud\" (expected debug, info, notice, warn, "
                 "error or crit)");
@@ -350,8 +349,8 @@ START_TEST(test_records_errors)
     check_error("records.config:17: %s: \"4K\" is not an integer", w);
     check_error("records.config:18: %s: -1 is out of range (0..256)", w);
     check_error("records.config:19: proxy.config.http.server_ports: \":ssl\" "
-                "is not a port (expected PORT, PORT:ssl, PORT:ipv4 or "
-                "PORT:ipv6)");
+                "has no port number (expected e.g. 8080, 8080:ipv6, 443:ssl, "
+                "ip-in=127.0.0.1:8080)");
     check_error("records.config:20: proxy.config.http.server_ports: "
                 "\"1:ipv4:ipv6\": ipv4 and ipv6 conflict");
     check_error("records.config:21: %s: 99999999999999999999 is out of range "
