@@ -207,6 +207,25 @@ def test_ip_in_binds_one_address():
             pass
 
 
+def test_overlapping_listeners():
+    """`P ip-in=127.0.0.1:P:pp`: two listeners on one port that overlap
+    without being the same (the probes run before any bind, so neither
+    takes the other for a foreign server); the kernel gives 127.0.0.1's
+    connections to the specific one (a pp port here) and the rest to the
+    wildcard one."""
+    port = free_port()
+    with Origin() as o, Cistern(records={SP: "%d ip-in=127.0.0.1:%d:pp" % (port, port)},
+                                remap=remap_for(o)) as c:
+        expect_eq(c.ports, [port, port], "run/ports")
+        data, _ = exchange(port, get("/x"), host="127.0.0.2")
+        expect_eq(parse_responses(data)[0].status, 200, "plain GET to 127.0.0.2")
+        data, _ = exchange(port, v1("203.0.113.1") + get(), host="127.0.0.1")
+        expect_eq(parse_responses(data)[0].status, 200, "PROXY + GET to 127.0.0.1")
+        expect_eq(last_xff(o), "203.0.113.1", "X-Forwarded-For")
+        data, closed = exchange(port, get("/x"), host="127.0.0.1")
+        expect(data == b"" and closed, "plain GET to the pp address: %r" % data[:100])
+
+
 def test_descriptor_errors():
     """An exact duplicate, every ATS item Cistern does not do, and proto=
     other than HTTP/1.x: errors with file:line naming the descriptor.  What
@@ -422,6 +441,19 @@ def test_pp_slow_header_cut():
         # a whole header in time is still served
         data, _ = exchange(c.ports[1], hdr + get())
         expect_eq(parse_responses(data)[0].status, 200, "prompt header")
+
+
+def test_reload_cannot_turn_pp_on():
+    """Adding :pp by a reload needs a restart: the reload says so and the
+    port keeps serving plain HTTP (a half-applied pp port would drop every
+    client, or take headers it was not told to)."""
+    with Origin() as o, Cistern(records={SP: "0"}, remap=remap_for(o)) as c:
+        c.write_file("records.config", open(os.path.join(c.confdir, "records.config"))
+                     .read().replace("server_ports STRING 0", "server_ports STRING 0:pp"))
+        c.reload(wait_log=r"\[warn\] .*server_ports changed: needs a restart")
+        c.expect_log(r"server_ports changed: needs a restart")
+        data, _ = exchange(c.port, get("/x"))
+        expect_eq(parse_responses(data)[0].status, 200, "plain GET after the reload")
 
 
 def test_pp_ssl():
