@@ -104,6 +104,10 @@ struct conf_records {
     /* issue 18, ports: the PROXY protocol */
     char    *pp_allowlist;            /* proxy.config.http.proxy_protocol_allowlist
                                          ("none" or empty: every peer) */
+    char    *acl_subjects;            /* proxy.config.acl.subjects (ATS 9.2.11+):
+                                         PEER and/or PROXY; either way the
+                                         ACLs see the PROXY address when a
+                                         header carried one (ATS 9) */
 };
 
 /* ---------------------------------------------------------------------

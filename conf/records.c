@@ -87,7 +87,7 @@ struct rec_ctx {
 static rec_setter rec_set_int, rec_set_int64, rec_set_size, rec_set_string,
                   rec_set_path, rec_set_ports,
                   rec_set_log_level, rec_set_user, rec_set_policy,
-                  rec_set_ip_list;
+                  rec_set_ip_list, rec_set_acl_subjects;
 
 #define REC_FIELD(f) offsetof(struct conf_records, f)
 #define M16          (16 * 1024 * 1024)
@@ -215,6 +215,8 @@ static const struct rec_directive rec_table[] = {
       REC_FIELD(pp_allowlist), "none", 0, 0 },
     { "proxy.config.http.proxy_protocol_whitelist", REC_STRING, rec_set_ip_list,
       REC_FIELD(pp_allowlist), "none", 0, 0 },
+    { "proxy.config.acl.subjects", REC_STRING, rec_set_acl_subjects,
+      REC_FIELD(acl_subjects), "PEER", 0, 0 },
 };
 
 #define REC_NKEYS (sizeof(rec_table) / sizeof(rec_table[0]))
@@ -739,6 +741,42 @@ rec_set_ip_list(struct conf_records *r, const struct rec_directive *d,
     return rec_store_string(r, d, strdup(value), ctx);
 }
 
+/* proxy.config.acl.subjects (ATS 9.2.11 and 10): where the ACLs take the
+ * client address from, the first available of a comma-separated list of
+ * PEER and PROXY.  In ATS 9 the PROXY header's address replaces the
+ * connection's remote address before any ACL runs, so PEER and PROXY both
+ * mean "the PROXY address when there was one, else the peer", which is
+ * what Cistern does (ATS 10 keeps them apart: there PEER is the balancer).
+ * PLUGIN (an address a plugin verified) is an error: no plugins. */
+static int
+rec_set_acl_subjects(struct conf_records *r, const struct rec_directive *d,
+                     const char *value, struct rec_ctx *ctx)
+{
+    char buf[64], *save = NULL, *t;
+    int  n = 0;
+
+    if (strlen(value) >= sizeof(buf)) {
+        rec_fail(ctx, d, "\"%s\": list too long", value);
+        return -1;
+    }
+    strcpy(buf, value);
+    for (t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save), n++) {
+        if (strcmp(t, "PEER") == 0 || strcmp(t, "PROXY") == 0)
+            continue;
+        if (strcmp(t, "PLUGIN") == 0)
+            rec_fail(ctx, d, "PLUGIN: plugins are not supported (the ACLs "
+                     "would run on another address)");
+        else
+            rec_fail(ctx, d, "unknown subject \"%s\" (expected PEER or PROXY)", t);
+        return -1;
+    }
+    if (n == 0) {
+        rec_fail(ctx, d, "no subject (expected PEER or PROXY)");
+        return -1;
+    }
+    return rec_store_string(r, d, strdup(value), ctx);
+}
+
 /* ---------------------------------------------------------------------
  * The file
  */
@@ -860,7 +898,8 @@ rec_owns_string(const struct rec_directive *d)
 {
     return d->set == rec_set_string || d->set == rec_set_path
            || d->set == rec_set_log_level || d->set == rec_set_user
-           || d->set == rec_set_policy || d->set == rec_set_ip_list;
+           || d->set == rec_set_policy || d->set == rec_set_ip_list
+           || d->set == rec_set_acl_subjects;
 }
 
 void

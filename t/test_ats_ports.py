@@ -338,12 +338,14 @@ def test_pp_v2_sets_client():
 def test_pp_address_drives_ip_allow():
     """ip_allow.config sees the carried address: a rule allowing only
     203.0.113.7 serves it and refuses 203.0.113.8 (403), though both come
-    from the same peer."""
+    from the same peer.  proxy.config.acl.subjects PEER (ATS's default)
+    changes nothing: in ATS 9 the PROXY address has replaced the peer's
+    before any ACL runs."""
     ip_allow = ["src_ip=203.0.113.7 action=ip_allow method=ALL",
                 "src_ip=0.0.0.0-255.255.255.255 action=ip_deny method=ALL",
                 "src_ip=::-ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff action=ip_deny method=ALL"]
-    with Origin() as o, Cistern(records={SP: "0 0:pp"}, remap=remap_for(o),
-                                ip_allow=ip_allow, workers=1) as c:
+    with Origin() as o, Cistern(records={SP: "0 0:pp", "proxy.config.acl.subjects": "PEER"},
+                                remap=remap_for(o), ip_allow=ip_allow, workers=1) as c:
         data, _ = exchange(c.ports[1], v1("203.0.113.7") + get())
         expect_eq(parse_responses(data)[0].status, 200, "allowed address")
         data, _ = exchange(c.ports[1], v2("203.0.113.8") + get())

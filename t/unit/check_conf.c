@@ -1291,7 +1291,8 @@ START_TEST(test_records_ports_ats)
         "CONFIG proxy.config.http.server_ports STRING 8080 8080:ipv6,"
         "ip-in=[::1]:9090:pp SSL:ip-in=10.1.2.3:81:proto=http/1.1;http "
         "IPV4:82:proto=http:pp 83:ip-in127.0.0.2\n"
-        "CONFIG proxy.config.http.proxy_protocol_allowlist STRING 10.0.0.0/8, 127.0.0.1\n");
+        "CONFIG proxy.config.http.proxy_protocol_allowlist STRING 10.0.0.0/8, 127.0.0.1\n"
+        "CONFIG proxy.config.acl.subjects STRING PROXY,PEER\n");
     static const uint8_t v6one[16] = { [15] = 1 };
 
     ck_assert_int_eq(rc, 0);
@@ -1317,6 +1318,7 @@ START_TEST(test_records_ports_ats)
     ck_assert_int_eq(rec.ports[5].port, 83);
     ck_assert_mem_eq(rec.ports[5].addr, "\x7f\x00\x00\x02", 4);
     ck_assert_str_eq(rec.pp_allowlist, "10.0.0.0/8, 127.0.0.1");
+    ck_assert_str_eq(rec.acl_subjects, "PROXY,PEER");
     conf_records_free(&rec);
 }
 END_TEST
@@ -1332,7 +1334,9 @@ START_TEST(test_records_ports_ats_errors)
         "CONFIG proxy.config.http.server_ports STRING 80:81\n"                     /* 6 */
         "CONFIG proxy.config.http.server_ports STRING 80:ip-out=[::1]\n"           /* 7 */
         "CONFIG proxy.config.http.proxy_protocol_allowlist STRING 10.0.0.0/33\n"   /* 8 */
-        "CONFIG proxy.config.http.server_ports STRING 80:proto=\n");               /* 9 */
+        "CONFIG proxy.config.http.server_ports STRING 80:proto=\n"                /* 9 */
+        "CONFIG proxy.config.acl.subjects STRING PLUGIN,PEER\n"                    /* 10 */
+        "CONFIG proxy.config.acl.subjects STRING PEER,CLIENT\n");                  /* 11 */
     const char *k = "proxy.config.http.server_ports";
 
     ck_assert_int_eq(rc, -1);
@@ -1352,7 +1356,11 @@ START_TEST(test_records_ports_ats_errors)
     check_error("records.config:8: proxy.config.http.proxy_protocol_allowlist: "
                 "bad prefix length in \"10.0.0.0/33\"");
     check_error("records.config:9: %s: \"80:proto=\": proto= needs a protocol", k);
-    ck_assert_int_eq(errs.n, 9);
+    check_error("records.config:10: proxy.config.acl.subjects: PLUGIN: plugins "
+                "are not supported (the ACLs would run on another address)");
+    check_error("records.config:11: proxy.config.acl.subjects: unknown subject "
+                "\"CLIENT\" (expected PEER or PROXY)");
+    ck_assert_int_eq(errs.n, 11);
     ck_assert_int_eq(rec.nports, 1);    /* the default, untouched */
     conf_records_free(&rec);
 }
