@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "conf/conf.h"
@@ -62,6 +63,10 @@ conf_cross_check(struct conf *c, const char *recfile, struct conf_errors *e)
     if (r->admin_allow && conf_ip_list_parse(&c->admin_allow, r->admin_allow, &why) < 0)
         conf_error(e, recfile, 0, "proxy.config.cistern.admin.allow: %s in \"%s\"",
                    why, r->admin_allow);
+    if (r->pp_allowlist && strcasecmp(r->pp_allowlist, "none") != 0
+        && conf_ip_list_parse(&c->pp_allow, r->pp_allowlist, &why) < 0)
+        conf_error(e, recfile, 0, "proxy.config.http.proxy_protocol_allowlist: "
+                   "%s in \"%s\"", why, r->pp_allowlist);
     /* The request line is part of the header block, so a longer line limit
      * than header limit can never take effect. */
     if (r->request_line_max_size > r->request_header_max_size)
@@ -178,6 +183,7 @@ conf_free(struct conf *c)
     conf_remap_free(&c->remap);
     conf_ip_allow_free(&c->ip_allow);
     conf_ip_allow_free(&c->admin_allow);
+    conf_ip_allow_free(&c->pp_allow);
     conf_storage_free(&c->storage);
     conf_tls_free(c->tls);
     free(c->confdir);

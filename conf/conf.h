@@ -29,10 +29,22 @@
 /* ---------------------------------------------------------------------
  * records.config: CONFIG name TYPE value
  */
+/* One descriptor of proxy.config.http.server_ports, ATS syntax
+ * (conf/records.c rec_parse_port): "8080", "8080:ipv6", "443:ssl",
+ * "ip-in=127.0.0.1:8080", "ip-in=[::1]:8080:pp", "8080:proto=http".  Each
+ * descriptor is one listener; "8080 8080:ipv6" is two, one per family.
+ * The struct is zeroed before it is filled, so two descriptors that mean
+ * the same listener compare equal with memcmp (the reload check). */
 struct conf_port {
     int      port;                    /* 0 = pick a free port */
     int      ssl;                     /* "443:ssl" */
-    int      ipv6;                    /* "8080:ipv6": listen on [::] (IPv6 only) */
+    int      ipv6;                    /* "8080:ipv6" or an IPv6 ip-in: listen on
+                                         IPv6 only (IPV6_V6ONLY) */
+    int      pp;                      /* "8080:pp": every connection starts
+                                         with a PROXY protocol header */
+    int      has_addr;                /* "ip-in=ADDR": bind that address
+                                         (else the family's any address) */
+    uint8_t  addr[16];                /* network order; IPv4 in the first 4 */
 };
 
 struct conf_records {
@@ -93,6 +105,13 @@ struct conf_records {
     /* issue 18, remap ACLs */
     int      acl_behavior_policy;     /* proxy.config.url_remap.acl_behavior_policy
                                          (enum conf_acl_policy) */
+    /* issue 18, ports: the PROXY protocol */
+    char    *pp_allowlist;            /* proxy.config.http.proxy_protocol_allowlist
+                                         ("none" or empty: every peer) */
+    char    *acl_subjects;            /* proxy.config.acl.subjects (ATS 9.2.11+):
+                                         PEER and/or PROXY; either way the
+                                         ACLs see the PROXY address when a
+                                         header carried one (ATS 9) */
 };
 
 /* ---------------------------------------------------------------------
@@ -349,6 +368,9 @@ struct conf {
     struct conf_ip_allow ip_allow;
     struct conf_storages storage;
     struct conf_ip_allow admin_allow; /* from proxy.config.cistern.admin.allow */
+    struct conf_ip_allow pp_allow;    /* from proxy.config.http.proxy_protocol_allowlist:
+                                         the peers a PROXY header is taken
+                                         from; no rules = every peer (ATS) */
     struct conf_tls     *tls;         /* certificates and TLS contexts, or NULL
                                          (conf/ssl_multicert.c) */
 };

@@ -38,6 +38,8 @@
 #include <string.h>
 #include <strings.h>
 #include <pwd.h>
+#include <arpa/inet.h>
+#include <sys/socket.h>
 
 #include "conf/conf.h"
 
@@ -91,7 +93,8 @@ struct rec_ctx {
 
 static rec_setter rec_set_int, rec_set_int64, rec_set_size, rec_set_string,
                   rec_set_path, rec_set_ports,
-                  rec_set_log_level, rec_set_user, rec_set_policy;
+                  rec_set_log_level, rec_set_user, rec_set_policy,
+                  rec_set_ip_list, rec_set_acl_subjects;
 
 #define REC_FIELD(f) offsetof(struct conf_records, f)
 #define M16          (16 * 1024 * 1024)
@@ -104,8 +107,11 @@ static rec_setter rec_set_int, rec_set_int64, rec_set_size, rec_set_string,
 static const struct rec_directive rec_table[] = {
     { "proxy.config.http.server_ports", REC_STRING, rec_set_ports,
       0, "8080", 0, 0,
-      "listening ports, space separated (`PORT`, `PORT:ssl`, `PORT:ipv6`); "
-      "`0` picks a free port" },
+      "listeners, ATS descriptors separated by spaces: `PORT`, `PORT:ipv6` "
+      "(IPv6 only; `8080 8080:ipv6` is both families), `PORT:ssl`, "
+      "`PORT:pp` (PROXY protocol), `ip-in=ADDR:PORT` (`[v6]`), "
+      "`proto=http`; `0` picks a free port; transparency, `blind`, "
+      "`ip-out`, `proto=http2`... are errors" },
     { "proxy.config.cistern.workers", REC_INT, rec_set_int,
       REC_FIELD(workers), "0", 0, 256,
       "worker processes; 0 = one per CPU" },
@@ -280,6 +286,19 @@ static const struct rec_directive rec_table[] = {
       REC_FIELD(acl_behavior_policy), "0", 0, 1,
       "remap ACL filters: 0 ATS 9 (every filter must pass), 1 ATS 10's "
       "first match decides" },
+    /* issue 18, ports: the PROXY protocol (ATS 9 name; ATS 8 called it
+     * proxy_protocol_whitelist) */
+    { "proxy.config.http.proxy_protocol_allowlist", REC_STRING, rec_set_ip_list,
+      REC_FIELD(pp_allowlist), "none", 0, 0,
+      "the peers a PROXY header is taken from on pp ports (addresses, "
+      "ranges, CIDRs); none trusts every peer" },
+    { "proxy.config.http.proxy_protocol_whitelist", REC_STRING, rec_set_ip_list,
+      REC_FIELD(pp_allowlist), "none", 0, 0,
+      "ATS 8's name of proxy_protocol_allowlist" },
+    { "proxy.config.acl.subjects", REC_STRING, rec_set_acl_subjects,
+      REC_FIELD(acl_subjects), "PEER", 0, 0,
+      "PEER and PROXY both mean the PROXY header's address when there was "
+      "one (ATS 9); PLUGIN is an error" },
 };
 
 #define REC_NKEYS (sizeof(rec_table) / sizeof(rec_table[0]))
@@ -475,50 +494,257 @@ rec_set_user(struct conf_records *r, const struct rec_directive *d,
     return rec_store_string(r, d, strdup(value), ctx);
 }
 
-/* One server_ports entry: PORT[:opt]... with opt ssl, ipv4 or ipv6. */
+/* ---------------------------------------------------------------------
+ * proxy.config.http.server_ports: ATS's port descriptors
+ *
+ * A descriptor is colon-separated items in any order (ATS 9): the port
+ * number, ipv4, ipv6, ssl, pp, ip-in=ADDR (an IPv6 address in brackets),
+ * proto=LIST.  A keyword with a value may leave out the '=' (ATS).  Every
+ * other ATS item (transparency, blind tunnels, ip-out, ip-resolve, ...) asks
+ * for something Cistern does not do, so it is an error naming the item:
+ * never a listener that silently behaves otherwise.
+ */
+
+/* The value of a keyword item ("ip-in=1.2.3.4", "ip-in1.2.3.4"), or NULL
+ * when item is not that keyword. */
+static const char *
+rec_port_value(const char *item, const char *kw)
+{
+    size_t n = strlen(kw);
+
+    if (strncasecmp(item, kw, n) != 0)
+        return NULL;
+    return item[n] == '=' ? item + n + 1 : item + n;
+}
+
+/* proto=: ATS's session protocol list (';' or '|' separated).  Cistern
+ * speaks HTTP/1.0 and 1.1 on every port, whatever the list says. */
+static int
+rec_port_proto(const struct rec_directive *d, const char *orig,
+               const char *value, struct rec_ctx *ctx)
+{
+    char  buf[128], *save = NULL, *t;
+    int   n = 0;
+
+    if (strlen(value) >= sizeof(buf)) {
+        rec_fail(ctx, d, "\"%s\": proto= list too long", orig);
+        return -1;
+    }
+    strcpy(buf, value);
+    for (t = strtok_r(buf, ";|", &save); t; t = strtok_r(NULL, ";|", &save), n++) {
+        if (strcasecmp(t, "http") == 0 || strcasecmp(t, "http/1.1") == 0
+            || strcasecmp(t, "http/1.0") == 0)
+            continue;
+        if (strcasecmp(t, "http2") == 0 || strcasecmp(t, "h2") == 0
+            || strcasecmp(t, "http/2") == 0 || strcasecmp(t, "h2c") == 0) {
+            rec_fail(ctx, d, "\"%s\": proto=%s: HTTP/2 is not supported yet "
+                     "(use proto=http)", orig, t);
+            return -1;
+        }
+        rec_fail(ctx, d, "\"%s\": proto=%s: protocol not supported (only "
+                 "http, http/1.0 and http/1.1)", orig, t);
+        return -1;
+    }
+    if (n == 0) {
+        rec_fail(ctx, d, "\"%s\": proto= needs a protocol", orig);
+        return -1;
+    }
+    return 0;
+}
+
+/* ip-in=ADDR: IPv4, or IPv6 in brackets as ATS writes it (bare IPv6 is
+ * taken too when it made it through the tokenizer: "ip-in=::1" cannot). */
+static int
+rec_port_addr(const struct rec_directive *d, const char *orig,
+              const char *value, struct rec_ctx *ctx, struct conf_port *out,
+              int *fam)
+{
+    char   buf[64];
+    size_t n = strlen(value);
+
+    if (n >= 2 && value[0] == '[' && value[n - 1] == ']') {
+        value++;
+        n -= 2;
+    }
+    if (n == 0 || n >= sizeof(buf)) {
+        rec_fail(ctx, d, "\"%s\": ip-in= needs an address", orig);
+        return -1;
+    }
+    memcpy(buf, value, n);
+    buf[n] = '\0';
+    memset(out->addr, 0, sizeof(out->addr));
+    if (inet_pton(AF_INET, buf, out->addr) == 1) {
+        *fam = AF_INET;
+    } else if (inet_pton(AF_INET6, buf, out->addr) == 1) {
+        *fam = AF_INET6;
+    } else {
+        rec_fail(ctx, d, "\"%s\": ip-in=%s is not an IP address (IPv6 goes "
+                 "in brackets: ip-in=[::1])", orig, buf);
+        return -1;
+    }
+    out->has_addr = 1;
+    return 0;
+}
+
+/* The ATS items Cistern refuses, and why. */
+static const struct {
+    const char *item;
+    int         prefix;               /* takes a value */
+    const char *why;
+} rec_port_unsupported[] = {
+    { "tr-full", 0, "transparent proxying is not supported" },
+    { "tr-in", 0, "transparent proxying is not supported" },
+    { "tr-out", 0, "transparent proxying is not supported" },
+    { "tr-pass", 0, "transparent pass-through is not supported" },
+    { "blind", 0, "blind tunnel (CONNECT-only) ports are not supported" },
+    { "compressed", 0, "compressed ports are not supported" },
+    { "compress", 0, "compressed ports are not supported" },
+    { "mptcp", 0, "Multipath TCP is not supported" },
+    { "quic", 0, "QUIC (HTTP/3) is not supported" },
+    { "plugin", 0, "plugin ports are not supported" },
+    { "allow-plain", 0, "plain HTTP on an ssl port is not supported" },
+    { "ip-out", 1, "a per-port outbound address is not supported (origins "
+      "are reached from the system's source address)" },
+    { "ip-resolve", 1, "per-port resolution order is not supported (origins "
+      "are resolved by the system resolver)" },
+    { "fd", 1, "inherited listening descriptors are not supported" },
+};
+
+/* Split a descriptor at colons outside brackets into items[]; returns the
+ * number of items, or -1 for an unclosed bracket. */
+static int
+rec_port_split(char *entry, char **items, int max)
+{
+    int n = 0, bracket = 0;
+    char *tok = NULL;
+
+    for (char *p = entry; *p != '\0'; p++) {
+        if (bracket) {
+            if (*p == ']')
+                bracket = 0;
+            continue;
+        }
+        if (*p == ':') {
+            *p = '\0';
+            tok = NULL;
+            continue;
+        }
+        if (tok == NULL) {
+            if (n == max)
+                return -1;
+            tok = items[n++] = p;
+        }
+        if (*p == '[')
+            bracket = 1;
+    }
+    return bracket ? -1 : n;
+}
+
+/* One item of a descriptor into out; 0, or -1 after an error. */
+static int
+rec_port_item(const struct rec_directive *d, const char *orig, char *item,
+              struct rec_ctx *ctx, struct conf_port *out, int *fam,
+              int *fam_set, int *have_port)
+{
+    const char *v;
+    char *end;
+    long  num;
+
+    if (isdigit((unsigned char)item[0])) {
+        errno = 0;
+        num = strtol(item, &end, 10);
+        if (*end != '\0') {
+            rec_fail(ctx, d, "\"%s\": \"%s\" is not a port number", orig, item);
+            return -1;
+        }
+        if (errno == ERANGE || num > 65535) {
+            rec_fail(ctx, d, "port %s is out of range (0..65535)", item);
+            return -1;
+        }
+        if (*have_port) {
+            rec_fail(ctx, d, "\"%s\": two port numbers", orig);
+            return -1;
+        }
+        out->port = (int)num;
+        *have_port = 1;
+    } else if (strcasecmp(item, "ssl") == 0) {
+        out->ssl = 1;
+    } else if (strcasecmp(item, "pp") == 0) {
+        out->pp = 1;
+    } else if (strcasecmp(item, "ipv4") == 0 || strcasecmp(item, "ipv6") == 0) {
+        int f = strcasecmp(item, "ipv6") == 0 ? AF_INET6 : AF_INET;
+        if (*fam_set && *fam != f) {
+            rec_fail(ctx, d, "\"%s\": ipv4 and ipv6 conflict", orig);
+            return -1;
+        }
+        *fam = f;
+        *fam_set = 1;
+    } else if ((v = rec_port_value(item, "ip-in")) != NULL) {
+        int f = 0;
+        if (rec_port_addr(d, orig, v, ctx, out, &f) < 0)
+            return -1;
+        if (*fam_set && *fam != f) {
+            rec_fail(ctx, d, "\"%s\": the ip-in= address is not %s", orig,
+                     *fam == AF_INET6 ? "IPv6" : "IPv4");
+            return -1;
+        }
+        *fam = f;
+        *fam_set = 1;
+    } else if ((v = rec_port_value(item, "proto")) != NULL) {
+        return rec_port_proto(d, orig, v, ctx);
+    } else {
+        for (size_t i = 0; i < sizeof(rec_port_unsupported) / sizeof(rec_port_unsupported[0]); i++) {
+            const char *u = rec_port_unsupported[i].item;
+            if (rec_port_unsupported[i].prefix ? rec_port_value(item, u) != NULL
+                                               : strcasecmp(item, u) == 0) {
+                rec_fail(ctx, d, "\"%s\": %s: %s", orig, item,
+                         rec_port_unsupported[i].why);
+                return -1;
+            }
+        }
+        rec_fail(ctx, d, "\"%s\": unknown port option \"%s\"", orig, item);
+        return -1;
+    }
+    return 0;
+}
+
+/* One server_ports descriptor into *out (zeroed first). */
 static int
 rec_parse_port(const struct rec_directive *d, char *entry,
                struct rec_ctx *ctx, struct conf_port *out)
 {
-    char *save = NULL, *num, *opt, *end;
-    char  orig[64];
-    long  v;
-    int   v4 = 0;
+    char *items[16];
+    char  orig[160];
+    int   n, fam = AF_INET, fam_set = 0, have_port = 0;
 
     snprintf(orig, sizeof(orig), "%s", entry);
     memset(out, 0, sizeof(*out));
-    num = strtok_r(entry, ":", &save);
-    errno = 0;
-    v = num != NULL ? strtol(num, &end, 10) : 0;
-    if (num == NULL || entry[0] == ':' || !isdigit((unsigned char)num[0])
-        || *end != '\0') {
-        rec_fail(ctx, d, "\"%s\" is not a port (expected PORT, PORT:ssl, "
-                 "PORT:ipv4 or PORT:ipv6)", orig);
+    n = rec_port_split(entry, items, (int)(sizeof(items) / sizeof(items[0])));
+    if (n < 0) {
+        rec_fail(ctx, d, "\"%s\": an unclosed '[' or too many items", orig);
         return -1;
     }
-    if (errno == ERANGE || v > 65535) {
-        rec_fail(ctx, d, "port %s is out of range (0..65535)", num);
-        return -1;
-    }
-    out->port = (int)v;
-    while ((opt = strtok_r(NULL, ":", &save)) != NULL) {
-        if (strcasecmp(opt, "ssl") == 0) {
-            out->ssl = 1;
-        } else if (strcasecmp(opt, "ipv6") == 0) {
-            out->ipv6 = 1;
-        } else if (strcasecmp(opt, "ipv4") == 0) {
-            v4 = 1;
-        } else {
-            rec_fail(ctx, d, "unknown port option \"%s\" in \"%s\"", opt,
-                     orig);
+    for (int i = 0; i < n; i++)
+        if (rec_port_item(d, orig, items[i], ctx, out, &fam, &fam_set,
+                          &have_port) < 0)
             return -1;
-        }
-    }
-    if (v4 && out->ipv6) {
-        rec_fail(ctx, d, "\"%s\": ipv4 and ipv6 conflict", orig);
+    if (!have_port) {
+        rec_fail(ctx, d, "\"%s\" has no port number (expected e.g. 8080, "
+                 "8080:ipv6, 443:ssl, ip-in=127.0.0.1:8080)", orig);
         return -1;
     }
+    out->ipv6 = fam == AF_INET6;
     return 0;
+}
+
+/* Two descriptors for the same listener: same port, family and address.
+ * (8080 and 8080:ipv6 are two listeners; port 0 always picks its own.) */
+static int
+rec_port_same(const struct conf_port *a, const struct conf_port *b)
+{
+    return a->port != 0 && a->port == b->port && a->ipv6 == b->ipv6
+           && a->has_addr == b->has_addr
+           && memcmp(a->addr, b->addr, sizeof(a->addr)) == 0;
 }
 
 static int
@@ -540,18 +766,23 @@ rec_set_ports(struct conf_records *r, const struct rec_directive *d,
             *p = ' ';
     p = copy;
     while ((entry = conf_token(&p)) != NULL) {
+        char orig[160];
+
         if (n == CONF_MAX_PORTS) {
             rec_fail(ctx, d, "too many ports (at most %d)", CONF_MAX_PORTS);
             rc = -1;
             break;
         }
+        snprintf(orig, sizeof(orig), "%s", entry);
         if (rec_parse_port(d, entry, ctx, &ports[n]) < 0) {
             rc = -1;
             continue;
         }
         for (int i = 0; i < n; i++) {
-            if (ports[n].port != 0 && ports[i].port == ports[n].port) {
-                rec_fail(ctx, d, "port %d is listed twice", ports[n].port);
+            if (rec_port_same(&ports[i], &ports[n])) {
+                rec_fail(ctx, d, "\"%s\": port %d (%s%s) is listed twice",
+                         orig, ports[n].port, ports[n].ipv6 ? "IPv6" : "IPv4",
+                         ports[n].has_addr ? ", same ip-in" : "");
                 rc = -1;
                 break;
             }
@@ -568,6 +799,64 @@ rec_set_ports(struct conf_records *r, const struct rec_directive *d,
     memcpy(r->ports, ports, sizeof(ports[0]) * (size_t)n);
     r->nports = n;
     return 0;
+}
+
+/* proxy.config.http.proxy_protocol_allowlist: addresses, ranges and CIDRs
+ * separated by commas or spaces (conf_ip_list_parse), or "none" / empty
+ * (ATS's default: a PROXY header is taken from any peer).  Checked here so
+ * a typo is reported with its line; conf_load() builds the list. */
+static int
+rec_set_ip_list(struct conf_records *r, const struct rec_directive *d,
+                const char *value, struct rec_ctx *ctx)
+{
+    struct conf_ip_allow tmp;
+    const char *why = NULL;
+    int rc;
+
+    memset(&tmp, 0, sizeof(tmp));
+    rc = strcasecmp(value, "none") == 0 ? 0 : conf_ip_list_parse(&tmp, value, &why);
+    conf_ip_allow_free(&tmp);
+    if (rc < 0) {
+        rec_fail(ctx, d, "%s in \"%s\"", why ? why : "invalid list", value);
+        return -1;
+    }
+    return rec_store_string(r, d, strdup(value), ctx);
+}
+
+/* proxy.config.acl.subjects (ATS 9.2.11 and 10): where the ACLs take the
+ * client address from, the first available of a comma-separated list of
+ * PEER and PROXY.  In ATS 9 the PROXY header's address replaces the
+ * connection's remote address before any ACL runs, so PEER and PROXY both
+ * mean "the PROXY address when there was one, else the peer", which is
+ * what Cistern does (ATS 10 keeps them apart: there PEER is the balancer).
+ * PLUGIN (an address a plugin verified) is an error: no plugins. */
+static int
+rec_set_acl_subjects(struct conf_records *r, const struct rec_directive *d,
+                     const char *value, struct rec_ctx *ctx)
+{
+    char buf[64], *save = NULL, *t;
+    int  n = 0;
+
+    if (strlen(value) >= sizeof(buf)) {
+        rec_fail(ctx, d, "\"%s\": list too long", value);
+        return -1;
+    }
+    strcpy(buf, value);
+    for (t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save), n++) {
+        if (strcmp(t, "PEER") == 0 || strcmp(t, "PROXY") == 0)
+            continue;
+        if (strcmp(t, "PLUGIN") == 0)
+            rec_fail(ctx, d, "PLUGIN: plugins are not supported (the ACLs "
+                     "would run on another address)");
+        else
+            rec_fail(ctx, d, "unknown subject \"%s\" (expected PEER or PROXY)", t);
+        return -1;
+    }
+    if (n == 0) {
+        rec_fail(ctx, d, "no subject (expected PEER or PROXY)");
+        return -1;
+    }
+    return rec_store_string(r, d, strdup(value), ctx);
 }
 
 /* ---------------------------------------------------------------------
@@ -752,7 +1041,8 @@ rec_owns_string(const struct rec_directive *d)
 {
     return d->set == rec_set_string || d->set == rec_set_path
            || d->set == rec_set_log_level || d->set == rec_set_user
-           || d->set == rec_set_policy;
+           || d->set == rec_set_policy || d->set == rec_set_ip_list
+           || d->set == rec_set_acl_subjects;
 }
 
 void

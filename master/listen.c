@@ -10,6 +10,14 @@
  * Port 0 means "pick one": the first socket binds port 0 and the others
  * bind the port it got.
  *
+ * Each server_ports descriptor is one listener: "8080 8080:ipv6" (ATS's
+ * stock default) is an IPv4 socket and an IPv6 one with IPV6_V6ONLY, so
+ * neither takes the other's connections.  ip-in= binds that address.  All
+ * the probes run before any listener is bound, so descriptors that overlap
+ * without being the same ("8080" and "ip-in=127.0.0.1:8080": the kernel
+ * gives the more specific one its address's connections) do not find each
+ * other's sockets and mistake them for another server's.
+ *
  * The master keeps every socket open for its whole life.  Closing a
  * reuseport socket drops the connections queued on it, so reloads and
  * respawns hand the same sockets to the new workers.
@@ -39,6 +47,8 @@ listen_addr(const struct conf_port *p, int port, struct sockaddr_storage *ss,
         struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
         s6->sin6_family = AF_INET6;
         s6->sin6_addr = in6addr_any;
+        if (p->has_addr)
+            memcpy(&s6->sin6_addr, p->addr, 16);
         s6->sin6_port = htons((uint16_t)port);
         *sl = sizeof(*s6);
         return AF_INET6;
@@ -46,9 +56,27 @@ listen_addr(const struct conf_port *p, int port, struct sockaddr_storage *ss,
     struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
     s4->sin_family = AF_INET;
     s4->sin_addr.s_addr = htonl(INADDR_ANY);
+    if (p->has_addr)
+        memcpy(&s4->sin_addr, p->addr, 4);
     s4->sin_port = htons((uint16_t)port);
     *sl = sizeof(*s4);
     return AF_INET;
+}
+
+/* "8080", "[::]:8080", "127.0.0.1:8080": which listener, for messages. */
+static void
+listen_name(const struct conf_port *p, int port, char *out, size_t n)
+{
+    char a[INET6_ADDRSTRLEN] = "::";
+
+    if (p->has_addr)
+        inet_ntop(p->ipv6 ? AF_INET6 : AF_INET, p->addr, a, sizeof(a));
+    if (p->ipv6)
+        snprintf(out, n, "[%s]:%d", a, port);
+    else if (p->has_addr)
+        snprintf(out, n, "%s:%d", a, port);
+    else
+        snprintf(out, n, "%d", port);
 }
 
 static int
@@ -76,10 +104,13 @@ listen_socket(const struct conf_port *p, int port, int reuseport, int *got,
         return -1;
     }
     if (bind(fd, (struct sockaddr *)&ss, sl) < 0) {
+        char a[INET6_ADDRSTRLEN + 8];
+
+        listen_name(p, port, a, sizeof(a));
         if (errno == EADDRINUSE)
-            snprintf(err, errlen, "port %d in use (another server listens there)", port);
+            snprintf(err, errlen, "port %s in use (another server listens there)", a);
         else
-            snprintf(err, errlen, "bind port %d: %s", port, strerror(errno));
+            snprintf(err, errlen, "bind port %s: %s", a, strerror(errno));
         close(fd);
         return -1;
     }
@@ -112,14 +143,18 @@ listen_open(struct listeners *l, const struct conf_records *rec, int nworkers,
 
     for (int p = 0; p < rec->nports; p++) {
         const struct conf_port *cp = &rec->ports[p];
-        int port = cp->port;
 
-        if (port != 0) {
-            int probe = listen_socket(cp, port, 0, NULL, err, errlen);
+        if (cp->port != 0) {
+            int probe = listen_socket(cp, cp->port, 0, NULL, err, errlen);
             if (probe < 0)
                 goto fail;
             close(probe);
         }
+    }
+    for (int p = 0; p < rec->nports; p++) {
+        const struct conf_port *cp = &rec->ports[p];
+        int port = cp->port;
+
         for (int w = 0; w < nworkers; w++) {
             int fd = listen_socket(cp, port, 1, port == 0 ? &port : NULL,
                                    err, errlen);

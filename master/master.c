@@ -665,10 +665,10 @@ master_keep_restart_settings(struct conf *nc, const struct conf *oc)
     const struct conf_records *o = &oc->rec;
     int ports_changed = n->nports != o->nports;
 
+    /* every field: the listeners are bound once (conf_port is zeroed
+     * before it is filled, so memcmp compares the meaning) */
     for (int i = 0; !ports_changed && i < n->nports; i++)
-        ports_changed = n->ports[i].port != o->ports[i].port
-                        || n->ports[i].ssl != o->ports[i].ssl
-                        || n->ports[i].ipv6 != o->ports[i].ipv6;
+        ports_changed = memcmp(&n->ports[i], &o->ports[i], sizeof(n->ports[i])) != 0;
     if (ports_changed) {
         log_warn("reload: proxy.config.http.server_ports changed: needs a restart; keeping the old ports");
         memcpy(n->ports, o->ports, sizeof(n->ports));

@@ -39,7 +39,7 @@ if [ -z "${CONFIG_H_DIR:-}" ]; then
     if [ -f "$PWD/config.h" ]; then CONFIG_H_DIR=$PWD; else CONFIG_H_DIR=$SRCDIR; fi
 fi
 FUZZ_JOBS=${FUZZ_JOBS:-1}
-ALL="request response push conf_records conf_remap conf_ip_allow conf_ip_allow_yaml conf_storage cachectl record"
+ALL="request response push conf_records conf_remap conf_ip_allow conf_ip_allow_yaml conf_storage cachectl record pp"
 TARGETS=${FUZZ_TARGETS:-$ALL}
 
 if ! command -v "$CLANG" >/dev/null 2>&1; then
@@ -64,6 +64,7 @@ sources() {
         cachectl) echo "$HTTP $S/worker/buf.c $S/worker/cachectl.c" ;;
         conf_*) echo "$CONF" ;;
         record) echo "$S"/cache/*.c ;;
+        pp) echo "$S/worker/pp.c" ;;
     esac
 }
 libs() {

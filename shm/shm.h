@@ -52,6 +52,10 @@ struct shm_counters {
     uint64_t tls_handshake_errors;/* client handshakes that failed */
     uint64_t origin_tls_handshakes;
     uint64_t origin_tls_errors;   /* origin handshakes failed (verify...) */
+    /* issue 18, ports */
+    uint64_t pp_refused;          /* pp ports: connections closed for their
+                                     PROXY header (peer not allowed,
+                                     malformed, missing) */
 };
 #define SHM_NCOUNTERS (sizeof(struct shm_counters) / sizeof(uint64_t))
 

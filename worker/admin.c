@@ -55,6 +55,7 @@ admin_collect(struct admin_stat *st, int max)
     S("proxy.process.cistern.bad_requests", "cistern_bad_requests_total", "", "counter", t.bad_requests);
     S("proxy.process.cistern.timeouts", "cistern_timeouts_total", "", "counter", t.timeouts);
     S("proxy.process.cistern.connections_refused", "cistern_connections_refused_total", "", "counter", t.conns_refused);
+    S("proxy.process.cistern.proxy_protocol_refused", "cistern_proxy_protocol_refused_total", "", "counter", t.pp_refused);
     S("proxy.process.cistern.client_bytes_in", "cistern_client_bytes_total", "{direction=\"in\"}", "counter", t.bytes_in);
     S("proxy.process.cistern.client_bytes_out", "cistern_client_bytes_total", "{direction=\"out\"}", "counter", t.bytes_out);
     S("proxy.process.http.outgoing_requests", "cistern_origin_requests_total", "", "counter", t.origin_requests);

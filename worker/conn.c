@@ -66,6 +66,7 @@
 #include "shm/log.h"
 #include "shm/filltab.h"
 #include "worker/worker.h"
+#include "worker/pp.h"
 
 #define OUT_HIGH         (BUF_SIZE / 2)
 #define CONN_LINGER_MS   2000
@@ -234,12 +235,112 @@ conn_linger(struct conn *c)
     return 0;
 }
 
+/* ------------------------------------------------------------------ */
+/* The PROXY protocol (pp ports): before anything else on the connection,
+ * before TLS too, a header from the balancer says who the client is.
+ * Only peers in proxy.config.http.proxy_protocol_allowlist may send it
+ * (an empty list: any peer, as in ATS); a header that is missing,
+ * malformed, or not whole within the deadline closes the connection
+ * without a response.  The address it carries replaces cn_peer, the one
+ * client address every later user reads (rq_peer: ip_allow, admin.allow,
+ * the access log, X-Forwarded-For); LOCAL and UNKNOWN keep the peer. */
+
+/* The peer of a pp port may send a PROXY header: 1, else the socket is
+ * closed (counted, one notice line) and 0. */
+static int
+conn_pp_peer_allowed(struct worker *w, int fd, const struct sockaddr *sa)
+{
+    char peer[64];
+
+    if (w->conf->pp_allow.nrules == 0
+        || conf_ip_allowed(&w->conf->pp_allow, sa, CONF_METHOD_ALL))
+        return 1;
+    fmt_peer(sa, peer, sizeof(peer));
+    log_notice("connection from %s to a pp port refused: not in "
+               "proxy.config.http.proxy_protocol_allowlist", peer);
+    w->ctr->pp_refused++;
+    close(fd);
+    return 0;
+}
+
+/* The PROXY header of c was refused: why, then close. */
+static void
+conn_pp_fail(struct conn *c, const char *why)
+{
+    char peer[64];
+
+    fmt_peer(&c->cn_peer.sa, peer, sizeof(peer));
+    log_notice("conn %llu from %s: PROXY protocol header refused: %s",
+               (unsigned long long)c->cn_id, peer, why);
+    wk->ctr->pp_refused++;
+    conn_close(c);
+}
+
+/* conn_on_read while the PROXY header is awaited.  It is peeked at, and
+ * only the bytes pp_parse() says are the header's are consumed, so what
+ * follows (a request, a TLS ClientHello) is read by the usual path. */
+static void
+conn_read_pp(struct conn *c)
+{
+    struct buf *in = &c->cn_in;
+    struct pp_result pr;
+    size_t want, take;
+    ssize_t n;
+    int rc;
+
+    if (buf_alloc(in) < 0) {
+        conn_close(c);
+        return;
+    }
+    want = PP_MAX - in->end;        /* the buffer holds what was consumed */
+    if (want > in->size - in->end)
+        want = in->size - in->end;
+    n = recv(c->cn_fd, in->data + in->end, want, MSG_PEEK);
+    if (n < 0) {
+        if (errno != EAGAIN && errno != EINTR)
+            conn_close(c);
+        return;
+    }
+    if (n == 0) {
+        conn_close(c);      /* gone before its header was whole */
+        return;
+    }
+    rc = pp_parse((const uint8_t *)in->data, in->end + (size_t)n, &pr);
+    if (rc == PP_BAD) {
+        conn_pp_fail(c, pr.why);
+        return;
+    }
+    take = rc == PP_DONE ? pr.len - in->end : (size_t)n;
+    if (recv(c->cn_fd, in->data + in->end, take, 0) != (ssize_t)take) {
+        conn_close(c);      /* the peeked bytes are queued: cannot happen */
+        return;
+    }
+    in->end += take;
+    wk->ctr->bytes_in += take;
+    if (rc == PP_AGAIN) {
+        conn_wait_read(c);  /* re-arm: a persistent event would restart
+                               its timer at every byte otherwise */
+        return;
+    }
+    if (!pr.local)
+        memcpy(&c->cn_peer, &pr.src, sizeof(c->cn_peer));
+    c->cn_pp = 0;
+    in->start = in->end = 0;
+    /* from here on as if accepted now (the accept timer, or the TLS
+     * handshake against the header deadline) */
+    event_base_gettimeofday_cached(wk->base, &c->cn_head_start);
+    conn_wait_read(c);
+}
+
 void
 conn_accept(struct worker *w, int fd, const struct sockaddr *sa, socklen_t salen,
-            int tls)
+            int tls, int pp)
 {
     struct conn *c;
     int one = 1;
+
+    if (pp && !conn_pp_peer_allowed(w, fd, sa))
+        return;
 
     /* Responses go out whole in one write; Nagle would only delay the
      * last segment of each. */
@@ -259,9 +360,13 @@ conn_accept(struct worker *w, int fd, const struct sockaddr *sa, socklen_t salen
         conn_close(c);
         return;
     }
-    if (tls)
+    if (pp) {
+        c->cn_pp = 1;
+        conn_wait_read(c);  /* the PROXY header's deadline */
+    } else if (tls) {
         conn_wait_read(c);  /* the handshake runs against the header
                                deadline, not the accept timer */
+    }
     w->ctr->conns_accepted++;
     w->ctr->conns_open++;
 }
@@ -404,6 +509,15 @@ conn_wait_read(struct conn *c)
         tv.tv_sec = rec->ka_no_activity_in;
         break;
     case CONN_HEAD: {
+        if (c->cn_pp) {
+            /* the PROXY header: whole within the accept timeout (or the
+             * header timeout if shorter) from accept, however it drips */
+            struct timeval deadline = c->cn_head_start;
+            deadline.tv_sec += rec->accept_no_activity < rec->request_header_timeout
+                               ? rec->accept_no_activity : rec->request_header_timeout;
+            conn_time_left(&deadline, &tv);
+            break;
+        }
         if (c->cn_fresh && c->cn_in.end == c->cn_in.start
             && (c->cn_tls == NULL || c->cn_tls_up)) {
             /* accepted, nothing sent yet (a TLS handshake counts as the
@@ -1001,8 +1115,10 @@ conn_read_timer(struct conn *c, evutil_socket_t fd, short what)
 
     if (!(what & EV_TIMEOUT) || (what & EV_READ))
         return 0;
-    if (c->cn_state == CONN_LINGER) {
-        conn_close(c);
+    if (c->cn_state == CONN_LINGER || c->cn_pp) {
+        if (c->cn_pp)
+            wk->ctr->timeouts++;
+        conn_close(c);      /* a PROXY header late: closed, no answer */
         return 1;
     }
     if ((c->cn_state == CONN_IDLE
@@ -1129,6 +1245,10 @@ conn_on_read(evutil_socket_t fd, short what, void *arg)
     magic_check(c->cn_magic, CONN_MAGIC);
     if (conn_read_timer(c, fd, what))
         return;
+    if (c->cn_pp) {
+        conn_read_pp(c);
+        return;
+    }
     if (c->cn_state == CONN_LINGER) {
         char sink[4096];
         n = read(fd, sink, sizeof(sink));

@@ -130,6 +130,8 @@ struct conn {
                                          pumping) leaves the work to it */
     unsigned         cn_fresh:1;      /* no request head completed yet */
     unsigned         cn_local_ok:1;   /* cn_local is known (conn_local) */
+    unsigned         cn_pp:1;         /* a pp port: the PROXY header is
+                                         still to come (conn.c, pp.h) */
     uint64_t         cn_id;
     struct event     cn_rev;
     struct conn_wev *cn_wev;          /* write interest, from the worker's pool
@@ -231,6 +233,7 @@ struct worker {
     struct event        *listen_ev[CONF_MAX_PORTS];
     int                  listen_fd[CONF_MAX_PORTS];
     int                  listen_tls[CONF_MAX_PORTS]; /* a PORT:ssl listener */
+    int                  listen_pp[CONF_MAX_PORTS];  /* a PORT:pp listener */
     int                  nlisten;
     struct event        *sig_term, *sig_quit, *sig_int, *sig_hup, *sig_usr1;
     struct event        *master_ev;
@@ -269,9 +272,10 @@ struct worker {
 extern struct worker *wk;            /* this process's worker */
 
 /* conn.c */
-/* Take an accepted socket; tls: the listener is PORT:ssl. */
+/* Take an accepted socket; tls: the listener is PORT:ssl; pp: PORT:pp
+ * (a PROXY protocol header comes first, from an allowed peer). */
 void conn_accept(struct worker *w, int fd, const struct sockaddr *sa,
-                 socklen_t salen, int tls);
+                 socklen_t salen, int tls, int pp);
 void conn_drain_all(struct worker *w);
 void conn_close_all(struct worker *w);
 

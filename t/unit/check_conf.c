@@ -331,15 +331,14 @@ START_TEST(test_records_errors)
     check_error("records.config:8: missing key name after CONFIG");
     check_error("records.config:9: proxy.config.url_remap.remap_required: "
                 "2 is out of range (0..1)");
-    check_error("records.config:10: proxy.config.http.server_ports: \"80x\" "
-                "is not a port (expected PORT, PORT:ssl, PORT:ipv4 or "
-                "PORT:ipv6)");
+    check_error("records.config:10: proxy.config.http.server_ports: \"80x\": "
+                "\"80x\" is not a port number");
     check_error("records.config:11: proxy.config.http.server_ports: port "
                 "70000 is out of range (0..65535)");
-    check_error("records.config:12: proxy.config.http.server_ports: unknown "
-                "port option \"tls\" in \"80:tls\"");
-    check_error("records.config:13: proxy.config.http.server_ports: port 80 "
-                "is listed twice");
+    check_error("records.config:12: proxy.config.http.server_ports: "
+                "\"80:tls\": unknown port option \"tls\"");
+    check_error("records.config:13: proxy.config.http.server_ports: \"80\": "
+                "port 80 (IPv4) is listed twice");
     check_error("records.config:14: proxy.config.cistern.log_level: unknown "
                 "log level \"loud\" (expected debug, info, notice, warn, "
                 "error or crit)");
@@ -351,8 +350,8 @@ START_TEST(test_records_errors)
     check_error("records.config:17: %s: \"4K\" is not an integer", w);
     check_error("records.config:18: %s: -1 is out of range (0..256)", w);
     check_error("records.config:19: proxy.config.http.server_ports: \":ssl\" "
-                "is not a port (expected PORT, PORT:ssl, PORT:ipv4 or "
-                "PORT:ipv6)");
+                "has no port number (expected e.g. 8080, 8080:ipv6, 443:ssl, "
+                "ip-in=127.0.0.1:8080)");
     check_error("records.config:20: proxy.config.http.server_ports: "
                 "\"1:ipv4:ipv6\": ipv4 and ipv6 conflict");
     check_error("records.config:21: %s: 99999999999999999999 is out of range "
@@ -1346,6 +1345,45 @@ START_TEST(test_records_matches_keys)
 }
 END_TEST
 
+/* issue 18, ports: ATS port descriptors, parsed into struct conf_port */
+START_TEST(test_records_ports_ats)
+{
+    int rc = records(
+        "CONFIG proxy.config.http.server_ports STRING 8080 8080:ipv6,"
+        "ip-in=[::1]:9090:pp SSL:ip-in=10.1.2.3:81:proto=http/1.1;http "
+        "IPV4:82:proto=http:pp 83:ip-in127.0.0.2\n"
+        "CONFIG proxy.config.http.proxy_protocol_allowlist STRING 10.0.0.0/8, 127.0.0.1\n"
+        "CONFIG proxy.config.acl.subjects STRING PROXY,PEER\n");
+    static const uint8_t v6one[16] = { [15] = 1 };
+
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(errs.n, 0);
+    ck_assert_int_eq(rec.nports, 6);
+    ck_assert_int_eq(rec.ports[0].port, 8080);
+    ck_assert_int_eq(rec.ports[0].ipv6, 0);
+    ck_assert_int_eq(rec.ports[1].port, 8080);
+    ck_assert_int_eq(rec.ports[1].ipv6, 1);
+    ck_assert_int_eq(rec.ports[1].has_addr, 0);
+    ck_assert_int_eq(rec.ports[2].port, 9090);
+    ck_assert_int_eq(rec.ports[2].ipv6, 1);
+    ck_assert_int_eq(rec.ports[2].pp, 1);
+    ck_assert_int_eq(rec.ports[2].has_addr, 1);
+    ck_assert_mem_eq(rec.ports[2].addr, v6one, 16);
+    ck_assert_int_eq(rec.ports[3].port, 81);
+    ck_assert_int_eq(rec.ports[3].ssl, 1);
+    ck_assert_int_eq(rec.ports[3].ipv6, 0);
+    ck_assert_mem_eq(rec.ports[3].addr, "\x0a\x01\x02\x03", 4);
+    ck_assert_int_eq(rec.ports[4].port, 82);
+    ck_assert_int_eq(rec.ports[4].pp, 1);
+    ck_assert_int_eq(rec.ports[4].ssl, 0);
+    ck_assert_int_eq(rec.ports[5].port, 83);
+    ck_assert_mem_eq(rec.ports[5].addr, "\x7f\x00\x00\x02", 4);
+    ck_assert_str_eq(rec.pp_allowlist, "10.0.0.0/8, 127.0.0.1");
+    ck_assert_str_eq(rec.acl_subjects, "PROXY,PEER");
+    conf_records_free(&rec);
+}
+END_TEST
+
 START_TEST(test_records_matches_other_value_is_error)
 {
     int rc = records(
@@ -2196,6 +2234,49 @@ START_TEST(test_load_acl_policy)
 }
 END_TEST
 
+START_TEST(test_records_ports_ats_errors)
+{
+    int rc = records(
+        "CONFIG proxy.config.http.server_ports STRING 80 80:ipv6 80:ipv6\n"        /* 1 */
+        "CONFIG proxy.config.http.server_ports STRING 80:tr-full\n"                /* 2 */
+        "CONFIG proxy.config.http.server_ports STRING 80:proto=http2;http\n"       /* 3 */
+        "CONFIG proxy.config.http.server_ports STRING ip-in=[::1:80\n"             /* 4 */
+        "CONFIG proxy.config.http.server_ports STRING ip-in=1.2.3.4:80:ipv6\n"     /* 5 */
+        "CONFIG proxy.config.http.server_ports STRING 80:81\n"                     /* 6 */
+        "CONFIG proxy.config.http.server_ports STRING 80:ip-out=[::1]\n"           /* 7 */
+        "CONFIG proxy.config.http.proxy_protocol_allowlist STRING 10.0.0.0/33\n"   /* 8 */
+        "CONFIG proxy.config.http.server_ports STRING 80:proto=\n"                /* 9 */
+        "CONFIG proxy.config.acl.subjects STRING PLUGIN,PEER\n"                    /* 10 */
+        "CONFIG proxy.config.acl.subjects STRING PEER,CLIENT\n");                  /* 11 */
+    const char *k = "proxy.config.http.server_ports";
+
+    ck_assert_int_eq(rc, -1);
+    check_error("records.config:1: %s: \"80:ipv6\": port 80 (IPv6) is listed twice", k);
+    check_error("records.config:2: %s: \"80:tr-full\": tr-full: transparent "
+                "proxying is not supported", k);
+    check_error("records.config:3: %s: \"80:proto=http2;http\": proto=http2: "
+                "HTTP/2 is not supported yet (use proto=http)", k);
+    check_error("records.config:4: %s: \"ip-in=[::1:80\": an unclosed '[' or "
+                "too many items", k);
+    check_error("records.config:5: %s: \"ip-in=1.2.3.4:80:ipv6\": ipv4 and ipv6 "
+                "conflict", k);
+    check_error("records.config:6: %s: \"80:81\": two port numbers", k);
+    check_error("records.config:7: %s: \"80:ip-out=[::1]\": ip-out=[::1]: a "
+                "per-port outbound address is not supported (origins are "
+                "reached from the system's source address)", k);
+    check_error("records.config:8: proxy.config.http.proxy_protocol_allowlist: "
+                "bad prefix length in \"10.0.0.0/33\"");
+    check_error("records.config:9: %s: \"80:proto=\": proto= needs a protocol", k);
+    check_error("records.config:10: proxy.config.acl.subjects: PLUGIN: plugins "
+                "are not supported (the ACLs would run on another address)");
+    check_error("records.config:11: proxy.config.acl.subjects: unknown subject "
+                "\"CLIENT\" (expected PEER or PROXY)");
+    ck_assert_int_eq(errs.n, 11);
+    ck_assert_int_eq(rec.nports, 1);    /* the default, untouched */
+    conf_records_free(&rec);
+}
+END_TEST
+
 static Suite *
 conf_suite(void)
 {
@@ -2218,6 +2299,8 @@ conf_suite(void)
     tcase_add_test(tc, test_records_errors);
     tcase_add_test(tc, test_records_sizes);
     tcase_add_test(tc, test_records_missing_file);
+    tcase_add_test(tc, test_records_ports_ats);
+    tcase_add_test(tc, test_records_ports_ats_errors);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("remap");
