@@ -206,6 +206,37 @@ static const struct rec_directive rec_table[] = {
       REC_FIELD(ssl_client_ca_file), "NULL", 0, 0 },
     { "proxy.config.ssl.client.CA.cert.path", REC_STRING, rec_set_string,
       REC_FIELD(ssl_client_ca_path), "NULL", 0, 0 },
+    /* issue 18, policy keys (CACHING.md says what each does).  Defaults are
+     * ATS 9's, except ignore_client_no_cache and ignore_client_cc_max_age
+     * (ATS: 1), which are 0: a client's no-cache and max-age are honoured
+     * (RFC 9111 5.2.1), as Cistern always did.  negative_caching_list is
+     * checked and read by conf/cache_config.c. */
+    { "proxy.config.http.cache.http", REC_INT, rec_set_int,
+      REC_FIELD(cache_http), "1", 0, 1 },
+    { "proxy.config.http.cache.cache_responses_to_cookies", REC_INT, rec_set_int,
+      REC_FIELD(cache_cookies), "1", 0, 4 },
+    { "proxy.config.http.cache.ignore_client_cc_max_age", REC_INT, rec_set_int,
+      REC_FIELD(ignore_client_cc_max_age), "0", 0, 1 },
+    { "proxy.config.http.cache.ignore_client_no_cache", REC_INT, rec_set_int,
+      REC_FIELD(ignore_client_no_cache), "0", 0, 1 },
+    { "proxy.config.http.cache.ignore_server_no_cache", REC_INT, rec_set_int,
+      REC_FIELD(ignore_server_no_cache), "0", 0, 1 },
+    { "proxy.config.http.cache.ignore_authentication", REC_INT, rec_set_int,
+      REC_FIELD(ignore_authentication), "0", 0, 1 },
+    { "proxy.config.http.cache.when_to_revalidate", REC_INT, rec_set_int,
+      REC_FIELD(when_to_revalidate), "0", 0, 4 },
+    { "proxy.config.http.cache.max_stale_age", REC_INT, rec_set_int,
+      REC_FIELD(max_stale_age), "604800", 0, 2147483647 },
+    { "proxy.config.http.cache.guaranteed_min_lifetime", REC_INT, rec_set_int,
+      REC_FIELD(guaranteed_min_lifetime), "0", 0, 2147483647 },
+    { "proxy.config.http.cache.guaranteed_max_lifetime", REC_INT, rec_set_int,
+      REC_FIELD(guaranteed_max_lifetime), "31536000", 0, 2147483647 },
+    { "proxy.config.http.negative_caching_enabled", REC_INT, rec_set_int,
+      REC_FIELD(negative_caching_enabled), "0", 0, 1 },
+    { "proxy.config.http.negative_caching_lifetime", REC_INT, rec_set_int,
+      REC_FIELD(negative_caching_lifetime), "1800", 0, 2147483647 },
+    { "proxy.config.http.negative_caching_list", REC_STRING, rec_set_string,
+      REC_FIELD(negative_caching_list), "204 305 403 404 414 500 501 502 503 504", 0, 0 },
 };
 
 #define REC_NKEYS (sizeof(rec_table) / sizeof(rec_table[0]))
