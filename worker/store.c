@@ -704,6 +704,59 @@ store_marker(const char *key, size_t keylen, const char *vary, size_t vlen,
     return (size_t)n;
 }
 
+/* May resp be stored under pol (RFC 9111 3 as cachectl.c has it, bent by
+ * ATS's keys and cache.config)?  NULL with *lifetime, *heur (a heuristic
+ * gave it) and *set_cookie, or why not (a Cache-Status detail).  The
+ * request's part (a GET without no-store) is proxy.c's up_store. */
+static const char *
+store_decide(const struct http_req *resp, struct cc_resp *cc, const struct req_policy *pol,
+             int req_auth, time_t now, int64_t *lifetime, int *heur, int *set_cookie)
+{
+    const struct conf_records *rec = &wk->conf->rec;
+    int negative;
+
+    cachectl_parse_resp(resp, cc, rec->cdn_cache_control);
+    if (pol->ign_server_nc)
+        cc->no_store = cc->no_cache = 0;        /* ignore_server_no_cache */
+    negative = rec->negative_caching_enabled
+               && conf_cache_negative(&wk->conf->cache, resp->status);
+    *lifetime = store_lifetime(resp, cc, now, negative, heur);
+    if (pol->ttl_in_cache > 0 && !negative) {
+        /* cache.config ttl-in-cache (ATS): stored whatever no-store or
+         * private say, for a status ATS stores without explicit freshness */
+        static const int ok[] = { 200, 203, 204, 300, 301, 308, 410 };
+        int st = *lifetime >= 0 && !*heur;
+        for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+            st |= resp->status == ok[i];
+        if (!st && !cc->public_)
+            return "no-freshness";
+        cc->no_store = cc->private_ = 0;
+        *lifetime = pol->ttl_in_cache;
+        *heur = 0;
+    }
+    /* ATS's ignore_authentication 0: a response with WWW-Authenticate is
+     * not stored; 1: neither it nor the request's Authorization matter. */
+    if (!rec->ignore_authentication && http_field_find(resp, "www-authenticate", 0) >= 0)
+        return "www-authenticate";
+    const char *why = cachectl_storable_resp(resp, cc, *lifetime,
+                                             req_auth && !rec->ignore_authentication);
+    if (why)
+        return why;
+    *set_cookie = http_field_find(resp, "set-cookie", 0) >= 0;
+    if (pol->ttl_in_cache <= 0) {
+        int ci = http_field_find(resp, "content-type", 0);
+        if (store_cookies_prevent(pol->cookies, pol->req_cookie, *set_cookie,
+                                  ci >= 0 ? resp->base + resp->fields[ci].value : NULL,
+                                  ci >= 0 ? resp->fields[ci].value_len : 0, cc->public_))
+            return "cookie";
+    }
+    /* Set-Cookie is never stored: with it, a response is stored without it
+     * (cistern.cache.set_cookie 1) or not at all (0). */
+    if (!rec->cache_set_cookie && *set_cookie)
+        return "set-cookie";
+    return NULL;
+}
+
 const char *
 store_fill_begin(const char *key, size_t keylen, const struct http_req *resp,
                  const struct http_req *req, int req_auth, int64_t req_time,
@@ -713,14 +766,11 @@ store_fill_begin(const char *key, size_t keylen, const struct http_req *resp,
     struct cc_resp cc;
     struct cache_meta meta;
     struct timeval now;
-    const struct conf_records *rec = &wk->conf->rec;
+    struct req_policy dpol;
     int64_t lifetime, initial_age, body_len;
     size_t len = 0;
     char vkey[STORE_KEY_MAX];
-    int n, rc;
-
-    struct req_policy dpol;
-    int heur, negative, set_cookie;
+    int n, rc, heur, set_cookie;
 
     *out = NULL;
     if (pol == NULL) {
@@ -728,48 +778,10 @@ store_fill_begin(const char *key, size_t keylen, const struct http_req *resp,
         pol = &dpol;
     }
     event_base_gettimeofday_cached(wk->base, &now);
-    cachectl_parse_resp(resp, &cc, rec->cdn_cache_control);
-    if (pol->ign_server_nc)
-        cc.no_store = cc.no_cache = 0;          /* ignore_server_no_cache */
-    negative = rec->negative_caching_enabled
-               && conf_cache_negative(&wk->conf->cache, resp->status);
-    lifetime = store_lifetime(resp, &cc, now.tv_sec, negative, &heur);
-    if (pol->ttl_in_cache > 0 && !negative) {
-        /* cache.config ttl-in-cache (ATS): stored whatever no-store or
-         * private say, for a status ATS stores without explicit freshness */
-        static const int ok[] = { 200, 203, 204, 300, 301, 308, 410 };
-        int st = lifetime >= 0 && !heur;
-        for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
-            st |= resp->status == ok[i];
-        if (!st && !cc.public_)
-            return "no-freshness";
-        cc.no_store = cc.private_ = 0;
-        lifetime = pol->ttl_in_cache;
-        heur = 0;
-    }
-    /* ATS's ignore_authentication 0: a response with WWW-Authenticate is
-     * not stored; 1: neither it nor the request's Authorization matter. */
-    if (!rec->ignore_authentication
-        && http_field_find(resp, "www-authenticate", 0) >= 0)
-        return "www-authenticate";
-    /* RFC 9111 3 (the request's part, a GET without no-store, is
-     * proxy.c's up_store): the one copy of the rules is in cachectl.c. */
-    const char *why = cachectl_storable_resp(resp, &cc, lifetime,
-                                             req_auth && !rec->ignore_authentication);
+    const char *why = store_decide(resp, &cc, pol, req_auth, now.tv_sec, &lifetime, &heur,
+                                   &set_cookie);
     if (why)
         return why;
-    set_cookie = http_field_find(resp, "set-cookie", 0) >= 0;
-    if (pol->ttl_in_cache <= 0) {
-        int ci = http_field_find(resp, "content-type", 0);
-        if (store_cookies_prevent(pol->cookies, pol->req_cookie, set_cookie,
-                                  ci >= 0 ? resp->base + resp->fields[ci].value : NULL,
-                                  ci >= 0 ? resp->fields[ci].value_len : 0, cc.public_))
-            return "cookie";
-    }
-    /* Set-Cookie is never stored: with it, a response is stored without it
-     * (cistern.cache.set_cookie 1) or not at all (0). */
-    if (!rec->cache_set_cookie && set_cookie)
-        return "set-cookie";
 
     /* Vary: store under the variant's key, behind a marker. */
     int vi = http_field_find_id(resp, HTTP_F_VARY, 0);
