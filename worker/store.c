@@ -367,18 +367,27 @@ store_stale_on_error(struct req *rq)
 void
 store_policy(struct req *rq, const struct conf_remap_result *res, int mapped)
 {
+    /* records.config's policy, made once per configuration (a worker
+     * keeps its configuration for life) */
+    static const struct conf *dconf;
+    static struct req_policy dpol;
     const struct conf *cf = wk->conf;
-    const struct conf_records *rec = &cf->rec;
     struct req_policy *p = &rq->rq_pol;
 
-    p->cache = rec->cache_http != 0;
-    p->ign_client_nc = rec->ignore_client_no_cache != 0;
-    p->ign_server_nc = rec->ignore_server_no_cache != 0;
-    p->ign_client_max_age = rec->ignore_client_cc_max_age != 0;
-    p->cookies = (unsigned)rec->cache_cookies & 7;
-    p->ttl_in_cache = 0;
-    p->revalidate = -1;
-    /* No rules, no cost: the hit path reads the fields above and goes on. */
+    if (dconf != cf) {
+        const struct conf_records *rec = &cf->rec;
+
+        memset(&dpol, 0, sizeof(dpol));
+        dpol.cache = rec->cache_http != 0;
+        dpol.ign_client_nc = rec->ignore_client_no_cache != 0;
+        dpol.ign_server_nc = rec->ignore_server_no_cache != 0;
+        dpol.ign_client_max_age = rec->ignore_client_cc_max_age != 0;
+        dpol.cookies = (unsigned)rec->cache_cookies & 7;
+        dpol.revalidate = -1;
+        dconf = cf;
+    }
+    *p = dpol;
+    /* No rules, no cost: the hit path copies the above and goes on. */
     if (cf->cache.nrules && mapped && p->cache) {
         struct conf_cache_req q;
         struct conf_cache_result cr;
@@ -418,7 +427,8 @@ store_policy(struct req *rq, const struct conf_remap_result *res, int mapped)
                 p->cookies = (unsigned)cr.cookies & 7;
         }
     }
-    p->req_cookie = p->cookies != 1 && http_field_find(&rq->r, "cookie", 0) >= 0;
+    if (p->cookies != 1)
+        p->req_cookie = http_field_find(&rq->r, "cookie", 0) >= 0;
 }
 
 /* The policy of a request that had none resolved (a PUSH): records'. */
