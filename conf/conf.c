@@ -156,6 +156,16 @@ conf_load(const char *confdir, struct conf_errors *errs)
         conf_storage_parse(&c->storage, path, c->confdir, errs);
     free(path);
 
+    /* cache.config (optional: missing means no rules) and the policy
+     * values records.config gives it (issue 18) */
+    path = conf_path(c->confdir, "cache.config");
+    if (path == NULL)
+        goto oom;
+    conf_cache_records(&c->cache, &c->rec, "records.config", errs);
+    if (conf_optional_exists(path))
+        conf_cache_parse(&c->cache, path, errs);
+    free(path);
+
     /* socks.config, parent.config, plugin.config, ...: read by ATS, not by
      * Cistern; anything in them that Cistern would not do is refused. */
     conf_ats_files_check(c, errs);
@@ -186,6 +196,7 @@ conf_free(struct conf *c)
     conf_ip_allow_free(&c->pp_allow);
     conf_storage_free(&c->storage);
     conf_tls_free(c->tls);
+    conf_cache_free(&c->cache);
     free(c->confdir);
     free(c);
 }

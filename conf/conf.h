@@ -112,6 +112,20 @@ struct conf_records {
                                          PEER and/or PROXY; either way the
                                          ACLs see the PROXY address when a
                                          header carried one (ATS 9) */
+    /* issue 18, policy keys (what is cached and how; CACHING.md) */
+    int      cache_http;              /* proxy.config.http.cache.http */
+    int      cache_cookies;           /* ...cache.cache_responses_to_cookies 0-4 */
+    int      ignore_client_cc_max_age;/* ...cache.ignore_client_cc_max_age */
+    int      ignore_client_no_cache;  /* ...cache.ignore_client_no_cache */
+    int      ignore_server_no_cache;  /* ...cache.ignore_server_no_cache */
+    int      ignore_authentication;   /* ...cache.ignore_authentication */
+    int      when_to_revalidate;      /* ...cache.when_to_revalidate 0-4 */
+    int      max_stale_age;           /* ...cache.max_stale_age */
+    int      guaranteed_min_lifetime; /* ...cache.guaranteed_min_lifetime */
+    int      guaranteed_max_lifetime; /* ...cache.guaranteed_max_lifetime (0: none) */
+    int      negative_caching_enabled;/* proxy.config.http.negative_caching_enabled */
+    int      negative_caching_lifetime;/* ...negative_caching_lifetime */
+    char    *negative_caching_list;   /* ...negative_caching_list (statuses) */
 };
 
 /* ---------------------------------------------------------------------
@@ -359,6 +373,87 @@ struct conf_storages {
 };
 
 /* ---------------------------------------------------------------------
+ * cache.config (ATS syntax): per-URL caching policy (conf/cache_config.c)
+ */
+enum conf_cc_primary { CONF_CC_DOMAIN = 1, CONF_CC_HOST_REGEX, CONF_CC_URL_REGEX };
+enum conf_cc_action {
+    CONF_CC_NEVER_CACHE = 1, CONF_CC_STANDARD_CACHE, CONF_CC_IGNORE_NO_CACHE,
+    CONF_CC_IGNORE_CLIENT_NO_CACHE, CONF_CC_IGNORE_SERVER_NO_CACHE,
+    CONF_CC_CLUSTER_CACHE_LOCAL, CONF_CC_TTL_IN_CACHE, CONF_CC_REVALIDATE,
+};
+
+struct conf_cache_rule {
+    enum conf_cc_primary primary;
+    char    *domain;                  /* dest_domain / dest_host, lowercase */
+    size_t   domainlen;
+    regex_t  re;                      /* host_regex / url_regex */
+    int      re_ok;
+    /* secondary specifiers: unset ones match everything */
+    char    *prefix;                  /* "/" + the value's path */
+    size_t   prefixlen;
+    char    *suffix;                  /* comma list, as written */
+    int      port_lo, port_hi;        /* 0: any */
+    char    *scheme, *method;
+    int      tod_lo, tod_hi;          /* time=: seconds of the day, -1: any */
+    struct conf_ip_allow src;         /* src_ip=: nrules 0: any */
+    int      internal;                /* internal=: -1 any, 0 false, 1 true */
+    /* the one directive of the line, and the cookies tweak */
+    enum conf_cc_action action;
+    int      secs;                    /* ttl-in-cache / revalidate */
+    int      cookies;                 /* cache-responses-to-cookies=, -1 */
+    int      line;
+};
+
+struct conf_cache {
+    struct conf_cache_rule *rules;    /* file order */
+    int      nrules;
+    int      need_url;                /* a url_regex rule: match needs the URL */
+    uint8_t  neg[1000 / 8];           /* negative_caching_list, as a bitmap */
+};
+
+/* What is matched: the request after remap. */
+struct conf_cache_req {
+    const char *scheme, *host;        /* host lowercase */
+    size_t   hostlen;
+    int      port;
+    const char *path;                 /* from '/', the query included */
+    size_t   pathlen;
+    const char *url;                  /* "scheme://host[:port]/path?q" (need_url) */
+    const char *method;
+    const struct sockaddr *src;       /* the client */
+    int      tod;                     /* local time of day, seconds */
+};
+
+/* The actions of every matching line, by ATS's precedence (its code, ATS 9
+ * and 10): for each kind, the earliest matching line wins; ttl-in-cache
+ * cancels never-cache wherever it is; the ignore-* actions add up. */
+struct conf_cache_result {
+    int      never_cache;             /* 1: neither looked up nor stored */
+    int      ignore_client_no_cache, ignore_server_no_cache;
+    int      ttl_in_cache;            /* 0: none */
+    int      revalidate;              /* -1: none */
+    int      cookies;                 /* -1: the records.config value */
+};
+
+/* Parse cache.config (missing file: no rules) and build the records-derived
+ * parts (negative_caching_list).  0, or -1 after recording errors. */
+int  conf_cache_parse(struct conf_cache *cc, const char *file, struct conf_errors *e);
+int  conf_cache_records(struct conf_cache *cc, const struct conf_records *r,
+                        const char *recfile, struct conf_errors *e);
+void conf_cache_free(struct conf_cache *cc);
+/* Fill *res for q; returns how many lines matched. */
+int  conf_cache_match(const struct conf_cache *cc, const struct conf_cache_req *q,
+                      struct conf_cache_result *res);
+/* ATS's durations: "1d2h3m4s", "90" (seconds), units w d h m s.  0 or -1. */
+int  conf_parse_duration(const char *s, int *out);
+/* Is status in negative_caching_list? */
+static inline int
+conf_cache_negative(const struct conf_cache *cc, int status)
+{
+    return status >= 0 && status < 1000 && (cc->neg[status / 8] >> (status % 8)) & 1;
+}
+
+/* ---------------------------------------------------------------------
  * The whole configuration
  */
 struct conf {
@@ -373,6 +468,7 @@ struct conf {
                                          from; no rules = every peer (ATS) */
     struct conf_tls     *tls;         /* certificates and TLS contexts, or NULL
                                          (conf/ssl_multicert.c) */
+    struct conf_cache    cache;       /* cache.config (issue 18, policy) */
 };
 
 /* Load and validate everything under confdir.  Returns the new config, or

@@ -299,6 +299,57 @@ static const struct rec_directive rec_table[] = {
       REC_FIELD(acl_subjects), "PEER", 0, 0,
       "PEER and PROXY both mean the PROXY header's address when there was "
       "one (ATS 9); PLUGIN is an error" },
+    /* issue 18, policy keys (CACHING.md says what each does).  Defaults are
+     * ATS 9's, except ignore_client_no_cache and ignore_client_cc_max_age
+     * (ATS: 1), which are 0: a client's no-cache and max-age are honoured
+     * (RFC 9111 5.2.1), as Cistern always did.  negative_caching_list is
+     * checked and read by conf/cache_config.c. */
+    { "proxy.config.http.cache.http", REC_INT, rec_set_int,
+      REC_FIELD(cache_http), "1", 0, 1,
+      "0: nothing is looked up or stored (proxy only); 1: cache" },
+    { "proxy.config.http.cache.cache_responses_to_cookies", REC_INT, rec_set_int,
+      REC_FIELD(cache_cookies), "1", 0, 4,
+      "ATS 0-4: which responses to requests with cookies, or with "
+      "Set-Cookie, may be cached (0 none, 1 any, 2 images, 3 all but "
+      "text, 4 ATS 9's default); Set-Cookie is never shared" },
+    { "proxy.config.http.cache.ignore_client_cc_max_age", REC_INT, rec_set_int,
+      REC_FIELD(ignore_client_cc_max_age), "0", 0, 1,
+      "1: ignore a client's Cache-Control max-age (ATS default 1; "
+      "Cistern 0, RFC 9111)" },
+    { "proxy.config.http.cache.ignore_client_no_cache", REC_INT, rec_set_int,
+      REC_FIELD(ignore_client_no_cache), "0", 0, 1,
+      "1: ignore a client's no-cache (ATS default 1; Cistern 0, RFC "
+      "9111)" },
+    { "proxy.config.http.cache.ignore_server_no_cache", REC_INT, rec_set_int,
+      REC_FIELD(ignore_server_no_cache), "0", 0, 1,
+      "1: store responses marked no-cache as if they were not" },
+    { "proxy.config.http.cache.ignore_authentication", REC_INT, rec_set_int,
+      REC_FIELD(ignore_authentication), "0", 0, 1,
+      "1: store responses carrying WWW-Authenticate" },
+    { "proxy.config.http.cache.when_to_revalidate", REC_INT, rec_set_int,
+      REC_FIELD(when_to_revalidate), "0", 0, 4,
+      "ATS 0-4: 0 by freshness, 1 stale always, 2 always revalidate, 3 "
+      "never, 4 by If-Modified-Since" },
+    { "proxy.config.http.cache.max_stale_age", REC_INT, rec_set_int,
+      REC_FIELD(max_stale_age), "604800", 0, 2147483647,
+      "the stalest copy ever served (max-stale, stale-while-revalidate, "
+      "stale-if-error), seconds" },
+    { "proxy.config.http.cache.guaranteed_min_lifetime", REC_INT, rec_set_int,
+      REC_FIELD(guaranteed_min_lifetime), "0", 0, 2147483647,
+      "freshness lifetime at least this, seconds" },
+    { "proxy.config.http.cache.guaranteed_max_lifetime", REC_INT, rec_set_int,
+      REC_FIELD(guaranteed_max_lifetime), "31536000", 0, 2147483647,
+      "freshness lifetime at most this, seconds; 0 = no bound" },
+    { "proxy.config.http.negative_caching_enabled", REC_INT, rec_set_int,
+      REC_FIELD(negative_caching_enabled), "0", 0, 1,
+      "1: cache the statuses of negative_caching_list without freshness "
+      "information" },
+    { "proxy.config.http.negative_caching_lifetime", REC_INT, rec_set_int,
+      REC_FIELD(negative_caching_lifetime), "1800", 0, 2147483647,
+      "how long a negative answer is fresh, seconds" },
+    { "proxy.config.http.negative_caching_list", REC_STRING, rec_set_string,
+      REC_FIELD(negative_caching_list), "204 305 403 404 414 500 501 502 503 504", 0, 0,
+      "the statuses negative caching applies to" },
 };
 
 #define REC_NKEYS (sizeof(rec_table) / sizeof(rec_table[0]))

@@ -269,11 +269,15 @@ up_setup(struct upstream *up, struct req *rq, const struct conf_remap_result *re
     }
     int range_pass = http_field_find_id(r, HTTP_F_RANGE, 0) >= 0 && !rec->range_write;
     if (key && r->method == HTTP_GET && keylen <= sizeof(up->up_key) && !range_pass
+        && !r->has_body && !rq->rq_pol.cache) {
+        up->up_cdetail = "config";      /* cache.http 0, cache.config never-cache */
+    } else if (key && r->method == HTTP_GET && keylen <= sizeof(up->up_key) && !range_pass
         && !r->has_body) {
         up->up_store = 1;
         up->up_req_auth = http_field_find_id(r, HTTP_F_AUTHORIZATION, 0) >= 0;
-        /* The request forbids storing what answers it (RFC 9111 5.2.1.5). */
-        if (http_req_no_store(r)) {
+        /* The request forbids storing what answers it (RFC 9111 5.2.1.5),
+         * unless ignore_client_no_cache says otherwise. */
+        if (http_req_no_store(r) && !rq->rq_pol.ign_client_nc) {
             up->up_store = 0;
             up->up_cdetail = "request-no-store";
         }
@@ -942,7 +946,7 @@ proxy_cache_response(struct upstream *up, const struct http_req *resp)
         else
             up->up_cdetail = store_fill_begin(up->up_key, up->up_keylen, resp, fwd,
                                               up->up_req_auth, up->up_req_time,
-                                              &up->up_fill);
+                                              &up->up_req->rq_pol, &up->up_fill);
     }
     if (up->up_claim) {
         if (up->up_fill == NULL)

@@ -155,7 +155,7 @@ push_sink(void *arg, const char *data, size_t n)
         return;
     }
     const char *why = store_fill_begin(p->key, p->keylen, resp, NULL, 0,
-                                       p->req_time, &p->fill);
+                                       p->req_time, NULL, &p->fill);
     if (why) {
         /* Built in this push's own buffer: the message is sent when the
          * request body ends, after other connections may have failed too. */

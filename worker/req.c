@@ -407,10 +407,14 @@ step_lookup(struct req *rq, struct req_route *rt)
 
     rt->verdict = STORE_MISS;
     rt->claimed = 0;
+    /* What may be cached and how (records.config, cache.config) */
+    store_policy(rq, &rt->res, rt->rule != NULL);
     /* A GET or HEAD with a body (content RFC 9110 9.3.1 gives no meaning,
      * but an origin may answer by it) neither takes an answer from the
      * shared cache nor leaves one there: it is passed through. */
-    if (wk->cache && cacheable_method && !r->has_body) {
+    if (!rq->rq_pol.cache) {
+        rt->fwd = "bypass";     /* cache.http 0, or cache.config never-cache */
+    } else if (wk->cache && cacheable_method && !r->has_body) {
         if (rt->keylen) {
             rt->verdict = store_lookup(rq, rt->key, rt->keylen, &rt->fwd, rt->cs,
                                        sizeof(rt->cs));
@@ -430,7 +434,7 @@ step_lookup(struct req *rq, struct req_route *rt)
     }
     /* Collapsed forwarding: one fetch per missing object, all workers. */
     if (wk->cache && rt->keylen && rt->verdict == STORE_MISS
-        && r->method == HTTP_GET && !r->has_body && !rq->rq_nowait
+        && rq->rq_pol.cache && r->method == HTTP_GET && !r->has_body && !rq->rq_nowait
         && wk->conf->rec.collapse_timeout > 0 && !http_req_no_store(r)) {
         struct timeval now;
         event_base_gettimeofday_cached(wk->base, &now);

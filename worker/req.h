@@ -74,6 +74,22 @@ struct req_synth {
     unsigned         free_body:1;     /* body is malloc'd: SYNTH frees it */
 };
 
+/* The cache policy of one request: records.config's values, overridden
+ * by the cache.config lines that match it, resolved once in LOOKUP
+ * (store.c's store_policy) so the rest reads bits. */
+struct req_policy {
+    unsigned         cache:1;         /* look up and store (cache.http,
+                                         never-cache) */
+    unsigned         ign_client_nc:1; /* a client's no-cache / no-store */
+    unsigned         ign_server_nc:1; /* an origin's no-cache / no-store */
+    unsigned         ign_client_max_age:1;
+    unsigned         req_cookie:1;    /* the request has Cookie (read only
+                                         when cookies != 1) */
+    unsigned         cookies:3;       /* cache_responses_to_cookies, 0-4 */
+    int32_t          ttl_in_cache;    /* > 0: cache.config ttl-in-cache */
+    int32_t          revalidate;      /* >= 0: cache.config revalidate */
+};
+
 struct req;
 struct upstream;
 struct push;
@@ -118,6 +134,7 @@ struct req {
                                          background revalidation's, until
                                          its fetch takes it over) */
     struct req_synth syn;             /* SYNTH's answer */
+    struct req_policy rq_pol;         /* LOOKUP's: what may be cached, how */
     size_t           obj_keylen;      /* its key (a variant's, with Vary) */
     char             obj_key[STORE_KEY_MAX];
     /* WAIT (and a background revalidation's claim) */

@@ -355,7 +355,194 @@ store_stale_on_error(struct req *rq)
     if (q->obj.meta.flags & (STORE_F_NO_CACHE | STORE_F_MUST_REVALIDATE))
         return 0;
     event_base_gettimeofday_cached(wk->base, &now);
+    /* proxy.config.http.cache.max_stale_age bounds every stale answer */
+    if ((int64_t)now.tv_sec - q->obj.meta.expires > wk->conf->rec.max_stale_age)
+        return 0;
     return store_stale_window(&q->obj, "stale-if-error=", now.tv_sec);
+}
+
+/* ------------------------------------------------------------------ */
+/* Policy (records.config's keys and cache.config's lines; CACHING.md) */
+
+void
+store_policy(struct req *rq, const struct conf_remap_result *res, int mapped)
+{
+    /* records.config's policy, made once per configuration (a worker
+     * keeps its configuration for life) */
+    static const struct conf *dconf;
+    static struct req_policy dpol;
+    const struct conf *cf = wk->conf;
+    struct req_policy *p = &rq->rq_pol;
+
+    if (dconf != cf) {
+        const struct conf_records *rec = &cf->rec;
+
+        memset(&dpol, 0, sizeof(dpol));
+        dpol.cache = rec->cache_http != 0;
+        dpol.ign_client_nc = rec->ignore_client_no_cache != 0;
+        dpol.ign_server_nc = rec->ignore_server_no_cache != 0;
+        dpol.ign_client_max_age = rec->ignore_client_cc_max_age != 0;
+        dpol.cookies = (unsigned)rec->cache_cookies & 7;
+        dpol.revalidate = -1;
+        dconf = cf;
+    }
+    *p = dpol;
+    /* No rules, no cost: the hit path copies the above and goes on. */
+    if (cf->cache.nrules && mapped && p->cache) {
+        struct conf_cache_req q;
+        struct conf_cache_result cr;
+        struct timeval now;
+        struct tm tm;
+        char url[sizeof(res->host) + sizeof(res->path) + 32];
+        int def = strcmp(res->scheme, "https") == 0 ? 443 : 80;
+        time_t t;
+
+        memset(&q, 0, sizeof(q));
+        q.scheme = res->scheme;
+        q.host = res->host;
+        q.hostlen = strlen(res->host);
+        q.port = res->port;
+        q.path = res->path;
+        q.pathlen = res->pathlen;
+        q.method = http_method_name(rq->r.method);
+        q.src = rq->rq_peer;
+        event_base_gettimeofday_cached(wk->base, &now);
+        t = now.tv_sec;
+        q.tod = localtime_r(&t, &tm) ? tm.tm_hour * 3600 + tm.tm_min * 60 + tm.tm_sec : 0;
+        if (cf->cache.need_url) {
+            if (res->port == def)
+                snprintf(url, sizeof(url), "%s://%s%s", res->scheme, res->host, res->path);
+            else
+                snprintf(url, sizeof(url), "%s://%s:%d%s", res->scheme, res->host,
+                         res->port, res->path);
+            q.url = url;
+        }
+        if (conf_cache_match(&cf->cache, &q, &cr) > 0) {
+            p->cache = !cr.never_cache;
+            p->ign_client_nc |= cr.ignore_client_no_cache;
+            p->ign_server_nc |= cr.ignore_server_no_cache;
+            p->ttl_in_cache = cr.ttl_in_cache;
+            p->revalidate = cr.revalidate;
+            if (cr.cookies >= 0)
+                p->cookies = (unsigned)cr.cookies & 7;
+        }
+    }
+    if (p->cookies != 1)
+        p->req_cookie = http_field_find(&rq->r, "cookie", 0) >= 0;
+}
+
+/* The policy of a request that had none resolved (a PUSH): records'. */
+static void
+store_policy_default(struct req_policy *p)
+{
+    const struct conf_records *rec = &wk->conf->rec;
+
+    memset(p, 0, sizeof(*p));
+    p->cache = 1;
+    p->ign_server_nc = rec->ignore_server_no_cache != 0;
+    p->cookies = (unsigned)rec->cache_cookies & 7;
+    p->revalidate = -1;
+}
+
+/* Do cookies keep this response out of the cache (ATS's
+ * cache_responses_to_cookies: 0 none with cookies, 1 any, 2 images only,
+ * 3 all but text, 4 all but text unless without Set-Cookie or public)?
+ * Cookies means a Cookie in the request or a Set-Cookie in the response. */
+static int
+store_cookies_prevent(unsigned mode, int req_cookie, int set_cookie, const char *ctype,
+                      size_t ctlen, int public_)
+{
+    if (mode == 1 || (!req_cookie && !set_cookie))
+        return 0;
+    if (mode == 0)
+        return 1;
+    if (mode == 2)
+        return !(ctype && ctlen >= 5 && strncasecmp(ctype, "image", 5) == 0);
+    if (ctype && ctlen >= 4 && strncasecmp(ctype, "text", 4) == 0)
+        return !(mode == 4 && (!set_cookie || public_));
+    return 0;
+}
+
+/* Was the freshness lifetime given by the response (RFC 9111 4.2.1), not a
+ * heuristic? */
+static int
+store_explicit(const struct http_req *resp, const struct cc_resp *cc)
+{
+    return cc->invalid || cc->s_maxage >= 0 || cc->max_age >= 0
+           || http_field_find_id(resp, HTTP_F_EXPIRES, 0) >= 0;
+}
+
+/* The freshness lifetime to store (cachectl_lifetime, then ATS's
+ * negative_caching_lifetime for a listed status without explicit
+ * freshness, then the guaranteed_min/max_lifetime bounds); -1: none.
+ * *heur: it came from a heuristic. */
+static int64_t
+store_lifetime(const struct http_req *resp, const struct cc_resp *cc, time_t now,
+               int negative, int *heur)
+{
+    const struct conf_records *rec = &wk->conf->rec;
+    int64_t l = cachectl_lifetime(resp, cc, now, rec->required_headers,
+                                  rec->heuristic_min_lifetime, rec->heuristic_max_lifetime);
+    int expl = store_explicit(resp, cc);
+
+    *heur = l >= 0 && !expl;
+    if (negative && !expl) {
+        l = rec->negative_caching_lifetime;
+        *heur = 0;
+    }
+    if (l >= 0) {
+        if (rec->guaranteed_max_lifetime > 0 && l > rec->guaranteed_max_lifetime)
+            l = rec->guaranteed_max_lifetime;
+        if (l < rec->guaranteed_min_lifetime)
+            l = rec->guaranteed_min_lifetime;
+    }
+    return l;
+}
+
+/* Is the held object fresh enough to answer r (RFC 9111 4.2 and 5.2.1, as
+ * the policy bends them)?  *ttl (in: the stored expiry less now) becomes
+ * the seconds of freshness left by the rule that decided; *plain says
+ * the RFC's rules decided, so a stale answer (max-stale, stale-while-
+ * revalidate) may still be given. */
+static int
+store_fresh(const struct cache_obj *o, const struct cc_req *rcc, const struct req_policy *pol,
+            const struct http_req *r, int64_t age, int64_t *ttl, int *plain)
+{
+    const struct conf_records *rec = &wk->conf->rec;
+    int objnc = (o->meta.flags & STORE_F_NO_CACHE) && !pol->ign_server_nc;
+    int wtr = rec->when_to_revalidate;
+    int ok = !objnc && !rcc->no_cache;
+
+    *plain = 0;
+    if (pol->ttl_in_cache > 0
+        && !(rec->negative_caching_enabled
+             && conf_cache_negative(&wk->conf->cache, o->meta.status))) {
+        *ttl = pol->ttl_in_cache - age;         /* cache.config ttl-in-cache */
+        return ok && *ttl > 0;
+    }
+    if (wtr == 2 || (wtr == 1 && (o->meta.flags & STORE_F_HEURISTIC))
+        || (wtr == 4 && http_field_find_id(r, HTTP_F_IF_MODIFIED_SINCE, 0) >= 0)) {
+        if (*ttl > 0)
+            *ttl = 0;
+        return 0;                               /* when_to_revalidate: stale */
+    }
+    if (wtr == 3)
+        return ok;                              /* when_to_revalidate: never stale */
+    if (pol->revalidate >= 0) {
+        *ttl = pol->revalidate - age;           /* cache.config revalidate */
+        return ok && *ttl > 0 && rcc->max_age != 0;
+    }
+    *plain = 1;
+    /* max-age=0 (a browser's reload) always validates: ages are counted
+     * in whole seconds, and "0" would otherwise accept this second's copy */
+    if (ok && *ttl > 0 && !(rcc->max_age >= 0 && (age > rcc->max_age || rcc->max_age == 0))
+        && !(rcc->min_fresh >= 0 && *ttl < rcc->min_fresh))
+        return 1;
+    /* the client accepts it this stale (within max_stale_age) */
+    return ok && *ttl <= 0 && !(o->meta.flags & STORE_F_MUST_REVALIDATE)
+           && (rcc->max_stale_any || (rcc->max_stale >= 0 && -*ttl <= rcc->max_stale))
+           && -*ttl <= rec->max_stale_age
+           && !(rcc->max_age >= 0 && age > rcc->max_age);
 }
 
 /* ------------------------------------------------------------------ */
@@ -374,6 +561,10 @@ store_lookup(struct req *rq, const char *key, size_t keylen, const char **why,
 
     *why = "uri-miss";
     cachectl_parse_req(r, &rcc);
+    if (q->rq_pol.ign_client_nc)
+        rcc.no_cache = 0;       /* ignore_client_no_cache */
+    if (q->rq_pol.ign_client_max_age)
+        rcc.max_age = -1;       /* ignore_client_cc_max_age */
     if (cache_lookup(wk->cache, key, keylen, o) != CACHE_OK)
         goto miss;
     if (o->meta.flags & STORE_F_VARY_MARKER) {
@@ -392,16 +583,25 @@ store_lookup(struct req *rq, const char *key, size_t keylen, const char **why,
         age = 0;
     ttl = o->meta.expires - (int64_t)now.tv_sec;
 
+    /* A request with Cookie, under cache_responses_to_cookies 0, 2-4, takes
+     * only what that value lets cookies share. */
+    if (q->rq_pol.req_cookie && q->rq_pol.ttl_in_cache <= 0) {
+        size_t ctl = 0, ccl = 0;
+        const char *ct = store_hdr_get(o->iov[0].iov_base, o->hdr_len, "content-type", &ctl);
+        const char *cc = store_hdr_get(o->iov[0].iov_base, o->hdr_len, "cache-control", &ccl);
+        if (store_cookies_prevent(q->rq_pol.cookies, 1, (o->meta.flags & STORE_F_SET_COOKIE) != 0,
+                                  ct, ctl, cc && store_strcasestr_n(cc, ccl, "public"))) {
+            store_release(rq);
+            *why = "request";
+            goto miss;
+        }
+    }
+
     /* Usable without asking the origin (RFC 9111 4.2, 5.2.1)? */
-    /* max-age=0 (a browser's reload) always validates: ages are counted
-     * in whole seconds, and "0" would otherwise accept this second's copy */
-    fresh = ttl > 0 && !(o->meta.flags & STORE_F_NO_CACHE) && !rcc.no_cache
-            && !(rcc.max_age >= 0 && (age > rcc.max_age || rcc.max_age == 0))
-            && !(rcc.min_fresh >= 0 && ttl < rcc.min_fresh);
-    if (!fresh && ttl <= 0 && !(o->meta.flags & (STORE_F_NO_CACHE | STORE_F_MUST_REVALIDATE))
-        && !rcc.no_cache && (rcc.max_stale_any || (rcc.max_stale >= 0 && -ttl <= rcc.max_stale))
-        && !(rcc.max_age >= 0 && age > rcc.max_age))
-        fresh = 1;      /* the client accepts it this stale */
+    int plain;
+    int objnc = (o->meta.flags & STORE_F_NO_CACHE) && !q->rq_pol.ign_server_nc;
+    int64_t ttl0 = ttl;
+    fresh = store_fresh(o, &rcc, &q->rq_pol, r, age, &ttl, &plain);
     if (fresh) {
         char *e = store_put(cs, q->rq_collapsed ? "cistern; fwd=uri-miss; collapsed; ttl="
                                                 : "cistern; hit; ttl=",
@@ -410,16 +610,16 @@ store_lookup(struct req *rq, const char *key, size_t keylen, const char **why,
         return STORE_HIT;
     }
     /* stale-while-revalidate (RFC 5861): serve it now, refresh it behind. */
-    if (!q->rq_bg && r->method == HTTP_GET && ttl <= 0 && !rcc.no_cache
-        && !(o->meta.flags & (STORE_F_NO_CACHE | STORE_F_MUST_REVALIDATE))
+    if (plain && !q->rq_bg && r->method == HTTP_GET && ttl <= 0 && !rcc.no_cache && !objnc
+        && !(o->meta.flags & STORE_F_MUST_REVALIDATE)
+        && -ttl0 <= wk->conf->rec.max_stale_age
         && store_stale_window(o, "stale-while-revalidate=", now.tv_sec)) {
         snprintf(cs, cslen, "cistern; hit; ttl=%lld; detail=stale-while-revalidate",
                  (long long)ttl);
         return STORE_HIT_STALE;
     }
     /* stale by itself, or only for this request's directives (RFC 9211) */
-    *why = (ttl <= 0 || (o->meta.flags & STORE_F_NO_CACHE)) && !rcc.no_cache
-           ? "stale" : "request";
+    *why = (ttl <= 0 || objnc) && !rcc.no_cache ? "stale" : "request";
     if (rcc.only_if_cached) {
         store_release(rq);
         goto miss;
@@ -514,33 +714,84 @@ store_marker(const char *key, size_t keylen, const char *vary, size_t vlen,
     return (size_t)n;
 }
 
+/* May resp be stored under pol (RFC 9111 3 as cachectl.c has it, bent by
+ * ATS's keys and cache.config)?  NULL with *lifetime, *heur (a heuristic
+ * gave it) and *set_cookie, or why not (a Cache-Status detail).  The
+ * request's part (a GET without no-store) is proxy.c's up_store. */
+static const char *
+store_decide(const struct http_req *resp, struct cc_resp *cc, const struct req_policy *pol,
+             int req_auth, time_t now, int64_t *lifetime, int *heur, int *set_cookie)
+{
+    const struct conf_records *rec = &wk->conf->rec;
+    int negative;
+
+    cachectl_parse_resp(resp, cc, rec->cdn_cache_control);
+    if (pol->ign_server_nc)
+        cc->no_store = cc->no_cache = 0;        /* ignore_server_no_cache */
+    negative = rec->negative_caching_enabled
+               && conf_cache_negative(&wk->conf->cache, resp->status);
+    *lifetime = store_lifetime(resp, cc, now, negative, heur);
+    if (pol->ttl_in_cache > 0 && !negative) {
+        /* cache.config ttl-in-cache (ATS): stored whatever no-store or
+         * private say, for a status ATS stores without explicit freshness */
+        static const int ok[] = { 200, 203, 204, 300, 301, 308, 410 };
+        int st = *lifetime >= 0 && !*heur;
+        for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+            st |= resp->status == ok[i];
+        if (!st && !cc->public_)
+            return "no-freshness";
+        cc->no_store = cc->private_ = 0;
+        *lifetime = pol->ttl_in_cache;
+        *heur = 0;
+    }
+    /* ATS's ignore_authentication 0: a response with WWW-Authenticate is
+     * not stored; 1: neither it nor the request's Authorization matter. */
+    if (!rec->ignore_authentication && http_field_find(resp, "www-authenticate", 0) >= 0)
+        return "www-authenticate";
+    const char *why = cachectl_storable_resp(resp, cc, *lifetime,
+                                             req_auth && !rec->ignore_authentication);
+    if (why)
+        return why;
+    *set_cookie = http_field_find(resp, "set-cookie", 0) >= 0;
+    if (pol->ttl_in_cache <= 0) {
+        int ci = http_field_find(resp, "content-type", 0);
+        if (store_cookies_prevent(pol->cookies, pol->req_cookie, *set_cookie,
+                                  ci >= 0 ? resp->base + resp->fields[ci].value : NULL,
+                                  ci >= 0 ? resp->fields[ci].value_len : 0, cc->public_))
+            return "cookie";
+    }
+    /* Set-Cookie is never stored: with it, a response is stored without it
+     * (cistern.cache.set_cookie 1) or not at all (0). */
+    if (!rec->cache_set_cookie && *set_cookie)
+        return "set-cookie";
+    return NULL;
+}
+
 const char *
 store_fill_begin(const char *key, size_t keylen, const struct http_req *resp,
                  const struct http_req *req, int req_auth, int64_t req_time,
-                 struct cache_fill **out)
+                 const struct req_policy *pol, struct cache_fill **out)
 {
     static char hdr[STORE_HDR_MAX];
     struct cc_resp cc;
     struct cache_meta meta;
     struct timeval now;
-    const struct conf_records *rec = &wk->conf->rec;
+    struct req_policy dpol;
     int64_t lifetime, initial_age, body_len;
     size_t len = 0;
     char vkey[STORE_KEY_MAX];
-    int n, rc;
+    int n, rc, heur, set_cookie;
 
     *out = NULL;
+    if (pol == NULL) {
+        store_policy_default(&dpol);
+        pol = &dpol;
+    }
     event_base_gettimeofday_cached(wk->base, &now);
-    cachectl_parse_resp(resp, &cc, rec->cdn_cache_control);
-    lifetime = cachectl_lifetime(resp, &cc, now.tv_sec, rec->required_headers,
-                                 rec->heuristic_min_lifetime, rec->heuristic_max_lifetime);
-    /* RFC 9111 3 (the request's part, a GET without no-store, is
-     * proxy.c's up_store): the one copy of the rules is in cachectl.c. */
-    const char *why = cachectl_storable_resp(resp, &cc, lifetime, req_auth);
+    const char *why = store_decide(resp, &cc, pol, req_auth, now.tv_sec, &lifetime, &heur,
+                                   &set_cookie);
     if (why)
         return why;
-    if (!rec->cache_set_cookie && http_field_find(resp, "set-cookie", 0) >= 0)
-        return "set-cookie";
 
     /* Vary: store under the variant's key, behind a marker. */
     int vi = http_field_find_id(resp, HTTP_F_VARY, 0);
@@ -606,7 +857,8 @@ store_fill_begin(const char *key, size_t keylen, const struct http_req *resp,
     meta.status = (uint16_t)resp->status;
     meta.flags = (cc.no_cache ? STORE_F_NO_CACHE : 0)
                  | (cc.must_revalidate || cc.proxy_revalidate || cc.s_maxage >= 0
-                    ? STORE_F_MUST_REVALIDATE : 0);
+                    ? STORE_F_MUST_REVALIDATE : 0)
+                 | (heur ? STORE_F_HEURISTIC : 0) | (set_cookie ? STORE_F_SET_COOKIE : 0);
     meta.stored = (int64_t)now.tv_sec - initial_age;
     meta.expires = meta.stored + (lifetime > 0 ? lifetime : 0);
     body_len = resp->skip_body ? 0
@@ -764,15 +1016,22 @@ store_refresh(struct req *rq, const struct http_req *resp, int64_t req_time,
         return 0;
     event_base_gettimeofday_cached(wk->base, &now);
     cachectl_parse_resp(&merged, &cc, wk->conf->rec.cdn_cache_control);
-    lifetime = cachectl_lifetime(&merged, &cc, now.tv_sec, wk->conf->rec.required_headers,
-                                 wk->conf->rec.heuristic_min_lifetime,
-                                 wk->conf->rec.heuristic_max_lifetime);
+    if (rq->rq_pol.ign_server_nc)
+        cc.no_store = cc.no_cache = 0;
+    int heur, negative = wk->conf->rec.negative_caching_enabled
+                         && conf_cache_negative(&wk->conf->cache, o->meta.status);
+    lifetime = store_lifetime(&merged, &cc, now.tv_sec, negative, &heur);
+    if (rq->rq_pol.ttl_in_cache > 0 && !negative) {
+        lifetime = rq->rq_pol.ttl_in_cache;
+        heur = 0;
+    }
     initial_age = cachectl_initial_age(resp, req_time, now.tv_sec);
     struct cache_meta meta = o->meta;
     meta.stored = (int64_t)now.tv_sec - initial_age;
     meta.expires = meta.stored + (lifetime > 0 ? lifetime : 0);
-    meta.flags = (meta.flags & ~(STORE_F_NO_CACHE | STORE_F_MUST_REVALIDATE))
+    meta.flags = (meta.flags & ~(STORE_F_NO_CACHE | STORE_F_MUST_REVALIDATE | STORE_F_HEURISTIC))
                  | (cc.no_cache ? STORE_F_NO_CACHE : 0)
+                 | (heur ? STORE_F_HEURISTIC : 0)
                  | (cc.must_revalidate || cc.proxy_revalidate || cc.s_maxage >= 0
                     ? STORE_F_MUST_REVALIDATE : 0);
     /* The body stays where it is (RFC 9111 4.3.4): only headers move. */

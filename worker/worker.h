@@ -35,6 +35,8 @@
 #define STORE_F_NO_CACHE        0x1   /* always revalidate */
 #define STORE_F_MUST_REVALIDATE 0x2   /* never served stale */
 #define STORE_F_VARY_MARKER     0x4   /* lists the Vary fields of a URL */
+#define STORE_F_HEURISTIC       0x8   /* its freshness was a heuristic */
+#define STORE_F_SET_COOKIE      0x10  /* came with Set-Cookie (not stored) */
 
 /* What an answer from the cache must honour, copied out of the request. */
 struct store_cond {
@@ -352,12 +354,17 @@ int  store_stale_on_error(struct req *rq);
 void store_invalidate(const char *key, size_t keylen, const struct http_req *resp,
                       const char *scheme, const char *host, int port);
 /* Start storing the response whose head is resp (for a request sent at
- * req_time, with Authorization when req_auth) under key.  Returns NULL
+ * req_time, with Authorization when req_auth, under the request's policy
+ * pol, NULL: records.config's) under key.  Returns NULL
  * with *out set, or why it is not stored (a Cache-Status detail). */
 const char *store_fill_begin(const char *key, size_t keylen,
                              const struct http_req *resp,
                              const struct http_req *req, int req_auth,
-                             int64_t req_time, struct cache_fill **out);
+                             int64_t req_time, const struct req_policy *pol,
+                             struct cache_fill **out);
+/* Resolve rq->rq_pol for the routed request (res: its target after remap;
+ * mapped: a remap rule, not forward proxying). */
+void store_policy(struct req *rq, const struct conf_remap_result *res, int mapped);
 /* Append body bytes; on failure the fill is dropped (*f = NULL) and the
  * cache's code returned. */
 int  store_fill_data(struct cache_fill **f, const char *p, size_t n);

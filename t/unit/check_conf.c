@@ -263,14 +263,14 @@ END_TEST
 
 START_TEST(test_records_unknown_key_warns)
 {
-    int rc = records("CONFIG proxy.config.http.cache.http INT 1\n"
+    int rc = records("CONFIG proxy.config.cistern.no_such_key INT 1\n"
                      "CONFIG proxy.config.cistern.workers INT 2\n");
 
     ck_assert_int_eq(rc, 0);
     ck_assert_int_eq(errs.n, 0);
     ck_assert_int_eq(errs.nwarn, 1);
     check_warning("records.config:1: unknown key "
-                  "\"proxy.config.http.cache.http\" ignored");
+                  "\"proxy.config.cistern.no_such_key\" ignored");
     ck_assert_int_eq(rec.workers, 2);
     conf_records_free(&rec);
 }
@@ -2277,6 +2277,221 @@ START_TEST(test_records_ports_ats_errors)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------
+ * cache.config (issue 18, policy)
+ */
+static struct conf_cache ccfg;
+
+static int
+cache_config(const char *text)
+{
+    memset(&ccfg, 0, sizeof(ccfg));
+    return conf_cache_parse(&ccfg, put("cache.config", text), &errs);
+}
+
+/* Match a GET of http://host:port/path from 10.0.0.1 at noon. */
+static int
+cc_match(const char *scheme, const char *host, int port, const char *path,
+         const char *method, struct conf_cache_result *res)
+{
+    struct sockaddr_in sin;
+    char url[512];
+    struct conf_cache_req q = {
+        .scheme = scheme, .host = host, .hostlen = strlen(host), .port = port,
+        .path = path, .pathlen = strlen(path), .method = method,
+        .src = (const struct sockaddr *)&sin, .tod = 12 * 3600,
+    };
+
+    memset(&sin, 0, sizeof(sin));
+    sin.sin_family = AF_INET;
+    sin.sin_addr.s_addr = htonl(0x0a000001);
+    snprintf(url, sizeof(url), "%s://%s%s", scheme, host, path);
+    q.url = url;
+    return conf_cache_match(&ccfg, &q, res);
+}
+
+START_TEST(test_cache_duration)
+{
+    int v = -1;
+
+    ck_assert_int_eq(conf_parse_duration("1d2h3m4s", &v), 0);
+    ck_assert_int_eq(v, 93784);
+    ck_assert_int_eq(conf_parse_duration("90", &v), 0);
+    ck_assert_int_eq(v, 90);
+    ck_assert_int_eq(conf_parse_duration("5m30", &v), 0);
+    ck_assert_int_eq(v, 330);
+    ck_assert_int_eq(conf_parse_duration("2w", &v), 0);
+    ck_assert_int_eq(v, 14 * 86400);
+    ck_assert_int_eq(conf_parse_duration("0s", &v), 0);
+    ck_assert_int_eq(v, 0);
+    ck_assert_int_eq(conf_parse_duration("", &v), -1);
+    ck_assert_int_eq(conf_parse_duration("1x", &v), -1);
+    ck_assert_int_eq(conf_parse_duration("h", &v), -1);
+    ck_assert_int_eq(conf_parse_duration("-5s", &v), -1);
+    ck_assert_int_eq(conf_parse_duration("1d d", &v), -1);
+    ck_assert_int_eq(conf_parse_duration("99999999999s", &v), -1);
+}
+END_TEST
+
+START_TEST(test_cache_config_good)
+{
+    int rc = cache_config(
+        "# comment\n"
+        "dest_domain=example.com action=never-cache\n"
+        "dest_host=static.test suffix=gif,JPG prefix=/img/ ttl-in-cache=1d2h\n"
+        "url_regex=\"^http://a\\.test/x [0-9]+$\" revalidate=30m\n"
+        "host_regex=^cdn[0-9]*\\.test$ port=80-8080 scheme=http method=get "
+        "time=08:00-18:30 src_ip=10.0.0.0/8 internal=false action=ignore-no-cache\n"
+        "dest_domain=old.test action=cluster-cache-local\n"
+        "dest_domain=c.test action=ignore-server-no-cache cache-responses-to-cookies=0\n");
+
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(errs.n, 0);
+    ck_assert_int_eq(ccfg.nrules, 6);
+    ck_assert_int_eq(ccfg.need_url, 1);
+    ck_assert_int_eq(ccfg.rules[0].primary, CONF_CC_DOMAIN);
+    ck_assert_int_eq(ccfg.rules[0].action, CONF_CC_NEVER_CACHE);
+    ck_assert_int_eq(ccfg.rules[0].line, 2);
+    ck_assert_int_eq(ccfg.rules[1].action, CONF_CC_TTL_IN_CACHE);
+    ck_assert_int_eq(ccfg.rules[1].secs, 93600);
+    ck_assert_str_eq(ccfg.rules[1].prefix, "/img/");
+    ck_assert_int_eq(ccfg.rules[2].primary, CONF_CC_URL_REGEX);
+    ck_assert_int_eq(ccfg.rules[2].secs, 1800);
+    ck_assert_int_eq(ccfg.rules[3].port_lo, 80);
+    ck_assert_int_eq(ccfg.rules[3].port_hi, 8080);
+    ck_assert_int_eq(ccfg.rules[3].tod_lo, 8 * 3600);
+    ck_assert_int_eq(ccfg.rules[3].tod_hi, 18 * 3600 + 1800);
+    ck_assert_int_eq(ccfg.rules[5].cookies, 0);
+    conf_cache_free(&ccfg);
+}
+END_TEST
+
+START_TEST(test_cache_config_errors)
+{
+    int rc = cache_config(
+        "dest_ip=10.0.0.1 action=never-cache\n"
+        "dest_domain=a.test pin-in-cache=1h\n"
+        "dest_domain=a.test action=never-cache ttl-in-cache=1h\n"
+        "dest_domain=a.test action=sometimes\n"
+        "dest_domain=a.test\n"
+        "suffix=gif action=never-cache\n"
+        "dest_domain=a.test bogus=1 action=never-cache\n"
+        "dest_domain=a.test port=1 port=2 action=never-cache\n"
+        "dest_domain=a.test ttl-in-cache=1y\n"
+        "dest_domain=a.test tag=x action=never-cache\n"
+        "url_regex=( action=never-cache\n"
+        "dest_domain=a.test time=8-9 action=never-cache\n"
+        "dest_domain=a.test cache-responses-to-cookies=5 action=never-cache\n"
+        "dest_domain=a.test src_ip=nope action=never-cache\n"
+        "dest_domain=a.test action\n"
+        "dest_domain=a.test dest_domain=b.test action=never-cache\n");
+
+    ck_assert_int_eq(rc, -1);
+    ck_assert_int_eq(ccfg.nrules, 0);
+    ck_assert_int_eq(errs.n, 16);
+    check_error("cache.config:1: dest_ip=10.0.0.1: not supported: Cistern decides what "
+                "to cache before it resolves the origin; use dest_domain= or host_regex=");
+    check_error("cache.config:2: pin-in-cache=1h: not supported: Cistern's eviction "
+                "cannot keep an object in the cache");
+    check_error("cache.config:3: ttl-in-cache: a line has one directive (action=, "
+                "ttl-in-cache= or revalidate=)");
+    check_error("cache.config:5: no directive (action=, ttl-in-cache= or revalidate=)");
+    check_error("cache.config:6: no primary destination (dest_domain=, dest_host=, "
+                "host_regex= or url_regex=)");
+    check_error("cache.config:7: unknown specifier \"bogus\"");
+    check_error("cache.config:8: port= given twice (each secondary specifier appears "
+                "at most once)");
+    check_error("cache.config:9: ttl-in-cache=1y: not a time (e.g. 90, 30s, 1d2h3m4s)");
+    check_error("cache.config:12: time=8-9: expected HH:MM-HH:MM");
+    check_error("cache.config:15: expected label=value");
+    check_error("cache.config:16: dest_domain=: a line has one primary destination");
+    conf_cache_free(&ccfg);
+}
+END_TEST
+
+START_TEST(test_cache_config_match)
+{
+    struct conf_cache_result r;
+    int rc = cache_config(
+        "dest_domain=example.com suffix=.js revalidate=7d\n"          /* 1 */
+        "dest_domain=example.com revalidate=1d\n"                     /* 2 */
+        "dest_domain=example.com prefix=nocache action=never-cache\n" /* 3 */
+        "url_regex=example\\.com/nocache/keep ttl-in-cache=1h\n"      /* 4 */
+        "dest_domain=example.com action=ignore-client-no-cache\n"     /* 5 */
+        "host_regex=^www\\. action=ignore-server-no-cache\n"          /* 6 */
+        "dest_domain=p.test port=8080 scheme=https method=POST src_ip=10.0.0.0/8 "
+        "time=11:00-13:00 action=never-cache\n"                       /* 7 */
+        "dest_domain=q.test internal=true action=never-cache\n"       /* 8 */
+        "dest_domain=q.test time=00:00-01:00 action=never-cache\n"    /* 9 */
+        "dest_domain=q.test src_ip=192.168.0.1 action=never-cache\n"  /* 10 */
+        "dest_domain=r.test action=never-cache cache-responses-to-cookies=2\n" /* 11 */
+        "dest_domain=r.test action=standard-cache\n");                /* 12 */
+
+    ck_assert_int_eq(rc, 0);
+    /* the earliest matching line of a kind wins (ATS's code) */
+    ck_assert_int_eq(cc_match("http", "www.example.com", 80, "/a/b.JS?x=1", "GET", &r), 4);
+    ck_assert_int_eq(r.revalidate, 7 * 86400);
+    ck_assert_int_eq(r.ignore_client_no_cache, 1);
+    ck_assert_int_eq(r.ignore_server_no_cache, 1);
+    ck_assert_int_eq(r.never_cache, 0);
+    ck_assert_int_eq(r.cookies, -1);
+    cc_match("http", "example.com", 80, "/b.css", "GET", &r);
+    ck_assert_int_eq(r.revalidate, 86400);
+    ck_assert_int_eq(r.ignore_server_no_cache, 0);
+    /* a domain is itself or a subdomain, never a longer name */
+    ck_assert_int_eq(cc_match("http", "badexample.com", 80, "/b.js", "GET", &r), 0);
+    ck_assert_int_eq(r.revalidate, -1);
+    /* prefix= needs no leading '/'; the query is not the path */
+    cc_match("http", "example.com", 80, "/nocache/x", "GET", &r);
+    ck_assert_int_eq(r.never_cache, 1);
+    ck_assert_int_eq(r.ttl_in_cache, 0);
+    cc_match("http", "example.com", 80, "/x?/nocache", "GET", &r);
+    ck_assert_int_eq(r.never_cache, 0);
+    /* ttl-in-cache cancels never-cache, even from a later line */
+    cc_match("http", "example.com", 80, "/nocache/keep", "GET", &r);
+    ck_assert_int_eq(r.never_cache, 0);
+    ck_assert_int_eq(r.ttl_in_cache, 3600);
+    /* every secondary must hold */
+    ck_assert_int_eq(cc_match("https", "p.test", 8080, "/", "post", &r), 1);
+    ck_assert_int_eq(r.never_cache, 1);
+    ck_assert_int_eq(cc_match("http", "p.test", 8080, "/", "POST", &r), 0);
+    ck_assert_int_eq(cc_match("https", "p.test", 8081, "/", "POST", &r), 0);
+    ck_assert_int_eq(cc_match("https", "p.test", 8080, "/", "GET", &r), 0);
+    /* internal=true, another time, another client: none of ours */
+    ck_assert_int_eq(cc_match("http", "q.test", 80, "/", "GET", &r), 0);
+    /* never-cache then standard-cache: the earlier line wins; the tweak */
+    cc_match("http", "r.test", 80, "/", "GET", &r);
+    ck_assert_int_eq(r.never_cache, 1);
+    ck_assert_int_eq(r.cookies, 2);
+    conf_cache_free(&ccfg);
+}
+END_TEST
+
+START_TEST(test_cache_negative_list)
+{
+    struct conf_records r;
+
+    conf_records_defaults(&r);
+    memset(&ccfg, 0, sizeof(ccfg));
+    ck_assert_int_eq(conf_cache_records(&ccfg, &r, "records.config", &errs), 0);
+    ck_assert(conf_cache_negative(&ccfg, 404));
+    ck_assert(conf_cache_negative(&ccfg, 204));
+    ck_assert(conf_cache_negative(&ccfg, 504));
+    ck_assert(!conf_cache_negative(&ccfg, 200));
+    ck_assert(!conf_cache_negative(&ccfg, 405));
+    free(r.negative_caching_list);
+    r.negative_caching_list = strdup("404, 410 503");
+    ck_assert_int_eq(conf_cache_records(&ccfg, &r, "records.config", &errs), 0);
+    ck_assert(conf_cache_negative(&ccfg, 410));
+    ck_assert(!conf_cache_negative(&ccfg, 204));
+    free(r.negative_caching_list);
+    r.negative_caching_list = strdup("404 four");
+    ck_assert_int_eq(conf_cache_records(&ccfg, &r, "records.config", &errs), -1);
+    ck_assert_int_eq(errs.n, 1);
+    conf_records_free(&r);
+}
+END_TEST
+
 static Suite *
 conf_suite(void)
 {
@@ -2375,6 +2590,15 @@ conf_suite(void)
     tcase_add_test(tc, test_remap_acl_modern);
     tcase_add_test(tc, test_remap_recv_port_and_regex_redirect);
     tcase_add_test(tc, test_load_acl_policy);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("cache_config");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_cache_duration);
+    tcase_add_test(tc, test_cache_config_good);
+    tcase_add_test(tc, test_cache_config_errors);
+    tcase_add_test(tc, test_cache_config_match);
+    tcase_add_test(tc, test_cache_negative_list);
     suite_add_tcase(s, tc);
 
     return s;
