@@ -89,6 +89,22 @@ struct conf_records {
     char    *ssl_verify_policy;       /* proxy.config.ssl.client.verify.server.policy */
     char    *ssl_client_ca_file;      /* proxy.config.ssl.client.CA.cert.filename */
     char    *ssl_client_ca_path;      /* proxy.config.ssl.client.CA.cert.path */
+    /* issue 18, header and origin-retry keys (worker/via.c, origin.c) */
+    int      insert_client_ip;        /* proxy.config.http.insert_client_ip:
+                                         0 no Client-ip, 1 unless the client
+                                         sent one, 2 always (replacing it) */
+    int      insert_xff;              /* ...insert_squid_x_forwarded_for */
+    char    *insert_forwarded;        /* ...insert_forwarded ("none" only) */
+    int      via_req_level;           /* ...insert_request_via_str 0-3 */
+    int      via_resp_level;          /* ...insert_response_via_str 0-3 */
+    char    *via_req_str;             /* ...request_via_str */
+    char    *via_resp_str;            /* ...response_via_str */
+    int      server_enabled;          /* ...response_server_enabled 0-2 */
+    char    *server_str;              /* ...response_server_str (NULL: none) */
+    int      connect_retries;         /* ...connect_attempts_max_retries */
+    int      connect_retries_dead;    /* ..._max_retries_dead_server */
+    int      connect_rr_retries;      /* ...connect_attempts_rr_retries */
+    int      down_server_time;        /* ...down_server.cache_time (s) */
 };
 
 /* ---------------------------------------------------------------------

@@ -22,6 +22,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE   /* asprintf, vasprintf */
 #endif
+#include "config.h"     /* PACKAGE_VERSION */
 #include <assert.h>
 #include <ctype.h>
 #include <errno.h>
@@ -84,7 +85,8 @@ struct rec_ctx {
 
 static rec_setter rec_set_int, rec_set_int64, rec_set_size, rec_set_string,
                   rec_set_path, rec_set_ports,
-                  rec_set_log_level, rec_set_user, rec_set_policy;
+                  rec_set_log_level, rec_set_user, rec_set_policy,
+                  rec_set_forwarded, rec_set_via;
 
 #define REC_FIELD(f) offsetof(struct conf_records, f)
 #define M16          (16 * 1024 * 1024)
@@ -206,6 +208,38 @@ static const struct rec_directive rec_table[] = {
       REC_FIELD(ssl_client_ca_file), "NULL", 0, 0 },
     { "proxy.config.ssl.client.CA.cert.path", REC_STRING, rec_set_string,
       REC_FIELD(ssl_client_ca_path), "NULL", 0, 0 },
+    /* issue 18, header and origin-retry keys: ATS 9's names and defaults
+     * (but the Via and Server strings name Cistern).  worker/via.c makes
+     * the fields, worker/origin.c retries and marks origins down. */
+    { "proxy.config.http.insert_client_ip", REC_INT, rec_set_int,
+      REC_FIELD(insert_client_ip), "1", 0, 2 },
+    { "proxy.config.http.insert_squid_x_forwarded_for", REC_INT, rec_set_int,
+      REC_FIELD(insert_xff), "1", 0, 1 },
+    { "proxy.config.http.insert_forwarded", REC_STRING, rec_set_forwarded,
+      REC_FIELD(insert_forwarded), "none", 0, 0 },
+    { "proxy.config.http.insert_request_via_str", REC_INT, rec_set_via,
+      REC_FIELD(via_req_level), "1", 0, 3 },
+    { "proxy.config.http.insert_response_via_str", REC_INT, rec_set_via,
+      REC_FIELD(via_resp_level), "0", 0, 3 },
+    { "proxy.config.http.request_via_str", REC_STRING, rec_set_string,
+      REC_FIELD(via_req_str), "Cistern/" PACKAGE_VERSION, 0, 0 },
+    { "proxy.config.http.response_via_str", REC_STRING, rec_set_string,
+      REC_FIELD(via_resp_str), "Cistern/" PACKAGE_VERSION, 0, 0 },
+    { "proxy.config.http.response_server_enabled", REC_INT, rec_set_int,
+      REC_FIELD(server_enabled), "1", 0, 2 },
+    { "proxy.config.http.response_server_str", REC_STRING, rec_set_string,
+      REC_FIELD(server_str), "cistern", 0, 0 },
+    { "proxy.config.http.connect_attempts_max_retries", REC_INT, rec_set_int,
+      REC_FIELD(connect_retries), "3", 0, 254 },
+    { "proxy.config.http.connect_attempts_max_retries_dead_server", REC_INT, rec_set_int,
+      REC_FIELD(connect_retries_dead), "1", 0, 254 },
+    /* (ATS 10's name for the same) */
+    { "proxy.config.http.connect_attempts_max_retries_down_server", REC_INT, rec_set_int,
+      REC_FIELD(connect_retries_dead), "1", 0, 254 },
+    { "proxy.config.http.connect_attempts_rr_retries", REC_INT, rec_set_int,
+      REC_FIELD(connect_rr_retries), "3", 0, 254 },
+    { "proxy.config.http.down_server.cache_time", REC_INT, rec_set_int,
+      REC_FIELD(down_server_time), "60", 0, ONE_DAY },
 };
 
 #define REC_NKEYS (sizeof(rec_table) / sizeof(rec_table[0]))
@@ -369,6 +403,35 @@ rec_set_policy(struct conf_records *r, const struct rec_directive *d,
     rec_fail(ctx, d, "unknown policy \"%s\" (expected ENFORCED, PERMISSIVE "
              "or DISABLED)", value);
     return -1;
+}
+
+/* proxy.config.http.insert_forwarded: ATS's "none" (no Forwarded field),
+ * the one value Cistern implements; a parameter list asks for a field it
+ * would not add. */
+static int
+rec_set_forwarded(struct conf_records *r, const struct rec_directive *d,
+                  const char *value, struct rec_ctx *ctx)
+{
+    if (strcasecmp(value, "none") != 0) {
+        rec_fail(ctx, d, "\"%s\": the Forwarded field (RFC 7239) is not "
+                 "supported; only \"none\" is", value);
+        return -1;
+    }
+    return rec_store_string(r, d, strdup("none"), ctx);
+}
+
+/* insert_request_via_str / insert_response_via_str: ATS's levels 0-3;
+ * 4 (the connection's protocol tags) is not supported. */
+static int
+rec_set_via(struct conf_records *r, const struct rec_directive *d,
+            const char *value, struct rec_ctx *ctx)
+{
+    if (strcmp(value, "4") == 0) {
+        rec_fail(ctx, d, "4 (protocol tags in Via) is not supported; "
+                 "levels 0-3 are");
+        return -1;
+    }
+    return rec_set_int(r, d, value, ctx);
 }
 
 /* proxy.config.admin.user_id: a user name, "#UID", or "#-1" (keep the
@@ -617,7 +680,7 @@ rec_owns_string(const struct rec_directive *d)
 {
     return d->set == rec_set_string || d->set == rec_set_path
            || d->set == rec_set_log_level || d->set == rec_set_user
-           || d->set == rec_set_policy;
+           || d->set == rec_set_policy || d->set == rec_set_forwarded;
 }
 
 void
