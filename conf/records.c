@@ -405,19 +405,58 @@ rec_set_policy(struct conf_records *r, const struct rec_directive *d,
     return -1;
 }
 
-/* proxy.config.http.insert_forwarded: ATS's "none" (no Forwarded field),
- * the one value Cistern implements; a parameter list asks for a field it
- * would not add. */
+/* proxy.config.http.insert_forwarded: "none", or ATS's list of RFC 7239
+ * Forwarded parameters separated by "|" or ":" (case and white space
+ * ignored).  by=ip, by=uuid and connection=full are refused: Cistern has no
+ * node UUID, and does not keep the address a client connected to or the
+ * protocol tags. */
 static int
 rec_set_forwarded(struct conf_records *r, const struct rec_directive *d,
                   const char *value, struct rec_ctx *ctx)
 {
-    if (strcasecmp(value, "none") != 0) {
-        rec_fail(ctx, d, "\"%s\": the Forwarded field (RFC 7239) is not "
-                 "supported; only \"none\" is", value);
-        return -1;
+    static const struct { const char *name; int bit; } opts[] = {
+        { "for", CONF_FWD_FOR }, { "by=unknown", CONF_FWD_BY_UNKNOWN },
+        { "by=servername", CONF_FWD_BY_NAME }, { "proto", CONF_FWD_PROTO },
+        { "host", CONF_FWD_HOST }, { "connection=compact", CONF_FWD_CONN_COMPACT },
+        { "connection=std", CONF_FWD_CONN_STD },
+        { "by=ip", -1 }, { "by=uuid", -1 }, { "connection=full", -1 },
+    };
+    char opt[32];
+    int bits = 0, rc = 0;
+    const char *p = value;
+
+    for (;;) {
+        size_t n = 0;
+        for (; *p && *p != '|' && *p != ':'; p++)
+            if (!isspace((unsigned char)*p) && n < sizeof(opt) - 1)
+                opt[n++] = (char)tolower((unsigned char)*p);
+        opt[n] = '\0';
+        if (strcmp(opt, "none") == 0 && bits == 0 && *p == '\0')
+            break;
+        size_t i;
+        for (i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)
+            if (strcmp(opt, opts[i].name) == 0)
+                break;
+        if (i == sizeof(opts) / sizeof(opts[0])) {
+            rec_fail(ctx, d, "\"%s\" is not a Forwarded parameter (for, "
+                     "by=unknown, by=servername, proto, host, connection=compact, "
+                     "connection=std)", opt);
+            rc = -1;
+        } else if (opts[i].bit < 0) {
+            rec_fail(ctx, d, "\"%s\" is not supported (no node UUID, local "
+                     "address or protocol tags are kept)", opt);
+            rc = -1;
+        } else {
+            bits |= opts[i].bit;
+        }
+        if (*p == '\0')
+            break;
+        p++;
     }
-    return rec_store_string(r, d, strdup("none"), ctx);
+    if (rc < 0)
+        return -1;
+    *(int *)((char *)r + d->off) = bits;
+    return 0;
 }
 
 /* insert_request_via_str / insert_response_via_str: ATS's levels 0-3;
@@ -680,7 +719,7 @@ rec_owns_string(const struct rec_directive *d)
 {
     return d->set == rec_set_string || d->set == rec_set_path
            || d->set == rec_set_log_level || d->set == rec_set_user
-           || d->set == rec_set_policy || d->set == rec_set_forwarded;
+           || d->set == rec_set_policy;
 }
 
 void

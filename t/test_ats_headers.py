@@ -114,18 +114,48 @@ def test_insert_squid_x_forwarded_for():
 
 
 def test_insert_forwarded():
-    # "none" (ATS's default) is what Cistern does; a parameter list asks for
-    # a Forwarded field Cistern does not add: refused, not ignored.
-    r = check_config(records={"proxy.config.http.insert_forwarded": "none"})
-    expect_eq(r.rc, 0, "cistern -t with insert_forwarded none: %s" % r.stderr)
-    r = check_config(records={"proxy.config.http.insert_forwarded":
-                              "for|proto"})
-    expect(r.rc != 0, "insert_forwarded for|proto accepted")
-    expect_in("insert_forwarded", r.stderr, "the error names the key")
-    with Origin() as o, mapped(o, {"proxy.config.http.insert_forwarded":
-                                   "none"}) as c:
-        get(c, "/f")
-        expect_eq(hall(last_request(o), "Forwarded"), [], "Forwarded added")
+    # ATS's parameter list (| or : between, case and spaces ignored) makes
+    # an RFC 7239 Forwarded field, after the client's; "none" (the
+    # default) makes none.  by=ip, by=uuid and connection=full are refused.
+    with Origin() as o, Collector() as coll:
+        with mapped(o) as c:
+            with coll.case("default none"):
+                o.reset()
+                get(c, "/f", ["Forwarded: for=192.0.2.1"])
+                expect_eq(hall(last_request(o), "Forwarded"),
+                          ["for=192.0.2.1"], "Forwarded with none")
+        with mapped(o, {"proxy.config.http.insert_forwarded":
+                        "For | by=ServerName:proto|host|connection=std"}) as c:
+            with coll.case("for|by=servername|proto|host|connection=std"):
+                o.reset()
+                get(c, "/f", ["Forwarded: for=192.0.2.1"])
+                expect_eq(hall(last_request(o), "Forwarded"),
+                          ["for=192.0.2.1", "for=127.0.0.1;by=cistern;"
+                           "proto=http;host=m.test;connection=http/1.1"],
+                          "Forwarded")
+            with coll.case("host:port quoted"):
+                o.reset()
+                with Conn(c.port) as k:
+                    k.request(b"GET /f HTTP/1.0\r\nHost: m.test:80\r\n\r\n")
+                expect_eq(hall(last_request(o), "Forwarded"),
+                          ['for=127.0.0.1;by=cistern;proto=http;'
+                           'host="m.test:80";connection=http/1.0'],
+                          "Forwarded")
+        with mapped(o, {"proxy.config.http.insert_forwarded":
+                        "by=unknown|connection=compact"}) as c:
+            with coll.case("by=unknown|connection=compact"):
+                o.reset()
+                get(c, "/f")
+                expect_eq(hall(last_request(o), "Forwarded"),
+                          ["by=unknown;connection=http"], "Forwarded")
+    with Collector() as coll:
+        for bad in ("for|by=uuid", "by=ip", "connection=full", "for|bogus"):
+            with coll.case(bad):
+                r = check_config(records={
+                    "proxy.config.http.insert_forwarded": bad})
+                expect(r.rc != 0, "insert_forwarded %s accepted" % bad)
+                expect_in("insert_forwarded", r.stderr, "the error names "
+                          "the key")
 
 
 # ---------------------------------------------------------------------------

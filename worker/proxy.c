@@ -411,6 +411,7 @@ proxy_put_head(struct upstream *up, struct req *rq, const struct conf_remap_resu
         err |= buf_append(o, ip, ipl);
         err |= buf_lit(o, "\r\n");
     }
+    err |= via_put_forwarded(o, r, rq->rq_peer, rq->rq_tls);
     if (rec->via_req_level > 0) {
         char via[VIA_MAX], codes[VIA_CODES + 1], *c = NULL;
         if (rec->via_req_level >= 2) {

@@ -173,3 +173,70 @@ via_codes_hit(char c[VIA_CODES + 1], const char *cs, int status)
     if (status == 304 && c[VIA_C_LOOKUP] == 'H')
         c[VIA_C_LOOKUP] = 'N';
 }
+
+/* One Forwarded parameter's separator. */
+static int
+via_fwd_sep(struct buf *o, int *n)
+{
+    return (*n)++ ? buf_lit(o, ";") : 0;
+}
+
+int
+via_put_forwarded(struct buf *o, const struct http_req *r, const struct sockaddr *peer, int tls)
+{
+    const struct conf_records *rec = &wk->conf->rec;
+    int f = rec->insert_forwarded, n = 0, err = 0;
+    size_t mark = o->end;
+
+    if (f == 0)
+        return 0;
+    err |= buf_lit(o, "Forwarded: ");
+    if (f & CONF_FWD_FOR) {
+        size_t l;
+        const char *ip = fmt_peer_text(peer, &l);
+        int v6 = peer->sa_family == AF_INET6;
+        err |= via_fwd_sep(o, &n);
+        err |= v6 ? buf_lit(o, "for=\"[") : buf_lit(o, "for=");
+        err |= buf_append(o, ip, l);
+        if (v6)
+            err |= buf_lit(o, "]\"");
+    }
+    if (f & CONF_FWD_BY_UNKNOWN) {
+        err |= via_fwd_sep(o, &n);
+        err |= buf_lit(o, "by=unknown");
+    }
+    if (f & CONF_FWD_BY_NAME) {
+        err |= via_fwd_sep(o, &n);
+        err |= buf_lit(o, "by=");
+        err |= buf_puts(o, rec->proxy_name);
+    }
+    if (f & CONF_FWD_PROTO) {
+        err |= via_fwd_sep(o, &n);
+        err |= tls ? buf_lit(o, "proto=https") : buf_lit(o, "proto=http");
+    }
+    int h = (f & CONF_FWD_HOST) ? http_field_find_id(r, HTTP_F_HOST, 0) : -1;
+    if (h >= 0 && r->fields[h].value_len > 0) {
+        const char *v = r->base + r->fields[h].value;
+        size_t vl = r->fields[h].value_len;
+        int q = memchr(v, ':', vl) != NULL;     /* host:port is quoted */
+        err |= via_fwd_sep(o, &n);
+        err |= q ? buf_lit(o, "host=\"") : buf_lit(o, "host=");
+        err |= buf_append(o, v, vl);
+        if (q)
+            err |= buf_lit(o, "\"");
+    }
+    if (f & CONF_FWD_CONN_COMPACT) {
+        err |= via_fwd_sep(o, &n);
+        err |= tls ? buf_lit(o, "connection=https") : buf_lit(o, "connection=http");
+    }
+    if (f & CONF_FWD_CONN_STD) {
+        err |= via_fwd_sep(o, &n);
+        err |= tls ? buf_lit(o, "connection=https/1.") : buf_lit(o, "connection=http/1.");
+        err |= r->minor == 0 ? buf_lit(o, "0") : buf_lit(o, "1");
+    }
+    if (n == 0) {
+        o->end = mark;      /* nothing to say (host only, and no Host) */
+        return 0;
+    }
+    return err | buf_lit(o, "\r\n");
+}

@@ -420,6 +420,11 @@ void   via_codes_hit(char c[VIA_CODES + 1], const char *cs, int status);
  * VIA_MAX bytes); returns its length, 0 at level 0.  tls: that hop is
  * TLS; minor: its HTTP/1.x version; codes may be NULL below level 2. */
 size_t via_format(char *out, int response, int tls, int minor, const char *codes);
+/* The Forwarded field (RFC 7239) of proxy.config.http.insert_forwarded
+ * for request r from peer (tls: over TLS), appended to o; 0, or -1 when
+ * it does not fit. */
+int    via_put_forwarded(struct buf *o, const struct http_req *r,
+                         const struct sockaddr *peer, int tls);
 /* The length of a stored header block's last line when it is a Server
  * field (store.c keeps the origin's there), else 0. */
 size_t via_server_tail(const char *blk, size_t len);
