@@ -21,7 +21,8 @@
  * for proxy.config.http.down_server.cache_time seconds, in this worker
  * only; meanwhile a request makes connect_attempts_max_retries_dead_server
  * attempts in all (0: none, 502 at once), and one connection made marks
- * it up again.  Only failures to connect count; an origin that accepts
+ * it up again (ATS 10's rule; ATS 9.2 waits for connect_attempts_rr_retries
+ * such requests).  Only failures to connect count; an origin that accepts
  * and then fails is not retried here (proxy.c retries a dead pooled
  * connection once, as before).
  *
