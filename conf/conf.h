@@ -126,7 +126,32 @@ struct conf_records {
     int      negative_caching_enabled;/* proxy.config.http.negative_caching_enabled */
     int      negative_caching_lifetime;/* ...negative_caching_lifetime */
     char    *negative_caching_list;   /* ...negative_caching_list (statuses) */
+    /* issue 18, header and origin-retry keys (worker/via.c, origin.c) */
+    int      insert_client_ip;        /* proxy.config.http.insert_client_ip:
+                                         0 no Client-ip, 1 unless the client
+                                         sent one, 2 always (replacing it) */
+    int      insert_xff;              /* ...insert_squid_x_forwarded_for */
+    int      insert_forwarded;        /* ...insert_forwarded: CONF_FWD_* bits */
+    int      via_req_level;           /* ...insert_request_via_str 0-3 */
+    int      via_resp_level;          /* ...insert_response_via_str 0-3 */
+    char    *via_req_str;             /* ...request_via_str */
+    char    *via_resp_str;            /* ...response_via_str */
+    int      server_enabled;          /* ...response_server_enabled 0-2 */
+    char    *server_str;              /* ...response_server_str (NULL: none) */
+    int      connect_retries;         /* ...connect_attempts_max_retries */
+    int      connect_retries_dead;    /* ..._max_retries_dead_server */
+    int      connect_rr_retries;      /* ...connect_attempts_rr_retries */
+    int      down_server_time;        /* ...down_server.cache_time (s) */
 };
+
+/* proxy.config.http.insert_forwarded's parameters (RFC 7239 Forwarded) */
+#define CONF_FWD_FOR          0x01    /* for=client */
+#define CONF_FWD_BY_UNKNOWN   0x02    /* by=unknown */
+#define CONF_FWD_BY_NAME      0x04    /* by=proxy_name (ATS's by=servername) */
+#define CONF_FWD_PROTO        0x08    /* proto=http|https */
+#define CONF_FWD_HOST         0x10    /* host=the client's Host */
+#define CONF_FWD_CONN_COMPACT 0x20    /* connection=http|https */
+#define CONF_FWD_CONN_STD     0x40    /* connection=http/1.1 ... */
 
 /* ---------------------------------------------------------------------
  * remap.config

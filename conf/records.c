@@ -28,6 +28,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE   /* asprintf, vasprintf */
 #endif
+#include "config.h"     /* PACKAGE_VERSION */
 #include <assert.h>
 #include <ctype.h>
 #include <errno.h>
@@ -94,7 +95,8 @@ struct rec_ctx {
 static rec_setter rec_set_int, rec_set_int64, rec_set_size, rec_set_string,
                   rec_set_path, rec_set_ports,
                   rec_set_log_level, rec_set_user, rec_set_policy,
-                  rec_set_ip_list, rec_set_acl_subjects;
+                  rec_set_ip_list, rec_set_acl_subjects,
+                  rec_set_forwarded, rec_set_via;
 
 #define REC_FIELD(f) offsetof(struct conf_records, f)
 #define M16          (16 * 1024 * 1024)
@@ -311,7 +313,8 @@ static const struct rec_directive rec_table[] = {
       REC_FIELD(cache_cookies), "1", 0, 4,
       "ATS 0-4: which responses to requests with cookies, or with "
       "Set-Cookie, may be cached (0 none, 1 any, 2 images, 3 all but "
-      "text, 4 ATS 9's default); Set-Cookie is never shared" },
+      "text, 4 all but text unless the origin allows it); Set-Cookie is "
+      "never shared" },
     { "proxy.config.http.cache.ignore_client_cc_max_age", REC_INT, rec_set_int,
       REC_FIELD(ignore_client_cc_max_age), "0", 0, 1,
       "1: ignore a client's Cache-Control max-age (ATS default 1; "
@@ -350,6 +353,58 @@ static const struct rec_directive rec_table[] = {
     { "proxy.config.http.negative_caching_list", REC_STRING, rec_set_string,
       REC_FIELD(negative_caching_list), "204 305 403 404 414 500 501 502 503 504", 0, 0,
       "the statuses negative caching applies to" },
+    /* issue 18, header and origin-retry keys: ATS 9's names and defaults
+     * (but the Via and Server strings name Cistern).  worker/via.c makes
+     * the fields, worker/origin.c retries and marks origins down. */
+    { "proxy.config.http.insert_client_ip", REC_INT, rec_set_int,
+      REC_FIELD(insert_client_ip), "1", 0, 2,
+      "Client-ip to origins: 0 none, 1 unless the client sent one, 2 "
+      "always (replacing the client's)" },
+    { "proxy.config.http.insert_squid_x_forwarded_for", REC_INT, rec_set_int,
+      REC_FIELD(insert_xff), "1", 0, 1,
+      "1: append the client's address to X-Forwarded-For; 0: pass the "
+      "client's lines as sent" },
+    { "proxy.config.http.insert_forwarded", REC_STRING, rec_set_forwarded,
+      REC_FIELD(insert_forwarded), "none", 0, 0,
+      "RFC 7239 Forwarded to origins, ATS's list: none, for, "
+      "by=unknown, by=servername, proto, host, connection=compact|std" },
+    { "proxy.config.http.insert_request_via_str", REC_INT, rec_set_via,
+      REC_FIELD(via_req_level), "1", 0, 3,
+      "Via to origins: 0 none, 1 protocol and name, 2 with ATS's short "
+      "codes, 3 all codes" },
+    { "proxy.config.http.insert_response_via_str", REC_INT, rec_set_via,
+      REC_FIELD(via_resp_level), "0", 0, 3,
+      "Via to clients, the same levels (ATS default 0: none)" },
+    { "proxy.config.http.request_via_str", REC_STRING, rec_set_string,
+      REC_FIELD(via_req_str), "Cistern/" PACKAGE_VERSION, 0, 0,
+      "the text in parentheses of the request Via" },
+    { "proxy.config.http.response_via_str", REC_STRING, rec_set_string,
+      REC_FIELD(via_resp_str), "Cistern/" PACKAGE_VERSION, 0, 0,
+      "the text in parentheses of the response Via" },
+    { "proxy.config.http.response_server_enabled", REC_INT, rec_set_int,
+      REC_FIELD(server_enabled), "1", 0, 2,
+      "Server on responses: 0 none added, 1 response_server_str "
+      "replaces the origin's, 2 added only where the origin sent none" },
+    { "proxy.config.http.response_server_str", REC_STRING, rec_set_string,
+      REC_FIELD(server_str), "cistern", 0, 0,
+      "the Server value; NULL = none" },
+    { "proxy.config.http.connect_attempts_max_retries", REC_INT, rec_set_int,
+      REC_FIELD(connect_retries), "3", 0, 254,
+      "connect retries to an origin after the first attempt" },
+    { "proxy.config.http.connect_attempts_max_retries_dead_server", REC_INT, rec_set_int,
+      REC_FIELD(connect_retries_dead), "1", 0, 254,
+      "connect attempts in all to an origin marked down" },
+    /* (ATS 10's name for the same) */
+    { "proxy.config.http.connect_attempts_max_retries_down_server", REC_INT, rec_set_int,
+      REC_FIELD(connect_retries_dead), "1", 0, 254,
+      "ATS 10's name of connect_attempts_max_retries_dead_server" },
+    { "proxy.config.http.connect_attempts_rr_retries", REC_INT, rec_set_int,
+      REC_FIELD(connect_rr_retries), "3", 0, 254,
+      "accepted, no effect: Cistern connects to one address per origin" },
+    { "proxy.config.http.down_server.cache_time", REC_INT, rec_set_int,
+      REC_FIELD(down_server_time), "60", 0, ONE_DAY,
+      "how long an origin whose connects all failed stays marked down "
+      "(per worker), seconds" },
 };
 
 #define REC_NKEYS (sizeof(rec_table) / sizeof(rec_table[0]))
@@ -513,6 +568,74 @@ rec_set_policy(struct conf_records *r, const struct rec_directive *d,
     rec_fail(ctx, d, "unknown policy \"%s\" (expected ENFORCED, PERMISSIVE "
              "or DISABLED)", value);
     return -1;
+}
+
+/* proxy.config.http.insert_forwarded: "none", or ATS's list of RFC 7239
+ * Forwarded parameters separated by "|" or ":" (case and white space
+ * ignored).  by=ip, by=uuid and connection=full are refused: Cistern has no
+ * node UUID, and does not keep the address a client connected to or the
+ * protocol tags. */
+static int
+rec_set_forwarded(struct conf_records *r, const struct rec_directive *d,
+                  const char *value, struct rec_ctx *ctx)
+{
+    static const struct { const char *name; int bit; } opts[] = {
+        { "for", CONF_FWD_FOR }, { "by=unknown", CONF_FWD_BY_UNKNOWN },
+        { "by=servername", CONF_FWD_BY_NAME }, { "proto", CONF_FWD_PROTO },
+        { "host", CONF_FWD_HOST }, { "connection=compact", CONF_FWD_CONN_COMPACT },
+        { "connection=std", CONF_FWD_CONN_STD },
+        { "by=ip", -1 }, { "by=uuid", -1 }, { "connection=full", -1 },
+    };
+    char opt[32];
+    int bits = 0, rc = 0;
+    const char *p = value;
+
+    for (;;) {
+        size_t n = 0;
+        for (; *p && *p != '|' && *p != ':'; p++)
+            if (!isspace((unsigned char)*p) && n < sizeof(opt) - 1)
+                opt[n++] = (char)tolower((unsigned char)*p);
+        opt[n] = '\0';
+        if (strcmp(opt, "none") == 0 && bits == 0 && *p == '\0')
+            break;
+        size_t i;
+        for (i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)
+            if (strcmp(opt, opts[i].name) == 0)
+                break;
+        if (i == sizeof(opts) / sizeof(opts[0])) {
+            rec_fail(ctx, d, "\"%s\" is not a Forwarded parameter (for, "
+                     "by=unknown, by=servername, proto, host, connection=compact, "
+                     "connection=std)", opt);
+            rc = -1;
+        } else if (opts[i].bit < 0) {
+            rec_fail(ctx, d, "\"%s\" is not supported (no node UUID, local "
+                     "address or protocol tags are kept)", opt);
+            rc = -1;
+        } else {
+            bits |= opts[i].bit;
+        }
+        if (*p == '\0')
+            break;
+        p++;
+    }
+    if (rc < 0)
+        return -1;
+    *(int *)((char *)r + d->off) = bits;
+    return 0;
+}
+
+/* insert_request_via_str / insert_response_via_str: ATS's levels 0-3;
+ * 4 (the connection's protocol tags) is not supported. */
+static int
+rec_set_via(struct conf_records *r, const struct rec_directive *d,
+            const char *value, struct rec_ctx *ctx)
+{
+    if (strcmp(value, "4") == 0) {
+        rec_fail(ctx, d, "4 (protocol tags in Via) is not supported; "
+                 "levels 0-3 are");
+        return -1;
+    }
+    return rec_set_int(r, d, value, ctx);
 }
 
 /* proxy.config.admin.user_id: a user name, "#UID", or "#-1" (keep the

@@ -18,7 +18,20 @@
  * address about to be connected to (after resolution) and on the address
  * of a pooled connection about to be reused, with the request's method: a
  * denied one is answered 403 through up_ready and nothing is connected or
- * sent.  Without out rules the check is one compare.
+ * sent.  Without out rules, a remapped request's check is one compare;
+ * a forward-proxied one is also refused the machine's own addresses.
+ *
+ * Connect retries are ATS's: a connection that cannot be made (refused,
+ * unreachable, connect_attempts_timeout) is tried again, at once, up to
+ * proxy.config.http.connect_attempts_max_retries more times.  When every
+ * attempt of a request failed, the origin (host and port) is marked down
+ * for proxy.config.http.down_server.cache_time seconds, in this worker
+ * only; meanwhile a request makes connect_attempts_max_retries_dead_server
+ * attempts in all (0: none, 502 at once), and one connection made marks
+ * it up again (ATS 10's rule; ATS 9.2 waits for connect_attempts_rr_retries
+ * such requests).  Only failures to connect count; an origin that accepts
+ * and then fails is not retried here (proxy.c retries a dead pooled
+ * connection once, as before).
  *
  * Nothing here calls up into the transaction: the owner passes origin_get()
  * two callbacks, kept in the upstream: up_ready(up, err) when the
@@ -76,11 +89,85 @@ static struct dns_entry dns_cache[DNS_CACHE];
 static int dns_in_call, dns_sync_err;
 
 static void origin_idle_close(struct worker *w, struct origin_idle *e);
+static void origin_retry(struct upstream *up, int status);
+static int  origin_connect_once(struct upstream *up);
+
+/* Origins marked down (ATS's down_server.cache_time): a few per worker;
+ * down_n counts the slots in use, so the usual case scans nothing. */
+#define DOWN_MAX 32
+static struct {
+    char   host[256];
+    int    port;
+    time_t until;                     /* 0: a free slot */
+} down_tab[DOWN_MAX];
+static int down_n;
+
+/* The slot of up's origin, or -1. */
+static int
+origin_down_find(const struct upstream *up)
+{
+    for (int i = 0; down_n > 0 && i < DOWN_MAX; i++)
+        if (down_tab[i].until && down_tab[i].port == up->up_port
+            && strcasecmp(down_tab[i].host, up->up_host) == 0)
+            return i;
+    return -1;
+}
+
+static void
+origin_down_clear(int i)
+{
+    if (i >= 0 && down_tab[i].until) {
+        down_tab[i].until = 0;
+        down_n--;
+    }
+}
+
+/* Every attempt failed: up's origin is down for down_server.cache_time. */
+static void
+origin_mark_down(const struct upstream *up)
+{
+    int t = wk->conf->rec.down_server_time, i = origin_down_find(up);
+    time_t now = time(NULL);
+
+    if (t <= 0)
+        return;
+    for (int k = 0; i < 0 && k < DOWN_MAX; k++)
+        if (down_tab[k].until == 0 || down_tab[k].until <= now) {
+            if (down_tab[k].until == 0)
+                down_n++;
+            i = k;
+        }
+    if (i < 0)
+        return;     /* full of fresh marks: this one is not remembered */
+    snprintf(down_tab[i].host, sizeof(down_tab[i].host), "%s", up->up_host);
+    down_tab[i].port = up->up_port;
+    if (down_tab[i].until <= now)
+        log_warn("origin %s:%d marked down for %d s (every connect attempt failed)",
+                 up->up_host, up->up_port, t);
+    down_tab[i].until = now + t;
+}
+
+/* The attempts a request may make to up's origin: 1 + max_retries, or
+ * max_retries_dead_server while it is marked down. */
+static int
+origin_tries(const struct upstream *up)
+{
+    const struct conf_records *rec = &wk->conf->rec;
+    int i = origin_down_find(up);
+
+    if (i >= 0 && down_tab[i].until <= time(NULL)) {
+        origin_down_clear(i);   /* cache_time is over */
+        i = -1;
+    }
+    return i >= 0 ? rec->connect_retries_dead : 1 + rec->connect_retries;
+}
 
 /* TCP is up: https origins handshake first (tls.c). */
 static void
 origin_connected(struct upstream *up)
 {
+    if (down_n > 0)
+        origin_down_clear(origin_down_find(up));
     if (up->up_https)
         tls_origin_start(up);
     else
@@ -313,7 +400,7 @@ origin_on_connect(evutil_socket_t fd, short what, void *arg)
     if (what & EV_TIMEOUT) {
         log_warn("conn %llu: connect to origin %s:%d timed out",
                  (unsigned long long)up->up_req->rq_id, up->up_host, up->up_port);
-        up->up_ready(up, 504);
+        origin_retry(up, 504);
         return;
     }
     if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
@@ -322,14 +409,53 @@ origin_on_connect(evutil_socket_t fd, short what, void *arg)
         log_warn("conn %llu: connect to origin %s:%d: %s",
                  (unsigned long long)up->up_req->rq_id, up->up_host,
                  up->up_port, strerror(err));
-        up->up_ready(up, 502);
+        origin_retry(up, 502);
         return;
     }
     origin_connected(up);
 }
 
+/* An attempt failed (status: the answer if it was the last): try again
+ * while attempts are left, else mark the origin down and give up. */
+static void
+origin_retry(struct upstream *up, int status)
+{
+    close(up->up_fd);
+    up->up_fd = -1;
+    if (up->up_tries > 0) {
+        if (origin_connect_fresh(up) == 0)
+            return;
+        status = 502;
+    } else {
+        origin_mark_down(up);
+    }
+    up->up_ready(up, status);
+}
+
 int
 origin_connect_fresh(struct upstream *up)
+{
+    int rc;
+
+    while ((rc = origin_connect_once(up)) < 0) {
+        if (rc == -2)
+            return -1;
+        if (up->up_fd >= 0) {
+            close(up->up_fd);
+            up->up_fd = -1;
+        }
+        if (up->up_tries <= 0) {
+            origin_mark_down(up);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* One attempt: 0 (connected, or connecting), -1 (it failed), or -2 (no
+ * socket). */
+static int
+origin_connect_once(struct upstream *up)
 {
     struct worker *w = wk;
     struct timeval tv = { w->conf->rec.connect_timeout, 0 };
@@ -343,11 +469,12 @@ origin_connect_fresh(struct upstream *up)
     if (fd < 0) {
         log_warn("conn %llu: origin socket: %s",
                  (unsigned long long)up->up_req->rq_id, strerror(errno));
-        return -1;
+        return -2;      /* ours, not the origin's: no retry, no mark */
     }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     up->up_fd = fd;
     up->up_reused = 0;
+    up->up_tries--;
     w->ctr->origin_conns_opened++;
     up->up_state = UP_CONNECTING;
     if (connect(fd, (struct sockaddr *)&up->up_addr, up->up_addrlen) == 0) {
@@ -397,6 +524,13 @@ origin_get(struct upstream *up, int pooled, origin_ready_fn ready,
             up->up_ready(up, 0);
             return;
         }
+    }
+    /* (a pooled connection is not an attempt: counted from here) */
+    if ((up->up_tries = origin_tries(up)) <= 0) {
+        log_warn("conn %llu: origin %s:%d is marked down: not tried",
+                 (unsigned long long)up->up_req->rq_id, up->up_host, up->up_port);
+        up->up_ready(up, 502);
+        return;
     }
     if (origin_numeric(up) || origin_dns_cached(up)) {
         if (origin_connect_fresh(up) < 0)

@@ -297,7 +297,7 @@ up_setup(struct upstream *up, struct req *rq, const struct conf_remap_result *re
  * Accept-Encoding normalised; X-Forwarded-For later, merged (*xff). */
 static int
 proxy_put_field(struct buf *o, const struct upstream *up, const struct http_req *r, int i,
-                int mfi, int64_t mf, int *xff)
+                int mfi, int64_t mf, int *xff, int *cip)
 {
     const struct conf_records *rec = &wk->conf->rec;
     const struct http_field *f = &r->fields[i];
@@ -314,6 +314,11 @@ proxy_put_field(struct buf *o, const struct upstream *up, const struct http_req 
     }
     if (f->id == HTTP_F_OTHER && http_field_is(r, i, "proxy-authorization"))
         return 0;   /* credentials for us, the proxy (RFC 9110 11.7.1) */
+    if (f->id == HTTP_F_OTHER && f->name_len == 9 && http_field_is(r, i, "client-ip")) {
+        *cip = 1;   /* insert_client_ip 2 replaces the client's */
+        if (rec->insert_client_ip == 2)
+            return 0;
+    }
     switch (f->id) {
     case HTTP_F_HOST:   /* written already */
     case HTTP_F_EXPECT: /* ours to answer */
@@ -347,6 +352,8 @@ proxy_put_field(struct buf *o, const struct upstream *up, const struct http_req 
         }
         break;
     case HTTP_F_X_FORWARDED_FOR:
+        if (!rec->insert_xff)
+            break;      /* passed on as the client sent it */
         if (*xff < 0)
             *xff = i;    /* merged later, with the client's address last */
         return 0;
@@ -363,9 +370,10 @@ proxy_put_head(struct upstream *up, struct req *rq, const struct conf_remap_resu
 {
     const struct http_req *r = &rq->r;
     struct buf *o = &up->up_out;
+    const struct conf_records *rec = &wk->conf->rec;
     char ph[300];
     size_t phl, ipl;
-    int xff = -1, err = 0, mfi;
+    int xff = -1, cip = 0, err = 0, mfi;
 
     err |= buf_puts(o, http_method_name(r->method));
     err |= buf_lit(o, " ");
@@ -385,26 +393,43 @@ proxy_put_head(struct upstream *up, struct req *rq, const struct conf_remap_resu
     err |= buf_lit(o, "\r\n");
     int64_t mf = http_max_forwards(r, &mfi);   /* 0 was answered by us */
     for (int i = 0; i < r->nfields; i++)
-        err |= proxy_put_field(o, up, r, i, mfi, mf, &xff);
+        err |= proxy_put_field(o, up, r, i, mfi, mf, &xff, &cip);
     /* The body goes out as the client framed it: chunked. */
     if (r->chunked)
         err |= buf_lit(o, "Transfer-Encoding: chunked\r\n");
     if (up->up_reval && !store_validators(rq, o))
         up->up_reval = 0;   /* nothing to validate with: a plain fetch */
-    /* Every X-Forwarded-For line, in order, then the client (one line). */
-    err |= buf_lit(o, "X-Forwarded-For: ");
-    for (int i = xff; i >= 0 && i < r->nfields; i++) {
-        const struct http_field *f = &r->fields[i];
-        if (f->id == HTTP_F_X_FORWARDED_FOR && f->value_len > 0 && !http_field_hop(r, i)) {
-            err |= buf_append(o, r->base + f->value, f->value_len);
-            err |= buf_lit(o, ", ");
-        }
-    }
     const char *ip = fmt_peer_text(rq->rq_peer, &ipl);
-    err |= buf_append(o, ip, ipl);
-    err |= buf_lit(o, "\r\nVia: ");
-    err |= buf_append(o, wk->via, wk->via_len);
-    err |= buf_lit(o, "\r\n\r\n");
+    /* ATS's insert_client_ip: 1 unless the client sent one, 2 always */
+    if (rec->insert_client_ip == 2 || (rec->insert_client_ip == 1 && !cip)) {
+        err |= buf_lit(o, "Client-ip: ");
+        err |= buf_append(o, ip, ipl);
+        err |= buf_lit(o, "\r\n");
+    }
+    /* Every X-Forwarded-For line, in order, then the client (one line). */
+    if (rec->insert_xff) {
+        err |= buf_lit(o, "X-Forwarded-For: ");
+        for (int i = xff; i >= 0 && i < r->nfields; i++) {
+            const struct http_field *f = &r->fields[i];
+            if (f->id == HTTP_F_X_FORWARDED_FOR && f->value_len > 0 && !http_field_hop(r, i)) {
+                err |= buf_append(o, r->base + f->value, f->value_len);
+                err |= buf_lit(o, ", ");
+            }
+        }
+        err |= buf_append(o, ip, ipl);
+        err |= buf_lit(o, "\r\n");
+    }
+    err |= via_put_forwarded(o, r, rq->rq_peer, rq->rq_tls);
+    if (rec->via_req_level > 0) {
+        char via[VIA_MAX], codes[VIA_CODES + 1], *c = NULL;
+        if (rec->via_req_level >= 2) {
+            via_codes_init(codes, r);
+            via_codes_lookup(codes, up->up_cstatus, up->up_reval);
+            c = codes;
+        }
+        err |= buf_append(o, via, via_format(via, 0, rq->rq_tls, r->minor, c));
+    }
+    err |= buf_lit(o, "\r\n");
     return err ? -1 : 0;
 }
 
@@ -696,8 +721,9 @@ static int
 proxy_client_head(struct req *rq, struct upstream *up, struct http_req *resp)
 {
     struct buf *o = rq->rq_out;
+    const struct conf_records *rec = &wk->conf->rec;
     char mapped[8192];
-    int has_date = 0, ka, err = 0;
+    int has_date = 0, has_server = 0, ka, err = 0;
 
     if (buf_alloc(o) < 0)
         return -1;
@@ -726,6 +752,13 @@ proxy_client_head(struct req *rq, struct upstream *up, struct http_req *resp)
                 continue;
             }
             break;
+        case HTTP_F_OTHER:
+            if (f->name_len == 6 && http_field_is(resp, i, "server")) {
+                has_server = 1;     /* response_server_enabled 1: ours instead */
+                if (rec->server_enabled == 1 && wk->server_hdr_len)
+                    continue;
+            }
+            break;
         default:
             break;
         }
@@ -752,9 +785,17 @@ proxy_client_head(struct req *rq, struct upstream *up, struct http_req *resp)
         err |= buf_lit(o, "\r\n");
     }
     err |= buf_puts(o, wk->debug_hdr);
-    err |= buf_lit(o, "Via: ");
-    err |= buf_append(o, wk->via, wk->via_len);
-    err |= buf_lit(o, "\r\n");
+    if (rec->via_resp_level > 0) {
+        char via[VIA_MAX], codes[VIA_CODES + 1];
+        via_codes_init(codes, &rq->r);
+        via_codes_lookup(codes, up->up_cstatus, up->up_reval);
+        codes[VIA_C_SERVER] = codes[VIA_C_PROXY] = resp->status == 304 ? 'N' : 'S';
+        codes[VIA_C_FILL] = up->up_fill ? 'W' : ' ';
+        codes[VIA_C_CONNECT] = 'S';
+        err |= buf_append(o, via, via_format(via, 1, up->up_https, 1, codes));
+    }
+    if (rec->server_enabled == 1 || !has_server)
+        err |= buf_append(o, wk->server_hdr, wk->server_hdr_len);
     err |= buf_puts(o, resp_connection_hdr(up->up_client_minor, ka));
     err |= buf_lit(o, "\r\n");
     if (err) {

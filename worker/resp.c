@@ -31,6 +31,14 @@ resp_date(void)
     return resp_date_buf;
 }
 
+/* Our Server line (proxy.config.http.response_server_enabled and
+ * response_server_str: via.c), or "". */
+static const char *
+resp_server(void)
+{
+    return wk ? wk->server_hdr : "";
+}
+
 /* ------------------------------------------------------------------ */
 /* Counting: every response to a client is counted once, by class (the
  * access log's status and /_stats's counters). */
@@ -90,7 +98,7 @@ resp_simple(struct req *rq, int status, const char *conn_hdr,
             const char *extra, const char *body, int head_only)
 {
     size_t blen = body ? strlen(body) + 2 : 0;
-    size_t need = 512 + blen + (extra ? strlen(extra) : 0);
+    size_t need = 512 + blen + (extra ? strlen(extra) : 0) + strlen(resp_server());
     struct buf *b = rq->rq_out;
     int n;
 
@@ -103,10 +111,10 @@ resp_simple(struct req *rq, int status, const char *conn_hdr,
      * answers unless the caller says otherwise. */
     int own_cs = extra && strstr(extra, "Cache-Status:") != NULL;
     n = snprintf(b->data + b->end, b->size - b->end,
-                 "HTTP/1.1 %d %s\r\nDate: %s\r\nServer: cistern\r\n"
+                 "HTTP/1.1 %d %s\r\nDate: %s\r\n%s"
                  "Content-Type: text/plain; charset=utf-8\r\n"
                  "Content-Length: %zu\r\n%s%s%s\r\n%s%s",
-                 status, http_status_text(status), resp_date(), blen,
+                 status, http_status_text(status), resp_date(), resp_server(), blen,
                  own_cs ? "" : "Cache-Status: cistern; fwd=bypass\r\n",
                  conn_hdr, extra ? extra : "",
                  (body && !head_only) ? body : "",
@@ -126,14 +134,15 @@ resp_body(struct req *rq, int status, const char *conn_hdr, const char *ctype,
     int n;
 
     resp_count(rq, status);
-    if (buf_alloc(b) < 0 || buf_grow(b, 512 + blen) < 0)
+    if (buf_alloc(b) < 0 || buf_grow(b, 512 + blen + strlen(resp_server())) < 0)
         return -1;
     n = snprintf(b->data + b->end, b->size - b->end,
-                 "HTTP/1.1 %d %s\r\nDate: %s\r\nServer: cistern\r\n"
+                 "HTTP/1.1 %d %s\r\nDate: %s\r\n%s"
                  "Content-Type: %s\r\nContent-Length: %zu\r\n"
                  "Cache-Control: no-store\r\nCache-Status: cistern; fwd=bypass\r\n"
                  "%s\r\n",
-                 status, http_status_text(status), resp_date(), ctype, blen, conn_hdr);
+                 status, http_status_text(status), resp_date(), resp_server(), ctype, blen,
+                 conn_hdr);
     if (n < 0 || (size_t)n >= b->size - b->end)
         return -1;
     b->end += (size_t)n;

@@ -248,8 +248,13 @@ store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
         age = 0;
 
     status = store_answer_status(hdr, hdrlen, o, sc, now.tv_sec, &part, &from, &to);
-    if (buf_alloc(b) < 0 || buf_grow(b, hdrlen + 640) < 0)
+    if (buf_alloc(b) < 0 || buf_grow(b, hdrlen + 640 + VIA_MAX + wk->server_hdr_len) < 0)
         return -1;
+    /* The origin's Server is the block's last line (store_server_last):
+     * response_server_enabled 1 puts ours in its place, 2 keeps it. */
+    size_t srv = via_server_tail(hdr, hdrlen);
+    int srv_ours = wk->conf->rec.server_enabled == 1 || srv == 0;
+    size_t copylen = hdrlen - (wk->conf->rec.server_enabled == 1 && wk->server_hdr_len ? srv : 0);
     size_t mark = b->end;
     if (part < 0) {
         /* 416 keeps the representation's validators out; say why. */
@@ -265,8 +270,8 @@ store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
         b->end += (size_t)n;
         const char *nl = memchr(hdr, '\n', hdrlen);
         size_t skip = nl ? (size_t)(nl - hdr) + 1 : hdrlen;
-        memcpy(b->data + b->end, hdr + skip, hdrlen - skip);
-        b->end += hdrlen - skip;
+        memcpy(b->data + b->end, hdr + skip, copylen - skip);
+        b->end += copylen - skip;
         n = snprintf(b->data + b->end, b->size - b->end,
                      "Content-Range: bytes %llu-%llu/%llu\r\nContent-Length: %llu\r\n",
                      (unsigned long long)from, (unsigned long long)to,
@@ -275,7 +280,7 @@ store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
         b->end += (size_t)n;
         status = 206;
     } else {
-        store_copy_head(b, hdr, hdrlen, status == 304);
+        store_copy_head(b, hdr, copylen, status == 304);
         if (status != 304) {
             char *q = store_put(b->data + b->end, "Content-Length: ", 16);
             q = fmt_u64(q, o->body_len);
@@ -286,7 +291,7 @@ store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
     /* the room reserved above covers these bounded fields */
     const char *ch = resp_connection_hdr(sc->minor, keep_alive);
     size_t csl = strlen(cstatus), dhl = strlen(wk->debug_hdr), chl = strlen(ch);
-    if (b->size - b->end < 64 + csl + dhl + chl)
+    if (b->size - b->end < 64 + csl + dhl + chl + VIA_MAX + wk->server_hdr_len)
         return -1;
     char *q = store_put(b->data + b->end, "Age: ", 5);
     q = fmt_i64(q, age);
@@ -294,6 +299,14 @@ store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
     q = store_put(q, cstatus, csl);
     q = store_put(q, "\r\n", 2);
     q = store_put(q, wk->debug_hdr, dhl);
+    if (wk->conf->rec.via_resp_level > 0) {
+        char codes[VIA_CODES + 1];
+        via_codes_init(codes, &rq->r);
+        via_codes_hit(codes, cstatus, status);
+        q += via_format(q, 1, 0, 1, codes);
+    }
+    if (srv_ours)
+        q = store_put(q, wk->server_hdr, wk->server_hdr_len);
     q = store_put(q, ch, chl);
     q = store_put(q, "\r\n", 2);
     b->end = (size_t)(q - b->data);
@@ -638,7 +651,8 @@ miss:
 
 /* Fields never stored: hop-by-hop ones (RFC 9111 3.1: the fixed names
  * and those a Connection line lists, marked by http_resp_parse), and those
- * every answer makes anew (framing, Age, Via, Cache-Status). */
+ * every answer makes anew (framing, Age, Cache-Status).  The origin's Via
+ * is kept (ours is added to each answer, as insert_response_via_str says). */
 static int
 store_skip_field(const struct http_req *resp, int i)
 {
@@ -647,7 +661,6 @@ store_skip_field(const struct http_req *resp, int i)
     switch (resp->fields[i].id) {
     case HTTP_F_AGE:
     case HTTP_F_CONTENT_LENGTH:
-    case HTTP_F_VIA:
     case HTTP_F_CACHE_STATUS:
         return 1;
     case HTTP_F_OTHER:
@@ -658,6 +671,32 @@ store_skip_field(const struct http_req *resp, int i)
     default:
         return 0;
     }
+}
+
+/* Move the Server lines of header block blk to its end, where a hit
+ * finds the origin's by its last line (via_server_tail). */
+static void
+store_server_last(char *blk, size_t len)
+{
+    static char srv[STORE_HDR_MAX];
+    char *p = memchr(blk, '\n', len), *end = blk + len, *w;
+    size_t sl = 0;
+
+    if (p == NULL)
+        return;
+    for (w = ++p; p < end;) {
+        char *e = memchr(p, '\n', (size_t)(end - p));
+        size_t ll = e ? (size_t)(e - p) + 1 : (size_t)(end - p);
+        if (ll > 7 && strncasecmp(p, "server:", 7) == 0) {
+            memcpy(srv + sl, p, ll);
+            sl += ll;
+        } else {
+            memmove(w, p, ll);
+            w += ll;
+        }
+        p += ll;
+    }
+    memcpy(w, srv, sl);
 }
 
 static uint64_t
@@ -847,10 +886,7 @@ store_fill_begin(const char *key, size_t keylen, const struct http_req *resp,
             return "header-too-large";
         len += (size_t)n;
     }
-    n = snprintf(hdr + len, sizeof(hdr) - len, "Via: %s\r\n", wk->via);
-    if (n < 0 || (size_t)n >= sizeof(hdr) - len)
-        return "header-too-large";
-    len += (size_t)n;
+    store_server_last(hdr, len);
 
     initial_age = cachectl_initial_age(resp, req_time, now.tv_sec);
     memset(&meta, 0, sizeof(meta));
@@ -1005,6 +1041,7 @@ store_refresh(struct req *rq, const struct http_req *resp, int64_t req_time,
         len += 2;
     }
 
+    store_server_last(out, len);
     /* New freshness from the merged fields. */
     static struct http_req merged;
     http_req_reset(&merged);

@@ -272,8 +272,7 @@ worker_init(struct worker *w, const struct worker_args *a)
     w->limits.head_max = (size_t)a->conf->rec.request_header_max_size;
     w->resp_limits.line_max = (size_t)a->conf->rec.response_header_max_size;
     w->resp_limits.head_max = (size_t)a->conf->rec.response_header_max_size;
-    snprintf(w->via, sizeof(w->via), "1.1 %s", a->conf->rec.proxy_name);
-    w->via_len = strlen(w->via);
+    via_init(w);
     for (int i = 0; i < a->nlisten; i++) {
         w->listen_fd[i] = a->listen_fds[i];
         w->listen_tls[i] = i < a->conf->rec.nports && a->conf->rec.ports[i].ssl;

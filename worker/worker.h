@@ -198,6 +198,7 @@ struct upstream {
     uint64_t         up_req_body_left;/* client body bytes still to forward */
     unsigned         up_reused:1;     /* connection came from the pool */
     unsigned         up_retried:1;
+    int              up_tries;        /* connect attempts left (origin.c) */
     unsigned         up_req_body:1;   /* the request has a body */
     unsigned         up_req_done:1;   /* request fully written to origin */
     unsigned         up_resp_bytes:1; /* any response byte received */
@@ -259,8 +260,8 @@ struct worker {
     struct pool          head_pool;   /* struct http_req: an origin's
                                          response head */
     struct pool          idle_pool;   /* origin.c's struct origin_idle */
-    char                 via[300];    /* "1.1 NAME" */
-    size_t               via_len;
+    char                 server_hdr[300]; /* "Server: ...\r\n" or "" (via.c) */
+    size_t               server_hdr_len;
     char                 debug_hdr[96];/* "X-Cistern-Worker: ..." or "" */
     struct cache        *cache;       /* NULL: no store */
     unsigned             slotno;      /* our shm slot */
@@ -412,6 +413,36 @@ int resp_simple(struct req *rq, int status, const char *conn_hdr,
 /* The same with a body of our own (may hold any bytes) and its type. */
 int resp_body(struct req *rq, int status, const char *conn_hdr,
               const char *ctype, const char *body, size_t blen, int head_only);
+
+/* via.c: the Via and Server fields we add (ATS's keys; see its essay) */
+#define VIA_CODES      22     /* ATS's via string */
+#define VIA_PART_MAX   256    /* proxy_name and *_via_str are cut here */
+#define VIA_MAX        (13 + 2 * VIA_PART_MAX + VIA_CODES + 16)
+enum { VIA_C_CLIENT = 1, VIA_C_CACHE = 3, VIA_C_SERVER = 5, VIA_C_FILL = 7,
+       VIA_C_PROXY = 9, VIA_C_CACHE_TYPE = 16, VIA_C_LOOKUP = 17,
+       VIA_C_CONNECT = 21 };
+/* w->server_hdr from the configuration. */
+void   via_init(struct worker *w);
+/* The codes for request r: blank but for the client's letter. */
+void   via_codes_init(char c[VIA_CODES + 1], const struct http_req *r);
+/* The cache lookup's letters from a Cache-Status fwd= value. */
+void   via_codes_lookup(char c[VIA_CODES + 1], const char *fwd, int reval);
+/* The codes of an answer from the cache with Cache-Status cs and this
+ * status (after via_codes_init). */
+void   via_codes_hit(char c[VIA_CODES + 1], const char *cs, int status);
+/* "Via: ...\r\n" for a request to the origin (response 0) or a
+ * response to the client (1) at the configured level, into out (at least
+ * VIA_MAX bytes); returns its length, 0 at level 0.  tls: that hop is
+ * TLS; minor: its HTTP/1.x version; codes may be NULL below level 2. */
+size_t via_format(char *out, int response, int tls, int minor, const char *codes);
+/* The Forwarded field (RFC 7239) of proxy.config.http.insert_forwarded
+ * for request r from peer (tls: over TLS), appended to o; 0, or -1 when
+ * it does not fit. */
+int    via_put_forwarded(struct buf *o, const struct http_req *r,
+                         const struct sockaddr *peer, int tls);
+/* The length of a stored header block's last line when it is a Server
+ * field (store.c keeps the origin's there), else 0. */
+size_t via_server_tail(const char *blk, size_t len);
 
 /* alog.c: the access log */
 int  alog_format_parse(const char *name);

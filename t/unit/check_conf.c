@@ -396,6 +396,51 @@ START_TEST(test_records_missing_file)
 }
 END_TEST
 
+/* issue 18, header and origin-retry keys: ATS 9's defaults, the
+ * insert_forwarded list, and the values refused. */
+START_TEST(test_records_header_keys)
+{
+    conf_records_defaults(&rec);
+    ck_assert_int_eq(rec.insert_client_ip, 1);
+    ck_assert_int_eq(rec.insert_xff, 1);
+    ck_assert_int_eq(rec.insert_forwarded, 0);
+    ck_assert_int_eq(rec.via_req_level, 1);
+    ck_assert_int_eq(rec.via_resp_level, 0);
+    ck_assert_int_eq(rec.server_enabled, 1);
+    ck_assert_str_eq(rec.server_str, "cistern");
+    ck_assert_int_eq(rec.connect_retries, 3);
+    ck_assert_int_eq(rec.connect_retries_dead, 1);
+    ck_assert_int_eq(rec.down_server_time, 60);
+    conf_records_free(&rec);
+
+    ck_assert_int_eq(records(
+        "CONFIG proxy.config.http.insert_forwarded STRING for| By=ServerName :proto\n"
+        "CONFIG proxy.config.http.connect_attempts_max_retries_down_server INT 0\n"), 0);
+    ck_assert_int_eq(rec.insert_forwarded, CONF_FWD_FOR | CONF_FWD_BY_NAME | CONF_FWD_PROTO);
+    ck_assert_int_eq(rec.connect_retries_dead, 0);
+    conf_records_free(&rec);
+    ck_assert_int_eq(records("CONFIG proxy.config.http.insert_forwarded STRING None\n"), 0);
+    ck_assert_int_eq(rec.insert_forwarded, 0);
+    conf_records_free(&rec);
+
+    ck_assert_int_eq(records(
+        "CONFIG proxy.config.http.insert_forwarded STRING for|by=uuid\n"
+        "CONFIG proxy.config.http.insert_forwarded STRING nonsense\n"
+        "CONFIG proxy.config.http.insert_request_via_str INT 4\n"
+        "CONFIG proxy.config.http.response_server_enabled INT 3\n"), -1);
+    check_error("records.config:1: proxy.config.http.insert_forwarded: \"by=uuid\" is "
+                "not supported (no node UUID, local address or protocol tags are kept)");
+    check_error("records.config:2: proxy.config.http.insert_forwarded: \"nonsense\" is "
+                "not a Forwarded parameter (for, by=unknown, by=servername, proto, host, "
+                "connection=compact, connection=std)");
+    check_error("records.config:3: proxy.config.http.insert_request_via_str: 4 (protocol "
+                "tags in Via) is not supported; levels 0-3 are");
+    check_error("records.config:4: proxy.config.http.response_server_enabled: 3 is out "
+                "of range (0..2)");
+    conf_records_free(&rec);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------
  * remap.config
  */
@@ -2599,6 +2644,11 @@ conf_suite(void)
     tcase_add_test(tc, test_cache_config_errors);
     tcase_add_test(tc, test_cache_config_match);
     tcase_add_test(tc, test_cache_negative_list);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("issue18-headers");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_records_header_keys);
     suite_add_tcase(s, tc);
 
     return s;
