@@ -135,6 +135,11 @@ const struct conf_ats_key conf_ats_keys[] = {
     /* -------------------------------------------------------------------
      * INTERNAL: ATS's own machinery, ignored (one warning per file)
      */
+    /* Parent-proxy tuning: inert while parent.config must be empty (the
+     * file itself fails closed, conf/atsfiles.c). */
+    { "proxy.config.http.parent_proxy.*", "INT", CONF_ATS_INTERNAL, NULL,
+      NO_PARENTS "the parent-proxy timers and retry counts have nothing to "
+      "act on" },
     { "proxy.config.exec_thread.*", "INT", CONF_ATS_INTERNAL, NULL,
       "ATS's event threads; Cistern runs single-threaded worker processes "
       "(proxy.config.cistern.workers)" },

@@ -147,6 +147,9 @@ def test_debian_stock_config_checks():
         for kind in ("understood", "matches", "ignored", "unknown"):
             expect(kind in s, "report has no %s list:\n%s" % (kind, r.stdout))
         expect_eq(s["refused"], "0 errors", "refused line")
+        # every key of the stock file is known: implemented, matched or
+        # ignored with a reason, none merely "unknown"
+        expect_eq(s["unknown"], [], "unknown keys in the stock file")
         joined = {k: "\n".join(v) for k, v in s.items()
                   if isinstance(v, list)}
         for needle in ("proxy.config.http.server_ports",
