@@ -484,15 +484,16 @@ def test_client_stalling_mid_body_is_its_own_timeout():
 
 def test_access_rules_cistern_lacks_fail_closed():
     """An ATS rule that restricts access in a way Cistern does not implement
-    yet (remap.config @action=deny @src_ip=..., @method=, @plugin=;
-    ip_allow.yaml ip_categories:) is an error, never a warning that loads the
-    rule open: `cistern -t` says file:line and fails, and a reload to such
-    a file keeps the running configuration."""
+    (remap.config @src_ip_category=, @plugin=; ip_allow.yaml ip_categories:)
+    is an error, never a warning that loads the rule open: `cistern -t`
+    says file:line and fails, and a reload to such a file keeps the running
+    configuration.  (@action, @src_ip and @method, refused here before issue
+    18, are implemented now: t/test_ats_remap.py.)"""
     r = harness.check_config(remap=["map http://a.test/ http://127.0.0.1:9/ "
-                                    "@action=deny @src_ip=10.0.0.0-10.255.255.255"])
+                                    "@action=deny @src_ip_category=ACME"])
     expect_eq(r.rc, 1, "cistern -t exit status")
-    expect_in("remap.config:1: map: option \"@action=deny\" is not supported", r.stderr,
-              "cistern -t")
+    expect_in("remap.config:1: @src_ip_category=ACME: IP categories (ATS 10) "
+              "are not supported", r.stderr, "cistern -t")
     r = harness.check_config(files={"ip_allow.yaml": "ip_allow:\n  - apply: out\n"
                                     "    ip_categories: ACME\n    action: deny\n"})
     expect_eq(r.rc, 1, "cistern -t exit status (ip_categories)")
