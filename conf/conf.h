@@ -76,6 +76,8 @@ struct conf_records {
     char    *proxy_name;              /* proxy.config.proxy_name (Via) */
     char    *error_log_level;         /* proxy.config.cistern.log_level */
     char    *admin_allow;             /* proxy.config.cistern.admin.allow */
+    char    *connect_ports;           /* proxy.config.http.connect_ports
+                                         (conf_port_list_has) */
     char    *user_id;                 /* proxy.config.admin.user_id ("#-1": keep) */
     /* TLS (conf/ssl_multicert.c) */
     char    *ssl_multicert;           /* proxy.config.ssl.server.multicert.filename */
@@ -90,6 +92,11 @@ struct conf_records {
     char    *ssl_client_ca_file;      /* proxy.config.ssl.client.CA.cert.filename */
     char    *ssl_client_ca_path;      /* proxy.config.ssl.client.CA.cert.path */
 };
+
+/* Is port in list, ATS's proxy.config.http.connect_ports syntax: ports
+ * and ranges ("443 563 8000-9000"), separated by spaces or commas, or "*"
+ * for any?  1 yes, 0 no, -1 the list is malformed (port -1: only check). */
+int conf_port_list_has(const char *list, int port);
 
 /* ---------------------------------------------------------------------
  * remap.config

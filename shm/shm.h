@@ -52,6 +52,10 @@ struct shm_counters {
     uint64_t tls_handshake_errors;/* client handshakes that failed */
     uint64_t origin_tls_handshakes;
     uint64_t origin_tls_errors;   /* origin handshakes failed (verify...) */
+    uint64_t tunnels_opened;      /* CONNECT and Upgrade tunnels begun */
+    uint64_t tunnels_active;      /* gauge, like conns_open */
+    uint64_t tunnel_bytes_up;     /* relayed client -> origin */
+    uint64_t tunnel_bytes_down;   /* relayed origin -> client */
 };
 #define SHM_NCOUNTERS (sizeof(struct shm_counters) / sizeof(uint64_t))
 
