@@ -76,6 +76,8 @@ struct tunnel {
     struct req      *rq;
     struct upstream *up;          /* CONNECT: connecting */
     char             target[280]; /* host:port, for log lines */
+    union conn_addr  peer;        /* the client (rq_peer, once the
+                                     connection that held it is gone) */
     struct tunnel   *next, *prev;
 };
 
@@ -496,8 +498,16 @@ tunnel_attach(struct req *rq, int fd, struct buf *in, struct buf *out)
     struct worker *w = wk;
     struct timeval tv = { tun_idle(), 0 };
 
-    /* from here the tunnel is one of the worker's connections */
+    /* from here the tunnel is one of the worker's connections, and what
+     * the request borrowed from the old one is the tunnel's */
     t->attached = 1;
+    if (rq->rq_peer)
+        memcpy(&t->peer, rq->rq_peer, rq->rq_peer->sa_family == AF_INET6
+               ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
+    rq->rq_peer = &t->peer.sa;
+    rq->rq_owner = t;
+    rq->rq_in = &t->b[TC];
+    rq->rq_out = &t->pre;
     t->fd[TC] = fd;
     w->nconns++;
     w->ctr->tunnels_opened++;
