@@ -849,6 +849,14 @@ conn_send(struct conn *c, int *progress)
  * 200 or 101 head last among them) and those the client sent past the
  * head.  This connection ends here; the tunnel counts as it (nconns,
  * conns_open) until it closes.  Returns -1: c is gone. */
+/* A tunnel's request ends with the tunnel: DONE, and freed. */
+static void
+conn_tunnel_end(struct req *rq)
+{
+    req_finish(rq);
+    req_free(rq);
+}
+
 static int
 conn_tunnel(struct conn *c)
 {
@@ -863,7 +871,7 @@ conn_tunnel(struct conn *c)
     conn_unwant_write(c);
     c->cn_req = NULL;
     c->cn_fd = -1;          /* conn_close leaves it, and its count, open */
-    tunnel_attach(rq, fd, &c->cn_in, &c->cn_out);
+    tunnel_attach(rq, fd, &c->cn_in, &c->cn_out, conn_tunnel_end);
     conn_close(c);
     return -1;
 }

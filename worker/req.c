@@ -501,7 +501,7 @@ static enum req_step
 step_tunnel(struct req *rq, struct req_route *rt)
 {
     const char *why = NULL;
-    int rc = tunnel_connect(rq, &why);
+    int rc = tunnel_connect(rq, req_answer_ours, &why);
 
     (void)rt;
     if (rc == 0)

@@ -74,6 +74,10 @@ struct tunnel {
     uint64_t         moved[2];    /* bytes from side s relayed */
     struct timeval   last;        /* when a byte last moved */
     struct req      *rq;
+    void           (*answer)(struct req *); /* CONNECT: our answer when
+                                     the connect fails (SYNTH, DONE) */
+    void           (*end)(struct req *);    /* the request's end (DONE,
+                                     freed), from tunnel_attach */
     struct upstream *up;          /* CONNECT: connecting */
     char             target[280]; /* host:port, for log lines */
     union conn_addr  peer;        /* the client (rq_peer, once the
@@ -132,6 +136,7 @@ tun_connected(struct upstream *up, int err)
     if (err == 0 && (buf_alloc(rq->rq_out) < 0 || buf_append(rq->rq_out, ok, sizeof(ok) - 1) < 0))
         err = 502;
     if (err) {
+        void (*answer)(struct req *) = t->answer;
         wk->ctr->origin_errors++;
         tun_close(t, 0, NULL);      /* rq_tunnel goes */
         memset(&rq->syn, 0, sizeof(rq->syn));
@@ -140,7 +145,7 @@ tun_connected(struct upstream *up, int err)
                                   : "CONNECT target unreachable";
         rq->syn.result = "ERR_CONNECT_FAIL";
         rq->syn.close = 1;
-        req_answer_ours(rq);        /* SYNTH, DONE */
+        answer(rq);                 /* SYNTH, DONE (req.c's req_answer_ours) */
         rq->rq_ops->flush(rq);
         return;
     }
@@ -159,7 +164,7 @@ tun_connected(struct upstream *up, int err)
 }
 
 int
-tunnel_connect(struct req *rq, const char **why)
+tunnel_connect(struct req *rq, void (*answer)(struct req *), const char **why)
 {
     static char reason[96];
     const struct http_req *r = &rq->r;
@@ -224,6 +229,7 @@ tunnel_connect(struct req *rq, const char **why)
         return 503;
     }
     t->up = up;
+    t->answer = answer;
     snprintf(t->target, sizeof(t->target), "%.*s", (int)n, tg);
     wk->ctr->origin_requests++;
     t->starting = 1;
@@ -492,7 +498,8 @@ tun_on_timer(evutil_socket_t fd, short what, void *arg)
 }
 
 void
-tunnel_attach(struct req *rq, int fd, struct buf *in, struct buf *out)
+tunnel_attach(struct req *rq, int fd, struct buf *in, struct buf *out,
+              void (*end)(struct req *))
 {
     struct tunnel *t = tun_of(rq);
     struct worker *w = wk;
@@ -501,6 +508,7 @@ tunnel_attach(struct req *rq, int fd, struct buf *in, struct buf *out)
     /* from here the tunnel is one of the worker's connections, and what
      * the request borrowed from the old one is the tunnel's */
     t->attached = 1;
+    t->end = end;
     if (rq->rq_peer)
         memcpy(&t->peer, rq->rq_peer, rq->rq_peer->sa_family == AF_INET6
                ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
@@ -576,8 +584,7 @@ tun_close(struct tunnel *t, int reset, const char *why)
                  (unsigned long long)rq->rq_id, t->target, why ? why : "both sides done",
                  (unsigned long long)t->moved[TC], (unsigned long long)t->moved[TO]);
         alog_bytes(rq, t->moved[TO]);
-        req_finish(rq);     /* DONE: the access-log line */
-        req_free(rq);
+        t->end(rq);         /* DONE (the access-log line), freed */
     }
     t->magic = 0;
     free(t);

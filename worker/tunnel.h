@@ -25,8 +25,10 @@ struct worker;
  * 403 with the reason) and start connecting to its authority.  Returns 0
  * (connecting, or connected already: rq_tunnel is set, the owner is
  * flushed when the answer is queued or has failed), or a status to answer
- * with, *why saying why (a refusal, or a target that failed at once). */
-int  tunnel_connect(struct req *rq, const char **why);
+ * with, *why saying why (a refusal, or a target that failed at once).
+ * A connect that fails later describes our answer (502, 504) in rq->syn
+ * and calls answer(rq) (req.c's req_answer_ours), then the owner's flush. */
+int  tunnel_connect(struct req *rq, void (*answer)(struct req *), const char **why);
 
 /* Does rq ask for a protocol upgrade that is forwarded (a GET without a
  * body, HTTP/1.1, Upgrade listed in Connection, no h2c, not over TLS)? */
@@ -45,8 +47,10 @@ int  tunnel_ready(const struct req *rq);
 /* The owner hands over: the client socket fd, its input (bytes past the
  * head, from start) and its unsent output; both buffers are taken (left
  * empty).  The tunnel owns rq from here (ends and frees it) and counts as
- * one of the worker's connections (nconns, conns_open). */
-void tunnel_attach(struct req *rq, int fd, struct buf *in, struct buf *out);
+ * one of the worker's connections (nconns, conns_open); when it ends it
+ * calls end(rq) (the owner's: DONE, then the request freed). */
+void tunnel_attach(struct req *rq, int fd, struct buf *in, struct buf *out,
+                   void (*end)(struct req *));
 /* rq's owner goes away before the hand-over: stop connecting, close. */
 void tunnel_abort(struct req *rq);
 /* The worker's exit: close every tunnel. */
