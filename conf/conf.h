@@ -89,6 +89,8 @@ struct conf_records {
     char    *proxy_name;              /* proxy.config.proxy_name (Via) */
     char    *error_log_level;         /* proxy.config.cistern.log_level */
     char    *admin_allow;             /* proxy.config.cistern.admin.allow */
+    char    *connect_ports;           /* proxy.config.http.connect_ports
+                                         (conf_port_list_has) */
     char    *user_id;                 /* proxy.config.admin.user_id ("#-1": keep) */
     /* TLS (conf/ssl_multicert.c) */
     char    *ssl_multicert;           /* proxy.config.ssl.server.multicert.filename */
@@ -152,6 +154,10 @@ struct conf_records {
 #define CONF_FWD_HOST         0x10    /* host=the client's Host */
 #define CONF_FWD_CONN_COMPACT 0x20    /* connection=http|https */
 #define CONF_FWD_CONN_STD     0x40    /* connection=http/1.1 ... */
+/* Is port in list, ATS's proxy.config.http.connect_ports syntax: ports
+ * and ranges ("443 563 8000-9000"), separated by spaces or commas, or "*"
+ * for any?  1 yes, 0 no, -1 the list is malformed (port -1: only check). */
+int conf_port_list_has(const char *list, int port);
 
 /* ---------------------------------------------------------------------
  * remap.config

@@ -96,7 +96,7 @@ static rec_setter rec_set_int, rec_set_int64, rec_set_size, rec_set_string,
                   rec_set_path, rec_set_ports,
                   rec_set_log_level, rec_set_user, rec_set_policy,
                   rec_set_ip_list, rec_set_acl_subjects,
-                  rec_set_forwarded, rec_set_via;
+                  rec_set_forwarded, rec_set_via, rec_set_port_list;
 
 #define REC_FIELD(f) offsetof(struct conf_records, f)
 #define M16          (16 * 1024 * 1024)
@@ -186,6 +186,9 @@ static const struct rec_directive rec_table[] = {
     { "proxy.config.cistern.admin.allow", REC_STRING, rec_set_string,
       REC_FIELD(admin_allow), "127.0.0.1 ::1", 0, 0,
       "who may read `/_stats` and `/_metrics`" },
+    { "proxy.config.http.connect_ports", REC_STRING, rec_set_port_list,
+      REC_FIELD(connect_ports), "443", 0, 0,
+      "the ports CONNECT may tunnel to: ports, ranges (443 8000-9000) or *" },
     { "proxy.config.admin.user_id", REC_STRING, rec_set_user,
       REC_FIELD(user_id), "nobody", 0, 0,
       "user of the workers when started as root; `#-1` keeps the starting "
@@ -636,6 +639,59 @@ rec_set_via(struct conf_records *r, const struct rec_directive *d,
         return -1;
     }
     return rec_set_int(r, d, value, ctx);
+}
+
+int
+conf_port_list_has(const char *list, int port)
+{
+    const char *p = list;
+    int found = 0, any = 0;
+
+    while (*p) {
+        long lo, hi;
+        char *e;
+
+        if (*p == ' ' || *p == '\t' || *p == ',') {
+            p++;
+            continue;
+        }
+        any = 1;
+        if (*p == '*') {
+            found = 1;
+            p++;
+        } else {
+            if (!isdigit((unsigned char)*p))
+                return -1;
+            lo = hi = strtol(p, &e, 10);
+            if (*e == '-') {
+                if (!isdigit((unsigned char)e[1]))
+                    return -1;
+                hi = strtol(e + 1, &e, 10);
+            }
+            if (lo < 0 || hi > 65535 || lo > hi)
+                return -1;
+            if (port >= lo && port <= hi)
+                found = 1;
+            p = e;
+        }
+        if (*p && *p != ' ' && *p != '\t' && *p != ',')
+            return -1;
+    }
+    return any ? found : -1;
+}
+
+/* proxy.config.http.connect_ports: checked here, matched by
+ * conf_port_list_has() for each CONNECT. */
+static int
+rec_set_port_list(struct conf_records *r, const struct rec_directive *d,
+                  const char *value, struct rec_ctx *ctx)
+{
+    if (conf_port_list_has(value, -1) < 0) {
+        rec_fail(ctx, d, "\"%s\": expected ports, ranges (443 8000-9000) or *",
+                 value);
+        return -1;
+    }
+    return rec_store_string(r, d, strdup(value), ctx);
 }
 
 /* proxy.config.admin.user_id: a user name, "#UID", or "#-1" (keep the
@@ -1216,7 +1272,7 @@ rec_owns_string(const struct rec_directive *d)
     return d->set == rec_set_string || d->set == rec_set_path
            || d->set == rec_set_log_level || d->set == rec_set_user
            || d->set == rec_set_policy || d->set == rec_set_ip_list
-           || d->set == rec_set_acl_subjects;
+           || d->set == rec_set_acl_subjects || d->set == rec_set_port_list;
 }
 
 void

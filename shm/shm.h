@@ -56,6 +56,10 @@ struct shm_counters {
     uint64_t pp_refused;          /* pp ports: connections closed for their
                                      PROXY header (peer not allowed,
                                      malformed, missing) */
+    uint64_t tunnels_opened;      /* CONNECT and Upgrade tunnels begun */
+    uint64_t tunnels_active;      /* gauge, like conns_open */
+    uint64_t tunnel_bytes_up;     /* relayed client -> origin */
+    uint64_t tunnel_bytes_down;   /* relayed origin -> client */
 };
 #define SHM_NCOUNTERS (sizeof(struct shm_counters) / sizeof(uint64_t))
 

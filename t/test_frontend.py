@@ -212,13 +212,16 @@ def test_invalid_method_token_400():
                         400)
 
 
-def test_connect_405():
+def test_connect_refused_by_reverse_proxy():
+    # remap_required 1 (the default): a reverse proxy opens no tunnel
+    # (t/test_tunnel.py has CONNECT as a forward proxy).
     with daemon() as c:
         got, closed = raw(c.port, b"CONNECT a.test:443 HTTP/1.1\r\n"
                           b"Host: a.test:443\r\n\r\n", timeout=3)
         rs = parse_responses(got, strict=False)
         expect(rs, "no response: %r" % got)
-        expect_eq(rs[0].status, 405, "status")
+        expect_eq(rs[0].status, 403, "status")
+        expect(closed, "connection left open")
 
 
 def test_push_disabled_403():

@@ -198,7 +198,10 @@ def test_absolute_form_without_rule_404_when_remap_required():
                       "what reached the origin")
 
 
-def test_connect_405():
+def test_connect_port_refused():
+    # A forward proxy tunnels only to proxy.config.http.connect_ports (443
+    # by default): the origin's port is refused with 403, nothing reaches
+    # it (t/test_tunnel.py has the tunnels themselves).
     with Origin() as o:
         with Cistern(records={"proxy.config.url_remap.remap_required": 0},
                      remap=["map http://m.test/ http://%s/"
@@ -207,8 +210,8 @@ def test_connect_405():
                                         "\r\n" % (o.authority, o.authority)
                                         ).encode(), timeout=3)
             rs = parse_responses(data)
-            expect_eq([x.status for x in rs], [405], "statuses")
-            expect(rs[0].header("Allow"), "405 without Allow")
+            expect_eq([x.status for x in rs], [403], "statuses")
+            expect(b"connect_ports" in rs[0].body, "reason: %r" % rs[0].body)
             expect_eq(o.requests(), [], "requests that reached the origin")
             expect_eq(o.conns(), [], "connections to the origin")
 

@@ -83,6 +83,10 @@ admin_collect(struct admin_stat *st, int max)
     S("proxy.process.ssl.total_handshake_errors_in", "cistern_tls_handshakes_total", "{side=\"client\",result=\"failed\"}", "counter", t.tls_handshake_errors);
     S("proxy.process.ssl.total_success_handshake_count_out", "cistern_tls_handshakes_total", "{side=\"origin\",result=\"ok\"}", "counter", t.origin_tls_handshakes);
     S("proxy.process.ssl.total_handshake_errors_out", "cistern_tls_handshakes_total", "{side=\"origin\",result=\"failed\"}", "counter", t.origin_tls_errors);
+    S("proxy.process.http.tunnels", "cistern_tunnels_total", "", "counter", t.tunnels_opened);
+    S("proxy.process.tunnel.current_active_connections", "cistern_tunnels_active", "", "gauge", t.tunnels_active);
+    S("proxy.process.cistern.tunnel_bytes_up", "cistern_tunnel_bytes_total", "{direction=\"up\"}", "counter", t.tunnel_bytes_up);
+    S("proxy.process.cistern.tunnel_bytes_down", "cistern_tunnel_bytes_total", "{direction=\"down\"}", "counter", t.tunnel_bytes_down);
     S("proxy.process.ssl.ssl_session_cache_hit", "cistern_tls_resumptions_total", "", "counter", t.tls_resumed);
 #undef S
     return n;

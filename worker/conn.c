@@ -67,6 +67,7 @@
 #include "shm/filltab.h"
 #include "worker/worker.h"
 #include "worker/pp.h"
+#include "worker/tunnel.h"
 
 #define OUT_HIGH         (BUF_SIZE / 2)
 #define CONN_LINGER_MS   2000
@@ -550,7 +551,9 @@ conn_wait_read(struct conn *c)
             event_active(&c->cn_rev, EV_READ, 1);
         return;
     case CONN_WAIT:
-        return;     /* reads nothing until resumed (conn_after_steps) */
+    case CONN_TUNNEL:
+        return;     /* reads nothing until resumed (conn_after_steps), or
+                       until the tunnel takes the socket (conn_tunnel) */
     case CONN_LINGER:
         tv.tv_sec = CONN_LINGER_MS / 1000;
         break;
@@ -620,7 +623,10 @@ conn_sync(struct conn *c)
         c->cn_abort = 1;
     if (rq->rq_up || rq->rq_push)
         c->cn_state = rq->rq_body_owned ? CONN_BODY : CONN_PROXY;
-    else if ((c->cn_state == CONN_BODY && !c->cn_hold) || c->cn_state == CONN_PROXY)
+    else if (rq->rq_tunnel)
+        c->cn_state = CONN_TUNNEL;
+    else if ((c->cn_state == CONN_BODY && !c->cn_hold) || c->cn_state == CONN_PROXY
+             || c->cn_state == CONN_TUNNEL)
         c->cn_state = CONN_SEND;    /* the transaction is over */
 }
 
@@ -692,6 +698,12 @@ conn_after_steps(struct conn *c, size_t mark)
         c->cn_state = CONN_WAIT;
         event_del(&c->cn_rev);
         conn_unwant_write(c);
+        return;
+    case REQ_TUNNEL:
+        /* CONNECT connecting: nothing is read (bytes past the head are
+         * the tunnel's) until the tunnel takes over or it failed */
+        conn_sync(c);
+        event_del(&c->cn_rev);
         return;
     case REQ_FETCH:
     case REQ_PUSH:
@@ -850,6 +862,8 @@ conn_process(struct conn *c)
             if (c->cn_state == CONN_WAIT)
                 break;      /* the head stays in the buffer until we resume */
             conn_consume_head(c);
+            if (c->cn_state == CONN_TUNNEL)
+                break;      /* what follows is the tunnel's, not requests */
             continue;
         }
         if (c->cn_state == CONN_BODY) {
@@ -966,6 +980,39 @@ conn_send(struct conn *c, int *progress)
     return 0;
 }
 
+/* The request is a tunnel now (tunnel.c: a CONNECT's target is
+ * connected, or the origin answered 101 to an Upgrade): the relay takes
+ * the socket, the request, the bytes still queued for the client (the
+ * 200 or 101 head last among them) and those the client sent past the
+ * head.  This connection ends here; the tunnel counts as it (nconns,
+ * conns_open) until it closes.  Returns -1: c is gone. */
+/* A tunnel's request ends with the tunnel: DONE, and freed. */
+static void
+conn_tunnel_end(struct req *rq)
+{
+    req_finish(rq);
+    req_free(rq);
+}
+
+static int
+conn_tunnel(struct conn *c)
+{
+    struct req *rq = c->cn_req;
+    int fd = c->cn_fd;
+
+    if (c->cn_tls || fd < 0) {
+        conn_close(c);      /* never asked for (tunnel.c): aborts it */
+        return -1;
+    }
+    event_del(&c->cn_rev);
+    conn_unwant_write(c);
+    c->cn_req = NULL;
+    c->cn_fd = -1;          /* conn_close leaves it, and its count, open */
+    tunnel_attach(rq, fd, &c->cn_in, &c->cn_out, conn_tunnel_end);
+    conn_close(c);
+    return -1;
+}
+
 /* Write what is queued (our bytes, then body bytes lent by the origin
  * transaction), let the transaction refill, and when all is done: close,
  * go idle, or answer the next pipelined request.
@@ -991,6 +1038,8 @@ conn_flush(struct conn *c)
             conn_reset(c);
             return -1;
         }
+        if (c->cn_state == CONN_TUNNEL && tunnel_ready(c->cn_req))
+            return conn_tunnel(c);
         if (!c->cn_hold && (k = conn_send(c, &progress)) != 0) {
             if (k < 0)
                 return -1;      /* closed */

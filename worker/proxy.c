@@ -43,6 +43,7 @@
 #include "shm/log.h"
 #include "shm/filltab.h"
 #include "worker/worker.h"
+#include "worker/tunnel.h"
 
 /* A response whose length says it is larger than this releases the
  * waiters at once (they fetch for themselves) instead of holding them
@@ -394,6 +395,11 @@ proxy_put_head(struct upstream *up, struct req *rq, const struct conf_remap_resu
     int64_t mf = http_max_forwards(r, &mfi);   /* 0 was answered by us */
     for (int i = 0; i < r->nfields; i++)
         err |= proxy_put_field(o, up, r, i, mfi, mf, &xff, &cip);
+    if (r->fidx[HTTP_F_UPGRADE] && !up->up_https) {
+        int k = tunnel_put_upgrade(rq, o);      /* a 101 then tunnels */
+        up->up_upgrade = k > 0;
+        err |= k < 0;
+    }
     /* The body goes out as the client framed it: chunked. */
     if (r->chunked)
         err |= buf_lit(o, "Transfer-Encoding: chunked\r\n");
@@ -933,17 +939,61 @@ proxy_serve_stale(struct req *rq, struct upstream *up, int status)
     return proxy_answer_held(rq, &cond, ka, cs, NULL, 0);
 }
 
+/* The origin switched protocols as the client asked (101 to a forwarded
+ * Upgrade): the 101 head goes to the client, and both connections become
+ * a tunnel (tunnel.c) that the owner takes over: never cached, the
+ * origin connection never pooled. */
+static enum wk_rc
+proxy_upgraded(struct req *rq, struct upstream *up, struct http_req *resp)
+{
+    struct buf *o = rq->rq_out;
+    size_t mark;
+    int err;
+
+    if (buf_alloc(o) < 0) {
+        up_fail(up, 502, "out of memory");
+        return WK_MORE;
+    }
+    mark = o->end;
+    err = buf_put_status(o, resp);
+    for (int i = 0; i < resp->nfields; i++)
+        if (!http_field_hop(resp, i) || resp->fields[i].id == HTTP_F_UPGRADE)
+            err |= buf_put_field(o, resp, &resp->fields[i]);
+    err |= buf_lit(o, "Connection: upgrade\r\n");
+    if (wk->conf->rec.via_resp_level > 0) {     /* as on any response */
+        char via[VIA_MAX], codes[VIA_CODES + 1];
+        via_codes_init(codes, &rq->r);
+        codes[VIA_C_SERVER] = codes[VIA_C_PROXY] = codes[VIA_C_CONNECT] = 'S';
+        err |= buf_append(o, via, via_format(via, 1, 0, 1, codes));
+    }
+    err |= buf_lit(o, "\r\n");
+    up->up_in.start += resp->start + resp->head_len;
+    if (err || tunnel_from_origin(rq, up) < 0) {
+        o->end = mark;
+        up_fail(up, 502, err ? "response head too large" : "out of memory");
+        return WK_MORE;
+    }
+    resp_count(rq, 101);
+    alog_bytes(rq, o->end - mark);
+    alog_result(rq, "TCP_MISS", 101);
+    up_free(rq);
+    return WK_MORE;     /* the owner sees rq_tunnel and hands over */
+}
+
 /* Called by conn.c when c's output is empty: move the response along. */
 /* An interim (1xx) response: on to HTTP/1.1 clients (RFC 9110 15.2: a
  * proxy forwards 1xx it did not ask for); 1.0 clients cannot take them.
- * A 101 would switch protocols under us: refused. */
+ * A 101 switches protocols: a tunnel when the client asked for it (and
+ * we forwarded the Upgrade), else refused. */
 static enum wk_rc
 proxy_interim(struct req *rq, struct upstream *up, struct http_req *resp)
 {
     struct buf *in = &up->up_in;
 
     if (resp->status == 101) {
-        up_fail(up, 502, "protocol upgrade is not supported");
+        if (up->up_upgrade && up->up_tls == NULL)
+            return proxy_upgraded(rq, up, resp);
+        up_fail(up, 502, "101 Switching Protocols to a request that asked for no upgrade");
         return WK_MORE;
     }
     if (up->up_client_minor >= 1 && buf_alloc(rq->rq_out) == 0) {

@@ -48,6 +48,7 @@
 #include "shm/log.h"
 #include "shm/filltab.h"
 #include "worker/req.h"
+#include "worker/tunnel.h"
 #include "worker/worker.h"
 
 /* The methods a mapped URL takes (405 and OPTIONS answers); PUSH too when
@@ -86,6 +87,7 @@ req_new(void *owner, const struct req_owner_ops *ops)
     rq->rq_body_len = 0;
     rq->rq_up = NULL;
     rq->rq_push = NULL;
+    rq->rq_tunnel = NULL;
     rq->obj_held = 0;
     rq->rq_claim = 0;
     rq->rq_bg = 0;
@@ -101,7 +103,8 @@ req_free(struct req *rq)
     if (rq == NULL)
         return;
     magic_check(rq->rq_magic, REQ_MAGIC);
-    if (rq->rq_step != REQ_DONE || rq->rq_up || rq->rq_push || rq->obj_held || rq->rq_claim)
+    if (rq->rq_step != REQ_DONE || rq->rq_up || rq->rq_push || rq->obj_held || rq->rq_claim
+        || rq->rq_tunnel)
         req_abort(rq);
     rq->rq_magic = 0;
     pool_put(&wk->req_pool, rq);
@@ -323,11 +326,8 @@ step_route(struct req *rq, struct req_route *rt)
     char npath[sizeof(rt->res.path) + 1];
     int mfi;
 
-    if (r->method == HTTP_CONNECT) {
-        rq->syn.refuse = 1;
-        rq->syn.close = 1;
-        return req_answer(rq, 405, NULL, "CONNECT is not supported");
-    }
+    if (r->method == HTTP_CONNECT)
+        return REQ_TUNNEL;
     if (r->method == HTTP_M_PUSH && !cf->rec.push_method_enabled)
         return req_answer(rq, 403, NULL,
                           "PUSH is disabled (proxy.config.http.push_method_enabled)");
@@ -409,6 +409,8 @@ step_lookup(struct req *rq, struct req_route *rt)
     rt->claimed = 0;
     /* What may be cached and how (records.config, cache.config) */
     store_policy(rq, &rt->res, rt->rule != NULL);
+    if (r->fidx[HTTP_F_UPGRADE] && tunnel_upgrade_asked(rq))
+        rt->keylen = 0;     /* an Upgrade is forwarded, never cached */
     /* A GET or HEAD with a body (content RFC 9110 9.3.1 gives no meaning,
      * but an origin may answer by it) neither takes an answer from the
      * shared cache nor leaves one there: it is passed through. */
@@ -545,6 +547,25 @@ step_push(struct req *rq, struct req_route *rt)
     return REQ_SYNTH;           /* refused */
 }
 
+/* CONNECT: checked and connected by tunnel.c, which tells the owner to
+ * hand over once the 200 is queued (or answers 502 / 504 itself). */
+static enum req_step
+step_tunnel(struct req *rq, struct req_route *rt)
+{
+    const char *why = NULL;
+    int rc = tunnel_connect(rq, req_answer_ours, &why);
+
+    (void)rt;
+    if (rc == 0)
+        return REQ_PARK;
+    rq->syn.close = 1;
+    if (rc == 403)
+        rq->syn.result = "TCP_DENIED";
+    else if (rc < 500)
+        rq->syn.refuse = 1;
+    return req_answer(rq, rc, NULL, why);
+}
+
 static enum req_step
 step_purge(struct req *rq, struct req_route *rt)
 {
@@ -650,6 +671,7 @@ req_steps(struct req *rq, enum req_step s)
         case REQ_FETCH:  s = step_fetch(rq, &rt); break;
         case REQ_PUSH:   s = step_push(rq, &rt); break;
         case REQ_PURGE:  s = step_purge(rq, &rt); break;
+        case REQ_TUNNEL: s = step_tunnel(rq, &rt); break;
         case REQ_SYNTH:  s = step_synth(rq, &rt); break;
         case REQ_DONE:   s = step_done(rq, &rt); break;
         case REQ_PARK:   break;
@@ -678,6 +700,8 @@ req_stop(struct req *rq)
         proxy_abort(rq);
     if (rq->rq_push)
         push_free(rq);
+    if (rq->rq_tunnel)
+        tunnel_abort(rq);
 }
 
 void

@@ -33,6 +33,7 @@ enum req_step {
     REQ_FETCH,          /* the origin transaction (proxy.c) */
     REQ_PUSH,           /* receive a PUSH body into the cache (push.c) */
     REQ_PURGE,          /* remove an object */
+    REQ_TUNNEL,         /* CONNECT: connect, then a tunnel (tunnel.c) */
     REQ_SYNTH,          /* every answer of our own: made and counted here */
     REQ_DONE,           /* logged, held object and claims released */
     REQ_PARK,
@@ -93,6 +94,7 @@ struct req_policy {
 struct req;
 struct upstream;
 struct push;
+struct tunnel;
 struct buf;
 struct sockaddr;
 
@@ -158,6 +160,8 @@ struct req {
     size_t           rq_body_len;
     struct upstream *rq_up;           /* FETCH's origin transaction */
     struct push     *rq_push;         /* PUSH's body being stored */
+    struct tunnel   *rq_tunnel;       /* a tunnel connecting, or waiting
+                                         for the owner to hand over */
     unsigned         rq_body_owned:1; /* the transaction reads the request
                                          body (the owner feeds it) */
     unsigned         rq_abort:1;      /* the answer is cut short: reset */

@@ -35,6 +35,7 @@
 #include "shm/log.h"
 #include "shm/panic.h"
 #include "worker/worker.h"
+#include "worker/tunnel.h"
 
 struct worker *wk;
 
@@ -346,6 +347,7 @@ worker_exit(struct worker *w)
     sigprocmask(SIG_BLOCK, &stop, NULL);
     worker_stop_accepting(w);
     conn_close_all(w);
+    tunnel_close_all(w);
     origin_pool_close_all(w);
     if (w->cache)
         cache_close(w->cache);

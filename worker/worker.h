@@ -91,6 +91,8 @@ enum conn_state {
     CONN_WAIT,                       /* waiting for another worker's fill */
     CONN_SEND,                       /* flushing responses, then next */
     CONN_LINGER,                     /* SHUT_WR sent; draining input */
+    CONN_TUNNEL,                     /* CONNECT connecting, or a tunnel
+                                        ready to take the socket over */
 };
 
 struct upstream;
@@ -205,6 +207,7 @@ struct upstream {
     unsigned         up_eof:1;        /* origin closed */
     unsigned         up_decode:1;     /* de-chunk for an HTTP/1.0 client */
     unsigned         up_safe:1;       /* safe to retry on a fresh connection */
+    unsigned         up_upgrade:1;    /* Upgrade forwarded: a 101 tunnels */
     const struct conf_remap_rule *up_rule;
     /* caching */
     unsigned         up_store:1;      /* GET with a key: may fill */
