@@ -48,10 +48,6 @@ const struct conf_ats_key conf_ats_keys[] = {
       CONF_ATS_MATCHES, "1",
       "URLs with a query or ';' are cached like any other (the response's "
       "freshness decides)" },
-    { "proxy.config.http.cache.heuristic_lm_factor", "FLOAT",
-      CONF_ATS_MATCHES, "0.1",
-      "heuristic freshness is 10% of the time since Last-Modified, bounded "
-      "by heuristic_min_lifetime and heuristic_max_lifetime" },
     { "proxy.config.http.cache.post_method", "INT", CONF_ATS_MATCHES, "0",
       "responses to POST are never stored" },
     { "proxy.config.http.cache.range.lookup", "INT", CONF_ATS_MATCHES, "1",

@@ -74,6 +74,7 @@ struct conf_records {
     int      debug_headers;           /* proxy.config.cistern.debug_headers */
     int      heuristic_min_lifetime;  /* proxy.config.http.cache.heuristic_min_lifetime */
     int      heuristic_max_lifetime;  /* proxy.config.http.cache.heuristic_max_lifetime */
+    int      heuristic_lm_milli;      /* ...cache.heuristic_lm_factor, in thousandths */
     int      normalize_ae;            /* proxy.config.http.normalize_ae */
     int      range_write;             /* proxy.config.http.cache.range.write */
     int      cdn_cache_control;       /* proxy.config.cistern.cdn_cache_control */

@@ -96,7 +96,8 @@ static rec_setter rec_set_int, rec_set_int64, rec_set_size, rec_set_string,
                   rec_set_path, rec_set_ports,
                   rec_set_log_level, rec_set_user, rec_set_policy,
                   rec_set_ip_list, rec_set_acl_subjects,
-                  rec_set_forwarded, rec_set_via, rec_set_port_list;
+                  rec_set_forwarded, rec_set_via, rec_set_port_list,
+                  rec_set_milli;
 
 #define REC_FIELD(f) offsetof(struct conf_records, f)
 #define M16          (16 * 1024 * 1024)
@@ -223,7 +224,11 @@ static const struct rec_directive rec_table[] = {
       "`combined`, `squid` or `json`" },
     { "proxy.config.http.cache.heuristic_min_lifetime", REC_INT, rec_set_int,
       REC_FIELD(heuristic_min_lifetime), "3600", 0, 31536000,
-      "least heuristic freshness (10% of the age of Last-Modified), seconds" },
+      "least heuristic freshness, seconds (see heuristic_lm_factor)" },
+    { "proxy.config.http.cache.heuristic_lm_factor", REC_FLOAT, rec_set_milli,
+      REC_FIELD(heuristic_lm_milli), "0.10", 0, 1000,
+      "heuristic freshness: this fraction of the time since Last-Modified "
+      "(0 to 1), then bounded by heuristic_min/max_lifetime" },
     { "proxy.config.http.cache.heuristic_max_lifetime", REC_INT, rec_set_int,
       REC_FIELD(heuristic_max_lifetime), "86400", 0, 31536000,
       "most heuristic freshness, seconds" },
@@ -494,6 +499,30 @@ rec_set_size(struct conf_records *r, const struct rec_directive *d,
     if (rec_parse_int(d, value, 1, ctx, &v) < 0)
         return -1;
     *(int *)((char *)r + d->off) = (int)v;
+    return 0;
+}
+
+/* A FLOAT kept as an int in thousandths (0.10 -> 100), bounded by the row's
+ * min and max, which are in thousandths too. */
+static int
+rec_set_milli(struct conf_records *r, const struct rec_directive *d,
+              const char *value, struct rec_ctx *ctx)
+{
+    char  *end;
+    double v;
+
+    errno = 0;
+    v = strtod(value, &end);
+    if (end == value || *end != '\0' || errno == ERANGE || v != v) {
+        rec_fail(ctx, d, "\"%s\" is not a number", value);
+        return -1;
+    }
+    if (v * 1000 < (double)d->min || v * 1000 > (double)d->max) {
+        rec_fail(ctx, d, "%s is out of range (%g..%g)", value,
+                 (double)d->min / 1000, (double)d->max / 1000);
+        return -1;
+    }
+    *(int *)((char *)r + d->off) = (int)(v * 1000 + 0.5);
     return 0;
 }
 

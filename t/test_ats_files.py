@@ -154,10 +154,10 @@ def test_debian_stock_config_checks():
                   if isinstance(v, list)}
         for needle in ("proxy.config.http.server_ports",
                        "proxy.config.http.keep_alive_no_activity_timeout_in 120",
-                       "proxy.config.url_remap.remap_required 1"):
+                       "proxy.config.url_remap.remap_required 1",
+                       "proxy.config.http.cache.heuristic_lm_factor 0.10"):
             expect_in(needle, joined["understood"], "understood")
         for needle in ("proxy.config.reverse_proxy.enabled 1",
-                       "proxy.config.http.cache.heuristic_lm_factor 0.10",
                        "proxy.config.http.cache.cache_urls_that_look_dynamic 1",
                        "socks.config:", "parent.config: empty",
                        "plugin.config: empty"):
@@ -219,7 +219,7 @@ def _check(lines, files=None):
 def test_matches_key_other_value_is_error():
     r = _check(["CONFIG proxy.config.reverse_proxy.enabled INT 1",
                 "CONFIG proxy.config.http.cache.cache_urls_that_look_dynamic INT 0",
-                "CONFIG proxy.config.http.cache.heuristic_lm_factor FLOAT 0.25"])
+                "CONFIG proxy.config.http.cache.post_method INT 1"])
     expect_eq(r.rc, 1, "exit status (stderr:\n%s)" % r.stderr)
     expect(re.search(r"records\.config:6: proxy\.config\.http\.cache\."
                      r"cache_urls_that_look_dynamic 0 is not supported "
@@ -227,9 +227,9 @@ def test_matches_key_other_value_is_error():
            "no file:line error for cache_urls_that_look_dynamic 0:\n"
            + r.stderr)
     expect(re.search(r"records\.config:7: proxy\.config\.http\.cache\."
-                     r"heuristic_lm_factor 0\.25 is not supported \(only 0\.1\)",
+                     r"post_method 1 is not supported \(only 0\)",
                      r.stderr),
-           "no file:line error for heuristic_lm_factor 0.25:\n" + r.stderr)
+           "no file:line error for post_method 1:\n" + r.stderr)
     expect("reverse_proxy" not in r.stderr, "the matching value refused:\n"
            + r.stderr)
     s = report_sections(r.stdout)
@@ -238,7 +238,7 @@ def test_matches_key_other_value_is_error():
               "matches list")
     # the same key with the matching value passes
     r = _check(["CONFIG proxy.config.http.cache.cache_urls_that_look_dynamic INT 1",
-                "CONFIG proxy.config.http.cache.heuristic_lm_factor FLOAT 0.100"])
+                "CONFIG proxy.config.http.cache.post_method INT 0"])
     expect_eq(r.rc, 0, "matching values (stderr:\n%s)" % r.stderr)
 
 

@@ -283,5 +283,37 @@ def test_forward_proxy_never_reaches_the_machine_itself():
         expect_eq(r.status, 200, "status with a dest_ip rule for 127.0.0.1")
 
 
+def test_heuristic_lm_factor():
+    """proxy.config.http.cache.heuristic_lm_factor (ATS's default 0.10)
+    sets the heuristic lifetime of a response with only Last-Modified: a
+    Last-Modified 100,000 s old gives 10,000 s by default, 50,000 s at
+    0.5 (the hit's Cache-Status says the ttl left)."""
+    import email.utils
+    import urllib.parse
+    lm = email.utils.formatdate(time.time() - 100000, usegmt=True)
+    path = "/headers?" + urllib.parse.urlencode({"Last-Modified": lm})
+    with Collector() as col:
+        for factor, want in ((None, 10000), ("0.5", 50000), ("0", 0)):
+            recs = {"proxy.config.http.cache.heuristic_min_lifetime": 0,
+                    "proxy.config.http.cache.heuristic_max_lifetime": 86400}
+            if factor is not None:
+                recs["proxy.config.http.cache.heuristic_lm_factor"] = \
+                    ("FLOAT", factor)
+            with col.case("factor %s" % factor), Origin() as o, \
+                    Cistern(records=recs, storage=["cache 64M"],
+                            remap=["map http://h.test/ http://%s/"
+                                   % o.authority]) as c:
+                harness.one_request(c.port, "GET", path, host="h.test")
+                r = harness.one_request(c.port, "GET", path, host="h.test")
+                cs = r.header("Cache-Status") or ""
+                if want == 0:
+                    expect(not is_hit(r), "a zero lifetime was a hit: %r" % cs)
+                    continue
+                expect(is_hit(r), "not a hit: %r" % cs)
+                ttl = int(cs.split("ttl=")[1].split(";")[0])
+                expect(want - 30 <= ttl <= want, "ttl %d, expected about %d"
+                       % (ttl, want))
+
+
 if __name__ == "__main__":
     harness.main()

@@ -551,7 +551,7 @@ cachectl_status_heuristic(int status)
 int64_t
 cachectl_lifetime(const struct http_req *resp, const struct cc_resp *cc,
                   time_t response_time, int required_headers, int64_t hmin,
-                  int64_t hmax)
+                  int64_t hmax, int lm_milli)
 {
     time_t date, expires, lm;
     int ei;
@@ -586,7 +586,7 @@ cachectl_lifetime(const struct http_req *resp, const struct cc_resp *cc,
     date = cachectl_field_date(resp, HTTP_F_DATE);
     if (date < 0)
         date = response_time;
-    int64_t h = date > lm ? (int64_t)(date - lm) / 10 : 0;
+    int64_t h = date > lm ? (int64_t)(date - lm) * lm_milli / 1000 : 0;
     if (h < hmin)
         h = hmin;
     if (h > hmax)

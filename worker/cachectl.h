@@ -64,12 +64,13 @@ time_t cachectl_field_date(const struct http_req *r, enum http_fid id);
 /* Freshness lifetime in seconds (RFC 9111 4.2.1): s-maxage, max-age,
  * Expires - Date (invalid Expires: 0), else heuristic per
  * required_headers (0: none needed, heuristic or a default of
- * heuristic_min; 1: Last-Modified suffices; 2: explicit only): 10% of
+ * heuristic_min; 1: Last-Modified suffices; 2: explicit only): lm_milli
+ * thousandths (heuristic_lm_factor; ATS's default 0.10 is 100) of
  * (Date - Last-Modified) clamped to [hmin, hmax].  Returns -1 when the
  * response has no usable freshness under those rules. */
 int64_t cachectl_lifetime(const struct http_req *resp, const struct cc_resp *cc,
                           time_t response_time, int required_headers,
-                          int64_t hmin, int64_t hmax);
+                          int64_t hmin, int64_t hmax, int lm_milli);
 
 /* Corrected initial age (RFC 9111 4.2.3) at the time of storing. */
 int64_t cachectl_initial_age(const struct http_req *resp, time_t request_time,

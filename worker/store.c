@@ -495,7 +495,8 @@ store_lifetime(const struct http_req *resp, const struct cc_resp *cc, time_t now
 {
     const struct conf_records *rec = &wk->conf->rec;
     int64_t l = cachectl_lifetime(resp, cc, now, rec->required_headers,
-                                  rec->heuristic_min_lifetime, rec->heuristic_max_lifetime);
+                                  rec->heuristic_min_lifetime, rec->heuristic_max_lifetime,
+                                  rec->heuristic_lm_milli);
     int expl = store_explicit(resp, cc);
 
     *heur = l >= 0 && !expl;

@@ -83,7 +83,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FZ_CHECK(delta_ok(cc.stale_while_revalidate) && delta_ok(cc.stale_if_error));
         for (int rh = 0; rh <= 2; rh++) {
             time_t now = 1700000000;
-            int64_t lt = cachectl_lifetime(&resp, &cc, now, rh, 0, 86400);
+            int64_t lt = cachectl_lifetime(&resp, &cc, now, rh, 0, 86400, 100);
             FZ_CHECK(lt >= -1);
             FZ_CHECK(lt == -1 || rh < 2 || cc.invalid || cc.s_maxage >= 0
                      || cc.max_age >= 0 || http_field_find(&resp, "expires", 0) >= 0);

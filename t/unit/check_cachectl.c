@@ -299,7 +299,7 @@ life_eval(const struct life_row *w, int64_t *lifetime, const char **storable)
     mkreq(&req, qbuf, sizeof(qbuf), w->method, w->req);
     cachectl_parse_resp(&resp, &cc, w->cdn);
     cachectl_parse_req(&req, &rcc);
-    *lifetime = cachectl_lifetime(&resp, &cc, D0, w->required, w->hmin, w->hmax);
+    *lifetime = cachectl_lifetime(&resp, &cc, D0, w->required, w->hmin, w->hmax, 100);
     *storable = cachectl_storable(&req, &rcc, &resp, &cc, *lifetime);
     return *lifetime == w->lifetime
            && (*storable == NULL ? w->storable == NULL

@@ -1376,7 +1376,7 @@ START_TEST(test_records_matches_keys)
 {
     int rc = records(
         "CONFIG proxy.config.reverse_proxy.enabled INT 1\n"                 /* 1 */
-        "CONFIG proxy.config.http.cache.heuristic_lm_factor FLOAT 0.10\n"   /* 2 */
+        "CONFIG proxy.config.http.cache.post_method INT 0\n"                /* 2 */
         "CONFIG proxy.config.socks.socks_needed INT 0\n"                    /* 3 */
         "CONFIG proxy.config.ssl.client.verify.server.properties STRING all\n" /* 4 */
         "CONFIG proxy.config.cistern.workers INT 2\n");                     /* 5 */
@@ -1433,7 +1433,7 @@ START_TEST(test_records_matches_other_value_is_error)
 {
     int rc = records(
         "CONFIG proxy.config.reverse_proxy.enabled INT 0\n"                 /* 1 */
-        "CONFIG proxy.config.http.cache.heuristic_lm_factor FLOAT 0.2\n"    /* 2 */
+        "CONFIG proxy.config.http.cache.post_method INT 1\n"                /* 2 */
         "CONFIG proxy.config.socks.socks_needed STRING 0\n"                 /* 3 */
         "CONFIG proxy.config.http.cache.cache_urls_that_look_dynamic INT 0\n"); /* 4 */
 
@@ -1442,10 +1442,8 @@ START_TEST(test_records_matches_other_value_is_error)
     check_error("records.config:1: proxy.config.reverse_proxy.enabled 0 is "
                 "not supported (only 1): Cistern is always a reverse proxy "
                 "(remap.config decides what it serves)");
-    check_error("records.config:2: proxy.config.http.cache.heuristic_lm_factor "
-                "0.2 is not supported (only 0.1): heuristic freshness is 10%% "
-                "of the time since Last-Modified, bounded by "
-                "heuristic_min_lifetime and heuristic_max_lifetime");
+    check_error("records.config:2: proxy.config.http.cache.post_method 1 is "
+                "not supported (only 0): responses to POST are never stored");
     check_error("records.config:3: proxy.config.socks.socks_needed: type must "
                 "be INT, not STRING");
     ck_assert_int_eq(count_notes(CONF_NOTE_MATCHES), 0);
