@@ -89,8 +89,10 @@ const struct conf_ats_key conf_ats_keys[] = {
       "SOCKS is not supported: Cistern connects to origins directly "
       "(socks.config is not read)" },
     { "proxy.config.dns.splitDNS.enabled", "INT", CONF_ATS_MATCHES, "0",
-      "there is no split DNS: origins are resolved by the system resolver "
-      "(splitdns.config must be empty)" },
+      "there is no split DNS: every origin name is resolved by the same "
+      "nameservers (splitdns.config must be empty)" },
+    { "proxy.config.dns.search_default_domains", "INT", CONF_ATS_MATCHES,
+      "0", "origin names are resolved as written: no search domains" },
     { "proxy.config.http.forward.proxy_auth_to_parent", "INT",
       CONF_ATS_MATCHES, "0",
       NO_PARENTS "Proxy-Authorization is never forwarded" },

@@ -145,6 +145,11 @@ struct conf_records {
     int      connect_retries_dead;    /* ..._max_retries_dead_server */
     int      connect_rr_retries;      /* ...connect_attempts_rr_retries */
     int      down_server_time;        /* ...down_server.cache_time (s) */
+    /* issue 20, name resolution (worker/dns.c) */
+    char    *dns_nameservers;         /* proxy.config.dns.nameservers ("NULL":
+                                         dns_resolv_conf's) */
+    char    *dns_resolv_conf;         /* proxy.config.dns.resolv_conf */
+    char    *hosts_file;              /* proxy.config.hostdb.host_file.path */
 };
 
 /* proxy.config.http.insert_forwarded's parameters (RFC 7239 Forwarded) */
@@ -159,6 +164,13 @@ struct conf_records {
  * and ranges ("443 563 8000-9000"), separated by spaces or commas, or "*"
  * for any?  1 yes, 0 no, -1 the list is malformed (port -1: only check). */
 int conf_port_list_has(const char *list, int port);
+/* proxy.config.dns.nameservers: "NULL" (none: the resolv.conf ones), or
+ * addresses "IP", "IP:PORT", "[IPv6]:PORT" separated by spaces, commas or
+ * semicolons (port 53 unless given).  Fills out[0..max) and returns how
+ * many, or -1 with *why set when list is malformed or has more than max. */
+#define CONF_DNS_SERVERS_MAX 8
+int conf_dns_servers(const char *list, struct sockaddr_storage *out, int max,
+                     const char **why);
 
 /* ---------------------------------------------------------------------
  * remap.config

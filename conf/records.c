@@ -97,7 +97,7 @@ static rec_setter rec_set_int, rec_set_int64, rec_set_size, rec_set_string,
                   rec_set_log_level, rec_set_user, rec_set_policy,
                   rec_set_ip_list, rec_set_acl_subjects,
                   rec_set_forwarded, rec_set_via, rec_set_port_list,
-                  rec_set_milli;
+                  rec_set_milli, rec_set_dns_servers;
 
 #define REC_FIELD(f) offsetof(struct conf_records, f)
 #define M16          (16 * 1024 * 1024)
@@ -408,11 +408,25 @@ static const struct rec_directive rec_table[] = {
       "ATS 10's name of connect_attempts_max_retries_dead_server" },
     { "proxy.config.http.connect_attempts_rr_retries", REC_INT, rec_set_int,
       REC_FIELD(connect_rr_retries), "3", 0, 254,
-      "accepted, no effect: Cistern connects to one address per origin" },
+      "accepted, no effect: when one address of an origin fails, its next "
+      "address is tried at once (ATS retries the same one this many times)" },
     { "proxy.config.http.down_server.cache_time", REC_INT, rec_set_int,
       REC_FIELD(down_server_time), "60", 0, ONE_DAY,
-      "how long an origin whose connects all failed stays marked down "
-      "(per worker), seconds" },
+      "how long an origin whose connects all failed stays marked down, "
+      "and an address of it that failed is tried last (per worker), "
+      "seconds" },
+    /* issue 20: name resolution (worker/dns.c) */
+    { "proxy.config.dns.nameservers", REC_STRING, rec_set_dns_servers,
+      REC_FIELD(dns_nameservers), "NULL", 0, 0,
+      "DNS servers for origin names, `IP[:PORT]` (`[v6]:PORT`) separated "
+      "by spaces, commas or semicolons; NULL = those of resolv_conf" },
+    { "proxy.config.dns.resolv_conf", REC_STRING, rec_set_path,
+      REC_FIELD(dns_resolv_conf), "/etc/resolv.conf", 0, 0,
+      "where the nameservers (and timeout/attempts options) come from "
+      "when nameservers is NULL" },
+    { "proxy.config.hostdb.host_file.path", REC_STRING, rec_set_path,
+      REC_FIELD(hosts_file), "/etc/hosts", 0, 0,
+      "the hosts file, consulted before DNS (re-read when it changes)" },
 };
 
 #define REC_NKEYS (sizeof(rec_table) / sizeof(rec_table[0]))
@@ -1082,6 +1096,112 @@ rec_set_ip_list(struct conf_records *r, const struct rec_directive *d,
     return rec_store_string(r, d, strdup(value), ctx);
 }
 
+/* proxy.config.dns.nameservers: checked here, parsed again by each worker
+ * (conf_dns_servers) when it starts its resolver. */
+static int
+rec_set_dns_servers(struct conf_records *r, const struct rec_directive *d,
+                    const char *value, struct rec_ctx *ctx)
+{
+    struct sockaddr_storage ss[CONF_DNS_SERVERS_MAX];
+    const char *why = NULL;
+
+    if (conf_dns_servers(value, ss, CONF_DNS_SERVERS_MAX, &why) < 0) {
+        rec_fail(ctx, d, "%s in \"%s\"", why, value);
+        return -1;
+    }
+    return rec_store_string(r, d, strdup(value), ctx);
+}
+
+/* One "IP", "IP:PORT" or "[IPv6]:PORT" (a bare IPv6 address has no port)
+ * into *ss; -1 when it is none of those. */
+static int
+conf_dns_server(const char *item, struct sockaddr_storage *ss)
+{
+    struct sockaddr_in  *s4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+    char        host[64];
+    const char *colon, *port = NULL;
+    size_t      n;
+    long        p = 53;
+    char       *end;
+
+    memset(ss, 0, sizeof(*ss));
+    if (item[0] == '[') {
+        const char *rb = strchr(item, ']');
+        if (rb == NULL || (rb[1] != '\0' && rb[1] != ':'))
+            return -1;
+        n = (size_t)(rb - item - 1);
+        if (n >= sizeof(host))
+            return -1;
+        memcpy(host, item + 1, n);
+        host[n] = '\0';
+        if (rb[1] == ':')
+            port = rb + 2;
+    } else {
+        colon = strchr(item, ':');
+        if (colon != NULL && strchr(colon + 1, ':') == NULL) {
+            n = (size_t)(colon - item);
+            port = colon + 1;
+        } else {
+            n = strlen(item);       /* IPv4, or a bare IPv6 address */
+        }
+        if (n >= sizeof(host))
+            return -1;
+        memcpy(host, item, n);
+        host[n] = '\0';
+    }
+    if (port != NULL) {
+        errno = 0;
+        p = strtol(port, &end, 10);
+        if (end == port || *end != '\0' || errno != 0 || p < 1 || p > 65535)
+            return -1;
+    }
+    if (inet_pton(AF_INET, host, &s4->sin_addr) == 1) {
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons((uint16_t)p);
+        return 0;
+    }
+    if (inet_pton(AF_INET6, host, &s6->sin6_addr) == 1) {
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons((uint16_t)p);
+        return 0;
+    }
+    return -1;
+}
+
+int
+conf_dns_servers(const char *list, struct sockaddr_storage *out, int max,
+                 const char **why)
+{
+    char  buf[1024], *save = NULL, *t;
+    int   n = 0;
+
+    if (strcmp(list, "NULL") == 0)
+        return 0;
+    if (strlen(list) >= sizeof(buf)) {
+        *why = "list too long";
+        return -1;
+    }
+    memcpy(buf, list, strlen(list) + 1);
+    for (t = strtok_r(buf, " \t,;", &save); t != NULL;
+         t = strtok_r(NULL, " \t,;", &save)) {
+        if (n == max) {
+            *why = "too many nameservers";
+            return -1;
+        }
+        if (conf_dns_server(t, &out[n]) < 0) {
+            *why = "expected IP, IP:PORT or [IPv6]:PORT";
+            return -1;
+        }
+        n++;
+    }
+    if (n == 0) {
+        *why = "no nameserver (NULL means the resolv.conf ones)";
+        return -1;
+    }
+    return n;
+}
+
 /* proxy.config.acl.subjects (ATS 9.2.11 and 10): where the ACLs take the
  * client address from, the first available of a comma-separated list of
  * PEER and PROXY.  In ATS 9 the PROXY header's address replaces the
@@ -1301,7 +1421,8 @@ rec_owns_string(const struct rec_directive *d)
     return d->set == rec_set_string || d->set == rec_set_path
            || d->set == rec_set_log_level || d->set == rec_set_user
            || d->set == rec_set_policy || d->set == rec_set_ip_list
-           || d->set == rec_set_acl_subjects || d->set == rec_set_port_list;
+           || d->set == rec_set_acl_subjects || d->set == rec_set_port_list
+           || d->set == rec_set_dns_servers;
 }
 
 void

@@ -2,10 +2,15 @@
  * worker/origin.c: getting a connection to an origin.
  *
  * Resolution never blocks the loop: numeric hosts are parsed in place;
- * names go through libevent's evdns (which reads /etc/resolv.conf and
- * /etc/hosts), and answers are kept in a small per-worker cache for
- * DNS_TTL seconds so a busy origin costs one lookup a minute, not one per
- * connection.
+ * names go to dns.c (the hosts file, then evdns), which gives every A and
+ * AAAA address of the name, cached per worker for the answer's TTL.
+ *
+ * Every address of a host is used.  A request walks them in order (IPv4
+ * first), leaving for last the ones that failed lately: when a connect to
+ * one fails, the next is tried at once, and the failed one is remembered
+ * (per worker, for proxy.config.http.down_server.cache_time, as ATS marks a
+ * round-robin address down in HostDB) so the next request starts with a
+ * good one.  One pass over all of a host's addresses is a "round".
  *
  * The idle pool holds keep-alive connections per (host, port), at most
  * proxy.config.http.per_server.connection.max_idle per origin and
@@ -14,24 +19,27 @@
  * had no business sending) makes it unusable, and it is closed at once.
  * It is also closed after keep_alive_no_activity_timeout_out.
  *
- * Outbound ip_allow (apply: out / dest_ip= rules) is checked here, on the
+ * Outbound ip_allow (apply: out / dest_ip= rules) is checked here, on every
  * address about to be connected to (after resolution) and on the address
  * of a pooled connection about to be reused, with the request's method: a
- * denied one is answered 403 through up_ready and nothing is connected or
- * sent.  Without out rules, a remapped request's check is one compare;
- * a forward-proxied one is also refused the machine's own addresses.
+ * denied address is skipped (a denied pooled connection stays idle), and
+ * when every address of the host is denied the request is answered 403
+ * through up_ready, with nothing connected or sent.  Without out rules, a
+ * remapped request's check is one compare; a forward-proxied one is also
+ * refused the machine's own addresses.
  *
- * Connect retries are ATS's: a connection that cannot be made (refused,
- * unreachable, connect_attempts_timeout) is tried again, at once, up to
- * proxy.config.http.connect_attempts_max_retries more times.  When every
- * attempt of a request failed, the origin (host and port) is marked down
- * for proxy.config.http.down_server.cache_time seconds, in this worker
- * only; meanwhile a request makes connect_attempts_max_retries_dead_server
- * attempts in all (0: none, 502 at once), and one connection made marks
- * it up again (ATS 10's rule; ATS 9.2 waits for connect_attempts_rr_retries
- * such requests).  Only failures to connect count; an origin that accepts
- * and then fails is not retried here (proxy.c retries a dead pooled
- * connection once, as before).
+ * Connect retries are ATS's, counted in rounds: when every address of the
+ * host failed (refused, unreachable, connect_attempts_timeout), another
+ * round starts at once, up to proxy.config.http.connect_attempts_max_retries
+ * more.  When every round of a request failed, the origin (host and port)
+ * is marked down for proxy.config.http.down_server.cache_time seconds, in
+ * this worker only: an origin is down only when all its addresses failed.
+ * Meanwhile a request makes connect_attempts_max_retries_dead_server rounds
+ * in all (0: none, 502 at once), and one connection made marks it up again
+ * (ATS 10's rule; ATS 9.2 waits for connect_attempts_rr_retries such
+ * requests).  Only failures to connect count; an origin that accepts and
+ * then fails is not retried here (proxy.c retries a dead pooled connection
+ * once, as before).
  *
  * Nothing here calls up into the transaction: the owner passes origin_get()
  * two callbacks, kept in the upstream: up_ready(up, err) when the
@@ -51,16 +59,15 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <event2/dns.h>
 
 #include "shm/log.h"
 #include "worker/worker.h"
 
 #define POOL_MAX   1024
-#define DNS_TTL    60
-#define DNS_CACHE  64
 
 #define IDLE_MAGIC 0x49444c45u       /* "IDLE" */
+
+_Static_assert(DNS_ADDR_MAX <= 32, "up_tried and up_denied are 32-bit masks");
 
 struct origin_idle {
     uint32_t            magic;        /* IDLE_MAGIC while pooled */
@@ -75,22 +82,10 @@ struct origin_idle {
     struct origin_idle *next, *prev;
 };
 
-struct dns_entry {
-    char                    host[256];
-    struct sockaddr_storage addr;
-    socklen_t               len;
-    time_t                  expires;
-};
-
-static struct dns_entry dns_cache[DNS_CACHE];
-/* evdns may answer inside evdns_getaddrinfo() (hosts file, errors): then
- * the result is parked here and origin_get() continues, so no callback
- * runs into code that is still setting the request up. */
-static int dns_in_call, dns_sync_err;
-
 static void origin_idle_close(struct worker *w, struct origin_idle *e);
 static void origin_retry(struct upstream *up, int status);
 static int  origin_connect_once(struct upstream *up);
+static int  origin_connect_fresh(struct upstream *up);
 
 /* Origins marked down (ATS's down_server.cache_time): a few per worker;
  * down_n counts the slots in use, so the usual case scans nothing. */
@@ -162,12 +157,88 @@ origin_tries(const struct upstream *up)
     return i >= 0 ? rec->connect_retries_dead : 1 + rec->connect_retries;
 }
 
+/* Addresses that failed to connect lately (ATS marks a round-robin
+ * address down in HostDB for down_server.cache_time): tried last until
+ * then.  A few per worker; bad_n counts the slots in use, so the usual
+ * case scans nothing. */
+#define BAD_MAX 64
+static struct {
+    struct dns_addr a;
+    int             port;
+    time_t          until;            /* 0: a free slot */
+} bad_tab[BAD_MAX];
+static int bad_n;
+
+static int
+origin_bad_find(const struct dns_addr *a, int port)
+{
+    for (int i = 0; bad_n > 0 && i < BAD_MAX; i++)
+        if (bad_tab[i].until && bad_tab[i].port == port
+            && memcmp(&bad_tab[i].a, a, sizeof(*a)) == 0)
+            return i;
+    return -1;
+}
+
+static void
+origin_bad_clear(int i)
+{
+    if (i >= 0 && bad_tab[i].until) {
+        bad_tab[i].until = 0;
+        bad_n--;
+    }
+}
+
+/* Is up_ans[i] marked failed (and the mark not over)? */
+static int
+origin_bad(const struct upstream *up, int i, time_t now)
+{
+    int k;
+
+    if (bad_n == 0 || (k = origin_bad_find(&up->up_ans.addr[i], up->up_port)) < 0)
+        return 0;
+    if (bad_tab[k].until > now)
+        return 1;
+    origin_bad_clear(k);
+    return 0;
+}
+
+/* The address up is connecting to failed: mark it (when up_host has others
+ * to prefer; a full table of fresh marks forgets this one). */
+static void
+origin_bad_mark(const struct upstream *up)
+{
+    int t = wk->conf->rec.down_server_time, i;
+    time_t now = time(NULL);
+    struct dns_addr a;
+
+    if (t <= 0 || up->up_ans.n < 2)
+        return;
+    dns_addr_of((const struct sockaddr *)&up->up_addr, &a);
+    i = origin_bad_find(&a, up->up_port);
+    for (int k = 0; i < 0 && k < BAD_MAX; k++)
+        if (bad_tab[k].until == 0 || bad_tab[k].until <= now) {
+            if (bad_tab[k].until == 0)
+                bad_n++;
+            i = k;
+        }
+    if (i < 0)
+        return;
+    bad_tab[i].a = a;
+    bad_tab[i].port = up->up_port;
+    bad_tab[i].until = now + t;
+}
+
 /* TCP is up: https origins handshake first (tls.c). */
 static void
 origin_connected(struct upstream *up)
 {
     if (down_n > 0)
         origin_down_clear(origin_down_find(up));
+    if (bad_n > 0) {
+        struct dns_addr a;
+        dns_addr_of((const struct sockaddr *)&up->up_addr, &a);
+        origin_bad_clear(origin_bad_find(&a, up->up_port));
+    }
     if (up->up_https)
         tls_origin_start(up);
     else
@@ -241,14 +312,14 @@ own:
     return 0;
 }
 
-/* Outbound ip_allow: 1 (and a log line) when up's request must not be sent
- * to sa.  The out rules decide where one holds the address; where none
- * does, remapped requests go anywhere (their origin is the operator's
- * choice), while forward-proxied ones (no rule: the client named the
+/* Outbound ip_allow: 1 (and a log line unless quiet) when up's request
+ * must not be sent to sa.  The out rules decide where one holds the
+ * address; where none does, remapped requests go anywhere (their origin is
+ * the operator's choice), while forward-proxied ones (no rule: the client named the
  * host) never reach the machine itself or its link, so an open forward
  * port is no way into local services or the admin endpoints. */
 static int
-origin_denied(const struct upstream *up, const struct sockaddr *sa)
+origin_denied(const struct upstream *up, const struct sockaddr *sa, int quiet)
 {
     const struct conf_ip_allow *ia = &wk->conf->ip_allow;
     const char *m, *by;
@@ -267,6 +338,8 @@ origin_denied(const struct upstream *up, const struct sockaddr *sa)
     }
     if (rc)
         return 0;
+    if (quiet)
+        return 1;
     fmt_peer(sa, peer, sizeof(peer));
     log_notice("conn %llu: %s to origin %s (%s) denied by %s",
                (unsigned long long)up->up_req->rq_id, m, up->up_host, peer, by);
@@ -275,117 +348,49 @@ origin_denied(const struct upstream *up, const struct sockaddr *sa)
 
 /* ------------------------------------------------------------------ */
 
+/* A numeric host ("1.2.3.4", "[::1]") as up's only address: 1, else 0. */
 static int
 origin_numeric(struct upstream *up)
 {
     char h[256];
     size_t n = strlen(up->up_host);
-    struct sockaddr_in *s4 = (struct sockaddr_in *)&up->up_addr;
-    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&up->up_addr;
+    struct dns_addr *a = &up->up_ans.addr[0];
 
-    memset(&up->up_addr, 0, sizeof(up->up_addr));
-    if (inet_pton(AF_INET, up->up_host, &s4->sin_addr) == 1) {
-        s4->sin_family = AF_INET;
-        s4->sin_port = htons((uint16_t)up->up_port);
-        up->up_addrlen = sizeof(*s4);
+    memset(a, 0, sizeof(*a));
+    if (inet_pton(AF_INET, up->up_host, a->a) == 1) {
+        a->family = AF_INET;
+        up->up_ans.n = 1;
         return 1;
     }
     if (n > 2 && up->up_host[0] == '[' && n - 2 < sizeof(h)) {
         memcpy(h, up->up_host + 1, n - 2);
         h[n - 2] = '\0';
-        if (inet_pton(AF_INET6, h, &s6->sin6_addr) == 1) {
-            s6->sin6_family = AF_INET6;
-            s6->sin6_port = htons((uint16_t)up->up_port);
-            up->up_addrlen = sizeof(*s6);
+        if (inet_pton(AF_INET6, h, a->a) == 1) {
+            a->family = AF_INET6;
+            up->up_ans.n = 1;
             return 1;
         }
     }
     return 0;
 }
 
-static int
-origin_dns_cached(struct upstream *up)
-{
-    time_t now = time(NULL);
-
-    for (int i = 0; i < DNS_CACHE; i++) {
-        struct dns_entry *d = &dns_cache[i];
-        if (d->expires > now && strcasecmp(d->host, up->up_host) == 0) {
-            memcpy(&up->up_addr, &d->addr, d->len);
-            up->up_addrlen = d->len;
-            if (up->up_addr.ss_family == AF_INET)
-                ((struct sockaddr_in *)&up->up_addr)->sin_port = htons((uint16_t)up->up_port);
-            else
-                ((struct sockaddr_in6 *)&up->up_addr)->sin6_port = htons((uint16_t)up->up_port);
-            return 1;
-        }
-    }
-    return 0;
-}
-
+/* dns.c has up's addresses, or none. */
 static void
-origin_dns_store(const char *host, const struct sockaddr *sa, socklen_t len)
+origin_on_dns(struct dns_wait *wait, enum dns_rc rc)
 {
-    time_t now = time(NULL);
-    int victim = 0;
+    struct upstream *up = (struct upstream *)((char *)wait
+                                              - offsetof(struct upstream, up_dns));
 
-    for (int i = 0; i < DNS_CACHE; i++) {
-        if (strcasecmp(dns_cache[i].host, host) == 0 || dns_cache[i].expires <= now) {
-            victim = i;
-            break;
-        }
-        if (dns_cache[i].expires < dns_cache[victim].expires)
-            victim = i;
-    }
-    struct dns_entry *d = &dns_cache[victim];
-    snprintf(d->host, sizeof(d->host), "%s", host);
-    memcpy(&d->addr, sa, len);
-    d->len = len;
-    d->expires = now + DNS_TTL;
-}
-
-static void
-origin_on_dns(int err, struct evutil_addrinfo *ai, void *arg)
-{
-    struct upstream *up = arg;
-
-    if (err == EVUTIL_EAI_CANCEL) {
-        if (ai)
-            evutil_freeaddrinfo(ai);
-        return;     /* origin_release() cancelled us; up may be gone */
-    }
     magic_check(up->up_magic, UP_MAGIC);
-    if (dns_in_call) {
-        dns_sync_err = (err || ai == NULL) ? (err ? err : EVUTIL_EAI_FAIL) : 0;
-        if (ai && !err) {
-            memcpy(&up->up_addr, ai->ai_addr, ai->ai_addrlen);
-            up->up_addrlen = (socklen_t)ai->ai_addrlen;
-            origin_dns_store(up->up_host, ai->ai_addr, (socklen_t)ai->ai_addrlen);
-        }
-        if (ai)
-            evutil_freeaddrinfo(ai);
-        return;
-    }
-    up->up_dns = NULL;
-    if (err || ai == NULL) {
+    if (rc != DNS_OK) {
         log_warn("conn %llu: cannot resolve origin %s: %s",
                  (unsigned long long)up->up_req->rq_id, up->up_host,
-                 evutil_gai_strerror(err));
-        if (ai)
-            evutil_freeaddrinfo(ai);
+                 dns_strerror(wait->err));
         up->up_ready(up, 502);
         return;
     }
-    memcpy(&up->up_addr, ai->ai_addr, ai->ai_addrlen);
-    up->up_addrlen = (socklen_t)ai->ai_addrlen;
-    origin_dns_store(up->up_host, ai->ai_addr, (socklen_t)ai->ai_addrlen);
-    evutil_freeaddrinfo(ai);
-    if (up->up_addr.ss_family == AF_INET)
-        ((struct sockaddr_in *)&up->up_addr)->sin_port = htons((uint16_t)up->up_port);
-    else
-        ((struct sockaddr_in6 *)&up->up_addr)->sin6_port = htons((uint16_t)up->up_port);
     if (origin_connect_fresh(up) < 0)
-        up->up_ready(up, 502);
+        up->up_ready(up, up->up_cfail);
 }
 
 static void
@@ -394,87 +399,128 @@ origin_on_connect(evutil_socket_t fd, short what, void *arg)
     struct upstream *up = arg;
     int err = 0;
     socklen_t len = sizeof(err);
+    char peer[64];
 
     magic_check(up->up_magic, UP_MAGIC);
     event_del(&up->up_wev);
+    fmt_peer((struct sockaddr *)&up->up_addr, peer, sizeof(peer));
     if (what & EV_TIMEOUT) {
-        log_warn("conn %llu: connect to origin %s:%d timed out",
-                 (unsigned long long)up->up_req->rq_id, up->up_host, up->up_port);
+        log_warn("conn %llu: connect to origin %s:%d (%s) timed out",
+                 (unsigned long long)up->up_req->rq_id, up->up_host,
+                 up->up_port, peer);
         origin_retry(up, 504);
         return;
     }
     if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
         err = errno;
     if (err) {
-        log_warn("conn %llu: connect to origin %s:%d: %s",
+        log_warn("conn %llu: connect to origin %s:%d (%s): %s",
                  (unsigned long long)up->up_req->rq_id, up->up_host,
-                 up->up_port, strerror(err));
+                 up->up_port, peer, strerror(err));
         origin_retry(up, 502);
         return;
     }
     origin_connected(up);
 }
 
-/* An attempt failed (status: the answer if it was the last): try again
- * while attempts are left, else mark the origin down and give up. */
+/* An attempt failed (status: the answer if it was the last): mark the
+ * address, go on with the next one (or round) while any is left. */
 static void
 origin_retry(struct upstream *up, int status)
 {
     close(up->up_fd);
     up->up_fd = -1;
-    if (up->up_tries > 0) {
-        if (origin_connect_fresh(up) == 0)
-            return;
-        status = 502;
-    } else {
-        origin_mark_down(up);
-    }
-    up->up_ready(up, status);
+    up->up_cfail = status;
+    origin_bad_mark(up);
+    if (origin_connect_fresh(up) == 0)
+        return;
+    up->up_ready(up, up->up_cfail);
 }
 
-int
+/* The next address of up_ans to try in this round: the untried ones in
+ * order, those marked failed last; -1 when every one was tried. */
+static int
+origin_pick(const struct upstream *up)
+{
+    time_t now = time(NULL);
+    uint32_t done = up->up_tried | up->up_denied;
+    int marked = -1;
+
+    for (int i = 0; i < up->up_ans.n; i++) {
+        if (done & (1u << i))
+            continue;
+        if (!origin_bad(up, i, now))
+            return i;
+        if (marked < 0)
+            marked = i;
+    }
+    return marked;
+}
+
+/* Connect to up's next address, round after round while rounds are left:
+ * 0 when a connection is made or under way, or up_ready was called (403:
+ * ip_allow denies every address); -1 when every attempt failed (after
+ * marking the origin down): the caller answers up_cfail. */
+static int
 origin_connect_fresh(struct upstream *up)
 {
-    int rc;
+    uint32_t all = up->up_ans.n >= 32 ? ~0u : (1u << up->up_ans.n) - 1;
+    int i, rc;
 
-    while ((rc = origin_connect_once(up)) < 0) {
-        if (rc == -2)
-            return -1;
+    for (;;) {
+        if ((i = origin_pick(up)) < 0) {
+            if (up->up_denied == all) {
+                up->up_ready(up, 403);
+                return 0;
+            }
+            if (--up->up_tries <= 0) {
+                origin_mark_down(up);
+                return -1;
+            }
+            up->up_tried = 0;       /* another round */
+            continue;
+        }
+        up->up_tried |= 1u << i;
+        up->up_addrlen = dns_sockaddr(&up->up_ans.addr[i], up->up_port,
+                                      &up->up_addr);
+        if (origin_denied(up, (struct sockaddr *)&up->up_addr, 0)) {
+            up->up_denied |= 1u << i;
+            continue;
+        }
+        if ((rc = origin_connect_once(up)) == 0)
+            return 0;
         if (up->up_fd >= 0) {
             close(up->up_fd);
             up->up_fd = -1;
         }
-        if (up->up_tries <= 0) {
-            origin_mark_down(up);
-            return -1;
+        up->up_cfail = 502;
+        if (rc == -2) {
+            up->up_ready(up, 502);  /* ours, not the origin's: no retry, no mark */
+            return 0;
         }
+        origin_bad_mark(up);
     }
-    return 0;
 }
 
-/* One attempt: 0 (connected, or connecting), -1 (it failed), or -2 (no
- * socket). */
+/* One attempt at up_addr: 0 (connected, or connecting), -1 (it failed),
+ * or -2 (no socket). */
 static int
 origin_connect_once(struct upstream *up)
 {
     struct worker *w = wk;
     struct timeval tv = { w->conf->rec.connect_timeout, 0 };
     int fd, one = 1;
+    char peer[64];
 
-    if (origin_denied(up, (struct sockaddr *)&up->up_addr)) {
-        up->up_ready(up, 403);
-        return 0;
-    }
     fd = socket(up->up_addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         log_warn("conn %llu: origin socket: %s",
                  (unsigned long long)up->up_req->rq_id, strerror(errno));
-        return -2;      /* ours, not the origin's: no retry, no mark */
+        return -2;
     }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     up->up_fd = fd;
     up->up_reused = 0;
-    up->up_tries--;
     w->ctr->origin_conns_opened++;
     up->up_state = UP_CONNECTING;
     if (connect(fd, (struct sockaddr *)&up->up_addr, up->up_addrlen) == 0) {
@@ -482,9 +528,10 @@ origin_connect_once(struct upstream *up)
         return 0;
     }
     if (errno != EINPROGRESS) {
-        log_warn("conn %llu: connect to origin %s:%d: %s",
+        fmt_peer((struct sockaddr *)&up->up_addr, peer, sizeof(peer));
+        log_warn("conn %llu: connect to origin %s:%d (%s): %s",
                  (unsigned long long)up->up_req->rq_id, up->up_host,
-                 up->up_port, strerror(errno));
+                 up->up_port, peer, strerror(errno));
         return -1;
     }
     event_assign(&up->up_wev, w->base, fd, EV_WRITE, origin_on_connect, up);
@@ -492,39 +539,47 @@ origin_connect_once(struct upstream *up)
     return 0;
 }
 
+/* A pooled connection to up's origin that ip_allow lets up use: 1 when one
+ * was attached and up_ready called, else 0. */
+static int
+origin_from_pool(struct upstream *up)
+{
+    struct worker *w = wk;
+
+    for (struct origin_idle *e = w->idle; e; e = e->next) {
+        if (e->port != up->up_port || e->https != (int)up->up_https
+            || strcasecmp(e->host, up->up_host) != 0)
+            continue;
+        if (origin_denied(up, (struct sockaddr *)&e->addr, 1))
+            continue;       /* stays idle; a fresh connect says why */
+        memcpy(&up->up_addr, &e->addr, e->addrlen);
+        up->up_addrlen = e->addrlen;
+        up->up_fd = e->fd;
+        up->up_tls = e->tls;
+        e->fd = -1;
+        e->tls = NULL;
+        /* The transaction's read event is added before the idle
+         * watch goes: the fd's interest set never changes, and epoll
+         * is not told (two epoll_ctl calls per request). */
+        up->up_attach(up);
+        origin_idle_close(w, e);
+        up->up_reused = 1;
+        w->ctr->origin_conns_reused++;
+        up->up_ready(up, 0);
+        return 1;
+    }
+    return 0;
+}
+
 void
 origin_get(struct upstream *up, int pooled, origin_ready_fn ready,
            origin_attach_fn attach)
 {
-    struct worker *w = wk;
-
     up->up_ready = ready;
     up->up_attach = attach;
     up->up_fd = -1;
-    for (struct origin_idle *e = pooled ? w->idle : NULL; e; e = e->next) {
-        if (e->port == up->up_port && e->https == (int)up->up_https
-            && strcasecmp(e->host, up->up_host) == 0) {
-            if (origin_denied(up, (struct sockaddr *)&e->addr)) {
-                up->up_ready(up, 403);      /* the connection stays idle */
-                return;
-            }
-            memcpy(&up->up_addr, &e->addr, e->addrlen);
-            up->up_addrlen = e->addrlen;
-            up->up_fd = e->fd;
-            up->up_tls = e->tls;
-            e->fd = -1;
-            e->tls = NULL;
-            /* The transaction's read event is added before the idle
-             * watch goes: the fd's interest set never changes, and epoll
-             * is not told (two epoll_ctl calls per request). */
-            up->up_attach(up);
-            origin_idle_close(w, e);
-            up->up_reused = 1;
-            w->ctr->origin_conns_reused++;
-            up->up_ready(up, 0);
-            return;
-        }
-    }
+    if (pooled && origin_from_pool(up))
+        return;
     /* (a pooled connection is not an attempt: counted from here) */
     if ((up->up_tries = origin_tries(up)) <= 0) {
         log_warn("conn %llu: origin %s:%d is marked down: not tried",
@@ -532,58 +587,29 @@ origin_get(struct upstream *up, int pooled, origin_ready_fn ready,
         up->up_ready(up, 502);
         return;
     }
-    if (origin_numeric(up) || origin_dns_cached(up)) {
-        if (origin_connect_fresh(up) < 0)
-            up->up_ready(up, 502);
-        return;
-    }
-    if (w->dns == NULL) {
-        w->dns = evdns_base_new(w->base, EVDNS_BASE_INITIALIZE_NAMESERVERS
-                                         | EVDNS_BASE_DISABLE_WHEN_INACTIVE);
-        if (w->dns == NULL) {
-            log_error("cannot initialise the resolver");
-            up->up_ready(up, 502);
+    up->up_tried = up->up_denied = 0;
+    up->up_cfail = 502;
+    if (!origin_numeric(up)) {
+        enum dns_rc rc;
+
+        up->up_dns.ans = &up->up_ans;
+        up->up_dns.done = origin_on_dns;
+        up->up_state = UP_RESOLVING;
+        if ((rc = dns_lookup(up->up_host, &up->up_dns)) == DNS_WAIT)
+            return;
+        if (rc != DNS_OK) {
+            origin_on_dns(&up->up_dns, rc);
             return;
         }
     }
-    struct evutil_addrinfo hints;
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = EVUTIL_AI_ADDRCONFIG;
-    up->up_state = UP_RESOLVING;
-    dns_in_call = 1;
-    dns_sync_err = -1;
-    up->up_dns = evdns_getaddrinfo(w->dns, up->up_host, NULL, &hints,
-                                   origin_on_dns, up);
-    dns_in_call = 0;
-    if (up->up_dns != NULL)
-        return;
-    if (dns_sync_err < 0)
-        dns_sync_err = EVUTIL_EAI_FAIL;
-    if (dns_sync_err != 0) {
-        log_warn("conn %llu: cannot resolve origin %s: %s",
-                 (unsigned long long)up->up_req->rq_id, up->up_host,
-                 evutil_gai_strerror(dns_sync_err));
-        up->up_ready(up, 502);
-        return;
-    }
-    if (up->up_addr.ss_family == AF_INET)
-        ((struct sockaddr_in *)&up->up_addr)->sin_port = htons((uint16_t)up->up_port);
-    else
-        ((struct sockaddr_in6 *)&up->up_addr)->sin6_port = htons((uint16_t)up->up_port);
     if (origin_connect_fresh(up) < 0)
-        up->up_ready(up, 502);
+        up->up_ready(up, up->up_cfail);
 }
 
 void
 origin_release(struct upstream *up)
 {
-    if (up->up_dns) {
-        struct evdns_getaddrinfo_request *d = up->up_dns;
-        up->up_dns = NULL;
-        evdns_getaddrinfo_cancel(d);
-    }
+    dns_cancel(&up->up_dns);
     if (up->up_fd >= 0) {
         /* (a connect still in progress has only its write event) */
         if (event_initialized(&up->up_rev))
@@ -685,8 +711,5 @@ origin_pool_close_all(struct worker *w)
     while (w->idle)
         origin_idle_close(w, w->idle);
     pool_drain(&w->idle_pool);
-    if (w->dns) {
-        evdns_base_free(w->dns, 1);
-        w->dns = NULL;
-    }
+    dns_shutdown(w);
 }

@@ -28,6 +28,7 @@
 #include "worker/buf.h"
 #include "worker/http.h"
 #include "worker/variant.h"
+#include "worker/dns.h"
 #include "cache/cache.h"
 #include "worker/req.h"
 
@@ -56,7 +57,6 @@ enum store_verdict {
 };
 
 struct origin_idle;
-struct evdns_getaddrinfo_request;
 struct ssl_st;
 
 /* What the master hands a worker. */
@@ -157,7 +157,7 @@ struct conn {
 #define UP_MAGIC 0x55505354u           /* "UPST" */
 
 enum up_state {
-    UP_RESOLVING = 1,                 /* waiting for evdns */
+    UP_RESOLVING = 1,                 /* waiting for the name (dns.c) */
     UP_CONNECTING,                    /* non-blocking connect in progress */
     UP_SENDING,                       /* request head (and body) going out */
     UP_HEAD,                          /* reading the response head */
@@ -185,22 +185,26 @@ struct upstream {
     struct buf       up_out;          /* us -> origin */
     size_t           up_parsed;       /* offset in up_in parsed so far */
     struct http_req *up_resp;         /* the response head's parse */
-    struct evdns_getaddrinfo_request *up_dns;
+    struct dns_wait  up_dns;          /* the name's lookup (dns.c) */
     origin_ready_fn  up_ready;        /* set by origin_get() */
     origin_attach_fn up_attach;
     void           (*up_answer)(struct req *); /* our answer when the
                                          origin fails (proxy_start) */
     char             up_host[256];    /* origin host (pool key with port) */
     int              up_port;
-    struct sockaddr_storage up_addr;
+    struct sockaddr_storage up_addr;  /* the address being connected to */
     socklen_t        up_addrlen;
+    struct dns_answer up_ans;         /* every address of up_host */
+    uint32_t         up_tried;        /* bits of up_ans tried this round */
+    uint32_t         up_denied;       /* bits of up_ans ip_allow denies */
+    int              up_cfail;        /* the last failed attempt's status */
     int              up_method;       /* the client's request */
     int              up_client_minor;
     int              up_client_ka;    /* client keep-alive wanted */
     uint64_t         up_req_body_left;/* client body bytes still to forward */
     unsigned         up_reused:1;     /* connection came from the pool */
     unsigned         up_retried:1;
-    int              up_tries;        /* connect attempts left (origin.c) */
+    int              up_tries;        /* connect rounds left (origin.c) */
     unsigned         up_req_body:1;   /* the request has a body */
     unsigned         up_req_done:1;   /* request fully written to origin */
     unsigned         up_resp_bytes:1; /* any response byte received */
@@ -301,10 +305,6 @@ void origin_put(struct upstream *up);
 void origin_release(struct upstream *up);
 void origin_pool_init(struct worker *w);
 void origin_pool_close_all(struct worker *w);
-/* Open a new connection to up_addr; the result arrives through
- * up->up_ready (403, nothing connected, when ip_allow's out rules deny
- * the address).  Returns -1 when it failed at once. */
-int  origin_connect_fresh(struct upstream *up);
 
 /* proxy.c: the origin transaction */
 /* Forward request rq to the origin chosen by res; key (or NULL) is the
