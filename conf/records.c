@@ -398,10 +398,12 @@ static const struct rec_directive rec_table[] = {
       "the Server value; NULL = none" },
     { "proxy.config.http.connect_attempts_max_retries", REC_INT, rec_set_int,
       REC_FIELD(connect_retries), "3", 0, 254,
-      "connect retries to an origin after the first attempt" },
+      "connect retries to an origin after the first attempt (an attempt "
+      "tries each address of its name once)" },
     { "proxy.config.http.connect_attempts_max_retries_dead_server", REC_INT, rec_set_int,
       REC_FIELD(connect_retries_dead), "1", 0, 254,
-      "connect attempts in all to an origin marked down" },
+      "connect attempts in all (each trying every address) to an origin "
+      "marked down" },
     /* (ATS 10's name for the same) */
     { "proxy.config.http.connect_attempts_max_retries_down_server", REC_INT, rec_set_int,
       REC_FIELD(connect_retries_dead), "1", 0, 254,

@@ -32,7 +32,8 @@ T_A, T_AAAA, T_SOA = 1, 28, 6
 
 class DnsServer:
     """A UDP DNS server on 127.0.0.1 (kernel-chosen port) answering from
-    table: {name: {"A": [ip...], "AAAA": [ip...], "ttl": seconds}}.  Names
+    table: {name: {"A": [ip...], "AAAA": [ip...], "ttl": seconds, "mute":
+    [types never answered]}}.  Names
     are matched without regard to case (evdns randomizes the case of its
     questions, and checks the answer echoes it).  .queries[(name, type)]
     counts the questions; .total() sums them."""
@@ -101,6 +102,8 @@ class DnsServer:
         with self.lock:
             self.queries[(name, qtype)] = self.queries.get((name, qtype), 0) + 1
         entry = self.table.get(name)
+        if entry is not None and qtype in entry.get("mute", ()):
+            return None                                 # never answered
         answers, auth, rcode = [], [], 0
         if entry is None:
             rcode = 3                                   # NXDOMAIN
@@ -214,6 +217,23 @@ def test_ttl_honoured():
             expect_eq(get(c, "/4").status, 200, "after the TTL")
             expect_eq(d.count("ttl.test", T_A), 2, "A queries after the TTL")
             expect_eq(d.count("ttl.test", T_AAAA), 2, "AAAA queries after the TTL")
+
+
+def test_aaaa_never_answered():
+    """A server that answers A but never AAAA: the A answer is used half a
+    second later (not after the resolver's 5 s timeout), and again when
+    it is asked anew after the TTL."""
+    with Origin() as o, DnsServer({"mute.test": {"A": ["127.0.0.1"], "ttl": 1,
+                                                 "mute": [T_AAAA]}}) as d:
+        remap = ["map http://%s/ http://mute.test:%d/" % (HOST, o.port)]
+        with cistern(d, remap) as c:
+            for i in range(2):
+                t0 = time.monotonic()
+                expect_eq(get(c, "/%d" % i).status, 200, "request %d" % i)
+                took = time.monotonic() - t0
+                expect(took < 4.0, "request %d took %.1f s" % (i, took))
+                time.sleep(1.5)
+            expect_eq(d.count("mute.test", T_A), 2, "A queries")
 
 
 def test_name_that_does_not_resolve():
