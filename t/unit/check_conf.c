@@ -2510,6 +2510,48 @@ START_TEST(test_cache_config_match)
 }
 END_TEST
 
+/* proxy.config.dns.nameservers: ATS's list syntax, ports, IPv6 brackets. */
+START_TEST(test_dns_servers)
+{
+    static const struct { const char *list; int n; int port0, family0; } good[] = {
+        { "NULL", 0, 0, 0 },
+        { "127.0.0.1", 1, 53, AF_INET },
+        { "127.0.0.1:5353", 1, 5353, AF_INET },
+        { "::1", 1, 53, AF_INET6 },
+        { "[::1]:54", 1, 54, AF_INET6 },
+        { "10.0.0.1 10.0.0.2,10.0.0.3;[2001:db8::1]:53", 4, 53, AF_INET },
+        { " ,; 192.0.2.1 ;", 1, 53, AF_INET },
+    };
+    static const char *const bad[] = {
+        "", " , ", "ns.example", "127.0.0.1:0", "127.0.0.1:65536", "1.2.3.4:x",
+        "[::1", "[::1]x", "[1.2.3.4]:53:", "1.2.3.4:53:53",
+        "1 2 3 4 5 6 7 8 9",
+        "1.1.1.1 1.1.1.2 1.1.1.3 1.1.1.4 1.1.1.5 1.1.1.6 1.1.1.7 1.1.1.8 1.1.1.9",
+    };
+    struct sockaddr_storage ss[CONF_DNS_SERVERS_MAX];
+    const char *why;
+
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        why = NULL;
+        ck_assert_msg(conf_dns_servers(good[i].list, ss, CONF_DNS_SERVERS_MAX, &why)
+                      == good[i].n, "%s: %s", good[i].list, why ? why : "");
+        if (good[i].n == 0)
+            continue;
+        ck_assert_int_eq(ss[0].ss_family, good[i].family0);
+        ck_assert_int_eq(ntohs(good[i].family0 == AF_INET
+                               ? ((struct sockaddr_in *)&ss[0])->sin_port
+                               : ((struct sockaddr_in6 *)&ss[0])->sin6_port),
+                         good[i].port0);
+    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        why = NULL;
+        ck_assert_msg(conf_dns_servers(bad[i], ss, CONF_DNS_SERVERS_MAX, &why) == -1,
+                      "accepted \"%s\"", bad[i]);
+        ck_assert_ptr_nonnull(why);
+    }
+}
+END_TEST
+
 START_TEST(test_cache_negative_list)
 {
     struct conf_records r;
@@ -2647,6 +2689,7 @@ conf_suite(void)
     tc = tcase_create("issue18-headers");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_records_header_keys);
+    tcase_add_test(tc, test_dns_servers);
     suite_add_tcase(s, tc);
 
     return s;
