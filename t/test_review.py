@@ -320,5 +320,79 @@ def test_push_with_expect_says_what_it_does():
             expect(closed, "%s: the connection closes after the last, Connection: close" % name)
 
 
+
+# ---------------------------------------------------------------------------
+# Issues 18 and 19 (27284a7..542fde6), HTTP and caching semantics.
+
+def _forwarded_elements(values):
+    """RFC 7239 4: the forwarded-elements of Forwarded lines, each a dict
+    (commas and semicolons inside a quoted-string do not split)."""
+    out = []
+    for v in values:
+        elem, cur, quoted, i = {}, "", False, 0
+        parts = []
+        while i < len(v):
+            ch = v[i]
+            if ch == '"':
+                quoted = not quoted
+            elif ch == "\\" and quoted:
+                cur += v[i:i + 2]
+                i += 2
+                continue
+            elif ch in ",;" and not quoted:
+                parts.append((cur, ch))
+                cur = ""
+                i += 1
+                continue
+            cur += ch
+            i += 1
+        parts.append((cur, ","))
+        for pair, sep in parts:
+            pair = pair.strip()
+            if pair:
+                k, _, val = pair.partition("=")
+                elem.setdefault(k.lower(), []).append(val.strip('"'))
+            if sep == ",":
+                out.append(elem)
+                elem = {}
+    return [e for e in out if e]
+
+
+def test_forwarded_host_cannot_forge_an_element():
+    """insert_forwarded with host: the client's Host went into Forwarded
+    unquoted and unchecked, and Host may hold the sub-delims ',' ';' '='.
+    "GET http://m.test/f HTTP/1.1" with "Host: x,for=6.6.6.6;proto=https"
+    reached the origin as "Forwarded: for=127.0.0.1;proto=http;host=x,
+    for=6.6.6.6;proto=https": a second element, the last one, which an
+    origin reads as what the nearest proxy (us) saw, so the client chose
+    its own address and scheme.  And in the absolute form the host= named
+    the Host line, which the request was neither routed nor keyed by
+    (RFC 9112 3.2.2: the target's authority replaces it; ATS rewrites
+    Host to it), so a cached answer built from host= was poisoned."""
+    with Origin() as o, Cistern(
+            records={"proxy.config.http.insert_forwarded": "for|proto|host"},
+            remap=["map http://m.test/ http://%s/" % o.authority]) as c:
+        cases = (
+            (b"GET http://m.test/f HTTP/1.1\r\nHost: x,for=6.6.6.6;proto=https\r\n\r\n",
+             "m.test"),
+            (b"GET http://m.test/g HTTP/1.1\r\nHost: evil.test\r\n\r\n", "m.test"),
+            (b"GET /h HTTP/1.1\r\nHost: m.test\r\n\r\n", "m.test"),
+        )
+        for req, host in cases:
+            o.reset()
+            with harness.Conn(c.port) as k:
+                r = k.request(req)
+            expect_eq(r.status, 200, "status of %r" % req)
+            rs = o.requests()
+            expect_eq(len(rs), 1, "requests at the origin for %r" % req)
+            fw = [v for n, v in rs[0]["headers"] if n.lower() == "forwarded"]
+            els = _forwarded_elements(fw)
+            expect_eq(len(els), 1, "Forwarded elements for %r (%r)" % (req, fw))
+            expect_eq(els[0].get("for"), ["127.0.0.1"], "for= of %r (%r)" % (req, fw))
+            expect_eq(els[0].get("proto"), ["http"], "proto= of %r (%r)" % (req, fw))
+            expect_eq(els[0].get("host"), [host], "host= of %r (%r)" % (req, fw))
+
+
+
 if __name__ == "__main__":
     harness.main()
