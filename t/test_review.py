@@ -393,6 +393,28 @@ def test_forwarded_host_cannot_forge_an_element():
             expect_eq(els[0].get("host"), [host], "host= of %r (%r)" % (req, fw))
 
 
+def test_cache_config_applies_to_forward_proxied_requests():
+    """cache.config's rules were not consulted for forward-proxied requests
+    (store_policy looked at them only for a remap rule's), though issue 19
+    made those cached: "dest_domain=127.0.0.1 action=never-cache" still
+    let "GET http://127.0.0.1:PORT/..." be stored and served as a hit (the
+    origin saw 1 request of 3).  ATS applies cache.config to every request,
+    and a rule that changes what is cached must not be silently void."""
+    fwd = ["src_ip=127.0.0.1 action=ip_allow method=ALL",
+           "dest_ip=127.0.0.1 action=ip_allow method=ALL"]
+    with Origin() as o, Cistern(
+            records={"proxy.config.url_remap.remap_required": 0},
+            storage=["cache 64M"], ip_allow=fwd,
+            files={"cache.config": "dest_domain=127.0.0.1 action=never-cache\n"}) as c:
+        url = "http://%s/headers/bytes/10?Cache-Control=max-age%%3D600" % o.authority
+        for _ in range(3):
+            with harness.Conn(c.port) as k:
+                r = k.request(("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % url).encode())
+            expect_eq(r.status, 200, "status")
+            expect(not harness.is_hit(r), "never-cache URL was a hit: %r"
+                   % r.header("Cache-Status"))
+            time.sleep(0.2)
+        expect_eq(len(o.requests()), 3, "origin requests for a never-cache URL")
 
 if __name__ == "__main__":
     harness.main()
