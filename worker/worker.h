@@ -439,10 +439,11 @@ void   via_codes_hit(char c[VIA_CODES + 1], const char *cs, int status);
  * TLS; minor: its HTTP/1.x version; codes may be NULL below level 2. */
 size_t via_format(char *out, int response, int tls, int minor, const char *codes);
 /* The Forwarded field (RFC 7239) of proxy.config.http.insert_forwarded
- * for request r from peer (tls: over TLS), appended to o; 0, or -1 when
- * it does not fit. */
-int    via_put_forwarded(struct buf *o, const struct http_req *r,
-                         const struct sockaddr *peer, int tls);
+ * for request r from peer (tls: over TLS), appended to o; host (hostlen
+ * bytes, 0: none) is the authority r was routed by, for host=.  0, or -1
+ * when it does not fit. */
+int    via_put_forwarded(struct buf *o, const struct http_req *r, const char *host,
+                         size_t hostlen, const struct sockaddr *peer, int tls);
 /* The length of a stored header block's last line when it is a Server
  * field (store.c keeps the origin's there), else 0. */
 size_t via_server_tail(const char *blk, size_t len);
