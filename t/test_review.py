@@ -416,5 +416,32 @@ def test_cache_config_applies_to_forward_proxied_requests():
             time.sleep(0.2)
         expect_eq(len(o.requests()), 3, "origin requests for a never-cache URL")
 
+
+def test_hit_serves_one_server_line():
+    """response_server_enabled 1 (the default) replaces the origin's
+    Server.  A miss dropped every Server line the origin sent, but a hit
+    dropped only the stored block's last line (via_server_tail), so an
+    origin that sent two (t/origin.py's own plus one more) was answered
+    from the cache with "Server: cistern-test-origin" and "Server:
+    cistern": two values of a singleton field, and the origin's that the
+    operator asked to hide."""
+    with Origin() as o, Cistern(
+            storage=["cache 64M"],
+            remap=["map http://m.test/ http://%s/" % o.authority]) as c:
+        o.script("/two-servers", [{"headers": [["Server", "second"],
+                                               ["Cache-Control", "max-age=600"]],
+                                   "body": "x"}])
+
+        def get():
+            with harness.Conn(c.port) as k:
+                return k.request(b"GET /two-servers HTTP/1.1\r\nHost: m.test\r\n\r\n")
+        r = get()
+        expect_eq([v for n, v in r.headers if n.lower() == "server"], ["cistern"],
+                  "Server lines of the miss")
+        r = harness.wait_for(lambda: (lambda x: x if harness.is_hit(x) else None)(get()),
+                             10, what="a hit")
+        expect_eq([v for n, v in r.headers if n.lower() == "server"], ["cistern"],
+                  "Server lines of the hit")
+
 if __name__ == "__main__":
     harness.main()
