@@ -250,7 +250,7 @@ store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
     status = store_answer_status(hdr, hdrlen, o, sc, now.tv_sec, &part, &from, &to);
     if (buf_alloc(b) < 0 || buf_grow(b, hdrlen + 640 + VIA_MAX + wk->server_hdr_len) < 0)
         return -1;
-    /* The origin's Server is the block's last line (store_server_last):
+    /* The origin's Server lines end the block (store_server_last):
      * response_server_enabled 1 puts ours in its place, 2 keeps it. */
     size_t srv = via_server_tail(hdr, hdrlen);
     int srv_ours = wk->conf->rec.server_enabled == 1 || srv == 0;
@@ -676,7 +676,7 @@ store_skip_field(const struct http_req *resp, int i)
 }
 
 /* Move the Server lines of header block blk to its end, where a hit
- * finds the origin's by its last line (via_server_tail). */
+ * finds the origin's by its last lines (via_server_tail). */
 static void
 store_server_last(char *blk, size_t len)
 {

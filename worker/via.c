@@ -32,8 +32,8 @@
  *
  * Server (response_server_enabled): 0 adds nothing, 1 replaces the
  * origin's, 2 adds ours only when the origin sent none.  Stored objects
- * keep the origin's Server line last in their header block (store.c), so
- * a hit drops or keeps it by looking at its last line only.
+ * keep the origin's Server lines last in their header block (store.c), so
+ * a hit drops or keeps them by looking at its last lines only.
  */
 #include "config.h"
 
@@ -136,14 +136,20 @@ via_format(char *out, int response, int tls, int minor, const char *codes)
 size_t
 via_server_tail(const char *blk, size_t len)
 {
-    const char *nl;
+    size_t end = len;
 
-    if (len < 10 || blk[len - 1] != '\n')
-        return 0;
-    nl = memrchr(blk, '\n', len - 1);
-    if (nl == NULL || (size_t)(blk + len - (nl + 1)) < 9)
-        return 0;
-    return strncasecmp(nl + 1, "server:", 7) == 0 ? (size_t)(blk + len - (nl + 1)) : 0;
+    /* the run of Server lines at the end (store.c moves them all there) */
+    while (end >= 10 && blk[end - 1] == '\n') {
+        const char *nl = memrchr(blk, '\n', end - 1);
+        size_t ll;
+        if (nl == NULL)
+            break;
+        ll = (size_t)(blk + end - (nl + 1));
+        if (ll < 9 || strncasecmp(nl + 1, "server:", 7) != 0)
+            break;
+        end -= ll;
+    }
+    return len - end;
 }
 
 void

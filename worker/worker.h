@@ -444,8 +444,8 @@ size_t via_format(char *out, int response, int tls, int minor, const char *codes
  * when it does not fit. */
 int    via_put_forwarded(struct buf *o, const struct http_req *r, const char *host,
                          size_t hostlen, const struct sockaddr *peer, int tls);
-/* The length of a stored header block's last line when it is a Server
- * field (store.c keeps the origin's there), else 0. */
+/* The length of a stored header block's last lines that are Server
+ * fields (store.c keeps the origin's there), else 0. */
 size_t via_server_tail(const char *blk, size_t len);
 
 /* alog.c: the access log */
