@@ -34,6 +34,16 @@ Second round (2e985ac..a4f5aa4):
 - an origin that took a large request body and then stalled mid-response
   was cut after twice transaction_no_activity_timeout_out (up_unsent still
   held the queue length from when the body was sent).
+
+Issues 18 and 19 (27284a7..542fde6), HTTP and caching semantics:
+
+- insert_forwarded's host= copied the Host line unquoted, so a Host with
+  ',' ';' '=' forged a Forwarded element, and in the absolute form it
+  named a Host the request was neither routed nor keyed by;
+- cache.config was not consulted for forward-proxied requests, which
+  issue 19 made cacheable (a never-cache rule was void for them);
+- a hit kept all but the last of the origin's Server lines under
+  response_server_enabled 1 (a miss dropped them all).
 """
 import os
 import pwd
