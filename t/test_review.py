@@ -34,6 +34,16 @@ Second round (2e985ac..a4f5aa4):
 - an origin that took a large request body and then stalled mid-response
   was cut after twice transaction_no_activity_timeout_out (up_unsent still
   held the queue length from when the body was sent).
+
+Issues 18 and 19 (27284a7..542fde6), HTTP and caching semantics:
+
+- insert_forwarded's host= copied the Host line unquoted, so a Host with
+  ',' ';' '=' forged a Forwarded element, and in the absolute form it
+  named a Host the request was neither routed nor keyed by;
+- cache.config was not consulted for forward-proxied requests, which
+  issue 19 made cacheable (a never-cache rule was void for them);
+- a hit kept all but the last of the origin's Server lines under
+  response_server_enabled 1 (a miss dropped them all).
 """
 import os
 import pwd
@@ -319,6 +329,129 @@ def test_push_with_expect_says_what_it_does():
             expect_eq(st[1:], [200], "%s: the request after the PUSH" % name)
             expect(closed, "%s: the connection closes after the last, Connection: close" % name)
 
+
+
+# ---------------------------------------------------------------------------
+# Issues 18 and 19 (27284a7..542fde6), HTTP and caching semantics.
+
+def _forwarded_elements(values):
+    """RFC 7239 4: the forwarded-elements of Forwarded lines, each a dict
+    (commas and semicolons inside a quoted-string do not split)."""
+    out = []
+    for v in values:
+        elem, cur, quoted, i = {}, "", False, 0
+        parts = []
+        while i < len(v):
+            ch = v[i]
+            if ch == '"':
+                quoted = not quoted
+            elif ch == "\\" and quoted:
+                cur += v[i:i + 2]
+                i += 2
+                continue
+            elif ch in ",;" and not quoted:
+                parts.append((cur, ch))
+                cur = ""
+                i += 1
+                continue
+            cur += ch
+            i += 1
+        parts.append((cur, ","))
+        for pair, sep in parts:
+            pair = pair.strip()
+            if pair:
+                k, _, val = pair.partition("=")
+                elem.setdefault(k.lower(), []).append(val.strip('"'))
+            if sep == ",":
+                out.append(elem)
+                elem = {}
+    return [e for e in out if e]
+
+
+def test_forwarded_host_cannot_forge_an_element():
+    """insert_forwarded with host: the client's Host went into Forwarded
+    unquoted and unchecked, and Host may hold the sub-delims ',' ';' '='.
+    "GET http://m.test/f HTTP/1.1" with "Host: x,for=6.6.6.6;proto=https"
+    reached the origin as "Forwarded: for=127.0.0.1;proto=http;host=x,
+    for=6.6.6.6;proto=https": a second element, the last one, which an
+    origin reads as what the nearest proxy (us) saw, so the client chose
+    its own address and scheme.  And in the absolute form the host= named
+    the Host line, which the request was neither routed nor keyed by
+    (RFC 9112 3.2.2: the target's authority replaces it; ATS rewrites
+    Host to it), so a cached answer built from host= was poisoned."""
+    with Origin() as o, Cistern(
+            records={"proxy.config.http.insert_forwarded": "for|proto|host"},
+            remap=["map http://m.test/ http://%s/" % o.authority]) as c:
+        cases = (
+            (b"GET http://m.test/f HTTP/1.1\r\nHost: x,for=6.6.6.6;proto=https\r\n\r\n",
+             "m.test"),
+            (b"GET http://m.test/g HTTP/1.1\r\nHost: evil.test\r\n\r\n", "m.test"),
+            (b"GET /h HTTP/1.1\r\nHost: m.test\r\n\r\n", "m.test"),
+        )
+        for req, host in cases:
+            o.reset()
+            with harness.Conn(c.port) as k:
+                r = k.request(req)
+            expect_eq(r.status, 200, "status of %r" % req)
+            rs = o.requests()
+            expect_eq(len(rs), 1, "requests at the origin for %r" % req)
+            fw = [v for n, v in rs[0]["headers"] if n.lower() == "forwarded"]
+            els = _forwarded_elements(fw)
+            expect_eq(len(els), 1, "Forwarded elements for %r (%r)" % (req, fw))
+            expect_eq(els[0].get("for"), ["127.0.0.1"], "for= of %r (%r)" % (req, fw))
+            expect_eq(els[0].get("proto"), ["http"], "proto= of %r (%r)" % (req, fw))
+            expect_eq(els[0].get("host"), [host], "host= of %r (%r)" % (req, fw))
+
+
+def test_cache_config_applies_to_forward_proxied_requests():
+    """cache.config's rules were not consulted for forward-proxied requests
+    (store_policy looked at them only for a remap rule's), though issue 19
+    made those cached: "dest_domain=127.0.0.1 action=never-cache" still
+    let "GET http://127.0.0.1:PORT/..." be stored and served as a hit (the
+    origin saw 1 request of 3).  ATS applies cache.config to every request,
+    and a rule that changes what is cached must not be silently void."""
+    fwd = ["src_ip=127.0.0.1 action=ip_allow method=ALL",
+           "dest_ip=127.0.0.1 action=ip_allow method=ALL"]
+    with Origin() as o, Cistern(
+            records={"proxy.config.url_remap.remap_required": 0},
+            storage=["cache 64M"], ip_allow=fwd,
+            files={"cache.config": "dest_domain=127.0.0.1 action=never-cache\n"}) as c:
+        url = "http://%s/headers/bytes/10?Cache-Control=max-age%%3D600" % o.authority
+        for _ in range(3):
+            with harness.Conn(c.port) as k:
+                r = k.request(("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % url).encode())
+            expect_eq(r.status, 200, "status")
+            expect(not harness.is_hit(r), "never-cache URL was a hit: %r"
+                   % r.header("Cache-Status"))
+            time.sleep(0.2)
+        expect_eq(len(o.requests()), 3, "origin requests for a never-cache URL")
+
+
+def test_hit_serves_one_server_line():
+    """response_server_enabled 1 (the default) replaces the origin's
+    Server.  A miss dropped every Server line the origin sent, but a hit
+    dropped only the stored block's last line (via_server_tail), so an
+    origin that sent two (t/origin.py's own plus one more) was answered
+    from the cache with "Server: cistern-test-origin" and "Server:
+    cistern": two values of a singleton field, and the origin's that the
+    operator asked to hide."""
+    with Origin() as o, Cistern(
+            storage=["cache 64M"],
+            remap=["map http://m.test/ http://%s/" % o.authority]) as c:
+        o.script("/two-servers", [{"headers": [["Server", "second"],
+                                               ["Cache-Control", "max-age=600"]],
+                                   "body": "x"}])
+
+        def get():
+            with harness.Conn(c.port) as k:
+                return k.request(b"GET /two-servers HTTP/1.1\r\nHost: m.test\r\n\r\n")
+        r = get()
+        expect_eq([v for n, v in r.headers if n.lower() == "server"], ["cistern"],
+                  "Server lines of the miss")
+        r = harness.wait_for(lambda: (lambda x: x if harness.is_hit(x) else None)(get()),
+                             10, what="a hit")
+        expect_eq([v for n, v in r.headers if n.lower() == "server"], ["cistern"],
+                  "Server lines of the hit")
 
 if __name__ == "__main__":
     harness.main()

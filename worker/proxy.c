@@ -425,7 +425,10 @@ proxy_put_head(struct upstream *up, struct req *rq, const struct conf_remap_resu
         err |= buf_append(o, ip, ipl);
         err |= buf_lit(o, "\r\n");
     }
-    err |= via_put_forwarded(o, r, rq->rq_peer, rq->rq_tls);
+    /* Forwarded's host=: the authority routed and keyed by, not a Host
+     * line the absolute form overrides */
+    phl = (rec->insert_forwarded & CONF_FWD_HOST) ? proxy_pristine_host(r, ph, sizeof(ph)) : 0;
+    err |= via_put_forwarded(o, r, ph, phl, rq->rq_peer, rq->rq_tls);
     if (rec->via_req_level > 0) {
         char via[VIA_MAX], codes[VIA_CODES + 1], *c = NULL;
         if (rec->via_req_level >= 2) {

@@ -366,9 +366,9 @@ const char *store_fill_begin(const char *key, size_t keylen,
                              const struct http_req *req, int req_auth,
                              int64_t req_time, const struct req_policy *pol,
                              struct cache_fill **out);
-/* Resolve rq->rq_pol for the routed request (res: its target after remap;
- * mapped: a remap rule, not forward proxying). */
-void store_policy(struct req *rq, const struct conf_remap_result *res, int mapped);
+/* Resolve rq->rq_pol for the routed request (res: its origin's URL, after
+ * remap or, forward proxying, the target's). */
+void store_policy(struct req *rq, const struct conf_remap_result *res);
 /* Append body bytes; on failure the fill is dropped (*f = NULL) and the
  * cache's code returned. */
 int  store_fill_data(struct cache_fill **f, const char *p, size_t n);
@@ -439,12 +439,13 @@ void   via_codes_hit(char c[VIA_CODES + 1], const char *cs, int status);
  * TLS; minor: its HTTP/1.x version; codes may be NULL below level 2. */
 size_t via_format(char *out, int response, int tls, int minor, const char *codes);
 /* The Forwarded field (RFC 7239) of proxy.config.http.insert_forwarded
- * for request r from peer (tls: over TLS), appended to o; 0, or -1 when
- * it does not fit. */
-int    via_put_forwarded(struct buf *o, const struct http_req *r,
-                         const struct sockaddr *peer, int tls);
-/* The length of a stored header block's last line when it is a Server
- * field (store.c keeps the origin's there), else 0. */
+ * for request r from peer (tls: over TLS), appended to o; host (hostlen
+ * bytes, 0: none) is the authority r was routed by, for host=.  0, or -1
+ * when it does not fit. */
+int    via_put_forwarded(struct buf *o, const struct http_req *r, const char *host,
+                         size_t hostlen, const struct sockaddr *peer, int tls);
+/* The length of a stored header block's last lines that are Server
+ * fields (store.c keeps the origin's there), else 0. */
 size_t via_server_tail(const char *blk, size_t len);
 
 /* alog.c: the access log */
