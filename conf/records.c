@@ -339,8 +339,9 @@ static const struct rec_directive rec_table[] = {
       "1: store responses carrying WWW-Authenticate" },
     { "proxy.config.http.cache.when_to_revalidate", REC_INT, rec_set_int,
       REC_FIELD(when_to_revalidate), "0", 0, 4,
-      "ATS 0-4: 0 by freshness, 1 stale always, 2 always revalidate, 3 "
-      "never, 4 by If-Modified-Since" },
+      "ATS 0-4: 0 by freshness, 1 a heuristic freshness counts as stale, "
+      "2 always stale (always validated), 3 never stale, 4 stale when "
+      "the request has If-Modified-Since" },
     { "proxy.config.http.cache.max_stale_age", REC_INT, rec_set_int,
       REC_FIELD(max_stale_age), "604800", 0, 2147483647,
       "the stalest copy ever served (max-stale, stale-while-revalidate, "
