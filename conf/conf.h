@@ -129,6 +129,7 @@ struct conf_records {
     int      negative_caching_enabled;/* proxy.config.http.negative_caching_enabled */
     int      negative_caching_lifetime;/* ...negative_caching_lifetime */
     char    *negative_caching_list;   /* ...negative_caching_list (statuses) */
+    int      negative_revalidating;   /* ...negative_revalidating_enabled */
     /* issue 18, header and origin-retry keys (worker/via.c, origin.c) */
     int      insert_client_ip;        /* proxy.config.http.insert_client_ip:
                                          0 no Client-ip, 1 unless the client

@@ -362,6 +362,13 @@ static const struct rec_directive rec_table[] = {
     { "proxy.config.http.negative_caching_list", REC_STRING, rec_set_string,
       REC_FIELD(negative_caching_list), "204 305 403 404 414 500 501 502 503 504", 0, 0,
       "the statuses negative caching applies to" },
+    /* ATS 8+ default 1; Cistern 0: RFC 9111 4.2.4 lets a cache serve
+     * stale only when permitted (stale-if-error) or disconnected. */
+    { "proxy.config.http.negative_revalidating_enabled", REC_INT, rec_set_int,
+      REC_FIELD(negative_revalidating), "0", 0, 1,
+      "1: when revalidating a stale object fails (no connection, or a 5xx), "
+      "serve the stale object within max_stale_age instead (ATS default 1; "
+      "Cistern 0, RFC 9111)" },
     /* issue 18, header and origin-retry keys: ATS 9's names and defaults
      * (but the Via and Server strings name Cistern).  worker/via.c makes
      * the fields, worker/origin.c retries and marks origins down. */

@@ -371,6 +371,10 @@ store_stale_on_error(struct req *rq)
     /* proxy.config.http.cache.max_stale_age bounds every stale answer */
     if ((int64_t)now.tv_sec - q->obj.meta.expires > wk->conf->rec.max_stale_age)
         return 0;
+    /* ATS's negative revalidating: any failed revalidation keeps the
+     * stale copy (and the error is not stored in its place) */
+    if (wk->conf->rec.negative_revalidating)
+        return 1;
     return store_stale_window(&q->obj, "stale-if-error=", now.tv_sec);
 }
 
