@@ -205,6 +205,7 @@ alog_begin(struct req *rq)
         return;
     t = &rq->log;
     r = &rq->r;
+    t->parent = NULL;
     event_base_gettimeofday_cached(wk->base, &t->start);
     t->method = http_method_name(r->method);
     t->target_len = alog_keep(t->target, sizeof(t->target), r->base + r->target,
@@ -306,7 +307,10 @@ alog_line_squid(char *p, const struct req *rq, const struct alog_txn *t, int64_t
     p = fmt_str(p, t->method);
     *p++ = ' ';
     p = alog_put_esc(p, t->target, t->target_len, ALOG_TARGET_MAX);
-    if (t->ostatus) {
+    if (t->ostatus && t->parent) {
+        p = fmt_lit(p, " - PARENT_HIT/");
+        p = fmt_str(p, t->parent);
+    } else if (t->ostatus) {
         p = fmt_lit(p, " - DIRECT/");
         p = fmt_i64(p, t->ostatus);
     } else {
@@ -347,6 +351,11 @@ alog_line_json(char *p, const struct req *rq, const struct alog_txn *t, int64_t 
         p = fmt_i64(p, t->ostatus);
     else
         p = fmt_lit(p, "null");
+    if (t->parent) {
+        p = fmt_lit(p, ",\"parent\":\"");
+        p = fmt_str(p, t->parent);
+        *p++ = '"';
+    }
     p = fmt_lit(p, ",\"ms\":");
     p = fmt_i64(p, ms);
     p = fmt_lit(p, "}\n");
@@ -390,6 +399,10 @@ alog_line_ats(char *p, const struct req *rq, const struct alog_txn *t, int64_t m
         *p++ = '-';
     *p++ = ' ';
     p = fmt_i64(p, ms);
+    if (t->parent) {
+        p = fmt_lit(p, " parent=");
+        p = fmt_str(p, t->parent);
+    }
     *p++ = '\n';
     return p;
 }
