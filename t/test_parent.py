@@ -167,16 +167,22 @@ def test_kill_origin_under_ab():
 
 def _tier(origin, n):
     """n parent Cisterns caching o.test from origin."""
-    return [Cistern(remap=["map http://o.test/ http://%s/" % origin.authority])
-            for _ in range(n)]
+    out = []
+    try:
+        for _ in range(n):
+            out.append(Cistern(storage=["cache 32M"],
+                               remap=["map http://o.test/ http://%s/" % origin.authority]))
+    except BaseException:
+        for p in out:
+            p.stop(raise_on_problems=False)
+        raise
+    return out
 
 
 @harness.timeout(300)
 def test_tier_consistent_hash():
     with Origin() as o:
         parents = _tier(o, 3)
-        for p in parents:
-            p.start()
         try:
             names = ["127.0.0.1:%d" % p.port for p in parents]
             pc = ('dest_domain=o.test parent="%s" round_robin=consistent_hash '
