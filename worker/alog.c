@@ -121,10 +121,11 @@ alog_close(void)
  *
  * A line is appended in place at the end of alog_buf, and the helpers
  * never check for room: alog_write() first makes sure ALOG_LINE_MAX bytes
- * are free.  The longest line (json) is under 2 KiB: the escaped target
+ * are free.  The longest line (json) is under 2.5 KiB: the escaped target
  * (at most ALOG_TARGET_MAX + 3 bytes), referer and agent (ALOG_FIELD_MAX
  * + 3 each), the peer (under 64), our method and result names, six
- * numbers of at most 20 digits and 170 bytes of field names. */
+ * numbers of at most 20 digits, 170 bytes of field names and the parent
+ * (under 300). */
 #define ALOG_LINE_MAX 4096
 
 /* Bytes written as they are in a log field: printable ASCII but the quote
