@@ -2753,6 +2753,19 @@ START_TEST(test_parent_load_and_keys)
 }
 END_TEST
 
+static TCase *
+parent_tcase(void)
+{
+    TCase *tc = tcase_create("parent");
+
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_parent_parse);
+    tcase_add_test(tc, test_parent_errors);
+    tcase_add_test(tc, test_parent_hash_balance);
+    tcase_add_test(tc, test_parent_load_and_keys);
+    return tc;
+}
+
 static Suite *
 conf_suite(void)
 {
@@ -2862,13 +2875,7 @@ conf_suite(void)
     tcase_add_test(tc, test_cache_negative_list);
     suite_add_tcase(s, tc);
 
-    tc = tcase_create("parent");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_parent_parse);
-    tcase_add_test(tc, test_parent_errors);
-    tcase_add_test(tc, test_parent_hash_balance);
-    tcase_add_test(tc, test_parent_load_and_keys);
-    suite_add_tcase(s, tc);
+    suite_add_tcase(s, parent_tcase());
 
     tc = tcase_create("issue18-headers");
     tcase_add_checked_fixture(tc, setup, teardown);
