@@ -482,6 +482,7 @@ alog_refused(struct req *rq, int status, uint64_t bytes)
     t.status = status;
     t.ostatus = 0;
     t.bytes = bytes;
+    t.parent = NULL;
     t.target[0] = '-';
     t.target_len = 1;
     t.referer_len = t.ua_len = 0;
