@@ -421,6 +421,35 @@ static const struct rec_directive rec_table[] = {
       REC_FIELD(down_server_time), "60", 0, ONE_DAY,
       "how long an origin whose connects all failed stays marked down "
       "(per worker), seconds" },
+    /* issue 20: parent.config (worker/parent.c) */
+    { "proxy.config.http.parent_proxy.retry_time", REC_INT, rec_set_int,
+      REC_FIELD(parent_retry_time), "300", 1, ONE_DAY,
+      "how long a parent marked down is skipped (all workers) before live "
+      "traffic probes it, seconds" },
+    { "proxy.config.http.parent_proxy.fail_threshold", REC_INT, rec_set_int,
+      REC_FIELD(parent_fail_threshold), "10", 1, 10000,
+      "failures within retry_time that mark a parent down" },
+    { "proxy.config.http.parent_proxy.total_connect_attempts", REC_INT, rec_set_int,
+      REC_FIELD(parent_total_attempts), "4", 1, 254,
+      "connect attempts to parents in all, per request, before go_direct "
+      "or an error" },
+    { "proxy.config.http.parent_proxy.per_parent_connect_attempts", REC_INT, rec_set_int,
+      REC_FIELD(parent_per_attempts), "2", 1, 254,
+      "connect attempts to one parent, per request" },
+    { "proxy.config.http.parent_proxy.connect_attempts_timeout", REC_INT, rec_set_int,
+      REC_FIELD(parent_connect_timeout), "30", 1, ONE_DAY,
+      "connecting to a parent, seconds" },
+    { "proxy.config.http.parent_proxy.mark_down_hostdb", REC_INT, rec_set_int,
+      REC_FIELD(parent_mark_down_hostdb), "0", 0, 0,
+      "0 only: a parent is marked down in the shared parent table, not its "
+      "host's addresses" },
+    { "proxy.config.http.forward.proxy_auth_to_parent", REC_INT, rec_set_int,
+      REC_FIELD(proxy_auth_to_parent), "0", 0, 1,
+      "1 passes Proxy-Authorization to a parent proxy; 0 strips it" },
+    { "proxy.config.http.uncacheable_requests_bypass_parent", REC_INT, rec_set_int,
+      REC_FIELD(uncacheable_bypass_parent), "1", 0, 1,
+      "1: a request that is not a cache lookup (not GET/HEAD) goes to its "
+      "origin, not to a parent proxy (parent_is_proxy=false pools still used)" },
 };
 
 #define REC_NKEYS (sizeof(rec_table) / sizeof(rec_table[0]))

@@ -221,6 +221,22 @@ struct upstream {
     int              up_unsent;       /* sock_unsent() at the last wait to
                                          write the request (up_on_timeout) */
     uint8_t          up_hash[16];
+    /* parent.config (worker/parent.c): up_host/up_port are the parent in
+     * use while up_pidx >= 0; the origin is kept in up_ohost/up_oport */
+    const struct conf_parent_rule *up_prule; /* the matching rule, or NULL */
+    int              up_pidx;         /* the parent in use, -1: the origin */
+    int              up_pslot;        /* its shm parent-table entry, or -1 */
+    uint64_t         up_ptried;       /* parents tried (a bit per index) */
+    int              up_pattempts;    /* connect attempts to parents */
+    int              up_psimple;      /* simple / unavailable-server */
+    int              up_punavail;     /*   retries made */
+    int              up_ppos, up_pnorder;  /* position in, length of ... */
+    uint8_t          up_porder[CONF_PP_MAX_PARENTS]; /* the order to try */
+    unsigned         up_pabs:1;       /* the request line is absolute-form */
+    unsigned         up_ohttps:1;     /* the origin's scheme is https */
+    int              up_abslen;       /* bytes of "scheme://authority" in it */
+    int              up_oport;
+    char             up_ohost[256];
     struct store_cond up_cond;        /* the client's conditions */
     struct cache_fill *up_fill;
     size_t           up_keylen;
@@ -305,6 +321,32 @@ void origin_pool_close_all(struct worker *w);
  * up->up_ready (403, nothing connected, when ip_allow's out rules deny
  * the address).  Returns -1 when it failed at once. */
 int  origin_connect_fresh(struct upstream *up);
+
+/* parent.c: parent.config's selection and failover (issue 20) */
+enum parent_why { PARENT_FAIL = 1, PARENT_SIMPLE, PARENT_UNAVAIL };
+/* Route up (set up from res) through a parent when a parent.config line
+ * matches: up_host/up_port become the parent's.  lookupable: the request
+ * is a cache lookup (uncacheable_requests_bypass_parent).  0, or the
+ * status to answer (every parent down and no go_direct), *why set. */
+int  parent_route(struct upstream *up, const struct req *rq,
+                  const struct conf_remap_result *res, int lookupable,
+                  const char **why);
+/* The attempt failed (why): count it against the parent, and choose the
+ * next target (a parent, or the origin with go_direct), rewriting the
+ * request line when that changes its form.  1 when there is one (the
+ * caller reconnects), 0 when not. */
+int  parent_next(struct upstream *up, enum parent_why why);
+/* Count a failure only (the request cannot be repeated). */
+void parent_failed(struct upstream *up);
+/* A parent's response of status: PARENT_SIMPLE / PARENT_UNAVAIL when the
+ * rule retries it elsewhere (counted), else 0. */
+int  parent_status_retry(struct upstream *up, int status);
+/* The parent answered: it is up; its name goes to the access log. */
+void parent_answered(struct upstream *up);
+/* The name of the parent in use, or NULL. */
+const char *parent_name(const struct upstream *up);
+/* Per-parent lines for /_stats (json) or /_metrics into o; 0 or -1. */
+int  parent_stats(struct buf *o, int json);
 
 /* proxy.c: the origin transaction */
 /* Forward request rq to the origin chosen by res; key (or NULL) is the
