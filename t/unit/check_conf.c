@@ -2000,7 +2000,7 @@ acl_ok(int i, const char *peer, const char *local, const char *method)
     ck_assert_int_lt(i, rm.nrules);
     return conf_remap_acl_allows(&rm, &rm.rules[i], acl_addr(&acl_peer, peer),
                                  local != NULL ? acl_addr(&acl_local, local) : NULL,
-                                 conf_method_bit(method, strlen(method)), &by);
+                                 method, strlen(method), &by);
 }
 
 START_TEST(test_remap_acl_legacy)
