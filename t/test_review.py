@@ -365,5 +365,29 @@ def test_remap_method_filter_tells_nonstandard_methods_apart():
                   "b: PROPFIND (not in the deny list)")
 
 
+def test_cache_config_never_cache_applies_to_forward_proxied_requests():
+    """Issue 19 review: cache.config was consulted only for remapped
+    requests (worker/store.c store_policy: "mapped && ..."), so once
+    forward-proxied requests were cached, "dest_domain=127.0.0.1
+    action=never-cache" left an absolute-form GET to that origin stored
+    and served as a hit.  ATS matches cache.config against the request
+    URL whether it was remapped or not."""
+    with Origin() as o, Cistern(
+            records={"proxy.config.url_remap.remap_required": 0},
+            storage=["cache 64M"],
+            ip_allow=["src_ip=127.0.0.1 action=ip_allow method=ALL",
+                      "dest_ip=127.0.0.1 action=ip_allow method=ALL"],
+            files={"cache.config": "dest_domain=127.0.0.1 action=never-cache\n"}) as c:
+        target = ("http://%s/headers/bytes/16?Cache-Control=max-age%%3D600"
+                  % o.authority).encode()
+        for _ in range(2):
+            data, _ = raw(c.port, b"GET " + target + b" HTTP/1.1\r\nHost: x.test\r\n"
+                          b"Connection: close\r\n\r\n", timeout=5)
+            rs = parse_responses(data, methods=["GET"], strict=False)
+            expect(rs and rs[0].status == 200, "status %r" % (rs and rs[0].status))
+        expect_eq(len(o.requests()), 2,
+                  "origin requests for two GETs under never-cache")
+
+
 if __name__ == "__main__":
     harness.main()
