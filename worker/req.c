@@ -408,7 +408,7 @@ step_lookup(struct req *rq, struct req_route *rt)
     rt->verdict = STORE_MISS;
     rt->claimed = 0;
     /* What may be cached and how (records.config, cache.config) */
-    store_policy(rq, &rt->res, rt->rule != NULL);
+    store_policy(rq, &rt->res);
     if (r->fidx[HTTP_F_UPGRADE] && tunnel_upgrade_asked(rq))
         rt->keylen = 0;     /* an Upgrade is forwarded, never cached */
     /* A GET or HEAD with a body (content RFC 9110 9.3.1 gives no meaning,

@@ -378,7 +378,7 @@ store_stale_on_error(struct req *rq)
 /* Policy (records.config's keys and cache.config's lines; CACHING.md) */
 
 void
-store_policy(struct req *rq, const struct conf_remap_result *res, int mapped)
+store_policy(struct req *rq, const struct conf_remap_result *res)
 {
     /* records.config's policy, made once per configuration (a worker
      * keeps its configuration for life) */
@@ -400,8 +400,10 @@ store_policy(struct req *rq, const struct conf_remap_result *res, int mapped)
         dconf = cf;
     }
     *p = dpol;
-    /* No rules, no cost: the hit path copies the above and goes on. */
-    if (cf->cache.nrules && mapped && p->cache) {
+    /* No rules, no cost: the hit path copies the above and goes on.
+     * Forward-proxied requests too (res is the absolute URL's target):
+     * ATS matches cache.config against the request, remapped or not. */
+    if (cf->cache.nrules && p->cache) {
         struct conf_cache_req q;
         struct conf_cache_result cr;
         struct timeval now;

@@ -366,9 +366,9 @@ const char *store_fill_begin(const char *key, size_t keylen,
                              const struct http_req *req, int req_auth,
                              int64_t req_time, const struct req_policy *pol,
                              struct cache_fill **out);
-/* Resolve rq->rq_pol for the routed request (res: its target after remap;
- * mapped: a remap rule, not forward proxying). */
-void store_policy(struct req *rq, const struct conf_remap_result *res, int mapped);
+/* Resolve rq->rq_pol for the routed request (res: its target after remap,
+ * or the absolute URL's when forward proxying). */
+void store_policy(struct req *rq, const struct conf_remap_result *res);
 /* Append body bytes; on failure the fill is dropped (*f = NULL) and the
  * cache's code returned. */
 int  store_fill_data(struct cache_fill **f, const char *p, size_t n);
