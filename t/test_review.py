@@ -389,5 +389,35 @@ def test_cache_config_never_cache_applies_to_forward_proxied_requests():
                   "origin requests for two GETs under never-cache")
 
 
+def test_ats_file_name_keys_fail_closed():
+    """Issue 18 review: ATS's keys that name the files holding access and
+    caching rules were unknown keys, one warning each, and `cistern -t`
+    said "ok": with "proxy.config.cache.ip_allow.filename STRING
+    my_ip_allow.yaml" (a file denying everyone) the built-in ip_allow
+    applied, which lets every address GET; "cache.control.filename" (a
+    cache.config elsewhere) and "http.parent_proxy.file" (parents
+    elsewhere, taken as parent-proxy tuning) likewise loaded as no rules.
+    A file name other than ATS's default asks for rules Cistern does not
+    read: an error with file:line, as for url_remap.filename."""
+    deny_all = "ip_allow:\n  - apply: in\n    ip_addrs: 0/0\n    action: deny\n"
+    for key, value in (("proxy.config.cache.ip_allow.filename", "my_ip_allow.yaml"),
+                       ("proxy.config.cache.control.filename", "my_cache.config"),
+                       ("proxy.config.cache.storage_filename", "my_storage.config"),
+                       ("proxy.config.http.parent_proxy.file", "my_parent.config")):
+        r = harness.check_config(remap=["map http://a.test/ http://127.0.0.1:9/"],
+                                 records={key: value},
+                                 files={"my_ip_allow.yaml": deny_all,
+                                        "my_cache.config": "dest_domain=a.test action=never-cache\n",
+                                        "my_parent.config": "dest_domain=. parent=\"p:8080\"\n"})
+        expect_eq(r.rc, 1, "%s %s: exit status (stderr: %s)" % (key, value, r.stderr))
+        expect(re.search(r"records\.config:\d+: .*%s" % re.escape(key), r.stderr),
+               "%s: no file:line error: %s" % (key, r.stderr))
+    # ATS's own defaults still pass
+    r = harness.check_config(remap=["map http://a.test/ http://127.0.0.1:9/"],
+                             records={"proxy.config.cache.ip_allow.filename": "ip_allow.yaml",
+                                      "proxy.config.cache.control.filename": "cache.config"})
+    expect_eq(r.rc, 0, "the default names (stderr: %s)" % r.stderr)
+
+
 if __name__ == "__main__":
     harness.main()
