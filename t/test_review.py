@@ -419,5 +419,35 @@ def test_ats_file_name_keys_fail_closed():
     expect_eq(r.rc, 0, "the default names (stderr: %s)" % r.stderr)
 
 
+def _fetches_for_two_gets(cache_config, query):
+    """GET one path twice through a remap to a local origin (host
+    127.0.0.1) under cache_config; how many reached the origin."""
+    with Origin() as o, Cistern(
+            storage=["cache 64M"],
+            remap=["map http://m.test/ http://%s/" % o.authority],
+            files={"cache.config": cache_config}) as c:
+        path = "/headers/bytes/8?" + query
+        for _ in range(2):
+            expect_eq(_status(c.port, path.encode()), 200, "status")
+        return len([r for r in o.requests() if r["target"] == path])
+
+
+def test_cache_config_dest_host_is_one_host():
+    """Issue 18 review: cache.config's dest_host= matched subdomains like
+    dest_domain= (conf/cache_config.c treats both as a domain), while ATS's
+    HostMatcher takes dest_host as one host (a host record, not a domain
+    record).  With ttl-in-cache, which stores a response whatever no-store
+    or private say, "dest_host=example.com ttl-in-cache=1h" also stored the
+    private answers of www.example.com and served them to everyone.  Shown
+    with the origin host 127.0.0.1, whose last labels are "0.0.1"."""
+    n = _fetches_for_two_gets("dest_host=0.0.1 ttl-in-cache=600\n",
+                              "Cache-Control=private")
+    expect_eq(n, 2, "origin fetches of a private response (dest_host=0.0.1 "
+              "does not name host 127.0.0.1)")
+    n = _fetches_for_two_gets("dest_host=127.0.0.1 ttl-in-cache=600\n",
+                              "Cache-Control=private")
+    expect_eq(n, 1, "origin fetches under ttl-in-cache for the host itself")
+
+
 if __name__ == "__main__":
     harness.main()
