@@ -449,5 +449,15 @@ def test_cache_config_dest_host_is_one_host():
     expect_eq(n, 1, "origin fetches under ttl-in-cache for the host itself")
 
 
+def test_cache_config_dest_domain_dot_is_every_host():
+    """Issue 18 review: "dest_domain=." (the root: every host, as ATS's
+    HostLookup reads it) matched no host at all in cache.config, so
+    "dest_domain=. action=never-cache", meant to keep everything out of
+    the cache, cached everything."""
+    n = _fetches_for_two_gets("dest_domain=. action=never-cache\n",
+                              "Cache-Control=max-age%3D600")
+    expect_eq(n, 2, "origin fetches under dest_domain=. never-cache")
+
+
 if __name__ == "__main__":
     harness.main()
