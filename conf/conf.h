@@ -420,8 +420,11 @@ enum conf_cc_action {
 
 struct conf_cache_rule {
     enum conf_cc_primary primary;
-    char    *domain;                  /* dest_domain / dest_host, lowercase */
+    char    *domain;                  /* dest_domain / dest_host, lowercase,
+                                         without leading or trailing dots
+                                         ("" for dest_domain=.: every host) */
     size_t   domainlen;
+    int      host_only;               /* dest_host: that host, no subdomain */
     regex_t  re;                      /* host_regex / url_regex */
     int      re_ok;
     /* secondary specifiers: unset ones match everything */
