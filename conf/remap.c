@@ -1346,7 +1346,7 @@ remap_url_under(const struct conf_url *u, const char *url, size_t urllen,
     path = auth;
     while (path < end && *path != '/' && *path != '?' && *path != '#')
         path++;
-    if (*auth == '[') {
+    if (auth < path && *auth == '[') {     /* "http://" ends at auth */
         hend = memchr(auth, ']', (size_t)(path - auth));
         if (hend == NULL)
             return 0;
