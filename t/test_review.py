@@ -34,6 +34,18 @@ Second round (2e985ac..a4f5aa4):
 - an origin that took a large request body and then stalled mid-response
   was cut after twice transaction_no_activity_timeout_out (up_unsent still
   held the queue length from when the body was sent).
+
+Issues 18 and 19, configuration side (27284a7..542fde6):
+
+- a remap @method= naming a method without a bit of its own (PROPFIND)
+  matched every such method, so a read-only WebDAV allow list let MKCOL,
+  MOVE, COPY, LOCK and PROPPATCH through;
+- cache.config was not consulted for forward-proxied requests, which are
+  cached now;
+- records.config keys naming another ip_allow, cache.config, storage or
+  parent file were unknown-key warnings ("ok"), the rules left unread;
+- cache.config dest_host= matched subdomains (ttl-in-cache then stored
+  their private answers), and dest_domain=. matched no host.
 """
 import os
 import pwd
