@@ -122,6 +122,21 @@ const struct conf_ats_key conf_ats_keys[] = {
       "Cistern checks sni.yaml in the config directory (it must be empty)" },
     { "proxy.config.log.config.filename", "STRING", CONF_ATS_MATCHES,
       "logging.yaml", "Cistern checks logging.yaml in the config directory" },
+    /* The files holding access, caching and routing rules: another name
+     * would leave the operator's rules unread (the built-in ip_allow lets
+     * every address GET). */
+    { "proxy.config.cache.ip_allow.filename", "STRING", CONF_ATS_MATCHES,
+      "ip_allow.yaml|ip_allow.config",
+      "Cistern reads ip_allow.yaml (or ip_allow.config) in the config "
+      "directory" },
+    { "proxy.config.cache.control.filename", "STRING", CONF_ATS_MATCHES,
+      "cache.config", "Cistern reads cache.config in the config directory" },
+    { "proxy.config.cache.storage_filename", "STRING", CONF_ATS_MATCHES,
+      "storage.config", "Cistern reads storage.config in the config directory" },
+    { "proxy.config.http.parent_proxy.file", "STRING", CONF_ATS_MATCHES,
+      "parent.config",
+      "Cistern checks parent.config in the config directory (it must be "
+      "empty)" },
 
     /* -------------------------------------------------------------------
      * INTERNAL: ATS's own machinery, ignored (one warning per file)

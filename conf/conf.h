@@ -208,6 +208,10 @@ struct conf_acl {
     enum conf_acl_action action;
     int      allow;                   /* the action allows (1) or denies (0) */
     unsigned methods;                 /* CONF_METHOD_* bits; 0: every method */
+    char   **mnames;                  /* @method= names without a bit of their
+                                         own (CONF_METHOD_OTHER): matched by
+                                         name, as ATS does */
+    int      nmnames;
     struct conf_acl_ip *src, *in;     /* @src_ip=, @in_ip= (any one matches) */
     int      nsrc, nin;
     int      internal;                /* @internal: matches internal requests
@@ -300,7 +304,8 @@ conf_remap_find_recv(const struct conf_remap *rm, const char *scheme,
 
 /* The ACL filters of a matched rule (rule->nacl > 0): does the request
  * pass?  peer is the client, local the address it connected to (NULL when
- * unknown: an @in_ip= never matches then), method_bit its CONF_METHOD_*.
+ * unknown: an @in_ip= never matches then), method (mlen bytes) its method
+ * (a method without a CONF_METHOD_* bit matches a filter by name).
  * With policy legacy (ATS 9, and ATS 10's default) every filter must
  * pass: an allow filter passes when it matches, a deny filter when it
  * does not.  With modern (ATS 10, acl_behavior_policy 1), the first
@@ -312,8 +317,8 @@ conf_remap_find_recv(const struct conf_remap *rm, const char *scheme,
 int conf_remap_acl_allows(const struct conf_remap *rm,
                           const struct conf_remap_rule *rule,
                           const struct sockaddr *peer,
-                          const struct sockaddr *local, unsigned method_bit,
-                          const char **by);
+                          const struct sockaddr *local, const char *method,
+                          size_t mlen, const char **by);
 
 /* For reverse_map (and map rules, as ATS does): rewrite a Location-style URL
  * from the origin's form back to the client's.  Returns 1 and fills out
@@ -426,8 +431,11 @@ enum conf_cc_action {
 
 struct conf_cache_rule {
     enum conf_cc_primary primary;
-    char    *domain;                  /* dest_domain / dest_host, lowercase */
+    char    *domain;                  /* dest_domain / dest_host, lowercase,
+                                         without leading or trailing dots
+                                         ("" for dest_domain=.: every host) */
     size_t   domainlen;
+    int      host_only;               /* dest_host: that host, no subdomain */
     regex_t  re;                      /* host_regex / url_regex */
     int      re_ok;
     /* secondary specifiers: unset ones match everything */

@@ -44,6 +44,18 @@ Issues 18 and 19 (27284a7..542fde6), HTTP and caching semantics:
   issue 19 made cacheable (a never-cache rule was void for them);
 - a hit kept all but the last of the origin's Server lines under
   response_server_enabled 1 (a miss dropped them all).
+
+Issues 18 and 19, configuration side (27284a7..542fde6):
+
+- a remap @method= naming a method without a bit of its own (PROPFIND)
+  matched every such method, so a read-only WebDAV allow list let MKCOL,
+  MOVE, COPY, LOCK and PROPPATCH through;
+- cache.config was not consulted for forward-proxied requests, which are
+  cached now;
+- records.config keys naming another ip_allow, cache.config, storage or
+  parent file were unknown-key warnings ("ok"), the rules left unread;
+- cache.config dest_host= matched subdomains (ttl-in-cache then stored
+  their private answers), and dest_domain=. matched no host.
 """
 import os
 import pwd
@@ -452,6 +464,148 @@ def test_hit_serves_one_server_line():
                              10, what="a hit")
         expect_eq([v for n, v in r.headers if n.lower() == "server"], ["cistern"],
                   "Server lines of the hit")
+
+# ---------------------------------------------------------------------------
+# Issues 18 and 19 (27284a7..542fde6), configuration side.
+
+def _req_from(port, method, host, src="127.0.0.1", path="/"):
+    """One request on its own connection from source address src; the
+    response status (None when nothing parseable came back)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(10)
+    try:
+        s.bind((src, 0))
+        s.connect(("127.0.0.1", port))
+        s.sendall(("%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n"
+                   % (method, path, host)).encode())
+        data = b""
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            data += d
+    finally:
+        s.close()
+    rs = parse_responses(data, methods=[method], strict=False)
+    return rs[0].status if rs else None
+
+
+def test_remap_method_filter_tells_nonstandard_methods_apart():
+    """Issue 18 review: a remap @method= filter naming a method Cistern has
+    no bit for (PROPFIND) matched every such method: "map ... @action=allow
+    @method=GET @method=HEAD @method=PROPFIND" (a read-only WebDAV mount)
+    let MKCOL, MOVE, COPY, LOCK and PROPPATCH through, which ATS denies
+    (UrlRewrite.cc matches a non-standard method by name).  conf/remap.c
+    stored only conf_method_bit(), CONF_METHOD_OTHER for all of them, and
+    its comment said such requests never reach a filter; the parser
+    accepts every method of http-parser's table."""
+    with Origin() as o, Cistern(remap=[
+            "map http://a.test/ http://%s/ @action=allow @method=GET "
+            "@method=HEAD @method=PROPFIND" % o.authority,
+            "map http://b.test/ http://%s/ @action=deny @method=MKCOL"
+            % o.authority]) as c:
+        expect_eq(_req_from(c.port, "PROPFIND", "a.test"), 200, "a: PROPFIND")
+        for m in ("MKCOL", "MOVE", "COPY", "LOCK", "PROPPATCH"):
+            expect_eq(_req_from(c.port, m, "a.test"), 403,
+                      "a: %s (not in the allow list)" % m)
+        expect_eq(_req_from(c.port, "MKCOL", "b.test"), 403, "b: MKCOL")
+        expect_eq(_req_from(c.port, "PROPFIND", "b.test"), 200,
+                  "b: PROPFIND (not in the deny list)")
+
+
+def test_cache_config_never_cache_applies_to_forward_proxied_requests():
+    """Issue 19 review: cache.config was consulted only for remapped
+    requests (worker/store.c store_policy: "mapped && ..."), so once
+    forward-proxied requests were cached, "dest_domain=127.0.0.1
+    action=never-cache" left an absolute-form GET to that origin stored
+    and served as a hit.  ATS matches cache.config against the request
+    URL whether it was remapped or not."""
+    with Origin() as o, Cistern(
+            records={"proxy.config.url_remap.remap_required": 0},
+            storage=["cache 64M"],
+            ip_allow=["src_ip=127.0.0.1 action=ip_allow method=ALL",
+                      "dest_ip=127.0.0.1 action=ip_allow method=ALL"],
+            files={"cache.config": "dest_domain=127.0.0.1 action=never-cache\n"}) as c:
+        target = ("http://%s/headers/bytes/16?Cache-Control=max-age%%3D600"
+                  % o.authority).encode()
+        for _ in range(2):
+            data, _ = raw(c.port, b"GET " + target + b" HTTP/1.1\r\nHost: x.test\r\n"
+                          b"Connection: close\r\n\r\n", timeout=5)
+            rs = parse_responses(data, methods=["GET"], strict=False)
+            expect(rs and rs[0].status == 200, "status %r" % (rs and rs[0].status))
+        expect_eq(len(o.requests()), 2,
+                  "origin requests for two GETs under never-cache")
+
+
+def test_ats_file_name_keys_fail_closed():
+    """Issue 18 review: ATS's keys that name the files holding access and
+    caching rules were unknown keys, one warning each, and `cistern -t`
+    said "ok": with "proxy.config.cache.ip_allow.filename STRING
+    my_ip_allow.yaml" (a file denying everyone) the built-in ip_allow
+    applied, which lets every address GET; "cache.control.filename" (a
+    cache.config elsewhere) and "http.parent_proxy.file" (parents
+    elsewhere, taken as parent-proxy tuning) likewise loaded as no rules.
+    A file name other than ATS's default asks for rules Cistern does not
+    read: an error with file:line, as for url_remap.filename."""
+    deny_all = "ip_allow:\n  - apply: in\n    ip_addrs: 0/0\n    action: deny\n"
+    for key, value in (("proxy.config.cache.ip_allow.filename", "my_ip_allow.yaml"),
+                       ("proxy.config.cache.control.filename", "my_cache.config"),
+                       ("proxy.config.cache.storage_filename", "my_storage.config"),
+                       ("proxy.config.http.parent_proxy.file", "my_parent.config")):
+        r = harness.check_config(remap=["map http://a.test/ http://127.0.0.1:9/"],
+                                 records={key: value},
+                                 files={"my_ip_allow.yaml": deny_all,
+                                        "my_cache.config": "dest_domain=a.test action=never-cache\n",
+                                        "my_parent.config": "dest_domain=. parent=\"p:8080\"\n"})
+        expect_eq(r.rc, 1, "%s %s: exit status (stderr: %s)" % (key, value, r.stderr))
+        expect(re.search(r"records\.config:\d+: .*%s" % re.escape(key), r.stderr),
+               "%s: no file:line error: %s" % (key, r.stderr))
+    # ATS's own defaults still pass
+    r = harness.check_config(remap=["map http://a.test/ http://127.0.0.1:9/"],
+                             records={"proxy.config.cache.ip_allow.filename": "ip_allow.yaml",
+                                      "proxy.config.cache.control.filename": "cache.config"})
+    expect_eq(r.rc, 0, "the default names (stderr: %s)" % r.stderr)
+
+
+def _fetches_for_two_gets(cache_config, query):
+    """GET one path twice through a remap to a local origin (host
+    127.0.0.1) under cache_config; how many reached the origin."""
+    with Origin() as o, Cistern(
+            storage=["cache 64M"],
+            remap=["map http://m.test/ http://%s/" % o.authority],
+            files={"cache.config": cache_config}) as c:
+        path = "/headers/bytes/8?" + query
+        for _ in range(2):
+            expect_eq(_status(c.port, path.encode()), 200, "status")
+        return len([r for r in o.requests() if r["target"] == path])
+
+
+def test_cache_config_dest_host_is_one_host():
+    """Issue 18 review: cache.config's dest_host= matched subdomains like
+    dest_domain= (conf/cache_config.c treats both as a domain), while ATS's
+    HostMatcher takes dest_host as one host (a host record, not a domain
+    record).  With ttl-in-cache, which stores a response whatever no-store
+    or private say, "dest_host=example.com ttl-in-cache=1h" also stored the
+    private answers of www.example.com and served them to everyone.  Shown
+    with the origin host 127.0.0.1, whose last labels are "0.0.1"."""
+    n = _fetches_for_two_gets("dest_host=0.0.1 ttl-in-cache=600\n",
+                              "Cache-Control=private")
+    expect_eq(n, 2, "origin fetches of a private response (dest_host=0.0.1 "
+              "does not name host 127.0.0.1)")
+    n = _fetches_for_two_gets("dest_host=127.0.0.1 ttl-in-cache=600\n",
+                              "Cache-Control=private")
+    expect_eq(n, 1, "origin fetches under ttl-in-cache for the host itself")
+
+
+def test_cache_config_dest_domain_dot_is_every_host():
+    """Issue 18 review: "dest_domain=." (the root: every host, as ATS's
+    HostLookup reads it) matched no host at all in cache.config, so
+    "dest_domain=. action=never-cache", meant to keep everything out of
+    the cache, cached everything."""
+    n = _fetches_for_two_gets("dest_domain=. action=never-cache\n",
+                              "Cache-Control=max-age%3D600")
+    expect_eq(n, 2, "origin fetches under dest_domain=. never-cache")
+
 
 if __name__ == "__main__":
     harness.main()

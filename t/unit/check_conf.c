@@ -916,6 +916,15 @@ START_TEST(test_remap_reverse)
     ck_assert_str_eq(rev("/relative"), "-");
     ck_assert_int_eq(conf_remap_reverse(&rm, "http://origin:8080/abcdefgh",
                                         27, small, sizeof(small)), 0);
+    /* A Location that ends right after "://" (no NUL after it: an exact
+     * heap copy, so ASan sees a read past it; libFuzzer found this) */
+    {
+        char *exact = malloc(7);
+        ck_assert_ptr_nonnull(exact);
+        memcpy(exact, "http://", 7);
+        ck_assert_int_eq(conf_remap_reverse(&rm, exact, 7, small, sizeof(small)), 0);
+        free(exact);
+    }
     conf_remap_free(&rm);
 }
 END_TEST
@@ -1996,7 +2005,7 @@ acl_ok(int i, const char *peer, const char *local, const char *method)
     ck_assert_int_lt(i, rm.nrules);
     return conf_remap_acl_allows(&rm, &rm.rules[i], acl_addr(&acl_peer, peer),
                                  local != NULL ? acl_addr(&acl_local, local) : NULL,
-                                 conf_method_bit(method, strlen(method)), &by);
+                                 method, strlen(method), &by);
 }
 
 START_TEST(test_remap_acl_legacy)
