@@ -320,5 +320,76 @@ def test_push_with_expect_says_what_it_does():
             expect(closed, "%s: the connection closes after the last, Connection: close" % name)
 
 
+
+# ------------------------------------------------------------------
+# Issues 18 and 19, the network side (27284a7..542fde6): the PROXY
+# protocol, listeners, CONNECT and Upgrade tunnels, the forward proxy's
+# destination default and its cache.
+
+def _tcp_server(handler):
+    """A listening socket on 127.0.0.1 running handler(sock) per
+    connection in a thread; returns (listening socket, list of accepted
+    peers)."""
+    ls = socket.socket()
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(16)
+    seen = []
+
+    def one(s):
+        try:
+            s.settimeout(10)
+            handler(s)
+        except OSError:
+            pass
+        finally:
+            s.close()
+
+    def run():
+        while True:
+            try:
+                s, a = ls.accept()
+            except OSError:
+                return
+            seen.append(a)
+            threading.Thread(target=one, args=(s,), daemon=True).start()
+    threading.Thread(target=run, daemon=True).start()
+    return ls, seen
+
+
+def test_connect_checked_as_connect_by_dest_rules():
+    """A CONNECT was checked against the destination (dest_ip= / apply:
+    out) rules as if it were a DELETE: tunnel.c zeroes its upstream, and
+    up_method 0 is http_parser's HTTP_DELETE.  So `dest_ip=127.0.0.1
+    action=ip_deny method=CONNECT` (a deny rule allows the methods it
+    does not list) opened 127.0.0.1 to CONNECT, which the forward-proxy
+    default refuses without the rule: a fail-open.  (Conversely an
+    `ip_allow method=CONNECT` destination rule refused every CONNECT.)"""
+    ls, seen = _tcp_server(lambda s: s.sendall(b"INSIDE"))
+    port = ls.getsockname()[1]
+    ipa = ["src_ip=127.0.0.1 action=ip_allow method=ALL",
+           "dest_ip=127.0.0.1 action=ip_deny method=CONNECT"]
+    try:
+        with Cistern(records={"proxy.config.url_remap.remap_required": 0,
+                              "proxy.config.http.connect_ports": "*"},
+                     ip_allow=ipa, workers=1) as c:
+            data, _ = raw(c.port, b"CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n"
+                          % (port, port), timeout=3)
+            expect(data.startswith(b"HTTP/1.1 403 "),
+                   "CONNECT denied by its dest rule got %r" % data[:80])
+            expect(b"INSIDE" not in data, "the tunnel reached the target")
+        # an allow rule listing CONNECT opens the tunnel (it was refused)
+        ipa[1] = "dest_ip=127.0.0.1 action=ip_allow method=CONNECT"
+        with Cistern(records={"proxy.config.url_remap.remap_required": 0,
+                              "proxy.config.http.connect_ports": "*"},
+                     ip_allow=ipa, workers=1) as c:
+            data, _ = raw(c.port, b"CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n"
+                          % (port, port), timeout=3)
+            expect(data.startswith(b"HTTP/1.1 200 ") and data.endswith(b"INSIDE"),
+                   "CONNECT allowed by its dest rule got %r" % data[:80])
+    finally:
+        ls.close()
+
+
 if __name__ == "__main__":
     harness.main()
