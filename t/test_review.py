@@ -391,5 +391,38 @@ def test_connect_checked_as_connect_by_dest_rules():
         ls.close()
 
 
+
+def test_forward_hit_does_not_bypass_the_destination_default():
+    """A forward-proxied GET is keyed by its absolute URL, which is the key
+    a reverse-mapped request to the same origin URL is stored under
+    (req.c keys by the routed target).  The destination check (origin.c
+    origin_denied) runs only when an origin is connected, so a forward
+    client asking for http://127.0.0.1:PORT/obj - a loopback origin the
+    forward-proxy default refuses with 403 - was served the object a
+    remap rule had cached from there, 200 from the cache; and the rule's
+    own ACL (@action=deny @src_ip=127.0.0.1) did not stop that client
+    either, though it refuses it the mapped URL."""
+    path = "/headers?Cache-Control=max-age%3D600&X-Secret=inside"
+    with Origin() as o, Cistern(
+            storage=["cache 64M"],
+            records={"proxy.config.url_remap.remap_required": 0},
+            remap=["map http://secret.test/ http://%s/ @action=deny @src_ip=127.0.0.1"
+                   % o.authority],
+            workers=1) as c:
+        r = harness.curl([c.url(path), "-H", "Host: secret.test", "--interface", "127.0.0.2"])
+        expect_eq(r.status, 200, "127.0.0.2 through the remap rule")
+        r = harness.curl([c.url(path), "-H", "Host: secret.test"])
+        expect_eq(r.status, 403, "127.0.0.1 through the remap rule (its ACL)")
+        miss, _ = raw(c.port, b"GET http://%s/uncached HTTP/1.1\r\nConnection: close\r\n\r\n"
+                      % o.authority.encode(), timeout=3)
+        expect(miss.startswith(b"HTTP/1.1 403 "),
+               "forward GET to the loopback origin (a miss): %r" % miss[:60])
+        hit, _ = raw(c.port, b"GET http://%s%s HTTP/1.1\r\nConnection: close\r\n\r\n"
+                     % (o.authority.encode(), path.encode()), timeout=3)
+        expect(not hit.startswith(b"HTTP/1.1 200 ") and b"X-Secret" not in hit,
+               "forward GET to the loopback origin was served from the cache: %r"
+               % hit[:200])
+
+
 if __name__ == "__main__":
     harness.main()
