@@ -424,5 +424,51 @@ def test_forward_hit_does_not_bypass_the_destination_default():
                % hit[:200])
 
 
+
+def test_pipelined_connect_after_half_close_is_answered():
+    """A CONNECT pipelined behind a proxied request, from a client that
+    half-closed after sending (nc -N, a script), got no answer at all:
+    while the first request waited for its origin the connection read the
+    client's end of stream (cn_in_eof), and once the CONNECT was
+    dispatched and connecting, conn_flush's tail ("the client half-closed:
+    nothing more will come") closed the connection under it.  Alone on its
+    connection the same CONNECT works: the tunnel passes the end of stream
+    on and the target's answer comes back."""
+    def reply_after_eof(s):
+        data = b""
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            data += d
+        s.sendall(b"you sent %d bytes" % len(data))
+    ls, seen = _tcp_server(reply_after_eof)
+    port = ls.getsockname()[1]
+    ipa = ["src_ip=127.0.0.1 action=ip_allow method=ALL",
+           "dest_ip=127.0.0.1 action=ip_allow method=ALL"]
+    try:
+        with Origin() as o, Cistern(
+                records={"proxy.config.url_remap.remap_required": 0,
+                         "proxy.config.http.connect_ports": "*"},
+                remap=["map http://m.test/ http://%s/" % o.authority],
+                ip_allow=ipa, workers=1) as c:
+            for first in (b"", b"GET /delay/300 HTTP/1.1\r\nHost: m.test\r\n\r\n"):
+                k = harness.Conn(c.port, timeout=5)
+                try:
+                    k.send(first + b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\nHELLO" % port)
+                    k.sock.shutdown(socket.SHUT_WR)
+                    k.read_until_close(5)
+                finally:
+                    k.close()
+                what = "after a proxied request" if first else "alone"
+                expect(b"HTTP/1.1 200 Connection established\r\n\r\n" in k.buf,
+                       "CONNECT %s, half-closed: no 200 (%r)" % (what, k.buf[-120:]))
+                expect(k.buf.endswith(b"you sent 5 bytes"),
+                       "CONNECT %s, half-closed: the target's answer (%r)"
+                       % (what, k.buf[-120:]))
+    finally:
+        ls.close()
+
+
 if __name__ == "__main__":
     harness.main()
