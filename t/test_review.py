@@ -34,6 +34,18 @@ Second round (2e985ac..a4f5aa4):
 - an origin that took a large request body and then stalled mid-response
   was cut after twice transaction_no_activity_timeout_out (up_unsent still
   held the queue length from when the body was sent).
+
+Issues 18 and 19, the network side (27284a7..542fde6):
+
+- a CONNECT was judged by ip_allow's destination rules as a DELETE (its
+  upstream's method was left 0), so a dest_ip rule denying CONNECT
+  opened the target instead (fixed);
+- a forward-proxied GET for a loopback origin, which the forward-proxy
+  default refuses, was served the object a remap rule had cached from
+  there, past the rule's own ACL too (the destination is checked only
+  when an origin is connected; not fixed);
+- a CONNECT pipelined behind a proxied request, from a client that had
+  half-closed, was closed unanswered while connecting (fixed).
 """
 import os
 import pwd
