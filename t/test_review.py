@@ -56,6 +56,18 @@ Issues 18 and 19, configuration side (27284a7..542fde6):
   parent file were unknown-key warnings ("ok"), the rules left unread;
 - cache.config dest_host= matched subdomains (ttl-in-cache then stored
   their private answers), and dest_domain=. matched no host.
+
+Issues 18 and 19, the network side (27284a7..542fde6):
+
+- a CONNECT was judged by ip_allow's destination rules as a DELETE (its
+  upstream's method was left 0), so a dest_ip rule denying CONNECT
+  opened the target instead (fixed);
+- a forward-proxied GET for a loopback origin, which the forward-proxy
+  default refuses, was served the object a remap rule had cached from
+  there, past the rule's own ACL too (the destination is checked only
+  when an origin is connected; not fixed);
+- a CONNECT pipelined behind a proxied request, from a client that had
+  half-closed, was closed unanswered while connecting (fixed).
 """
 import os
 import pwd
@@ -605,6 +617,156 @@ def test_cache_config_dest_domain_dot_is_every_host():
     n = _fetches_for_two_gets("dest_domain=. action=never-cache\n",
                               "Cache-Control=max-age%3D600")
     expect_eq(n, 2, "origin fetches under dest_domain=. never-cache")
+
+
+
+# ------------------------------------------------------------------
+# Issues 18 and 19, the network side (27284a7..542fde6): the PROXY
+# protocol, listeners, CONNECT and Upgrade tunnels, the forward proxy's
+# destination default and its cache.
+
+def _tcp_server(handler):
+    """A listening socket on 127.0.0.1 running handler(sock) per
+    connection in a thread; returns (listening socket, list of accepted
+    peers)."""
+    ls = socket.socket()
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(16)
+    seen = []
+
+    def one(s):
+        try:
+            s.settimeout(10)
+            handler(s)
+        except OSError:
+            pass
+        finally:
+            s.close()
+
+    def run():
+        while True:
+            try:
+                s, a = ls.accept()
+            except OSError:
+                return
+            seen.append(a)
+            threading.Thread(target=one, args=(s,), daemon=True).start()
+    threading.Thread(target=run, daemon=True).start()
+    return ls, seen
+
+
+def test_connect_checked_as_connect_by_dest_rules():
+    """A CONNECT was checked against the destination (dest_ip= / apply:
+    out) rules as if it were a DELETE: tunnel.c zeroes its upstream, and
+    up_method 0 is http_parser's HTTP_DELETE.  So `dest_ip=127.0.0.1
+    action=ip_deny method=CONNECT` (a deny rule allows the methods it
+    does not list) opened 127.0.0.1 to CONNECT, which the forward-proxy
+    default refuses without the rule: a fail-open.  (Conversely an
+    `ip_allow method=CONNECT` destination rule refused every CONNECT.)"""
+    ls, seen = _tcp_server(lambda s: s.sendall(b"INSIDE"))
+    port = ls.getsockname()[1]
+    ipa = ["src_ip=127.0.0.1 action=ip_allow method=ALL",
+           "dest_ip=127.0.0.1 action=ip_deny method=CONNECT"]
+    try:
+        with Cistern(records={"proxy.config.url_remap.remap_required": 0,
+                              "proxy.config.http.connect_ports": "*"},
+                     ip_allow=ipa, workers=1) as c:
+            data, _ = raw(c.port, b"CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n"
+                          % (port, port), timeout=3)
+            expect(data.startswith(b"HTTP/1.1 403 "),
+                   "CONNECT denied by its dest rule got %r" % data[:80])
+            expect(b"INSIDE" not in data, "the tunnel reached the target")
+        # an allow rule listing CONNECT opens the tunnel (it was refused)
+        ipa[1] = "dest_ip=127.0.0.1 action=ip_allow method=CONNECT"
+        with Cistern(records={"proxy.config.url_remap.remap_required": 0,
+                              "proxy.config.http.connect_ports": "*"},
+                     ip_allow=ipa, workers=1) as c:
+            data, _ = raw(c.port, b"CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n"
+                          % (port, port), timeout=3)
+            expect(data.startswith(b"HTTP/1.1 200 ") and data.endswith(b"INSIDE"),
+                   "CONNECT allowed by its dest rule got %r" % data[:80])
+    finally:
+        ls.close()
+
+
+
+def test_forward_hit_does_not_bypass_the_destination_default():
+    """A forward-proxied GET is keyed by its absolute URL, which is the key
+    a reverse-mapped request to the same origin URL is stored under
+    (req.c keys by the routed target).  The destination check (origin.c
+    origin_denied) runs only when an origin is connected, so a forward
+    client asking for http://127.0.0.1:PORT/obj - a loopback origin the
+    forward-proxy default refuses with 403 - was served the object a
+    remap rule had cached from there, 200 from the cache; and the rule's
+    own ACL (@action=deny @src_ip=127.0.0.1) did not stop that client
+    either, though it refuses it the mapped URL."""
+    path = "/headers?Cache-Control=max-age%3D600&X-Secret=inside"
+    with Origin() as o, Cistern(
+            storage=["cache 64M"],
+            records={"proxy.config.url_remap.remap_required": 0},
+            remap=["map http://secret.test/ http://%s/ @action=deny @src_ip=127.0.0.1"
+                   % o.authority],
+            workers=1) as c:
+        r = harness.curl([c.url(path), "-H", "Host: secret.test", "--interface", "127.0.0.2"])
+        expect_eq(r.status, 200, "127.0.0.2 through the remap rule")
+        r = harness.curl([c.url(path), "-H", "Host: secret.test"])
+        expect_eq(r.status, 403, "127.0.0.1 through the remap rule (its ACL)")
+        miss, _ = raw(c.port, b"GET http://%s/uncached HTTP/1.1\r\nConnection: close\r\n\r\n"
+                      % o.authority.encode(), timeout=3)
+        expect(miss.startswith(b"HTTP/1.1 403 "),
+               "forward GET to the loopback origin (a miss): %r" % miss[:60])
+        hit, _ = raw(c.port, b"GET http://%s%s HTTP/1.1\r\nConnection: close\r\n\r\n"
+                     % (o.authority.encode(), path.encode()), timeout=3)
+        expect(not hit.startswith(b"HTTP/1.1 200 ") and b"X-Secret" not in hit,
+               "forward GET to the loopback origin was served from the cache: %r"
+               % hit[:200])
+
+
+
+def test_pipelined_connect_after_half_close_is_answered():
+    """A CONNECT pipelined behind a proxied request, from a client that
+    half-closed after sending (nc -N, a script), got no answer at all:
+    while the first request waited for its origin the connection read the
+    client's end of stream (cn_in_eof), and once the CONNECT was
+    dispatched and connecting, conn_flush's tail ("the client half-closed:
+    nothing more will come") closed the connection under it.  Alone on its
+    connection the same CONNECT works: the tunnel passes the end of stream
+    on and the target's answer comes back."""
+    def reply_after_eof(s):
+        data = b""
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            data += d
+        s.sendall(b"you sent %d bytes" % len(data))
+    ls, seen = _tcp_server(reply_after_eof)
+    port = ls.getsockname()[1]
+    ipa = ["src_ip=127.0.0.1 action=ip_allow method=ALL",
+           "dest_ip=127.0.0.1 action=ip_allow method=ALL"]
+    try:
+        with Origin() as o, Cistern(
+                records={"proxy.config.url_remap.remap_required": 0,
+                         "proxy.config.http.connect_ports": "*"},
+                remap=["map http://m.test/ http://%s/" % o.authority],
+                ip_allow=ipa, workers=1) as c:
+            for first in (b"", b"GET /delay/300 HTTP/1.1\r\nHost: m.test\r\n\r\n"):
+                k = harness.Conn(c.port, timeout=5)
+                try:
+                    k.send(first + b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\nHELLO" % port)
+                    k.sock.shutdown(socket.SHUT_WR)
+                    k.read_until_close(5)
+                finally:
+                    k.close()
+                what = "after a proxied request" if first else "alone"
+                expect(b"HTTP/1.1 200 Connection established\r\n\r\n" in k.buf,
+                       "CONNECT %s, half-closed: no 200 (%r)" % (what, k.buf[-120:]))
+                expect(k.buf.endswith(b"you sent 5 bytes"),
+                       "CONNECT %s, half-closed: the target's answer (%r)"
+                       % (what, k.buf[-120:]))
+    finally:
+        ls.close()
 
 
 if __name__ == "__main__":
