@@ -9,8 +9,8 @@
  *   socks.config      read by ATS only when proxy.config.socks.socks_needed
  *                     is 1 (which records.config refuses); with 0 its lines
  *                     are inert, as in ATS: matches.
- *   parent.config,    parent proxies (routing): an error when not empty.
- *   strategies.yaml
+ *   strategies.yaml   parent strategies (routing): an error when not empty
+ *                     (parent.config is read: conf/parent.c).
  *   plugin.config     plugins run on every request: an error.
  *   hosting.config,   which hosts are cached on which volume: an error.
  *   volume.config
@@ -229,14 +229,11 @@ conf_ats_files_check(const struct conf *c, struct conf_errors *e)
     const char *dir = c->confdir;
 
     ats_socks(dir, e);
-    ats_must_be_empty(dir, "parent.config", "no parent proxies",
-                      "parent proxies are not supported yet (issue: origin "
-                      "pools); Cistern would send these requests to the "
-                      "origin directly", e);
+    /* parent.config is read (conf/parent.c) */
     ats_must_be_empty(dir, "strategies.yaml", "no parent strategies",
-                      "parent proxies are not supported yet (issue: origin "
-                      "pools); Cistern would send these requests to the "
-                      "origin directly", e);
+                      "strategies.yaml is not supported yet; write the "
+                      "parents in parent.config (ATS syntax), which Cistern "
+                      "reads", e);
     ats_must_be_empty(dir, "plugin.config", "no global plugins",
                       "plugins are not supported yet; Cistern would serve "
                       "every request without them", e);
@@ -249,7 +246,8 @@ conf_ats_files_check(const struct conf *c, struct conf_errors *e)
                       "store, the one storage.config names", e);
     ats_must_be_empty(dir, "splitdns.config", "one resolver for all",
                       "split DNS is not supported: Cistern resolves every "
-                      "origin with the system resolver", e);
+                      "origin name with the same nameservers "
+                      "(proxy.config.dns.nameservers)", e);
     ats_must_be_empty(dir, "sni.yaml", "no per-name TLS policy",
                       "per-name TLS policy (client certificates, tunnels, "
                       "verification, protocol versions) is not supported "

@@ -36,7 +36,6 @@
 
 #include "conf/conf.h"
 
-#define NO_PARENTS  "there are no parent proxies (parent.config must be empty): "
 
 const struct conf_ats_key conf_ats_keys[] = {
     /* -------------------------------------------------------------------
@@ -93,14 +92,10 @@ const struct conf_ats_key conf_ats_keys[] = {
       "nameservers (splitdns.config must be empty)" },
     { "proxy.config.dns.search_default_domains", "INT", CONF_ATS_MATCHES,
       "0", "origin names are resolved as written: no search domains" },
-    { "proxy.config.http.forward.proxy_auth_to_parent", "INT",
-      CONF_ATS_MATCHES, "0",
-      NO_PARENTS "Proxy-Authorization is never forwarded" },
-    { "proxy.config.http.uncacheable_requests_bypass_parent", "INT",
-      CONF_ATS_MATCHES, "1", NO_PARENTS "every request goes to its origin" },
     { "proxy.config.http.no_dns_just_forward_to_parent", "INT",
       CONF_ATS_MATCHES, "0",
-      NO_PARENTS "origins are resolved and connected to directly" },
+      "a request for a parent proxy is sent without resolving its origin, "
+      "and uncacheable_requests_bypass_parent applies (ATS's 0)" },
 
     /* The files ATS reads, under other names: Cistern reads (or checks)
      * the files of the config directory under ATS's default names only. */
@@ -129,15 +124,42 @@ const struct conf_ats_key conf_ats_keys[] = {
       "Cistern checks sni.yaml in the config directory (it must be empty)" },
     { "proxy.config.log.config.filename", "STRING", CONF_ATS_MATCHES,
       "logging.yaml", "Cistern checks logging.yaml in the config directory" },
+    /* The files holding access, caching and routing rules: another name
+     * would leave the operator's rules unread (the built-in ip_allow lets
+     * every address GET). */
+    { "proxy.config.cache.ip_allow.filename", "STRING", CONF_ATS_MATCHES,
+      "ip_allow.yaml|ip_allow.config",
+      "Cistern reads ip_allow.yaml (or ip_allow.config) in the config "
+      "directory" },
+    { "proxy.config.cache.control.filename", "STRING", CONF_ATS_MATCHES,
+      "cache.config", "Cistern reads cache.config in the config directory" },
+    { "proxy.config.cache.storage_filename", "STRING", CONF_ATS_MATCHES,
+      "storage.config", "Cistern reads storage.config in the config directory" },
+    { "proxy.config.http.parent_proxy.file", "STRING", CONF_ATS_MATCHES,
+      "parent.config",
+      "Cistern checks parent.config in the config directory (it must be "
+      "empty)" },
 
     /* -------------------------------------------------------------------
      * INTERNAL: ATS's own machinery, ignored (one warning per file)
      */
-    /* Parent-proxy tuning: inert while parent.config must be empty (the
-     * file itself fails closed, conf/atsfiles.c). */
-    { "proxy.config.http.parent_proxy.*", "INT", CONF_ATS_INTERNAL, NULL,
-      NO_PARENTS "the parent-proxy timers and retry counts have nothing to "
-      "act on" },
+    /* Parent-proxy machinery Cistern has no counterpart of */
+    { "proxy.config.http.parent_proxy.max_trans_retries", "INT", CONF_ATS_INTERNAL,
+      NULL, "ATS limits concurrent probes of a parent; Cistern lets one "
+      "request probe it per retry_time" },
+    { "proxy.config.http.parent_proxy.disable_connect_tunneling", "INT",
+      CONF_ATS_INTERNAL, NULL, "CONNECT is never sent to a parent: Cistern "
+      "tunnels to the destination itself" },
+    { "proxy.config.http.parent_proxy.consistent_hash_algorithm", "STRING",
+      CONF_ATS_INTERNAL, NULL, "Cistern's consistent hash is its own "
+      "(weighted rendezvous hashing): the same URL may have another owner "
+      "than under ATS, each still one" },
+    { "proxy.config.http.parent_proxy.consistent_hash_seed0", "INT",
+      CONF_ATS_INTERNAL, NULL, "Cistern's consistent hash has no seed" },
+    { "proxy.config.http.parent_proxy.consistent_hash_seed1", "INT",
+      CONF_ATS_INTERNAL, NULL, "Cistern's consistent hash has no seed" },
+    { "proxy.config.http.parent_proxy.consistent_hash_replicas", "INT",
+      CONF_ATS_INTERNAL, NULL, "rendezvous hashing needs no ring points" },
     { "proxy.config.exec_thread.*", "INT", CONF_ATS_INTERNAL, NULL,
       "ATS's event threads; Cistern runs single-threaded worker processes "
       "(proxy.config.cistern.workers)" },

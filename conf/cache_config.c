@@ -4,7 +4,8 @@
  * (negative_caching_list as a bitmap).
  *
  * A line is "primary=value [secondary=value ...] directive":
- *   primary     dest_domain= / dest_host= (the host or a subdomain of it),
+ *   primary     dest_domain= (the host or a subdomain of it; "." every
+ *               host), dest_host= (that host only),
  *               host_regex=, url_regex= (POSIX extended regular
  *               expressions, searched unanchored as ATS's PCRE ones are);
  *   secondary   prefix=, suffix= (comma list, any case), port= (N or N-M),
@@ -163,6 +164,11 @@ cc_primary(struct cc_parse *ps, struct conf_cache_rule *r, const char *label,
         return -1;
     }
     if (strcasecmp(label, "dest_domain") == 0 || strcasecmp(label, "dest_host") == 0) {
+        /* ATS's HostMatcher: dest_domain is a domain record (the host and
+         * its subdomains; "." is the root, every host), dest_host a host
+         * record (that host only); trailing dots are optional on both
+         * sides. */
+        r->host_only = strcasecmp(label, "dest_host") == 0;
         while (*value == '.')
             value++;
         r->domain = strdup(value);
@@ -171,7 +177,13 @@ cc_primary(struct cc_parse *ps, struct conf_cache_rule *r, const char *label,
         for (char *q = r->domain; *q; q++)
             *q = (char)tolower((unsigned char)*q);
         r->domainlen = strlen(r->domain);
+        while (r->domainlen > 0 && r->domain[r->domainlen - 1] == '.')
+            r->domain[--r->domainlen] = '\0';
         r->primary = CONF_CC_DOMAIN;
+        if (r->host_only && r->domainlen == 0) {
+            conf_error(ps->e, ps->file, line, "%s=%s: not a host name", label, value);
+            return -1;
+        }
         return 0;
     }
     int host = strcasecmp(label, "host_regex") == 0;
@@ -500,12 +512,21 @@ cc_rule_matches(const struct conf_cache_rule *r, const struct conf_cache_req *q)
     if (qm)
         plen = (size_t)(qm - q->path);
     switch (r->primary) {
-    case CONF_CC_DOMAIN:
-        if (!(q->hostlen == r->domainlen
-              || (q->hostlen > r->domainlen && q->host[q->hostlen - r->domainlen - 1] == '.'))
-            || strncasecmp(q->host + q->hostlen - r->domainlen, r->domain, r->domainlen) != 0)
+    case CONF_CC_DOMAIN: {
+        size_t hl = q->hostlen;
+
+        while (hl > 0 && q->host[hl - 1] == '.')
+            hl--;       /* "example.com." is example.com */
+        if (hl == 0 || hl < r->domainlen
+            || strncasecmp(q->host + hl - r->domainlen, r->domain, r->domainlen) != 0)
+            return 0;
+        /* a longer host: a subdomain (at a label boundary) of a domain */
+        if (hl > r->domainlen
+            && (r->host_only
+                || (r->domainlen > 0 && q->host[hl - r->domainlen - 1] != '.')))
             return 0;
         break;
+    }
     case CONF_CC_HOST_REGEX: {
         char h[256];
         if (q->hostlen >= sizeof(h))

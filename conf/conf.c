@@ -166,7 +166,15 @@ conf_load(const char *confdir, struct conf_errors *errs)
         conf_cache_parse(&c->cache, path, errs);
     free(path);
 
-    /* socks.config, parent.config, plugin.config, ...: read by ATS, not by
+    /* parent.config (optional: missing means no parents) */
+    path = conf_path(c->confdir, "parent.config");
+    if (path == NULL)
+        goto oom;
+    if (conf_optional_exists(path))
+        conf_parent_parse(&c->parents, path, errs);
+    free(path);
+
+    /* socks.config, plugin.config, ...: read by ATS, not by
      * Cistern; anything in them that Cistern would not do is refused. */
     conf_ats_files_check(c, errs);
 
@@ -197,6 +205,7 @@ conf_free(struct conf *c)
     conf_storage_free(&c->storage);
     conf_tls_free(c->tls);
     conf_cache_free(&c->cache);
+    conf_parent_free(&c->parents);
     free(c->confdir);
     free(c);
 }

@@ -129,6 +129,7 @@ struct conf_records {
     int      negative_caching_enabled;/* proxy.config.http.negative_caching_enabled */
     int      negative_caching_lifetime;/* ...negative_caching_lifetime */
     char    *negative_caching_list;   /* ...negative_caching_list (statuses) */
+    int      negative_revalidating;   /* ...negative_revalidating_enabled */
     /* issue 18, header and origin-retry keys (worker/via.c, origin.c) */
     int      insert_client_ip;        /* proxy.config.http.insert_client_ip:
                                          0 no Client-ip, 1 unless the client
@@ -150,6 +151,15 @@ struct conf_records {
                                          dns_resolv_conf's) */
     char    *dns_resolv_conf;         /* proxy.config.dns.resolv_conf */
     char    *hosts_file;              /* proxy.config.hostdb.host_file.path */
+    /* issue 20, parent proxies (conf/parent.c, worker/parent.c) */
+    int      parent_retry_time;       /* proxy.config.http.parent_proxy.retry_time */
+    int      parent_fail_threshold;   /* ...parent_proxy.fail_threshold */
+    int      parent_total_attempts;   /* ...parent_proxy.total_connect_attempts */
+    int      parent_per_attempts;     /* ...parent_proxy.per_parent_connect_attempts */
+    int      parent_connect_timeout;  /* ...parent_proxy.connect_attempts_timeout */
+    int      parent_mark_down_hostdb; /* ...parent_proxy.mark_down_hostdb */
+    int      proxy_auth_to_parent;    /* ...forward.proxy_auth_to_parent */
+    int      uncacheable_bypass_parent;/* ...uncacheable_requests_bypass_parent */
 };
 
 /* proxy.config.http.insert_forwarded's parameters (RFC 7239 Forwarded) */
@@ -210,6 +220,10 @@ struct conf_acl {
     enum conf_acl_action action;
     int      allow;                   /* the action allows (1) or denies (0) */
     unsigned methods;                 /* CONF_METHOD_* bits; 0: every method */
+    char   **mnames;                  /* @method= names without a bit of their
+                                         own (CONF_METHOD_OTHER): matched by
+                                         name, as ATS does */
+    int      nmnames;
     struct conf_acl_ip *src, *in;     /* @src_ip=, @in_ip= (any one matches) */
     int      nsrc, nin;
     int      internal;                /* @internal: matches internal requests
@@ -302,7 +316,8 @@ conf_remap_find_recv(const struct conf_remap *rm, const char *scheme,
 
 /* The ACL filters of a matched rule (rule->nacl > 0): does the request
  * pass?  peer is the client, local the address it connected to (NULL when
- * unknown: an @in_ip= never matches then), method_bit its CONF_METHOD_*.
+ * unknown: an @in_ip= never matches then), method (mlen bytes) its method
+ * (a method without a CONF_METHOD_* bit matches a filter by name).
  * With policy legacy (ATS 9, and ATS 10's default) every filter must
  * pass: an allow filter passes when it matches, a deny filter when it
  * does not.  With modern (ATS 10, acl_behavior_policy 1), the first
@@ -314,8 +329,8 @@ conf_remap_find_recv(const struct conf_remap *rm, const char *scheme,
 int conf_remap_acl_allows(const struct conf_remap *rm,
                           const struct conf_remap_rule *rule,
                           const struct sockaddr *peer,
-                          const struct sockaddr *local, unsigned method_bit,
-                          const char **by);
+                          const struct sockaddr *local, const char *method,
+                          size_t mlen, const char **by);
 
 /* For reverse_map (and map rules, as ATS does): rewrite a Location-style URL
  * from the origin's form back to the client's.  Returns 1 and fills out
@@ -428,8 +443,11 @@ enum conf_cc_action {
 
 struct conf_cache_rule {
     enum conf_cc_primary primary;
-    char    *domain;                  /* dest_domain / dest_host, lowercase */
+    char    *domain;                  /* dest_domain / dest_host, lowercase,
+                                         without leading or trailing dots
+                                         ("" for dest_domain=.: every host) */
     size_t   domainlen;
+    int      host_only;               /* dest_host: that host, no subdomain */
     regex_t  re;                      /* host_regex / url_regex */
     int      re_ok;
     /* secondary specifiers: unset ones match everything */
@@ -500,6 +518,98 @@ conf_cache_negative(const struct conf_cache *cc, int status)
 /* ---------------------------------------------------------------------
  * The whole configuration
  */
+/* ---------------------------------------------------------------------
+ * parent.config (ATS syntax): parent proxies and origin pools
+ * (conf/parent.c; the selection at run time is worker/parent.c)
+ */
+enum conf_pp_primary {
+    CONF_PP_DOMAIN = 1,               /* dest_domain= (and its subdomains; "." all) */
+    CONF_PP_HOST,                     /* dest_host= (that name only) */
+    CONF_PP_IP,                       /* dest_ip= (an IP literal host) */
+    CONF_PP_HOST_REGEX,               /* host_regex= */
+    CONF_PP_URL_REGEX,                /* url_regex= */
+};
+enum conf_pp_rr {
+    CONF_PP_RR_FALSE = 0,             /* the first parent that is up */
+    CONF_PP_RR_TRUE,                  /* by the client's address */
+    CONF_PP_RR_STRICT,                /* in turn, request by request */
+    CONF_PP_RR_HASH,                  /* consistent hash of the URL */
+    CONF_PP_RR_LATCHED,               /* one until it fails, then the next */
+};
+#define CONF_PP_MAX_PARENTS 64        /* parent= and secondary_parent= together */
+#define CONF_PP_RETRY_SIMPLE  1       /* parent_retry=simple_retry */
+#define CONF_PP_RETRY_UNAVAIL 2       /* parent_retry=unavailable_server_retry */
+
+struct conf_parent_host {
+    char     host[256];               /* lowercase; an IPv6 literal in [] */
+    int      port;
+    double   weight;                  /* |w, default 1 */
+    uint64_t hid;                     /* hash of its identity ("&name", or
+                                         host:port): the hash ring's */
+    char     name[272];               /* "host:port", for logs and stats */
+};
+
+struct conf_parent_rule {
+    enum conf_pp_primary primary;
+    char    *domain;                  /* dest_domain / dest_host, lowercase */
+    size_t   domainlen;               /* 0 with dest_domain=.: every host */
+    regex_t  re;
+    int      re_ok;
+    struct conf_ip_allow ip;          /* dest_ip= */
+    /* secondary specifiers: unset ones match everything */
+    char    *prefix, *suffix, *scheme, *method;
+    size_t   prefixlen;
+    int      port_lo, port_hi;
+    struct conf_ip_allow src;         /* src_ip= */
+    int      internal;                /* -1 any, 0, 1 (never: no plugins) */
+    /* actions */
+    struct conf_parent_host *hosts;   /* parent= then secondary_parent= */
+    int      nprimary, nsecondary;
+    enum conf_pp_rr rr;
+    int      go_direct;               /* default 1 (ATS); 0 with parent_is_proxy=false */
+    int      is_proxy;                /* parent_is_proxy, default 1 */
+    int      ignore_query;            /* qstring=ignore */
+    int      retry;                   /* CONF_PP_RETRY_* bits */
+    int      max_simple, max_unavail; /* 1..5, default 1 */
+    int      secondary_mode;          /* 1 (default), 2, 3 */
+    uint8_t  simple_codes[125];       /* bitmaps of statuses 0-999 */
+    uint8_t  unavail_codes[125];
+    int      line;
+};
+
+struct conf_parents {
+    struct conf_parent_rule *rules;   /* file order: the first match wins */
+    int      nrules;
+    int      need_url;                /* a url_regex= rule */
+};
+
+/* What a rule is matched against: the request after remap. */
+struct conf_parent_req {
+    const char *scheme, *host;        /* host as in the target, any case */
+    size_t   hostlen;
+    int      port;
+    const char *path;                 /* from '/', query included */
+    size_t   pathlen;
+    const char *url;                  /* scheme://host:port/path (need_url) */
+    const char *method;
+    const struct sockaddr *src;       /* the client */
+};
+
+int  conf_parent_parse(struct conf_parents *pp, const char *file, struct conf_errors *e);
+void conf_parent_free(struct conf_parents *pp);
+/* The first rule (file order, ATS's ControlMatcher) matching q, or NULL. */
+const struct conf_parent_rule *conf_parent_find(const struct conf_parents *pp,
+                                                const struct conf_parent_req *q);
+/* Is status in the rule's simple / unavailable retry list? */
+int  conf_parent_code(const uint8_t *bits, int status);
+/* A 64-bit hash of n bytes (FNV-1a, then a 64-bit finaliser). */
+uint64_t conf_parent_hash(const void *p, size_t n);
+/* Consistent hashing (weighted rendezvous): order[0..n) = the indexes of
+ * hosts[0..n) by descending score for the key hash; order[0] owns the key.
+ * Removing a host moves only the keys it owned. */
+void conf_parent_rank(const struct conf_parent_host *hosts, int n, uint64_t key,
+                      int *order);
+
 struct conf {
     char                *confdir;     /* absolute */
     struct conf_records  rec;
@@ -513,6 +623,7 @@ struct conf {
     struct conf_tls     *tls;         /* certificates and TLS contexts, or NULL
                                          (conf/ssl_multicert.c) */
     struct conf_cache    cache;       /* cache.config (issue 18, policy) */
+    struct conf_parents  parents;     /* parent.config (issue 20) */
 };
 
 /* Load and validate everything under confdir.  Returns the new config, or

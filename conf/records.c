@@ -339,8 +339,9 @@ static const struct rec_directive rec_table[] = {
       "1: store responses carrying WWW-Authenticate" },
     { "proxy.config.http.cache.when_to_revalidate", REC_INT, rec_set_int,
       REC_FIELD(when_to_revalidate), "0", 0, 4,
-      "ATS 0-4: 0 by freshness, 1 stale always, 2 always revalidate, 3 "
-      "never, 4 by If-Modified-Since" },
+      "ATS 0-4: 0 by freshness, 1 a heuristic freshness counts as stale, "
+      "2 always stale (always validated), 3 never stale, 4 stale when "
+      "the request has If-Modified-Since" },
     { "proxy.config.http.cache.max_stale_age", REC_INT, rec_set_int,
       REC_FIELD(max_stale_age), "604800", 0, 2147483647,
       "the stalest copy ever served (max-stale, stale-while-revalidate, "
@@ -361,6 +362,13 @@ static const struct rec_directive rec_table[] = {
     { "proxy.config.http.negative_caching_list", REC_STRING, rec_set_string,
       REC_FIELD(negative_caching_list), "204 305 403 404 414 500 501 502 503 504", 0, 0,
       "the statuses negative caching applies to" },
+    /* ATS 8+ default 1; Cistern 0: RFC 9111 4.2.4 lets a cache serve
+     * stale only when permitted (stale-if-error) or disconnected. */
+    { "proxy.config.http.negative_revalidating_enabled", REC_INT, rec_set_int,
+      REC_FIELD(negative_revalidating), "0", 0, 1,
+      "1: when revalidating a stale object fails (no connection, or a 5xx), "
+      "serve the stale object within max_stale_age instead (ATS default 1; "
+      "Cistern 0, RFC 9111)" },
     /* issue 18, header and origin-retry keys: ATS 9's names and defaults
      * (but the Via and Server strings name Cistern).  worker/via.c makes
      * the fields, worker/origin.c retries and marks origins down. */
@@ -429,6 +437,35 @@ static const struct rec_directive rec_table[] = {
     { "proxy.config.hostdb.host_file.path", REC_STRING, rec_set_path,
       REC_FIELD(hosts_file), "/etc/hosts", 0, 0,
       "the hosts file, consulted before DNS (re-read when it changes)" },
+    /* issue 20: parent.config (worker/parent.c) */
+    { "proxy.config.http.parent_proxy.retry_time", REC_INT, rec_set_int,
+      REC_FIELD(parent_retry_time), "300", 1, ONE_DAY,
+      "how long a parent marked down is skipped (all workers) before live "
+      "traffic probes it, seconds" },
+    { "proxy.config.http.parent_proxy.fail_threshold", REC_INT, rec_set_int,
+      REC_FIELD(parent_fail_threshold), "10", 1, 10000,
+      "failures within retry_time that mark a parent down" },
+    { "proxy.config.http.parent_proxy.total_connect_attempts", REC_INT, rec_set_int,
+      REC_FIELD(parent_total_attempts), "4", 1, 254,
+      "connect attempts to parents in all, per request, before go_direct "
+      "or an error" },
+    { "proxy.config.http.parent_proxy.per_parent_connect_attempts", REC_INT, rec_set_int,
+      REC_FIELD(parent_per_attempts), "2", 1, 254,
+      "connect attempts to one parent, per request" },
+    { "proxy.config.http.parent_proxy.connect_attempts_timeout", REC_INT, rec_set_int,
+      REC_FIELD(parent_connect_timeout), "30", 1, ONE_DAY,
+      "connecting to a parent, seconds" },
+    { "proxy.config.http.parent_proxy.mark_down_hostdb", REC_INT, rec_set_int,
+      REC_FIELD(parent_mark_down_hostdb), "0", 0, 0,
+      "0 only: a parent is marked down in the shared parent table, not its "
+      "host's addresses" },
+    { "proxy.config.http.forward.proxy_auth_to_parent", REC_INT, rec_set_int,
+      REC_FIELD(proxy_auth_to_parent), "0", 0, 1,
+      "1 passes Proxy-Authorization to a parent proxy; 0 strips it" },
+    { "proxy.config.http.uncacheable_requests_bypass_parent", REC_INT, rec_set_int,
+      REC_FIELD(uncacheable_bypass_parent), "1", 0, 1,
+      "1: a request that is not a cache lookup (not GET/HEAD) goes to its "
+      "origin, not to a parent proxy (parent_is_proxy=false pools still used)" },
 };
 
 #define REC_NKEYS (sizeof(rec_table) / sizeof(rec_table[0]))

@@ -370,6 +370,9 @@ remap_acl_free(struct conf_acl *a)
         free(a->src[i].ranges);
     for (int i = 0; i < a->nin; i++)
         free(a->in[i].ranges);
+    for (int i = 0; i < a->nmnames; i++)
+        free(a->mnames[i]);
+    free(a->mnames);
     free(a->src);
     free(a->in);
     memset(a, 0, sizeof(*a));
@@ -523,10 +526,25 @@ remap_acl_parse(struct remap_parse *ps, int line, int report, char **argv,
             a->allow = a->action == CONF_ACL_ALLOW || a->action == CONF_ACL_ADD_ALLOW
                        || a->action == CONF_ACL_SET_ALLOW;
         } else if (OPT("method")) {
-            /* One method per option, any case; a name Cistern does not
-             * know is CONF_METHOD_OTHER (such a request is refused before
-             * it is routed, so it never reaches a filter). */
-            a->methods |= conf_method_bit(v, strlen(v));
+            /* One method per option, any case.  A method without a bit
+             * of its own (PROPFIND, MKCOL, ...: the parser takes them) is
+             * CONF_METHOD_OTHER and its name is kept: ATS matches such a
+             * method by name, and the bit alone would match them all. */
+            unsigned b = conf_method_bit(v, strlen(v));
+            char   **nn;
+
+            a->methods |= b;
+            if (b == CONF_METHOD_OTHER) {
+                nn = realloc(a->mnames, sizeof(*nn) * (size_t)(a->nmnames + 1));
+                if (nn == NULL || (nn[a->nmnames] = strdup(v)) == NULL) {
+                    if (nn != NULL)
+                        a->mnames = nn;
+                    ACL_ERR("out of memory");
+                    continue;
+                }
+                a->mnames = nn;
+                a->nmnames++;
+            }
         } else if (OPT("src_ip")) {
             if (remap_acl_ip(&a->src, &a->nsrc, v, &why) < 0)
                 ACL_ERR("\"%s\": %s", argv[i], why);
@@ -799,16 +817,24 @@ int
 conf_remap_acl_allows(const struct conf_remap *rm,
                       const struct conf_remap_rule *rule,
                       const struct sockaddr *peer, const struct sockaddr *local,
-                      unsigned method_bit, const char **by)
+                      const char *mname, size_t mlen, const char **by)
 {
     uint8_t pa[16], la[16];
     int pf = remap_addr(peer, pa), lf = remap_addr(local, la);
+    unsigned method_bit = conf_method_bit(mname, mlen);
 
     for (int i = 0; i < rule->nacl; i++) {
         const struct conf_acl *a = &rule->acl[i];
         int ip = remap_acl_ip_match(a->src, a->nsrc, pf, pa)
                  && remap_acl_ip_match(a->in, a->nin, lf, la);
         int method = a->methods == 0 || (a->methods & method_bit) != 0;
+
+        if (a->methods != 0 && method_bit == CONF_METHOD_OTHER) {
+            method = 0;               /* by name: every such method has the bit */
+            for (int j = 0; j < a->nmnames && !method; j++)
+                method = strlen(a->mnames[j]) == mlen
+                         && strncasecmp(a->mnames[j], mname, mlen) == 0;
+        }
 
         /* @internal: only requests Cistern makes itself would match,
          * and none reaches a filter (a background revalidation replays a
@@ -1320,7 +1346,7 @@ remap_url_under(const struct conf_url *u, const char *url, size_t urllen,
     path = auth;
     while (path < end && *path != '/' && *path != '?' && *path != '#')
         path++;
-    if (*auth == '[') {
+    if (auth < path && *auth == '[') {     /* "http://" ends at auth */
         hend = memchr(auth, ']', (size_t)(path - auth));
         if (hend == NULL)
             return 0;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "shm/filltab.h"
+#include "shm/parenttab.h"
 #include "shm/shm.h"
 
 static size_t
@@ -23,7 +24,8 @@ shm_create(struct shm *s, unsigned nslots, size_t cache_len)
     size_t hdr_len = shm_align(sizeof(struct shm_hdr));
     size_t slots_len = shm_align((size_t)nslots * sizeof(struct shm_slot));
     size_t ft_len = shm_align(filltab_size(SHM_FILLTAB_ENTRIES));
-    size_t len = hdr_len + slots_len + ft_len + shm_align(cache_len);
+    size_t pt_len = shm_align(parenttab_size());
+    size_t len = hdr_len + slots_len + ft_len + pt_len + shm_align(cache_len);
     void *p;
 
     p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
@@ -34,16 +36,18 @@ shm_create(struct shm *s, unsigned nslots, size_t cache_len)
     s->hdr = p;
     s->slots = (struct shm_slot *)((char *)p + hdr_len);
     s->filltab = (struct filltab *)((char *)p + hdr_len + slots_len);
-    s->cache_area = cache_len ? (char *)p + hdr_len + slots_len + ft_len : NULL;
+    s->parenttab = (struct parenttab *)((char *)p + hdr_len + slots_len + ft_len);
+    s->cache_area = cache_len ? (char *)p + hdr_len + slots_len + ft_len + pt_len : NULL;
     s->len = len;
-    if (filltab_init(s->filltab, SHM_FILLTAB_ENTRIES) < 0) {
+    if (filltab_init(s->filltab, SHM_FILLTAB_ENTRIES) < 0
+        || parenttab_init(s->parenttab) < 0) {
         munmap(p, len);
         errno = EINVAL;
         return -1;
     }
     s->hdr->nslots = nslots;
     s->hdr->total_len = len;
-    s->hdr->cache_off = hdr_len + slots_len + ft_len;
+    s->hdr->cache_off = hdr_len + slots_len + ft_len + pt_len;
     s->hdr->cache_len = cache_len;
     s->hdr->version = SHM_VERSION;
     s->hdr->magic = SHM_MAGIC;

@@ -9,6 +9,7 @@
  *     struct shm_slot   [nslots]: one per process slot (workers of every
  *                       live generation, and the cache manager)
  *     fill table        in-flight misses, for collapsed forwarding
+ *     parent table      parent proxies' health (parenttab.h, issue 20)
  *     cache area        [cache_len] bytes owned by cache/ (ring control,
  *                       pins, fill table), opaque here
  *
@@ -26,7 +27,7 @@
 #include <sys/types.h>
 
 #define SHM_MAGIC          0x43535348u    /* "CSSH" */
-#define SHM_VERSION        1u
+#define SHM_VERSION        2u
 #define SHM_PANIC_LEN      256
 #define SHM_RELOAD_MSG_LEN 512
 
@@ -104,6 +105,7 @@ struct shm_hdr {
 };
 
 struct filltab;
+struct parenttab;
 
 #define SHM_FILLTAB_ENTRIES 4096   /* in-flight misses tracked at once */
 
@@ -111,6 +113,7 @@ struct shm {
     struct shm_hdr  *hdr;
     struct shm_slot *slots;
     struct filltab  *filltab;         /* collapsed forwarding (filltab.h) */
+    struct parenttab *parenttab;      /* parents' health (parenttab.h) */
     void            *cache_area;
     size_t           len;
 };

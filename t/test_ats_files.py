@@ -7,8 +7,9 @@ migration report listing what was understood, matched and ignored, and
 Cistern serves with it.  records.config keys Cistern does not implement:
 a "matches" key with another value is an error with file:line, ATS-internal
 keys give one warning per file, unknown keys one warning each.  The other
-ATS files fail closed: a non-empty parent.config (and plugin.config,
-hosting.config, volume.config, splitdns.config, sni.yaml, strategies.yaml)
+ATS files fail closed: a non-empty strategies.yaml (and plugin.config,
+hosting.config, volume.config, splitdns.config, sni.yaml; parent.config is
+read)
 is an error, socks.config passes while socks_needed is 0, logging.yaml
 warns.  README.md's key list is what `cistern --list-keys` prints.
 
@@ -269,13 +270,19 @@ def test_internal_keys_one_warning_per_file():
                for ln in s["ignored"]), "reason in report: %r" % s["ignored"])
 
 
-def test_parent_config_nonempty_is_error():
+def test_parent_config_read_strategies_fail_closed():
+    r = _check([], files={"parent.config":
+                          "# routing\n\ndest_domain=. parent=\"p1\"\n"})
+    expect_eq(r.rc, 1, "exit status (stderr:\n%s)" % r.stderr)
+    expect(re.search(r"parent\.config:3: parent=: \"p1\": a parent needs "
+                     r"host:port", r.stderr),
+           "no parent.config:3 error:\n" + r.stderr)
     r = _check([], files={"parent.config":
                           "# routing\n\ndest_domain=. parent=\"p1:8080\"\n"})
-    expect_eq(r.rc, 1, "exit status (stderr:\n%s)" % r.stderr)
-    expect(re.search(r"parent\.config:3: .*parent proxies are not supported "
-                     r"yet \(issue: origin pools\)", r.stderr),
-           "no parent.config:3 error:\n" + r.stderr)
+    expect_eq(r.rc, 0, "a parent line is read (stderr:\n%s)" % r.stderr)
+    s = report_sections(r.stdout)
+    expect_in("parent.config:3: parent.config rule (1 parent)",
+              "\n".join(s["understood"]), "understood")
     r = _check([], files={"parent.config": "# only comments\n\n  # indented\n",
                           "strategies.yaml": "# c\n---\nstrategies: []\n"})
     expect_eq(r.rc, 0, "comments only (stderr:\n%s)" % r.stderr)
@@ -285,7 +292,7 @@ def test_parent_config_nonempty_is_error():
     r = _check([], files={"strategies.yaml":
                           "strategies:\n  - strategy: s1\n    policy: rr_ip\n"})
     expect_eq(r.rc, 1, "strategies.yaml with a strategy")
-    expect(re.search(r"strategies\.yaml:2: .*parent proxies are not "
+    expect(re.search(r"strategies\.yaml:2: .*strategies\.yaml is not "
                      r"supported yet", r.stderr), r.stderr)
 
 

@@ -232,6 +232,32 @@ def test_max_stale_age():
             expect_eq(r.status, want, "status with max_stale_age %d" % msa)
 
 
+def test_negative_revalidating():
+    """negative_revalidating_enabled 1 (ATS's default; Cistern's is 0, as
+    RFC 9111 4.2.4 wants): a stale object whose revalidation gets a 503
+    (or no connection) is served stale instead, even with negative caching
+    on (the 503 does not replace it), within max_stale_age; 0: the 503
+    passes through."""
+    for nr, want in ((0, 503), (1, 200)):
+        with Origin() as o, cistern(o, {
+                "proxy.config.http.negative_revalidating_enabled": nr,
+                "proxy.config.http.negative_caching_enabled": 1}) as c:
+            o.script("/nr", [{"status": 200, "body": "good", "headers": [
+                ["Cache-Control", "max-age=1"]]},
+                {"status": 503, "body": "bad"}, {"status": 503, "body": "bad"}])
+            get(c, "/nr")
+            time.sleep(2.2)
+            r = get(c, "/nr")
+            expect_eq(r.status, want, "status with negative_revalidating %d"
+                      % nr)
+            if nr:
+                expect_eq(r.body, b"good", "the stale body")
+                r = get(c, "/nr")
+                expect_eq((r.status, r.body), (200, b"good"),
+                          "after the failed revalidation (the 503 was "
+                          "not stored in its place)")
+
+
 def test_guaranteed_min_lifetime():
     """guaranteed_min_lifetime: max-age=0 is fresh for that long."""
     with Origin() as o, cistern(o, {

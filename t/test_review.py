@@ -34,6 +34,40 @@ Second round (2e985ac..a4f5aa4):
 - an origin that took a large request body and then stalled mid-response
   was cut after twice transaction_no_activity_timeout_out (up_unsent still
   held the queue length from when the body was sent).
+
+Issues 18 and 19 (27284a7..542fde6), HTTP and caching semantics:
+
+- insert_forwarded's host= copied the Host line unquoted, so a Host with
+  ',' ';' '=' forged a Forwarded element, and in the absolute form it
+  named a Host the request was neither routed nor keyed by;
+- cache.config was not consulted for forward-proxied requests, which
+  issue 19 made cacheable (a never-cache rule was void for them);
+- a hit kept all but the last of the origin's Server lines under
+  response_server_enabled 1 (a miss dropped them all).
+
+Issues 18 and 19, configuration side (27284a7..542fde6):
+
+- a remap @method= naming a method without a bit of its own (PROPFIND)
+  matched every such method, so a read-only WebDAV allow list let MKCOL,
+  MOVE, COPY, LOCK and PROPPATCH through;
+- cache.config was not consulted for forward-proxied requests, which are
+  cached now;
+- records.config keys naming another ip_allow, cache.config, storage or
+  parent file were unknown-key warnings ("ok"), the rules left unread;
+- cache.config dest_host= matched subdomains (ttl-in-cache then stored
+  their private answers), and dest_domain=. matched no host.
+
+Issues 18 and 19, the network side (27284a7..542fde6):
+
+- a CONNECT was judged by ip_allow's destination rules as a DELETE (its
+  upstream's method was left 0), so a dest_ip rule denying CONNECT
+  opened the target instead (fixed);
+- a forward-proxied GET for a loopback origin, which the forward-proxy
+  default refuses, was served the object a remap rule had cached from
+  there, past the rule's own ACL too (the destination is checked only
+  when an origin is connected; not fixed);
+- a CONNECT pipelined behind a proxied request, from a client that had
+  half-closed, was closed unanswered while connecting (fixed).
 """
 import os
 import pwd
@@ -318,6 +352,421 @@ def test_push_with_expect_says_what_it_does():
                    "%s: the PUSH answer says close, yet its body was read whole" % name)
             expect_eq(st[1:], [200], "%s: the request after the PUSH" % name)
             expect(closed, "%s: the connection closes after the last, Connection: close" % name)
+
+
+
+# ---------------------------------------------------------------------------
+# Issues 18 and 19 (27284a7..542fde6), HTTP and caching semantics.
+
+def _forwarded_elements(values):
+    """RFC 7239 4: the forwarded-elements of Forwarded lines, each a dict
+    (commas and semicolons inside a quoted-string do not split)."""
+    out = []
+    for v in values:
+        elem, cur, quoted, i = {}, "", False, 0
+        parts = []
+        while i < len(v):
+            ch = v[i]
+            if ch == '"':
+                quoted = not quoted
+            elif ch == "\\" and quoted:
+                cur += v[i:i + 2]
+                i += 2
+                continue
+            elif ch in ",;" and not quoted:
+                parts.append((cur, ch))
+                cur = ""
+                i += 1
+                continue
+            cur += ch
+            i += 1
+        parts.append((cur, ","))
+        for pair, sep in parts:
+            pair = pair.strip()
+            if pair:
+                k, _, val = pair.partition("=")
+                elem.setdefault(k.lower(), []).append(val.strip('"'))
+            if sep == ",":
+                out.append(elem)
+                elem = {}
+    return [e for e in out if e]
+
+
+def test_forwarded_host_cannot_forge_an_element():
+    """insert_forwarded with host: the client's Host went into Forwarded
+    unquoted and unchecked, and Host may hold the sub-delims ',' ';' '='.
+    "GET http://m.test/f HTTP/1.1" with "Host: x,for=6.6.6.6;proto=https"
+    reached the origin as "Forwarded: for=127.0.0.1;proto=http;host=x,
+    for=6.6.6.6;proto=https": a second element, the last one, which an
+    origin reads as what the nearest proxy (us) saw, so the client chose
+    its own address and scheme.  And in the absolute form the host= named
+    the Host line, which the request was neither routed nor keyed by
+    (RFC 9112 3.2.2: the target's authority replaces it; ATS rewrites
+    Host to it), so a cached answer built from host= was poisoned."""
+    with Origin() as o, Cistern(
+            records={"proxy.config.http.insert_forwarded": "for|proto|host"},
+            remap=["map http://m.test/ http://%s/" % o.authority]) as c:
+        cases = (
+            (b"GET http://m.test/f HTTP/1.1\r\nHost: x,for=6.6.6.6;proto=https\r\n\r\n",
+             "m.test"),
+            (b"GET http://m.test/g HTTP/1.1\r\nHost: evil.test\r\n\r\n", "m.test"),
+            (b"GET /h HTTP/1.1\r\nHost: m.test\r\n\r\n", "m.test"),
+        )
+        for req, host in cases:
+            o.reset()
+            with harness.Conn(c.port) as k:
+                r = k.request(req)
+            expect_eq(r.status, 200, "status of %r" % req)
+            rs = o.requests()
+            expect_eq(len(rs), 1, "requests at the origin for %r" % req)
+            fw = [v for n, v in rs[0]["headers"] if n.lower() == "forwarded"]
+            els = _forwarded_elements(fw)
+            expect_eq(len(els), 1, "Forwarded elements for %r (%r)" % (req, fw))
+            expect_eq(els[0].get("for"), ["127.0.0.1"], "for= of %r (%r)" % (req, fw))
+            expect_eq(els[0].get("proto"), ["http"], "proto= of %r (%r)" % (req, fw))
+            expect_eq(els[0].get("host"), [host], "host= of %r (%r)" % (req, fw))
+
+
+def test_cache_config_applies_to_forward_proxied_requests():
+    """cache.config's rules were not consulted for forward-proxied requests
+    (store_policy looked at them only for a remap rule's), though issue 19
+    made those cached: "dest_domain=127.0.0.1 action=never-cache" still
+    let "GET http://127.0.0.1:PORT/..." be stored and served as a hit (the
+    origin saw 1 request of 3).  ATS applies cache.config to every request,
+    and a rule that changes what is cached must not be silently void."""
+    fwd = ["src_ip=127.0.0.1 action=ip_allow method=ALL",
+           "dest_ip=127.0.0.1 action=ip_allow method=ALL"]
+    with Origin() as o, Cistern(
+            records={"proxy.config.url_remap.remap_required": 0},
+            storage=["cache 64M"], ip_allow=fwd,
+            files={"cache.config": "dest_domain=127.0.0.1 action=never-cache\n"}) as c:
+        url = "http://%s/headers/bytes/10?Cache-Control=max-age%%3D600" % o.authority
+        for _ in range(3):
+            with harness.Conn(c.port) as k:
+                r = k.request(("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % url).encode())
+            expect_eq(r.status, 200, "status")
+            expect(not harness.is_hit(r), "never-cache URL was a hit: %r"
+                   % r.header("Cache-Status"))
+            time.sleep(0.2)
+        expect_eq(len(o.requests()), 3, "origin requests for a never-cache URL")
+
+
+def test_hit_serves_one_server_line():
+    """response_server_enabled 1 (the default) replaces the origin's
+    Server.  A miss dropped every Server line the origin sent, but a hit
+    dropped only the stored block's last line (via_server_tail), so an
+    origin that sent two (t/origin.py's own plus one more) was answered
+    from the cache with "Server: cistern-test-origin" and "Server:
+    cistern": two values of a singleton field, and the origin's that the
+    operator asked to hide."""
+    with Origin() as o, Cistern(
+            storage=["cache 64M"],
+            remap=["map http://m.test/ http://%s/" % o.authority]) as c:
+        o.script("/two-servers", [{"headers": [["Server", "second"],
+                                               ["Cache-Control", "max-age=600"]],
+                                   "body": "x"}])
+
+        def get():
+            with harness.Conn(c.port) as k:
+                return k.request(b"GET /two-servers HTTP/1.1\r\nHost: m.test\r\n\r\n")
+        r = get()
+        expect_eq([v for n, v in r.headers if n.lower() == "server"], ["cistern"],
+                  "Server lines of the miss")
+        r = harness.wait_for(lambda: (lambda x: x if harness.is_hit(x) else None)(get()),
+                             10, what="a hit")
+        expect_eq([v for n, v in r.headers if n.lower() == "server"], ["cistern"],
+                  "Server lines of the hit")
+
+# ---------------------------------------------------------------------------
+# Issues 18 and 19 (27284a7..542fde6), configuration side.
+
+def _req_from(port, method, host, src="127.0.0.1", path="/"):
+    """One request on its own connection from source address src; the
+    response status (None when nothing parseable came back)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(10)
+    try:
+        s.bind((src, 0))
+        s.connect(("127.0.0.1", port))
+        s.sendall(("%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n"
+                   % (method, path, host)).encode())
+        data = b""
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            data += d
+    finally:
+        s.close()
+    rs = parse_responses(data, methods=[method], strict=False)
+    return rs[0].status if rs else None
+
+
+def test_remap_method_filter_tells_nonstandard_methods_apart():
+    """Issue 18 review: a remap @method= filter naming a method Cistern has
+    no bit for (PROPFIND) matched every such method: "map ... @action=allow
+    @method=GET @method=HEAD @method=PROPFIND" (a read-only WebDAV mount)
+    let MKCOL, MOVE, COPY, LOCK and PROPPATCH through, which ATS denies
+    (UrlRewrite.cc matches a non-standard method by name).  conf/remap.c
+    stored only conf_method_bit(), CONF_METHOD_OTHER for all of them, and
+    its comment said such requests never reach a filter; the parser
+    accepts every method of http-parser's table."""
+    with Origin() as o, Cistern(remap=[
+            "map http://a.test/ http://%s/ @action=allow @method=GET "
+            "@method=HEAD @method=PROPFIND" % o.authority,
+            "map http://b.test/ http://%s/ @action=deny @method=MKCOL"
+            % o.authority]) as c:
+        expect_eq(_req_from(c.port, "PROPFIND", "a.test"), 200, "a: PROPFIND")
+        for m in ("MKCOL", "MOVE", "COPY", "LOCK", "PROPPATCH"):
+            expect_eq(_req_from(c.port, m, "a.test"), 403,
+                      "a: %s (not in the allow list)" % m)
+        expect_eq(_req_from(c.port, "MKCOL", "b.test"), 403, "b: MKCOL")
+        expect_eq(_req_from(c.port, "PROPFIND", "b.test"), 200,
+                  "b: PROPFIND (not in the deny list)")
+
+
+def test_cache_config_never_cache_applies_to_forward_proxied_requests():
+    """Issue 19 review: cache.config was consulted only for remapped
+    requests (worker/store.c store_policy: "mapped && ..."), so once
+    forward-proxied requests were cached, "dest_domain=127.0.0.1
+    action=never-cache" left an absolute-form GET to that origin stored
+    and served as a hit.  ATS matches cache.config against the request
+    URL whether it was remapped or not."""
+    with Origin() as o, Cistern(
+            records={"proxy.config.url_remap.remap_required": 0},
+            storage=["cache 64M"],
+            ip_allow=["src_ip=127.0.0.1 action=ip_allow method=ALL",
+                      "dest_ip=127.0.0.1 action=ip_allow method=ALL"],
+            files={"cache.config": "dest_domain=127.0.0.1 action=never-cache\n"}) as c:
+        target = ("http://%s/headers/bytes/16?Cache-Control=max-age%%3D600"
+                  % o.authority).encode()
+        for _ in range(2):
+            data, _ = raw(c.port, b"GET " + target + b" HTTP/1.1\r\nHost: x.test\r\n"
+                          b"Connection: close\r\n\r\n", timeout=5)
+            rs = parse_responses(data, methods=["GET"], strict=False)
+            expect(rs and rs[0].status == 200, "status %r" % (rs and rs[0].status))
+        expect_eq(len(o.requests()), 2,
+                  "origin requests for two GETs under never-cache")
+
+
+def test_ats_file_name_keys_fail_closed():
+    """Issue 18 review: ATS's keys that name the files holding access and
+    caching rules were unknown keys, one warning each, and `cistern -t`
+    said "ok": with "proxy.config.cache.ip_allow.filename STRING
+    my_ip_allow.yaml" (a file denying everyone) the built-in ip_allow
+    applied, which lets every address GET; "cache.control.filename" (a
+    cache.config elsewhere) and "http.parent_proxy.file" (parents
+    elsewhere, taken as parent-proxy tuning) likewise loaded as no rules.
+    A file name other than ATS's default asks for rules Cistern does not
+    read: an error with file:line, as for url_remap.filename."""
+    deny_all = "ip_allow:\n  - apply: in\n    ip_addrs: 0/0\n    action: deny\n"
+    for key, value in (("proxy.config.cache.ip_allow.filename", "my_ip_allow.yaml"),
+                       ("proxy.config.cache.control.filename", "my_cache.config"),
+                       ("proxy.config.cache.storage_filename", "my_storage.config"),
+                       ("proxy.config.http.parent_proxy.file", "my_parent.config")):
+        r = harness.check_config(remap=["map http://a.test/ http://127.0.0.1:9/"],
+                                 records={key: value},
+                                 files={"my_ip_allow.yaml": deny_all,
+                                        "my_cache.config": "dest_domain=a.test action=never-cache\n",
+                                        "my_parent.config": "dest_domain=. parent=\"p:8080\"\n"})
+        expect_eq(r.rc, 1, "%s %s: exit status (stderr: %s)" % (key, value, r.stderr))
+        expect(re.search(r"records\.config:\d+: .*%s" % re.escape(key), r.stderr),
+               "%s: no file:line error: %s" % (key, r.stderr))
+    # ATS's own defaults still pass
+    r = harness.check_config(remap=["map http://a.test/ http://127.0.0.1:9/"],
+                             records={"proxy.config.cache.ip_allow.filename": "ip_allow.yaml",
+                                      "proxy.config.cache.control.filename": "cache.config"})
+    expect_eq(r.rc, 0, "the default names (stderr: %s)" % r.stderr)
+
+
+def _fetches_for_two_gets(cache_config, query):
+    """GET one path twice through a remap to a local origin (host
+    127.0.0.1) under cache_config; how many reached the origin."""
+    with Origin() as o, Cistern(
+            storage=["cache 64M"],
+            remap=["map http://m.test/ http://%s/" % o.authority],
+            files={"cache.config": cache_config}) as c:
+        path = "/headers/bytes/8?" + query
+        for _ in range(2):
+            expect_eq(_status(c.port, path.encode()), 200, "status")
+        return len([r for r in o.requests() if r["target"] == path])
+
+
+def test_cache_config_dest_host_is_one_host():
+    """Issue 18 review: cache.config's dest_host= matched subdomains like
+    dest_domain= (conf/cache_config.c treats both as a domain), while ATS's
+    HostMatcher takes dest_host as one host (a host record, not a domain
+    record).  With ttl-in-cache, which stores a response whatever no-store
+    or private say, "dest_host=example.com ttl-in-cache=1h" also stored the
+    private answers of www.example.com and served them to everyone.  Shown
+    with the origin host 127.0.0.1, whose last labels are "0.0.1"."""
+    n = _fetches_for_two_gets("dest_host=0.0.1 ttl-in-cache=600\n",
+                              "Cache-Control=private")
+    expect_eq(n, 2, "origin fetches of a private response (dest_host=0.0.1 "
+              "does not name host 127.0.0.1)")
+    n = _fetches_for_two_gets("dest_host=127.0.0.1 ttl-in-cache=600\n",
+                              "Cache-Control=private")
+    expect_eq(n, 1, "origin fetches under ttl-in-cache for the host itself")
+
+
+def test_cache_config_dest_domain_dot_is_every_host():
+    """Issue 18 review: "dest_domain=." (the root: every host, as ATS's
+    HostLookup reads it) matched no host at all in cache.config, so
+    "dest_domain=. action=never-cache", meant to keep everything out of
+    the cache, cached everything."""
+    n = _fetches_for_two_gets("dest_domain=. action=never-cache\n",
+                              "Cache-Control=max-age%3D600")
+    expect_eq(n, 2, "origin fetches under dest_domain=. never-cache")
+
+
+
+# ------------------------------------------------------------------
+# Issues 18 and 19, the network side (27284a7..542fde6): the PROXY
+# protocol, listeners, CONNECT and Upgrade tunnels, the forward proxy's
+# destination default and its cache.
+
+def _tcp_server(handler):
+    """A listening socket on 127.0.0.1 running handler(sock) per
+    connection in a thread; returns (listening socket, list of accepted
+    peers)."""
+    ls = socket.socket()
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(16)
+    seen = []
+
+    def one(s):
+        try:
+            s.settimeout(10)
+            handler(s)
+        except OSError:
+            pass
+        finally:
+            s.close()
+
+    def run():
+        while True:
+            try:
+                s, a = ls.accept()
+            except OSError:
+                return
+            seen.append(a)
+            threading.Thread(target=one, args=(s,), daemon=True).start()
+    threading.Thread(target=run, daemon=True).start()
+    return ls, seen
+
+
+def test_connect_checked_as_connect_by_dest_rules():
+    """A CONNECT was checked against the destination (dest_ip= / apply:
+    out) rules as if it were a DELETE: tunnel.c zeroes its upstream, and
+    up_method 0 is http_parser's HTTP_DELETE.  So `dest_ip=127.0.0.1
+    action=ip_deny method=CONNECT` (a deny rule allows the methods it
+    does not list) opened 127.0.0.1 to CONNECT, which the forward-proxy
+    default refuses without the rule: a fail-open.  (Conversely an
+    `ip_allow method=CONNECT` destination rule refused every CONNECT.)"""
+    ls, seen = _tcp_server(lambda s: s.sendall(b"INSIDE"))
+    port = ls.getsockname()[1]
+    ipa = ["src_ip=127.0.0.1 action=ip_allow method=ALL",
+           "dest_ip=127.0.0.1 action=ip_deny method=CONNECT"]
+    try:
+        with Cistern(records={"proxy.config.url_remap.remap_required": 0,
+                              "proxy.config.http.connect_ports": "*"},
+                     ip_allow=ipa, workers=1) as c:
+            data, _ = raw(c.port, b"CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n"
+                          % (port, port), timeout=3)
+            expect(data.startswith(b"HTTP/1.1 403 "),
+                   "CONNECT denied by its dest rule got %r" % data[:80])
+            expect(b"INSIDE" not in data, "the tunnel reached the target")
+        # an allow rule listing CONNECT opens the tunnel (it was refused)
+        ipa[1] = "dest_ip=127.0.0.1 action=ip_allow method=CONNECT"
+        with Cistern(records={"proxy.config.url_remap.remap_required": 0,
+                              "proxy.config.http.connect_ports": "*"},
+                     ip_allow=ipa, workers=1) as c:
+            data, _ = raw(c.port, b"CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n"
+                          % (port, port), timeout=3)
+            expect(data.startswith(b"HTTP/1.1 200 ") and data.endswith(b"INSIDE"),
+                   "CONNECT allowed by its dest rule got %r" % data[:80])
+    finally:
+        ls.close()
+
+
+
+def test_forward_hit_does_not_bypass_the_destination_default():
+    """A forward-proxied GET is keyed by its absolute URL, which is the key
+    a reverse-mapped request to the same origin URL is stored under
+    (req.c keys by the routed target).  The destination check (origin.c
+    origin_denied) runs only when an origin is connected, so a forward
+    client asking for http://127.0.0.1:PORT/obj - a loopback origin the
+    forward-proxy default refuses with 403 - was served the object a
+    remap rule had cached from there, 200 from the cache; and the rule's
+    own ACL (@action=deny @src_ip=127.0.0.1) did not stop that client
+    either, though it refuses it the mapped URL."""
+    path = "/headers?Cache-Control=max-age%3D600&X-Secret=inside"
+    with Origin() as o, Cistern(
+            storage=["cache 64M"],
+            records={"proxy.config.url_remap.remap_required": 0},
+            remap=["map http://secret.test/ http://%s/ @action=deny @src_ip=127.0.0.1"
+                   % o.authority],
+            workers=1) as c:
+        r = harness.curl([c.url(path), "-H", "Host: secret.test", "--interface", "127.0.0.2"])
+        expect_eq(r.status, 200, "127.0.0.2 through the remap rule")
+        r = harness.curl([c.url(path), "-H", "Host: secret.test"])
+        expect_eq(r.status, 403, "127.0.0.1 through the remap rule (its ACL)")
+        miss, _ = raw(c.port, b"GET http://%s/uncached HTTP/1.1\r\nConnection: close\r\n\r\n"
+                      % o.authority.encode(), timeout=3)
+        expect(miss.startswith(b"HTTP/1.1 403 "),
+               "forward GET to the loopback origin (a miss): %r" % miss[:60])
+        hit, _ = raw(c.port, b"GET http://%s%s HTTP/1.1\r\nConnection: close\r\n\r\n"
+                     % (o.authority.encode(), path.encode()), timeout=3)
+        expect(not hit.startswith(b"HTTP/1.1 200 ") and b"X-Secret" not in hit,
+               "forward GET to the loopback origin was served from the cache: %r"
+               % hit[:200])
+
+
+
+def test_pipelined_connect_after_half_close_is_answered():
+    """A CONNECT pipelined behind a proxied request, from a client that
+    half-closed after sending (nc -N, a script), got no answer at all:
+    while the first request waited for its origin the connection read the
+    client's end of stream (cn_in_eof), and once the CONNECT was
+    dispatched and connecting, conn_flush's tail ("the client half-closed:
+    nothing more will come") closed the connection under it.  Alone on its
+    connection the same CONNECT works: the tunnel passes the end of stream
+    on and the target's answer comes back."""
+    def reply_after_eof(s):
+        data = b""
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            data += d
+        s.sendall(b"you sent %d bytes" % len(data))
+    ls, seen = _tcp_server(reply_after_eof)
+    port = ls.getsockname()[1]
+    ipa = ["src_ip=127.0.0.1 action=ip_allow method=ALL",
+           "dest_ip=127.0.0.1 action=ip_allow method=ALL"]
+    try:
+        with Origin() as o, Cistern(
+                records={"proxy.config.url_remap.remap_required": 0,
+                         "proxy.config.http.connect_ports": "*"},
+                remap=["map http://m.test/ http://%s/" % o.authority],
+                ip_allow=ipa, workers=1) as c:
+            for first in (b"", b"GET /delay/300 HTTP/1.1\r\nHost: m.test\r\n\r\n"):
+                k = harness.Conn(c.port, timeout=5)
+                try:
+                    k.send(first + b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\nHELLO" % port)
+                    k.sock.shutdown(socket.SHUT_WR)
+                    k.read_until_close(5)
+                finally:
+                    k.close()
+                what = "after a proxied request" if first else "alone"
+                expect(b"HTTP/1.1 200 Connection established\r\n\r\n" in k.buf,
+                       "CONNECT %s, half-closed: no 200 (%r)" % (what, k.buf[-120:]))
+                expect(k.buf.endswith(b"you sent 5 bytes"),
+                       "CONNECT %s, half-closed: the target's answer (%r)"
+                       % (what, k.buf[-120:]))
+    finally:
+        ls.close()
 
 
 if __name__ == "__main__":

@@ -6,6 +6,9 @@
  *              ATS writes them), ATS names where ATS has the counter
  *   /_metrics  Prometheus text format, with labels
  *
+ * Both end with the parents' counters and states (worker/parent.c, from
+ * the shared parent table).
+ *
  * Counters are summed over every worker slot in shm plus the totals the
  * master folded in from reaped slots, so they never go backwards across
  * reloads and restarts.  Access is decided by
@@ -149,6 +152,7 @@ admin_handle(struct req *rq, struct req_synth *syn)
         for (int i = 0; i < n; i++)
             err |= buf_printf(&out, "  \"%s\": \"%llu\",\n", st[i].ats,
                               (unsigned long long)st[i].v);
+        err |= parent_stats(&out, 1);
         err |= buf_lit(&out, "  \"proxy.process.cistern.last_reload_failure\": ");
         err |= admin_json_string(&out, wk->shm->hdr->last_reload_msg);
         err |= buf_printf(&out, ",\n  \"proxy.node.version.manager.short\": \"%s\"\n}}\n",
@@ -163,6 +167,7 @@ admin_handle(struct req *rq, struct req_synth *syn)
             err |= buf_printf(&out, "%s%s %llu\n", st[i].prom, st[i].labels,
                               (unsigned long long)st[i].v);
         }
+        err |= parent_stats(&out, 0);
     }
     if (err) {
         syn->status = 500;

@@ -121,10 +121,11 @@ alog_close(void)
  *
  * A line is appended in place at the end of alog_buf, and the helpers
  * never check for room: alog_write() first makes sure ALOG_LINE_MAX bytes
- * are free.  The longest line (json) is under 2 KiB: the escaped target
+ * are free.  The longest line (json) is under 2.5 KiB: the escaped target
  * (at most ALOG_TARGET_MAX + 3 bytes), referer and agent (ALOG_FIELD_MAX
  * + 3 each), the peer (under 64), our method and result names, six
- * numbers of at most 20 digits and 170 bytes of field names. */
+ * numbers of at most 20 digits, 170 bytes of field names and the parent
+ * (under 300). */
 #define ALOG_LINE_MAX 4096
 
 /* Bytes written as they are in a log field: printable ASCII but the quote
@@ -205,6 +206,7 @@ alog_begin(struct req *rq)
         return;
     t = &rq->log;
     r = &rq->r;
+    t->parent = NULL;
     event_base_gettimeofday_cached(wk->base, &t->start);
     t->method = http_method_name(r->method);
     t->target_len = alog_keep(t->target, sizeof(t->target), r->base + r->target,
@@ -306,7 +308,10 @@ alog_line_squid(char *p, const struct req *rq, const struct alog_txn *t, int64_t
     p = fmt_str(p, t->method);
     *p++ = ' ';
     p = alog_put_esc(p, t->target, t->target_len, ALOG_TARGET_MAX);
-    if (t->ostatus) {
+    if (t->ostatus && t->parent) {
+        p = fmt_lit(p, " - PARENT_HIT/");
+        p = fmt_str(p, t->parent);
+    } else if (t->ostatus) {
         p = fmt_lit(p, " - DIRECT/");
         p = fmt_i64(p, t->ostatus);
     } else {
@@ -347,6 +352,11 @@ alog_line_json(char *p, const struct req *rq, const struct alog_txn *t, int64_t 
         p = fmt_i64(p, t->ostatus);
     else
         p = fmt_lit(p, "null");
+    if (t->parent) {
+        p = fmt_lit(p, ",\"parent\":\"");
+        p = fmt_str(p, t->parent);
+        *p++ = '"';
+    }
     p = fmt_lit(p, ",\"ms\":");
     p = fmt_i64(p, ms);
     p = fmt_lit(p, "}\n");
@@ -390,6 +400,10 @@ alog_line_ats(char *p, const struct req *rq, const struct alog_txn *t, int64_t m
         *p++ = '-';
     *p++ = ' ';
     p = fmt_i64(p, ms);
+    if (t->parent) {
+        p = fmt_lit(p, " parent=");
+        p = fmt_str(p, t->parent);
+    }
     *p++ = '\n';
     return p;
 }
@@ -468,6 +482,7 @@ alog_refused(struct req *rq, int status, uint64_t bytes)
     t.status = status;
     t.ostatus = 0;
     t.bytes = bytes;
+    t.parent = NULL;
     t.target[0] = '-';
     t.target_len = 1;
     t.referer_len = t.ua_len = 0;

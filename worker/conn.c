@@ -1090,6 +1090,9 @@ conn_flush(struct conn *c)
     }
     if (c->cn_close)
         return conn_linger(c);
+    if (c->cn_state == CONN_TUNNEL)
+        return 0;   /* CONNECT connecting: the tunnel takes the socket, and
+                       an end of stream read already stays for it to read */
     if (c->cn_state == CONN_SEND && c->cn_in.end > c->cn_in.start)
         return conn_process(c);     /* pipelined requests behind a proxied one */
     if (c->cn_state == CONN_SEND) {

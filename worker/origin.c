@@ -41,6 +41,14 @@
  * then fails is not retried here (proxy.c retries a dead pooled connection
  * once, as before).
  *
+ * A parent of parent.config (up_prule set, up_pidx >= 0) is connected to
+ * like an origin, but with ATS's parent_proxy keys: its attempts (rounds
+ * over its addresses) are per_parent_connect_attempts within
+ * total_connect_attempts (counted connect by connect), its timeout
+ * parent_proxy.connect_attempts_timeout, and it is never marked down
+ * here: worker/parent.c counts its failures in the shared parent table
+ * and moves on to the next parent.
+ *
  * Nothing here calls up into the transaction: the owner passes origin_get()
  * two callbacks, kept in the upstream: up_ready(up, err) when the
  * connection is ready or cannot be had, and up_attach(up) for a pooled
@@ -124,8 +132,8 @@ origin_mark_down(const struct upstream *up)
     int t = wk->conf->rec.down_server_time, i = origin_down_find(up);
     time_t now = time(NULL);
 
-    if (t <= 0)
-        return;
+    if (t <= 0 || (up->up_prule != NULL && up->up_pidx >= 0))
+        return;     /* (a parent's failures go to the shared parent table) */
     for (int k = 0; i < 0 && k < DOWN_MAX; k++)
         if (down_tab[k].until == 0 || down_tab[k].until <= now) {
             if (down_tab[k].until == 0)
@@ -148,8 +156,15 @@ static int
 origin_tries(const struct upstream *up)
 {
     const struct conf_records *rec = &wk->conf->rec;
-    int i = origin_down_find(up);
+    int i;
 
+    if (up->up_prule != NULL && up->up_pidx >= 0) {
+        /* a parent (worker/parent.c keeps its health, shared): ATS's
+         * per_parent_connect_attempts within total_connect_attempts */
+        int left = rec->parent_total_attempts - up->up_pattempts;
+        return left < rec->parent_per_attempts ? left : rec->parent_per_attempts;
+    }
+    i = origin_down_find(up);
     if (i >= 0 && down_tab[i].until <= time(NULL)) {
         origin_down_clear(i);   /* cache_time is over */
         i = -1;
@@ -326,13 +341,16 @@ origin_denied(const struct upstream *up, const struct sockaddr *sa, int quiet)
     char        peer[64];
     int         rc;
 
-    if (ia->nout == 0 && up->up_rule != NULL)
+    if (ia->nout == 0 && (up->up_rule != NULL || (up->up_prule != NULL && up->up_pidx >= 0)))
         return 0;
     m = http_method_name(up->up_method);
     rc = conf_ip_out_decide(ia, sa, m, strlen(m));
     by = ia->source;
     if (rc < 0) {
-        rc = up->up_rule != NULL || !origin_addr_internal(sa);
+        /* a parent.config parent is the operator's choice, as a remap
+         * rule's origin is */
+        rc = up->up_rule != NULL || (up->up_prule != NULL && up->up_pidx >= 0)
+             || !origin_addr_internal(sa);
         by = "the forward-proxy default (no dest_ip / apply: out rule "
              "holds this address)";
     }
@@ -508,7 +526,9 @@ static int
 origin_connect_once(struct upstream *up)
 {
     struct worker *w = wk;
-    struct timeval tv = { w->conf->rec.connect_timeout, 0 };
+    int parent = up->up_prule != NULL && up->up_pidx >= 0;
+    struct timeval tv = { parent ? w->conf->rec.parent_connect_timeout
+                                 : w->conf->rec.connect_timeout, 0 };
     int fd, one = 1;
     char peer[64];
 
@@ -521,6 +541,8 @@ origin_connect_once(struct upstream *up)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     up->up_fd = fd;
     up->up_reused = 0;
+    if (parent)
+        up->up_pattempts++;
     w->ctr->origin_conns_opened++;
     up->up_state = UP_CONNECTING;
     if (connect(fd, (struct sockaddr *)&up->up_addr, up->up_addrlen) == 0) {

@@ -313,8 +313,10 @@ proxy_put_field(struct buf *o, const struct upstream *up, const struct http_req 
         err |= buf_append(o, d, (size_t)(fmt_i64(d, mf - 1) - d));
         return err | buf_lit(o, "\r\n");
     }
-    if (f->id == HTTP_F_OTHER && http_field_is(r, i, "proxy-authorization"))
-        return 0;   /* credentials for us, the proxy (RFC 9110 11.7.1) */
+    if (f->id == HTTP_F_OTHER && http_field_is(r, i, "proxy-authorization")
+        && !(up->up_pabs && rec->proxy_auth_to_parent))
+        return 0;   /* credentials for us, the proxy (RFC 9110 11.7.1), or
+                       for the parent proxy with forward.proxy_auth_to_parent */
     if (f->id == HTTP_F_OTHER && f->name_len == 9 && http_field_is(r, i, "client-ip")) {
         *cip = 1;   /* insert_client_ip 2 replaces the client's */
         if (rec->insert_client_ip == 2)
@@ -376,8 +378,21 @@ proxy_put_head(struct upstream *up, struct req *rq, const struct conf_remap_resu
     size_t phl, ipl;
     int xff = -1, cip = 0, err = 0, mfi;
 
+    int https = memcmp(res->scheme, "https", 6) == 0;
+
     err |= buf_puts(o, http_method_name(r->method));
     err |= buf_lit(o, " ");
+    if (up->up_pabs) {
+        /* to a parent proxy: absolute form (go_direct cuts it again) */
+        size_t m = o->end;
+        err |= buf_puts(o, https ? "https://" : "http://");
+        err |= buf_puts(o, res->host);
+        if (res->port != (https ? 443 : 80)) {
+            err |= buf_lit(o, ":");
+            err |= buf_putu(o, (unsigned)res->port);
+        }
+        up->up_abslen = (int)(o->end - m);
+    }
     err |= buf_append(o, res->path, res->pathlen);
     err |= buf_lit(o, " HTTP/1.1\r\nHost: ");
     if (wk->conf->rec.pristine_host_hdr
@@ -386,7 +401,7 @@ proxy_put_head(struct upstream *up, struct req *rq, const struct conf_remap_resu
         err |= buf_append(o, ph, phl);
     } else {
         err |= buf_puts(o, res->host);
-        if (res->port != (up->up_https ? 443 : 80)) {
+        if (res->port != (https ? 443 : 80)) {
             err |= buf_lit(o, ":");
             err |= buf_putu(o, (unsigned)res->port);
         }
@@ -425,7 +440,10 @@ proxy_put_head(struct upstream *up, struct req *rq, const struct conf_remap_resu
         err |= buf_append(o, ip, ipl);
         err |= buf_lit(o, "\r\n");
     }
-    err |= via_put_forwarded(o, r, rq->rq_peer, rq->rq_tls);
+    /* Forwarded's host=: the authority routed and keyed by, not a Host
+     * line the absolute form overrides */
+    phl = (rec->insert_forwarded & CONF_FWD_HOST) ? proxy_pristine_host(r, ph, sizeof(ph)) : 0;
+    err |= via_put_forwarded(o, r, ph, phl, rq->rq_peer, rq->rq_tls);
     if (rec->via_req_level > 0) {
         char via[VIA_MAX], codes[VIA_CODES + 1], *c = NULL;
         if (rec->via_req_level >= 2) {
@@ -462,6 +480,11 @@ proxy_start(struct req *rq, const struct conf_remap_result *res,
     }
     up_setup(up, rq, res, rule, https, keep_alive, key, keylen, fwd);
     up->up_answer = answer;
+    if (parent_route(up, rq, res, key != NULL && (r->method == HTTP_GET
+                                                  || r->method == HTTP_HEAD), why)) {
+        proxy_error(rq, 502, *why);
+        return 0;
+    }
     if (proxy_put_head(up, rq, res) < 0) {
         proxy_error(rq, 502, "request too large to forward");
         return 0;       /* answered (or served stale): the transaction is over */
@@ -492,12 +515,51 @@ proxy_origin_attach(struct upstream *up)
     up->up_state = UP_SENDING;
 }
 
+/* The attempt on up failed before any response byte reached the client
+ * (why: a failure, or a status the rule retries): with parent.config, on
+ * to the next parent (or the origin, go_direct) at once when the request
+ * can be sent again: nothing of it sent yet, or safe and without a body
+ * (its bytes are kept in up_out until the response head).  1 when a new
+ * attempt runs. */
+static int
+proxy_parent_again(struct upstream *up, enum parent_why why)
+{
+    if (up->up_prule == NULL || up->up_pidx < 0)
+        return 0;
+    if (!up->up_safe && up->up_state >= UP_SENDING) {
+        if (why != PARENT_SIMPLE)
+            parent_failed(up);
+        return 0;
+    }
+    if (!parent_next(up, why))
+        return 0;
+    log_info("conn %llu: trying %s:%d next", (unsigned long long)up->up_req->rq_id,
+             up->up_host, up->up_port);
+    origin_release(up);
+    if (up->up_resp)
+        http_req_reset(up->up_resp);
+    up->up_in.start = up->up_in.end = 0;
+    up->up_parsed = 0;
+    up->up_out.start = 0;
+    up->up_state = 0;
+    up->up_req_done = 0;
+    up->up_eof = 0;
+    up->up_resp_bytes = 0;
+    up->up_reused = 0;
+    up->up_retried = 0;
+    up->up_unsent = 0;
+    origin_get(up, 1, proxy_origin_ready, proxy_origin_attach);
+    return 1;
+}
+
 /* The connection is ready (err 0), or could not be had. */
 void
 proxy_origin_ready(struct upstream *up, int err)
 {
     struct req *rq = up->up_req;
 
+    if (err && err != 403 && proxy_parent_again(up, PARENT_FAIL))
+        return;
     if (err) {
         origin_release(up);
         proxy_error(rq, err, err == 504 ? "origin connect timeout"
@@ -543,6 +605,8 @@ up_fail(struct upstream *up, int status, const char *why)
         up_kick(rq);
         return;
     }
+    if (proxy_parent_again(up, PARENT_FAIL))
+        return;
     proxy_error(rq, status, status == 504 ? "origin timeout" : "bad gateway");
     up_kick(rq);
 }
@@ -784,7 +848,18 @@ proxy_client_head(struct req *rq, struct upstream *up, struct http_req *resp)
         err |= buf_putu(o, (unsigned)resp->status);
         if (up->up_fill)
             err |= buf_lit(o, "; stored");
-        else if (up->up_cdetail) {
+        const char *pn = parent_name(up);
+        if (pn) {
+            /* detail="parent=host:port" (with the reason not stored) */
+            err |= buf_lit(o, "; detail=\"");
+            if (!up->up_fill && up->up_cdetail) {
+                err |= buf_puts(o, up->up_cdetail);
+                err |= buf_lit(o, " ");
+            }
+            err |= buf_lit(o, "parent=");
+            err |= buf_puts(o, pn);
+            err |= buf_lit(o, "\"");
+        } else if (!up->up_fill && up->up_cdetail) {
             err |= buf_lit(o, "; detail=");
             err |= buf_puts(o, up->up_cdetail);
         }
@@ -1064,6 +1139,8 @@ proxy_pump(struct req *rq)
         if (avail == 0) {
             if (up->up_eof) {
                 up_fail(up, 502, "closed the connection without a response");
+                if (rq->rq_up && up->up_state < UP_SENDING)
+                    return WK_WAIT;     /* on to the next parent */
                 return rq->rq_up ? WK_ABORT : WK_MORE;
             }
             return WK_WAIT;
@@ -1092,6 +1169,17 @@ proxy_pump(struct req *rq)
         }
         if (resp->status < 200)
             return proxy_interim(rq, up, resp);
+        if (up->up_prule) {
+            int again = up->up_safe ? parent_status_retry(up, resp->status) : 0;
+            if (again) {
+                log_notice("conn %llu: parent %s:%d answered %d; retrying elsewhere",
+                           (unsigned long long)rq->rq_id, up->up_host, up->up_port,
+                           resp->status);
+                if (proxy_parent_again(up, (enum parent_why)again))
+                    return WK_WAIT;
+            }
+            parent_answered(up);
+        }
         /* The origin's verdict on the stale object we hold (kept even
          * without validators, for stale-if-error). */
         if (up->up_reval && resp->status == 304)

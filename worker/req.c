@@ -304,8 +304,8 @@ req_acl_allows(struct req *rq, const struct conf_remap_rule *rule)
     const char *m = http_method_name(rq->r.method), *by = NULL;
     const struct sockaddr *local = rule->acl_local ? rq->rq_ops->local(rq) : NULL;
 
-    if (conf_remap_acl_allows(&cf->remap, rule, rq->rq_peer, local,
-                              conf_method_bit(m, strlen(m)), &by))
+    if (conf_remap_acl_allows(&cf->remap, rule, rq->rq_peer, local, m,
+                              strlen(m), &by))
         return 1;
     char peer[64];
     fmt_peer(rq->rq_peer, peer, sizeof(peer));
@@ -408,7 +408,7 @@ step_lookup(struct req *rq, struct req_route *rt)
     rt->verdict = STORE_MISS;
     rt->claimed = 0;
     /* What may be cached and how (records.config, cache.config) */
-    store_policy(rq, &rt->res, rt->rule != NULL);
+    store_policy(rq, &rt->res);
     if (r->fidx[HTTP_F_UPGRADE] && tunnel_upgrade_asked(rq))
         rt->keylen = 0;     /* an Upgrade is forwarded, never cached */
     /* A GET or HEAD with a body (content RFC 9110 9.3.1 gives no meaning,

@@ -55,6 +55,8 @@ struct alog_txn {
     int              minor;
     int              status, ostatus;
     uint64_t         bytes;
+    const char      *parent;          /* the parent that answered (its
+                                         "host:port", the config's), or NULL */
     uint16_t         target_len, referer_len, ua_len;
     char             target[ALOG_TARGET_MAX];
     char             referer[ALOG_FIELD_MAX];

@@ -250,7 +250,7 @@ store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
     status = store_answer_status(hdr, hdrlen, o, sc, now.tv_sec, &part, &from, &to);
     if (buf_alloc(b) < 0 || buf_grow(b, hdrlen + 640 + VIA_MAX + wk->server_hdr_len) < 0)
         return -1;
-    /* The origin's Server is the block's last line (store_server_last):
+    /* The origin's Server lines end the block (store_server_last):
      * response_server_enabled 1 puts ours in its place, 2 keeps it. */
     size_t srv = via_server_tail(hdr, hdrlen);
     int srv_ours = wk->conf->rec.server_enabled == 1 || srv == 0;
@@ -371,6 +371,10 @@ store_stale_on_error(struct req *rq)
     /* proxy.config.http.cache.max_stale_age bounds every stale answer */
     if ((int64_t)now.tv_sec - q->obj.meta.expires > wk->conf->rec.max_stale_age)
         return 0;
+    /* ATS's negative revalidating: any failed revalidation keeps the
+     * stale copy (and the error is not stored in its place) */
+    if (wk->conf->rec.negative_revalidating)
+        return 1;
     return store_stale_window(&q->obj, "stale-if-error=", now.tv_sec);
 }
 
@@ -378,7 +382,7 @@ store_stale_on_error(struct req *rq)
 /* Policy (records.config's keys and cache.config's lines; CACHING.md) */
 
 void
-store_policy(struct req *rq, const struct conf_remap_result *res, int mapped)
+store_policy(struct req *rq, const struct conf_remap_result *res)
 {
     /* records.config's policy, made once per configuration (a worker
      * keeps its configuration for life) */
@@ -400,8 +404,10 @@ store_policy(struct req *rq, const struct conf_remap_result *res, int mapped)
         dconf = cf;
     }
     *p = dpol;
-    /* No rules, no cost: the hit path copies the above and goes on. */
-    if (cf->cache.nrules && mapped && p->cache) {
+    /* No rules, no cost: the hit path copies the above and goes on.  The
+     * rules match the origin's URL, a remap rule's or, forward proxying,
+     * the target's own (ATS applies cache.config to both). */
+    if (cf->cache.nrules && p->cache) {
         struct conf_cache_req q;
         struct conf_cache_result cr;
         struct timeval now;
@@ -675,7 +681,7 @@ store_skip_field(const struct http_req *resp, int i)
 }
 
 /* Move the Server lines of header block blk to its end, where a hit
- * finds the origin's by its last line (via_server_tail). */
+ * finds the origin's by its last lines (via_server_tail). */
 static void
 store_server_last(char *blk, size_t len)
 {

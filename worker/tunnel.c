@@ -119,6 +119,16 @@ tun_of(const struct req *rq)
     return t;
 }
 
+/* Our answer's text when the target could not be had: err is origin.c's
+ * (502, 504, or 403 from ip_allow's out rules). */
+static const char *
+tun_fail_why(int err)
+{
+    return err == 504 ? "CONNECT target connect timeout"
+         : err == 403 ? "access to the CONNECT target denied by ip_allow"
+         : "CONNECT target unreachable";
+}
+
 /* The connect ended (origin_get's ready callback). */
 static void
 tun_connected(struct upstream *up, int err)
@@ -137,13 +147,13 @@ tun_connected(struct upstream *up, int err)
         err = 502;
     if (err) {
         void (*answer)(struct req *) = t->answer;
-        wk->ctr->origin_errors++;
+        if (err != 403)
+            wk->ctr->origin_errors++;
         tun_close(t, 0, NULL);      /* rq_tunnel goes */
         memset(&rq->syn, 0, sizeof(rq->syn));
         rq->syn.status = err;
-        rq->syn.body = err == 504 ? "CONNECT target connect timeout"
-                                  : "CONNECT target unreachable";
-        rq->syn.result = "ERR_CONNECT_FAIL";
+        rq->syn.body = tun_fail_why(err);
+        rq->syn.result = err == 403 ? "TCP_DENIED" : "ERR_CONNECT_FAIL";
         rq->syn.close = 1;
         answer(rq);                 /* SYNTH, DONE (req.c's req_answer_ours) */
         rq->rq_ops->flush(rq);
@@ -219,6 +229,8 @@ tunnel_connect(struct req *rq, void (*answer)(struct req *), const char **why)
     up->up_magic = UP_MAGIC;
     up->up_fd = -1;
     up->up_req = rq;
+    up->up_method = HTTP_CONNECT;   /* ip_allow's out rules judge the method
+                                       (0, the memset's, is HTTP_DELETE) */
     memcpy(up->up_host, tg, hl);
     up->up_host[hl] = '\0';
     up->up_port = (int)port;
@@ -237,10 +249,11 @@ tunnel_connect(struct req *rq, void (*answer)(struct req *), const char **why)
     t->starting = 0;
     if (t->err) {
         int err = t->err;
-        wk->ctr->origin_errors++;
+        if (err != 403)
+            wk->ctr->origin_errors++;
         tun_close(t, 0, NULL);
-        rq->syn.result = "ERR_CONNECT_FAIL";
-        *why = err == 504 ? "CONNECT target connect timeout" : "CONNECT target unreachable";
+        rq->syn.result = "ERR_CONNECT_FAIL";    /* (step_tunnel: 403 TCP_DENIED) */
+        *why = tun_fail_why(err);
         return err;
     }
     return 0;

@@ -32,8 +32,8 @@
  *
  * Server (response_server_enabled): 0 adds nothing, 1 replaces the
  * origin's, 2 adds ours only when the origin sent none.  Stored objects
- * keep the origin's Server line last in their header block (store.c), so
- * a hit drops or keeps it by looking at its last line only.
+ * keep the origin's Server lines last in their header block (store.c), so
+ * a hit drops or keeps them by looking at its last lines only.
  */
 #include "config.h"
 
@@ -136,14 +136,20 @@ via_format(char *out, int response, int tls, int minor, const char *codes)
 size_t
 via_server_tail(const char *blk, size_t len)
 {
-    const char *nl;
+    size_t end = len;
 
-    if (len < 10 || blk[len - 1] != '\n')
-        return 0;
-    nl = memrchr(blk, '\n', len - 1);
-    if (nl == NULL || (size_t)(blk + len - (nl + 1)) < 9)
-        return 0;
-    return strncasecmp(nl + 1, "server:", 7) == 0 ? (size_t)(blk + len - (nl + 1)) : 0;
+    /* the run of Server lines at the end (store.c moves them all there) */
+    while (end >= 10 && blk[end - 1] == '\n') {
+        const char *nl = memrchr(blk, '\n', end - 1);
+        size_t ll;
+        if (nl == NULL)
+            break;
+        ll = (size_t)(blk + end - (nl + 1));
+        if (ll < 9 || strncasecmp(nl + 1, "server:", 7) != 0)
+            break;
+        end -= ll;
+    }
+    return len - end;
 }
 
 void
@@ -181,8 +187,22 @@ via_fwd_sep(struct buf *o, int *n)
     return (*n)++ ? buf_lit(o, ";") : 0;
 }
 
+/* Is v an RFC 9110 token (a Forwarded value written bare)? */
+static int
+via_is_token(const char *v, size_t vl)
+{
+    for (size_t i = 0; i < vl; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+              || (c && strchr("!#$%&'*+-.^_`|~", c))))
+            return 0;
+    }
+    return vl > 0;
+}
+
 int
-via_put_forwarded(struct buf *o, const struct http_req *r, const struct sockaddr *peer, int tls)
+via_put_forwarded(struct buf *o, const struct http_req *r, const char *host, size_t hostlen,
+                  const struct sockaddr *peer, int tls)
 {
     const struct conf_records *rec = &wk->conf->rec;
     int f = rec->insert_forwarded, n = 0, err = 0;
@@ -214,14 +234,18 @@ via_put_forwarded(struct buf *o, const struct http_req *r, const struct sockaddr
         err |= via_fwd_sep(o, &n);
         err |= tls ? buf_lit(o, "proto=https") : buf_lit(o, "proto=http");
     }
-    int h = (f & CONF_FWD_HOST) ? http_field_find_id(r, HTTP_F_HOST, 0) : -1;
-    if (h >= 0 && r->fields[h].value_len > 0) {
-        const char *v = r->base + r->fields[h].value;
-        size_t vl = r->fields[h].value_len;
-        int q = memchr(v, ':', vl) != NULL;     /* host:port is quoted */
+    /* host= is the authority the request was routed by (the target's in
+     * the absolute form, RFC 9112 3.2.2), quoted unless it is a token:
+     * Host may hold ',' ';' '=' (sub-delims), which would otherwise start
+     * a parameter or an element of the client's choosing (RFC 7239 4).
+     * Host never holds '"' or '\\' (http_host_split), but a value that
+     * did could not be quoted safely: left out. */
+    if ((f & CONF_FWD_HOST) && hostlen > 0 && !memchr(host, '"', hostlen)
+        && !memchr(host, '\\', hostlen)) {
+        int q = !via_is_token(host, hostlen);
         err |= via_fwd_sep(o, &n);
         err |= q ? buf_lit(o, "host=\"") : buf_lit(o, "host=");
-        err |= buf_append(o, v, vl);
+        err |= buf_append(o, host, hostlen);
         if (q)
             err |= buf_lit(o, "\"");
     }

@@ -225,6 +225,22 @@ struct upstream {
     int              up_unsent;       /* sock_unsent() at the last wait to
                                          write the request (up_on_timeout) */
     uint8_t          up_hash[16];
+    /* parent.config (worker/parent.c): up_host/up_port are the parent in
+     * use while up_pidx >= 0; the origin is kept in up_ohost/up_oport */
+    const struct conf_parent_rule *up_prule; /* the matching rule, or NULL */
+    int              up_pidx;         /* the parent in use, -1: the origin */
+    int              up_pslot;        /* its shm parent-table entry, or -1 */
+    uint64_t         up_ptried;       /* parents tried (a bit per index) */
+    int              up_pattempts;    /* connect attempts to parents */
+    int              up_psimple;      /* simple / unavailable-server */
+    int              up_punavail;     /*   retries made */
+    int              up_ppos, up_pnorder;  /* position in, length of ... */
+    uint8_t          up_porder[CONF_PP_MAX_PARENTS]; /* the order to try */
+    unsigned         up_pabs:1;       /* the request line is absolute-form */
+    unsigned         up_ohttps:1;     /* the origin's scheme is https */
+    int              up_abslen;       /* bytes of "scheme://authority" in it */
+    int              up_oport;
+    char             up_ohost[256];
     struct store_cond up_cond;        /* the client's conditions */
     struct cache_fill *up_fill;
     size_t           up_keylen;
@@ -306,6 +322,32 @@ void origin_release(struct upstream *up);
 void origin_pool_init(struct worker *w);
 void origin_pool_close_all(struct worker *w);
 
+/* parent.c: parent.config's selection and failover (issue 20) */
+enum parent_why { PARENT_FAIL = 1, PARENT_SIMPLE, PARENT_UNAVAIL };
+/* Route up (set up from res) through a parent when a parent.config line
+ * matches: up_host/up_port become the parent's.  lookupable: the request
+ * is a cache lookup (uncacheable_requests_bypass_parent).  0, or the
+ * status to answer (every parent down and no go_direct), *why set. */
+int  parent_route(struct upstream *up, const struct req *rq,
+                  const struct conf_remap_result *res, int lookupable,
+                  const char **why);
+/* The attempt failed (why): count it against the parent, and choose the
+ * next target (a parent, or the origin with go_direct), rewriting the
+ * request line when that changes its form.  1 when there is one (the
+ * caller reconnects), 0 when not. */
+int  parent_next(struct upstream *up, enum parent_why why);
+/* Count a failure only (the request cannot be repeated). */
+void parent_failed(struct upstream *up);
+/* A parent's response of status: PARENT_SIMPLE / PARENT_UNAVAIL when the
+ * rule retries it elsewhere (counted), else 0. */
+int  parent_status_retry(struct upstream *up, int status);
+/* The parent answered: it is up; its name goes to the access log. */
+void parent_answered(struct upstream *up);
+/* The name of the parent in use, or NULL. */
+const char *parent_name(const struct upstream *up);
+/* Per-parent lines for /_stats (json) or /_metrics into o; 0 or -1. */
+int  parent_stats(struct buf *o, int json);
+
 /* proxy.c: the origin transaction */
 /* Forward request rq to the origin chosen by res; key (or NULL) is the
  * cache key a GET may fill, fwd the Cache-Status reason.  Returns 0 (the
@@ -366,9 +408,9 @@ const char *store_fill_begin(const char *key, size_t keylen,
                              const struct http_req *req, int req_auth,
                              int64_t req_time, const struct req_policy *pol,
                              struct cache_fill **out);
-/* Resolve rq->rq_pol for the routed request (res: its target after remap;
- * mapped: a remap rule, not forward proxying). */
-void store_policy(struct req *rq, const struct conf_remap_result *res, int mapped);
+/* Resolve rq->rq_pol for the routed request (res: its origin's URL, after
+ * remap or, forward proxying, the target's). */
+void store_policy(struct req *rq, const struct conf_remap_result *res);
 /* Append body bytes; on failure the fill is dropped (*f = NULL) and the
  * cache's code returned. */
 int  store_fill_data(struct cache_fill **f, const char *p, size_t n);
@@ -439,12 +481,13 @@ void   via_codes_hit(char c[VIA_CODES + 1], const char *cs, int status);
  * TLS; minor: its HTTP/1.x version; codes may be NULL below level 2. */
 size_t via_format(char *out, int response, int tls, int minor, const char *codes);
 /* The Forwarded field (RFC 7239) of proxy.config.http.insert_forwarded
- * for request r from peer (tls: over TLS), appended to o; 0, or -1 when
- * it does not fit. */
-int    via_put_forwarded(struct buf *o, const struct http_req *r,
-                         const struct sockaddr *peer, int tls);
-/* The length of a stored header block's last line when it is a Server
- * field (store.c keeps the origin's there), else 0. */
+ * for request r from peer (tls: over TLS), appended to o; host (hostlen
+ * bytes, 0: none) is the authority r was routed by, for host=.  0, or -1
+ * when it does not fit. */
+int    via_put_forwarded(struct buf *o, const struct http_req *r, const char *host,
+                         size_t hostlen, const struct sockaddr *peer, int tls);
+/* The length of a stored header block's last lines that are Server
+ * fields (store.c keeps the origin's there), else 0. */
 size_t via_server_tail(const char *blk, size_t len);
 
 /* alog.c: the access log */

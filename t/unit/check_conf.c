@@ -916,6 +916,15 @@ START_TEST(test_remap_reverse)
     ck_assert_str_eq(rev("/relative"), "-");
     ck_assert_int_eq(conf_remap_reverse(&rm, "http://origin:8080/abcdefgh",
                                         27, small, sizeof(small)), 0);
+    /* A Location that ends right after "://" (no NUL after it: an exact
+     * heap copy, so ASan sees a read past it; libFuzzer found this) */
+    {
+        char *exact = malloc(7);
+        ck_assert_ptr_nonnull(exact);
+        memcpy(exact, "http://", 7);
+        ck_assert_int_eq(conf_remap_reverse(&rm, exact, 7, small, sizeof(small)), 0);
+        free(exact);
+    }
     conf_remap_free(&rm);
 }
 END_TEST
@@ -1527,7 +1536,7 @@ START_TEST(test_ats_files)
     ck_assert_int_eq(count_notes(CONF_NOTE_MATCHES), 3);
     conf_free(c);
 
-    put("parent.config", "dest_domain=. parent=\"p:8080\"\n");
+    put("parent.config", "dest_domain=. parent=\"p\"\n");
     put("plugin.config", "# c\n\ngen.so\n");
     put("sni.yaml", "sni:\n- fqdn: a.test\n  verify_client: STRICT\n");
     put("hosting.config", "hostname=a.test volume=1\n");
@@ -1541,10 +1550,8 @@ START_TEST(test_ats_files)
     ck_assert_int_eq(e2.n, 8);
     conf_errors_free(&errs);
     errs = e2;
-    check_error("parent.config:1: \"dest_domain=. parent=\"p:8080\"\": parent "
-                "proxies are not supported yet (issue: origin pools); Cistern "
-                "would send these requests to the origin directly (1 line; "
-                "the file must be empty or hold only comments)");
+    check_error("parent.config:1: parent=: \"p\": a parent needs host:port "
+                "(the port is required)");
     check_error("socks.config:2: SOCKS is not supported, and "
                 "proxy.config.socks.socks_needed asks for it: Cistern would "
                 "connect to origins directly (1 line)");
@@ -1998,7 +2005,7 @@ acl_ok(int i, const char *peer, const char *local, const char *method)
     ck_assert_int_lt(i, rm.nrules);
     return conf_remap_acl_allows(&rm, &rm.rules[i], acl_addr(&acl_peer, peer),
                                  local != NULL ? acl_addr(&acl_local, local) : NULL,
-                                 conf_method_bit(method, strlen(method)), &by);
+                                 method, strlen(method), &by);
 }
 
 START_TEST(test_remap_acl_legacy)
@@ -2577,6 +2584,239 @@ START_TEST(test_cache_negative_list)
 }
 END_TEST
 
+
+/* ---------------------------------------------------------------------
+ * parent.config (issue 20)
+ */
+static struct conf_parent_req
+pq(const char *host, int port, const char *path)
+{
+    struct conf_parent_req q;
+
+    memset(&q, 0, sizeof(q));
+    q.scheme = "http";
+    q.host = host;
+    q.hostlen = strlen(host);
+    q.port = port;
+    q.path = path;
+    q.pathlen = strlen(path);
+    q.method = "GET";
+    return q;
+}
+
+START_TEST(test_parent_parse)
+{
+    struct conf_parents pp;
+    const struct conf_parent_rule *r;
+    struct conf_parent_req q;
+    const char *f = put("parent.config",
+        "# tier\n"
+        "dest_host=img.test port=8080 parent=\"p1.test:3128|2.5, p2.test:3128;[::1]:81&x\" "
+        "round_robin=consistent_hash go_direct=false qstring=ignore "
+        "secondary_parent=\"s1.test:80\" secondary_mode=2\n"
+        "dest_domain=pool.test parent=\"10.0.0.1:80;10.0.0.2:80\" round_robin=strict "
+        "parent_is_proxy=false parent_retry=both unavailable_server_retry_responses=\"502,503\" "
+        "max_unavailable_server_retries=2\n"
+        "dest_ip=192.168.1.0/24 go_direct=true\n"
+        "url_regex=^http://x\\.test/a/ prefix=/a parent=\"p3:1\" round_robin=latched\n"
+        "dest_domain=. scheme=http parent=\"dflt:8080\"\n");
+
+    memset(&pp, 0, sizeof(pp));
+    ck_assert_int_eq(conf_parent_parse(&pp, f, &errs), 0);
+    ck_assert_int_eq(errs.n, 0);
+    ck_assert_int_eq(pp.nrules, 5);
+    r = &pp.rules[0];
+    ck_assert_int_eq(r->nprimary, 3);
+    ck_assert_int_eq(r->nsecondary, 1);
+    ck_assert_str_eq(r->hosts[0].name, "p1.test:3128");
+    ck_assert(r->hosts[0].weight == 2.5);
+    ck_assert_str_eq(r->hosts[2].host, "[::1]");
+    ck_assert_int_eq(r->hosts[2].port, 81);
+    ck_assert(r->hosts[2].hid == conf_parent_hash("x", 1));
+    ck_assert_int_eq(r->rr, CONF_PP_RR_HASH);
+    ck_assert_int_eq(r->go_direct, 0);
+    ck_assert_int_eq(r->ignore_query, 1);
+    ck_assert_int_eq(r->secondary_mode, 2);
+    ck_assert_int_eq(r->retry, 0);
+    r = &pp.rules[1];
+    ck_assert_int_eq(r->is_proxy, 0);
+    ck_assert_int_eq(r->go_direct, 0);          /* ignored for origin pools */
+    ck_assert_int_eq(r->rr, CONF_PP_RR_STRICT);
+    ck_assert_int_eq(r->retry, CONF_PP_RETRY_SIMPLE | CONF_PP_RETRY_UNAVAIL);
+    ck_assert(conf_parent_code(r->unavail_codes, 502));
+    ck_assert(!conf_parent_code(r->unavail_codes, 504));
+    ck_assert(conf_parent_code(r->simple_codes, 404));
+    ck_assert_int_eq(r->max_unavail, 2);
+    ck_assert_int_eq(pp.rules[0].max_simple, 1);
+
+    /* first match in file order */
+    q = pq("img.test", 8080, "/x");
+    ck_assert_ptr_eq(conf_parent_find(&pp, &q), &pp.rules[0]);
+    q = pq("img.test", 80, "/x");
+    ck_assert_ptr_eq(conf_parent_find(&pp, &q), &pp.rules[4]);
+    q = pq("a.pool.test", 80, "/");
+    ck_assert_ptr_eq(conf_parent_find(&pp, &q), &pp.rules[1]);
+    q = pq("xpool.test", 80, "/");
+    ck_assert_ptr_eq(conf_parent_find(&pp, &q), &pp.rules[4]);
+    q = pq("192.168.1.7", 80, "/");
+    ck_assert_ptr_eq(conf_parent_find(&pp, &q), &pp.rules[2]);
+    q = pq("x.test", 80, "/a/b");
+    q.url = "http://x.test/a/b";
+    ck_assert_ptr_eq(conf_parent_find(&pp, &q), &pp.rules[3]);
+    q.url = "http://x.test/b/";
+    ck_assert_ptr_eq(conf_parent_find(&pp, &q), &pp.rules[4]);
+    q = pq("x.test", 80, "/");
+    q.scheme = "https";
+    ck_assert_ptr_null(conf_parent_find(&pp, &q));
+    conf_parent_free(&pp);
+}
+END_TEST
+
+START_TEST(test_parent_errors)
+{
+    struct conf_parents pp;
+    const char *f = put("parent.config",
+        "dest_domain=a parent=\"p\"\n"
+        "dest_domain=a parent=\"p:0\"\n"
+        "dest_domain=a parent=\"p:80|x\"\n"
+        "dest_domain=a round_robin=sometimes parent=\"p:80\"\n"
+        "dest_domain=a parent=\"p:80\" frobnicate=1\n"
+        "parent=\"p:80\"\n"
+        "dest_domain=a\n"
+        "dest_domain=a go_direct=false\n"
+        "dest_domain=a parent=\"p:80\" max_simple_retries=6\n"
+        "dest_domain=a parent=\"p:80\" time=08:00-14:00\n"
+        "dest_domain=a parent=\"p:80\" parent=\"q:80\"\n"
+        "dest_domain=a parent=\"p:80\" unavailable_server_retry_responses=404\n"
+        "dest_domain=a parent=\"p:80\" host_override=true\n"
+        "dest_domain=a dest_host=b parent=\"p:80\"\n");
+
+    memset(&pp, 0, sizeof(pp));
+    ck_assert_int_eq(conf_parent_parse(&pp, f, &errs), -1);
+    ck_assert_int_eq(errs.n, 14);
+    ck_assert_int_eq(pp.nrules, 0);
+    check_error("parent.config:1: parent=: \"p\": a parent needs host:port (the port is required)");
+    check_error("parent.config:2: parent=: \"p:0\": the port is not 1-65535");
+    check_error("parent.config:3: parent=: \"p:80|x\": the weight after '|' is not a positive number");
+    check_error("parent.config:4: round_robin=sometimes: expected true, strict, false, "
+                "consistent_hash or latched");
+    check_error("parent.config:5: unknown label \"frobnicate\"");
+    check_error("parent.config:6: no primary destination (dest_domain=, dest_host=, "
+                "dest_ip=, host_regex= or url_regex=)");
+    check_error("parent.config:7: every line needs parent= or go_direct=");
+    check_error("parent.config:8: go_direct=false without parent=: no request it "
+                "matches could be served");
+    check_error("parent.config:9: max_simple_retries=6: expected 1 to 5");
+    check_error("parent.config:10: time=08:00-14:00: not supported: the rest of the "
+                "day's requests would take another route without a word");
+    check_error("parent.config:11: parent= given twice");
+    check_error("parent.config:12: unavailable_server_retry_responses=404: expected a "
+                "list of 5xx status codes");
+    check_error("parent.config:13: host_override=true: only false is supported");
+    check_error("parent.config:14: dest_host=: a line has one primary destination");
+    conf_parent_free(&pp);
+}
+END_TEST
+
+/* Rendezvous hashing: balance within 1.1 of the mean over 100k uniform
+ * keys, weights honoured, and removing a parent moves only its keys. */
+START_TEST(test_parent_hash_balance)
+{
+    struct conf_parent_host h[5];
+    int order[5], owner[100000], count[5], moved = 0, wrong = 0;
+    char name[64];
+
+    memset(h, 0, sizeof(h));
+    for (int i = 0; i < 5; i++) {
+        snprintf(h[i].name, sizeof(h[i].name), "10.0.0.%d:8080", i + 1);
+        h[i].weight = 1.0;
+        h[i].hid = conf_parent_hash(h[i].name, strlen(h[i].name));
+    }
+    for (int n = 2; n <= 5; n++) {
+        memset(count, 0, sizeof(count));
+        for (int k = 0; k < 100000; k++) {
+            int len = snprintf(name, sizeof(name), "http://o.test/obj/%d", k);
+            conf_parent_rank(h, n, conf_parent_hash(name, (size_t)len), order);
+            count[order[0]]++;
+        }
+        int max = 0;
+        for (int i = 0; i < n; i++)
+            max = count[i] > max ? count[i] : max;
+        double ratio = max / (100000.0 / n);
+        fprintf(stderr, "parent hash: %d parents, max/mean %.4f\n", n, ratio);
+        ck_assert_msg(ratio < 1.1, "%d parents: max/mean %.3f", n, ratio);
+    }
+    /* 4 parents, then the third leaves */
+    for (int k = 0; k < 100000; k++) {
+        int len = snprintf(name, sizeof(name), "http://o.test/obj/%d", k);
+        conf_parent_rank(h, 4, conf_parent_hash(name, (size_t)len), order);
+        owner[k] = order[0];
+    }
+    struct conf_parent_host h3[3] = { h[0], h[1], h[3] };
+    const int map3[3] = { 0, 1, 3 };
+    for (int k = 0; k < 100000; k++) {
+        int len = snprintf(name, sizeof(name), "http://o.test/obj/%d", k);
+        conf_parent_rank(h3, 3, conf_parent_hash(name, (size_t)len), order);
+        if (map3[order[0]] != owner[k]) {
+            moved++;
+            wrong += owner[k] != 2;
+        }
+    }
+    fprintf(stderr, "parent hash: one of 4 leaves: %d of 100000 keys moved, "
+            "%d of them not its own\n", moved, wrong);
+    ck_assert_int_eq(wrong, 0);
+    ck_assert(moved > 22000 && moved < 28000);
+    /* weights: 1, 2, 1 -> 25%, 50%, 25% */
+    h[1].weight = 2.0;
+    memset(count, 0, sizeof(count));
+    for (int k = 0; k < 100000; k++) {
+        int len = snprintf(name, sizeof(name), "k%d", k);
+        conf_parent_rank(h, 3, conf_parent_hash(name, (size_t)len), order);
+        count[order[0]]++;
+    }
+    fprintf(stderr, "parent hash: weights 1,2,1: %d %d %d\n", count[0], count[1], count[2]);
+    ck_assert(count[1] > 48000 && count[1] < 52000);
+    ck_assert(count[0] > 23000 && count[0] < 27000);
+}
+END_TEST
+
+START_TEST(test_parent_load_and_keys)
+{
+    struct conf *c;
+
+    put("records.config", "CONFIG proxy.config.http.server_ports STRING 0\n"
+        "CONFIG proxy.config.http.parent_proxy.retry_time INT 5\n"
+        "CONFIG proxy.config.http.parent_proxy.fail_threshold INT 2\n"
+        "CONFIG proxy.config.http.forward.proxy_auth_to_parent INT 1\n");
+    put("remap.config", "");
+    put("parent.config", "dest_domain=. parent=\"p:8080\"\n");
+    c = conf_load(tmpdir, &errs);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_eq(c->parents.nrules, 1);
+    ck_assert_int_eq(c->rec.parent_retry_time, 5);
+    ck_assert_int_eq(c->rec.parent_fail_threshold, 2);
+    ck_assert_int_eq(c->rec.parent_total_attempts, 4);
+    ck_assert_int_eq(c->rec.parent_per_attempts, 2);
+    ck_assert_int_eq(c->rec.parent_connect_timeout, 30);
+    ck_assert_int_eq(c->rec.proxy_auth_to_parent, 1);
+    ck_assert_int_eq(c->rec.uncacheable_bypass_parent, 1);
+    conf_free(c);
+}
+END_TEST
+
+static TCase *
+parent_tcase(void)
+{
+    TCase *tc = tcase_create("parent");
+
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_parent_parse);
+    tcase_add_test(tc, test_parent_errors);
+    tcase_add_test(tc, test_parent_hash_balance);
+    tcase_add_test(tc, test_parent_load_and_keys);
+    return tc;
+}
+
 static Suite *
 conf_suite(void)
 {
@@ -2685,6 +2925,8 @@ conf_suite(void)
     tcase_add_test(tc, test_cache_config_match);
     tcase_add_test(tc, test_cache_negative_list);
     suite_add_tcase(s, tc);
+
+    suite_add_tcase(s, parent_tcase());
 
     tc = tcase_create("issue18-headers");
     tcase_add_checked_fixture(tc, setup, teardown);

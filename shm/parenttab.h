@@ -1,0 +1,65 @@
+/*
+ * shm/parenttab.h: the parent table, the health of parent proxies shared
+ * by every worker (issue 20; the selection is worker/parent.c).
+ *
+ * One entry per parent ("host:port"), found by name and kept for the
+ * region's life (reloads keep a parent's state and counters; a parent
+ * that leaves the config keeps its entry, at most PT_MAX in all).  An
+ * entry counts the failures in the current window (ATS's fail_threshold
+ * within retry_time); at the threshold the parent is marked down for every
+ * worker.  When retry_time has passed, the first request to look takes
+ * the probe: the parent stays down for the others while that request
+ * tries it; a success marks it up, a failure down again for retry_time.
+ *
+ * Locking: one process-shared robust mutex for the state changes; the
+ * counters are atomic adds; a lookup reads names without it (an entry's
+ * name is written once, before its `used` flag is set).
+ */
+#ifndef CISTERN_PARENTTAB_H
+#define CISTERN_PARENTTAB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PT_MAX      256
+#define PT_NAME     272
+
+struct parenttab;
+
+enum pt_state { PT_UP = 0, PT_DOWN, PT_PROBING };
+
+struct parenttab_stat {
+    char     name[PT_NAME];
+    uint64_t requests;                /* attempts sent to it */
+    uint64_t failures;                /* attempts that failed */
+    uint64_t markdowns;               /* times it was marked down */
+    int      state;                   /* enum pt_state */
+};
+
+size_t parenttab_size(void);
+int    parenttab_init(void *area);
+int    parenttab_check(const struct parenttab *pt);
+
+/* The entry of name, made when new; -1 when the table is full. */
+int  parenttab_find(struct parenttab *pt, const char *name);
+/* May a request use entry i now?  PT_UP: yes; PT_PROBING: yes, and it is
+ * the probe (the others see PT_DOWN until it reports); PT_DOWN: no. */
+int  parenttab_usable(struct parenttab *pt, int i, int64_t now, int retry_time);
+/* An attempt is about to go to entry i. */
+void parenttab_request(struct parenttab *pt, int i);
+/* The attempt succeeded (the parent answered): it is up. */
+void parenttab_ok(struct parenttab *pt, int i);
+/* The attempt failed.  Returns 1 when that marked the parent down. */
+int  parenttab_fail(struct parenttab *pt, int i, int64_t now, int threshold,
+                    int retry_time);
+/* A rotating counter (round_robin=strict) and a latched index
+ * (round_robin=latched), kept on a rule's first parent. */
+uint64_t parenttab_next(struct parenttab *pt, int i);
+int  parenttab_latched(struct parenttab *pt, int i);
+void parenttab_set_latched(struct parenttab *pt, int i, int v);
+/* Entries in use (0..n-1 valid for parenttab_get). */
+int  parenttab_count(const struct parenttab *pt);
+void parenttab_get(struct parenttab *pt, int i, int64_t now, int retry_time,
+                   struct parenttab_stat *out);
+
+#endif /* CISTERN_PARENTTAB_H */
