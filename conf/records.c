@@ -918,7 +918,7 @@ static const struct {
     { "ip-out", 1, "a per-port outbound address is not supported (origins "
       "are reached from the system's source address)" },
     { "ip-resolve", 1, "per-port resolution order is not supported (origins "
-      "are resolved IPv4 addresses first, then IPv6)" },
+      "names are connected to IPv4 addresses first, then IPv6)" },
     { "fd", 1, "inherited listening descriptors are not supported" },
 };
 
