@@ -1368,6 +1368,57 @@ def expect_tunnel_eof(c, want, what):
     expect_body(bytes(c.buf), want, what)
 
 
+TUN_BIG = 2 * BIG           # P8.A1's stream: far more than the socket
+#                             buffers on the way hold (about 2.5 MiB on
+#                             loopback, most of it the worker's send
+#                             buffer to the client)
+
+
+@cell("P8.A1", "the client reads the target's 16 MiB at 1 KiB/s (12 s: "
+      "past the idle timeout several times), then fast -> never cut; every "
+      "byte in order, then the EOF; the target is held back meanwhile (less "
+      "than 8 MiB ahead of the reader: memory bounded)")
+def p8_a1(ctx):
+    data = ctx.body(TUN_BIG)
+    sent = [0]
+    log = []
+
+    def blast(s):
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 32768)
+
+        def go():
+            for i in range(0, TUN_BIG, 65536):
+                s.sendall(data[i:i + 65536])
+                sent[0] = min(TUN_BIG, i + 65536)
+            s.shutdown(socket.SHUT_WR)
+            tun.recv_all(s, 120)
+        ended_by(go, log)
+
+    c, srv = open_tunnel(ctx, blast, rcvbuf=2048)
+    slow_until = time.monotonic() + 12
+    while time.monotonic() < slow_until and not c.eof:
+        t0 = time.monotonic()
+        c.recv_some(1.0, SLOW // 4)
+        rest = 0.25 - (time.monotonic() - t0)
+        if rest > 0:
+            time.sleep(rest)
+    expect(not c.eof, "the tunnel was closed while its client read at "
+           "1 KiB/s (%d bytes read)" % len(c.buf))
+    ahead = sent[0] - len(c.buf)
+    expect(ahead < 8 * MIB, "the target got %d bytes ahead of a reader at "
+           "%d: the relay is not holding it back" % (ahead, len(c.buf)))
+    expect(c.read_until_close(60), "no EOF after the target's end (%d of "
+           "%d bytes)" % (len(c.buf), TUN_BIG))
+    expect(len(c.buf) >= TUN_BIG, "the tunnel ended after %d of %d bytes, "
+           "%s: cut while its client read at 1 KiB/s" % (
+               len(c.buf), TUN_BIG, "with a reset" if c.reset else
+               "with an orderly EOF (the cut looks like the stream's end)"))
+    expect_tunnel_eof(c, data, "16 MiB through the tunnel")
+    c.close()
+    harness.wait_for(lambda: log, 10, what="the target's end")
+    expect_eq(log[0][0], "done", "how the target's side ended")
+
+
 @cell("P8.A2", "the client half-closes (after 50 KB up) -> the target "
       "gets every byte, then the EOF; what it sends after the EOF (70 KB, "
       "behind 30 KB before it) reaches the client whole, then the EOF")
