@@ -73,6 +73,7 @@ RECORDS = {
     "proxy.config.cache.max_doc_size": ("INT", "64M"),
     # P0: a second port that takes the PROXY protocol (c.ports[1])
     "proxy.config.http.server_ports": "0 0:pp",
+    "proxy.config.http.proxy_protocol_allowlist": "127.0.0.1",
     # P8: CONNECT to any port.  remap_required 0 makes the daemon a forward
     # proxy too; every other cell's request names m.test, which the remap
     # rule maps, so nothing else changes.
