@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "conf/conf.h"
@@ -39,7 +40,11 @@
 static int
 conf_optional_exists(const char *path)
 {
-    return access(path, F_OK) == 0 || errno != ENOENT;
+    struct stat st;
+
+    /* lstat: a dangling symlink is a file that cannot be read (an error),
+     * not a missing one (the permissive built-in defaults) */
+    return lstat(path, &st) == 0 || errno != ENOENT;
 }
 
 static void
