@@ -67,6 +67,9 @@ const struct conf_ats_key conf_ats_keys[] = {
       CONF_ATS_MATCHES, "2",
       "stored variants are told apart by Vary only (Accept-Charset counts "
       "only when Vary names it)" },
+    { "proxy.config.http.max_post_size", "INT", CONF_ATS_MATCHES, "0",
+      "request bodies are not limited in size (they are streamed to the "
+      "origin, never held whole)" },
     { "proxy.config.http.send_http11_requests", "INT", CONF_ATS_MATCHES, "1",
       "requests to origins are always HTTP/1.1" },
     { "proxy.config.http.keep_alive_enabled_in", "INT", CONF_ATS_MATCHES, "1",

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "conf/conf.h"
@@ -39,7 +40,11 @@
 static int
 conf_optional_exists(const char *path)
 {
-    return access(path, F_OK) == 0 || errno != ENOENT;
+    struct stat st;
+
+    /* lstat: a dangling symlink is a file that cannot be read (an error),
+     * not a missing one (the permissive built-in defaults) */
+    return lstat(path, &st) == 0 || errno != ENOENT;
 }
 
 static void
@@ -67,6 +72,22 @@ conf_cross_check(struct conf *c, const char *recfile, struct conf_errors *e)
         && conf_ip_list_parse(&c->pp_allow, r->pp_allowlist, &why) < 0)
         conf_error(e, recfile, 0, "proxy.config.http.proxy_protocol_allowlist: "
                    "%s in \"%s\"", why, r->pp_allowlist);
+    /* A pp port believes the client address a PROXY header claims, and
+     * every ACL judges that address: with no allowlist anyone who reaches
+     * the port could claim any address (ATS trusts every peer then).
+     * Trust is written out or refused. */
+    for (int i = 0; i < r->nports; i++) {
+        if (r->ports[i].pp && (r->pp_allowlist == NULL
+                               || strcasecmp(r->pp_allowlist, "none") == 0
+                               || *r->pp_allowlist == '\0')) {
+            conf_error(e, recfile, 0, "proxy.config.http.server_ports has a pp "
+                       "port, but proxy.config.http.proxy_protocol_allowlist "
+                       "names no peer: every client could claim any address "
+                       "to the ACLs; list the load balancers' addresses "
+                       "(\"0/0 ::/0\" trusts everyone, as ATS does by default)");
+            break;
+        }
+    }
     /* The request line is part of the header block, so a longer line limit
      * than header limit can never take effect. */
     if (r->request_line_max_size > r->request_header_max_size)

@@ -301,7 +301,8 @@ static const struct rec_directive rec_table[] = {
     { "proxy.config.http.proxy_protocol_allowlist", REC_STRING, rec_set_ip_list,
       REC_FIELD(pp_allowlist), "none", 0, 0,
       "the peers a PROXY header is taken from on pp ports (addresses, "
-      "ranges, CIDRs); none trusts every peer" },
+      "ranges, CIDRs); none with a pp port is an error (ATS trusts every "
+      "peer; write 0/0 ::/0 for that)" },
     { "proxy.config.http.proxy_protocol_whitelist", REC_STRING, rec_set_ip_list,
       REC_FIELD(pp_allowlist), "none", 0, 0,
       "ATS 8's name of proxy_protocol_allowlist" },

@@ -162,7 +162,7 @@ def test_ipv4_and_ipv6_on_one_port():
     if not have_ipv6():
         raise harness.SkipTest("no IPv6 loopback")
     port = free_port()
-    with Origin() as o, Cistern(records={SP: "%d %d:ipv6" % (port, port)},
+    with Origin() as o, Cistern(records={ALLOW: "127.0.0.0/8", SP: "%d %d:ipv6" % (port, port)},
                                 remap=remap_for(o)) as c:
         expect_eq(c.ports, [port, port], "run/ports")
         for host in ("127.0.0.1", "::1"):
@@ -180,7 +180,7 @@ def test_ipv6_alone_is_ipv6_only():
     if not have_ipv6():
         raise harness.SkipTest("no IPv6 loopback")
     port = free_port()
-    with Origin() as o, Cistern(records={SP: "0 %d:ipv6" % port},
+    with Origin() as o, Cistern(records={ALLOW: "127.0.0.0/8", SP: "0 %d:ipv6" % port},
                                 remap=remap_for(o)) as c:
         expect_eq(c.ports[1], port, "second port")
         data, _ = exchange(port, get("/x"), host="::1")
@@ -195,7 +195,7 @@ def test_ipv6_alone_is_ipv6_only():
 
 def test_ip_in_binds_one_address():
     """ip-in=127.0.0.1: served on 127.0.0.1, nothing listens on 127.0.0.2."""
-    with Origin() as o, Cistern(records={SP: "ip-in=127.0.0.1:0"},
+    with Origin() as o, Cistern(records={ALLOW: "127.0.0.0/8", SP: "ip-in=127.0.0.1:0"},
                                 remap=remap_for(o)) as c:
         data, _ = exchange(c.port, get("/x"))
         expect_eq(parse_responses(data)[0].status, 200, "GET on 127.0.0.1")
@@ -214,7 +214,7 @@ def test_overlapping_listeners():
     connections to the specific one (a pp port here) and the rest to the
     wildcard one."""
     port = free_port()
-    with Origin() as o, Cistern(records={SP: "%d ip-in=127.0.0.1:%d:pp" % (port, port)},
+    with Origin() as o, Cistern(records={ALLOW: "127.0.0.0/8", SP: "%d ip-in=127.0.0.1:%d:pp" % (port, port)},
                                 remap=remap_for(o)) as c:
         expect_eq(c.ports, [port, port], "run/ports")
         data, _ = exchange(port, get("/x"), host="127.0.0.2")
@@ -272,8 +272,12 @@ def _descriptor_cases(col):
             "8080:ip-in=[::1]:ipv6"]
     for value in good:
         with col.case(value):
-            r = check_config(records={SP: value})
+            r = check_config(records={SP: value, ALLOW: "127.0.0.1"})
             expect_eq(r.rc, 0, "`%s`: %r" % (value, r))
+    with col.case("a pp port without an allowlist"):
+        r = check_config(records={SP: "8080:pp"})
+        expect(r.rc != 0 and "names no peer" in r.stderr,
+               "a pp port trusting every peer implicitly was accepted: %r" % r)
     for value, rx in [("10.0.0.1/40", r"proxy_protocol_allowlist: .*10\.0\.0\.1/40"),
                       ("10.0.0.x", r"proxy_protocol_allowlist: ")]:
         with col.case("allowlist " + value):
@@ -290,7 +294,7 @@ def test_pp_v1_sets_client():
     """v1 TCP4 and TCP6: the carried address is the access log's client and
     the origin's X-Forwarded-For; the request rides in the same packet as
     the header (pipelined bytes right behind it are served)."""
-    with Origin() as o, Cistern(records={SP: "0 0:pp"}, remap=remap_for(o),
+    with Origin() as o, Cistern(records={ALLOW: "127.0.0.0/8", SP: "0 0:pp"}, remap=remap_for(o),
                                 workers=1) as c:
         data, closed = exchange(c.ports[1], v1("203.0.113.7") + get())
         expect_eq(parse_responses(data)[0].status, 200, "v1 TCP4 GET: %r" % data[:200])
@@ -314,7 +318,7 @@ def test_pp_v1_sets_client():
 def test_pp_v2_sets_client():
     """v2 PROXY over TCP4 (with TLVs skipped) and TCP6 sets the client; LOCAL
     (a balancer's health check) and v1 UNKNOWN keep the real peer."""
-    with Origin() as o, Cistern(records={SP: "0 0:pp"}, remap=remap_for(o),
+    with Origin() as o, Cistern(records={ALLOW: "127.0.0.0/8", SP: "0 0:pp"}, remap=remap_for(o),
                                 workers=1) as c:
         tlv = b"\x04\x00\x05hello" + b"\xea\x00\x10" + b"v" * 16
         data, _ = exchange(c.ports[1], v2("192.0.2.44", tlvs=tlv) + get())
@@ -344,7 +348,7 @@ def test_pp_address_drives_ip_allow():
     ip_allow = ["src_ip=203.0.113.7 action=ip_allow method=ALL",
                 "src_ip=0.0.0.0-255.255.255.255 action=ip_deny method=ALL",
                 "src_ip=::-ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff action=ip_deny method=ALL"]
-    with Origin() as o, Cistern(records={SP: "0 0:pp", "proxy.config.acl.subjects": "PEER"},
+    with Origin() as o, Cistern(records={ALLOW: "127.0.0.0/8", SP: "0 0:pp", "proxy.config.acl.subjects": "PEER"},
                                 remap=remap_for(o), ip_allow=ip_allow, workers=1) as c:
         data, _ = exchange(c.ports[1], v1("203.0.113.7") + get())
         expect_eq(parse_responses(data)[0].status, 200, "allowed address")
@@ -398,7 +402,7 @@ def test_pp_malformed_or_missing_closes():
         ("v2 short IPv4", V2SIG + b"\x21\x11\x00\x04" + b"\x01\x02\x03\x04" + get()),
         ("v2 too long", V2SIG + b"\x21\x11\xff\xff" + b"\x00" * 100),
     ]
-    with Origin() as o, Cistern(records={SP: "0 0:pp"}, remap=remap_for(o),
+    with Origin() as o, Cistern(records={ALLOW: "127.0.0.0/8", SP: "0 0:pp"}, remap=remap_for(o),
                                 workers=1) as c, \
             harness.Collector() as col:
         for name, data in cases:
@@ -417,7 +421,7 @@ def test_pp_malformed_or_missing_closes():
 def test_pp_slow_header_cut():
     """A PROXY header dripped one byte a second is cut at the accept
     timeout (2 s here) counted from accept: each byte does not restart it."""
-    with Origin() as o, Cistern(records={SP: "0 0:pp",
+    with Origin() as o, Cistern(records={ALLOW: "127.0.0.0/8", SP: "0 0:pp",
                                          "proxy.config.http.accept_no_activity_timeout": 2},
                                 remap=remap_for(o)) as c:
         hdr = v1("203.0.113.7")
@@ -449,7 +453,7 @@ def test_reload_cannot_turn_pp_on():
     """Adding :pp by a reload needs a restart: the reload says so and the
     port keeps serving plain HTTP (a half-applied pp port would drop every
     client, or take headers it was not told to)."""
-    with Origin() as o, Cistern(records={SP: "0"}, remap=remap_for(o)) as c:
+    with Origin() as o, Cistern(records={ALLOW: "127.0.0.0/8", SP: "0"}, remap=remap_for(o)) as c:
         c.write_file("records.config", open(os.path.join(c.confdir, "records.config"))
                      .read().replace("server_ports STRING 0", "server_ports STRING 0:pp"))
         c.reload(wait_log=r"\[warn\] .*server_ports changed: needs a restart")
@@ -465,7 +469,7 @@ def test_pp_ssl():
     files = test_tls.tls_files("www.test")
     files["ssl_multicert.config"] = ("dest_ip=* ssl_cert_name=www.test.pem "
                                      "ssl_key_name=www.test.key\n")
-    with Origin() as o, Cistern(records={SP: "0 0:ssl:pp"}, files=files, workers=1,
+    with Origin() as o, Cistern(records={ALLOW: "127.0.0.0/8", SP: "0 0:ssl:pp"}, files=files, workers=1,
                                 remap=["map https://www.test/ http://%s/" % o.authority]) as c:
         ctx = ssl.create_default_context()
         ctx.check_hostname = False

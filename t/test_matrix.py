@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """The condition matrix (issue 16, "Trustworthy in the field").
 
-Every phase of a transaction (request head, request body, waiting for the
-origin, response head, response body on a miss, body of a hit, PUSH body)
-meets every adversity that applies to it (a client that reads at 1 KiB/s,
-half-closes, resets or goes silent; an origin that trickles, goes silent
-past its timeout, closes early, resets, sends a malformed head or sends
-more than it announced).  Each cell is one function below; t/README.md has
-the table of expected outcomes (`python3 t/test_matrix.py --table` prints
-it from the cells themselves).
+Every phase of a transaction (the PROXY protocol header on a `pp` port,
+request head, request body, waiting for the origin, response head,
+response body on a miss, body of a hit, PUSH body, a CONNECT or Upgrade
+tunnel) meets every adversity that applies to it (a client that reads at
+1 KiB/s, half-closes, resets or goes silent; an origin that trickles, goes
+silent past its timeout, closes early, resets, sends a malformed head or
+sends more than it announced).  Each cell is one function below;
+t/README.md has the table of expected outcomes (`python3 t/test_matrix.py
+--table` prints it from the cells themselves).
 
 The cells run concurrently, in threads, against ONE daemon (one worker, so
 the fd accounting is exact), each on its own URLs.  Every cell asserts its
@@ -23,6 +24,13 @@ finds no [error]/[crit] line and no sanitizer report.
 When cells fail in the concurrent run, each failing cell is run again
 ALONE on a fresh daemon (a crash in one cell fails every cell in flight),
 and both results are reported: the isolated one is the reproduction.
+
+The PROXY cells (P0) use the daemon's second port, `0:pp`; the tunnel
+cells (P8) CONNECT to a raw TCP target of their own on 127.0.0.1
+(connect_ports "*", remap_required 0: every other cell names m.test, which
+is remapped, so the forward proxy changes nothing for them), and P8.A7b
+upgrades to a WebSocket origin behind the remap rule of ws.test.  A
+tunnel's sockets to its target count as the cell's in the fd accounting.
 
 The long and slow transfers of the issue (a 20 MiB hit and a 20 MiB miss to
 a reader limited to 1 MiB/s, a 20 s origin) are cells L1-L3 of the same run.
@@ -40,6 +48,8 @@ import time
 import traceback
 
 import harness
+import test_tunnel as tun       # its Server (raw TCP targets) and WebSocket
+#                                 frames
 from harness import (Cistern, Origin, TestFailure, expect, expect_body,
                      expect_eq, fail, is_hit, seeded)
 
@@ -61,7 +71,22 @@ RECORDS = {
     "proxy.config.http.keep_alive_no_activity_timeout_out": T_KA_OUT,
     "proxy.config.http.push_method_enabled": 1,
     "proxy.config.cache.max_doc_size": ("INT", "64M"),
+    # P0: a second port that takes the PROXY protocol (c.ports[1])
+    "proxy.config.http.server_ports": "0 0:pp",
+    "proxy.config.http.proxy_protocol_allowlist": "127.0.0.1",
+    # P8: CONNECT to any port.  remap_required 0 makes the daemon a forward
+    # proxy too; every other cell's request names m.test, which the remap
+    # rule maps, so nothing else changes.
+    "proxy.config.http.connect_ports": "*",
+    "proxy.config.url_remap.remap_required": 0,
 }
+# 127.0.0.1 (every client) may do everything, PUSH included; the PROXY
+# addresses of P0 are allowed; CONNECT and the WebSocket origin reach
+# 127.0.0.1 only with a destination rule (a forward proxy refuses the
+# machine itself otherwise).
+IP_ALLOW = ["src_ip=127.0.0.1 action=ip_allow method=ALL",
+            "src_ip=203.0.113.0/24 action=ip_allow method=ALL",
+            "dest_ip=127.0.0.1 action=ip_allow method=ALL"]
 # 20 MiB objects must fit in one segment: a 300 MiB store gets 32 MiB
 # segments (cache/FORMAT.md: seg_size halves from 64 MiB until there are
 # at least 8; 256 MiB would give 16 MiB).
@@ -72,6 +97,7 @@ BIG = 8 << 20               # more than the socket buffers hold
 HUGE = 20 << 20             # the long transfers
 
 PHASES = [
+    ("P0", "PROXY header (pp port)"),
     ("P1", "request head"),
     ("P2", "request body"),
     ("P3", "waiting for the origin"),
@@ -79,6 +105,7 @@ PHASES = [
     ("P5", "response body on a miss"),
     ("P6", "body of a hit"),
     ("P7", "PUSH body"),
+    ("P8", "tunnel (CONNECT)"),
 ]
 ADVERSITIES = [
     ("A1", "client reads at 1 KiB/s"),
@@ -157,12 +184,13 @@ def _parse_head(buf):
 
 
 class Client:
-    def __init__(self, ctx, rcvbuf=None, timeout=30.0):
+    def __init__(self, ctx, rcvbuf=None, timeout=30.0, port=None):
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if rcvbuf:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         s.settimeout(timeout)
-        s.connect(("127.0.0.1", ctx.port))
+        s.connect(("127.0.0.1", port or ctx.port))
+        self.t_conn = time.monotonic()
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock = s
         self.lport = s.getsockname()[1]
@@ -293,9 +321,13 @@ class Client:
 # What every cell shares
 
 class Ctx:
-    def __init__(self, cid, port, origin):
-        self.cid, self.port, self.origin = cid, port, origin
+    def __init__(self, cid, c, origin, ws_port):
+        self.cid, self.port, self.origin = cid, c.port, origin
+        self.pp_port = c.ports[1]       # the `0:pp` listener
+        self.log_dir = c.log_dir
+        self.ws_port = ws_port          # the WebSocket origin of P8
         self.lports = []
+        self.servers = []               # P8's targets, closed after the cell
         self.tag = cid.replace(".", "-")
 
     def client(self, **kw):
@@ -411,6 +443,148 @@ def expect_origin_never_saw(ctx, path, full=None):
                                       or rec["body_len"] == full):
             fail("the origin got the request %s (body %d bytes)"
                  % (path, rec["body_len"]))
+
+
+# ---------------------------------------------------------------------------
+# P0: the PROXY protocol header (the `0:pp` port): before the request head
+# comes the balancer's header saying who the client is.  Its deadline is
+# min(accept_no_activity_timeout, request_header_timeout) from accept (here
+# request_header_timeout: accept_no_activity_timeout is ATS's 120 s), and
+# a byte does not restart it.  A header that is not whole closes the
+# connection with no byte sent and no access log line.
+
+PP_SRC = "203.0.113."       # the carried clients (TEST-NET-3): ip_allow
+#                             allows them; one address per cell
+ALOG_FLUSH = 2.5            # the workers flush the access log once a
+#                             second (and the box is busy)
+
+na("P0", ["A5", "A6", "A7", "A8", "A9", "A10"],
+   "the origin is not contacted before the PROXY header and the request "
+   "head are whole (a whole header then goes on as P1-P7)")
+
+
+def pp_v1(src):
+    return ("PROXY TCP4 %s 127.0.0.1 40000 80\r\n" % src).encode()
+
+
+def access_log(ctx):
+    try:
+        with open(os.path.join(ctx.log_dir, "access.log")) as f:
+            return f.read().splitlines()
+    except FileNotFoundError:
+        return []
+
+
+def expect_pp_nothing(ctx, c, src, path):
+    """A PROXY header that was not whole: no byte to the client, nothing
+    at the origin, no access log line (neither the carried address nor
+    the path)."""
+    expect_eq(bytes(c.buf), b"", "bytes sent to a client whose PROXY "
+              "header was not whole")
+    time.sleep(ALOG_FLUSH)
+    expect_origin_never_saw(ctx, path)
+    for ln in access_log(ctx):
+        f = ln.split()
+        if (f and f[0] == src) or (" %s " % path) in ln:
+            fail("an access log line for a connection whose PROXY header "
+                 "was not whole: %r" % ln)
+
+
+@cell("P0.A1", "the client SENDS the PROXY header (then a GET) at 1 "
+      "byte/s -> closed with no byte at the header deadline "
+      "(request_header_timeout from accept: no byte restarts it), not "
+      "earlier; no request served, nothing in the access log")
+def p0_a1(ctx):
+    src = PP_SRC + "1"
+    p = ctx.path("bytes/3000")
+    data = pp_v1(src) + get_req(p)
+    c = ctx.client(port=ctx.pp_port)
+    stop = c.t_conn + T_HEAD + LATE + 5
+    for i in range(len(data)):
+        if time.monotonic() > stop:
+            break
+        try:
+            c.send(data[i:i + 1])
+        except OSError:
+            break           # closed: the read below says when
+        c.recv_some(1.0)    # one byte a second, or the close
+        if c.eof:
+            break
+    if not c.eof:
+        c.read_until_close(2)
+    expect(c.eof, "a PROXY header dripped at 1 byte/s was never cut (%.0f s)"
+           % (time.monotonic() - c.t_conn))
+    expect_elapsed(c.eof_at - c.t_conn, T_HEAD, T_HEAD, "dripped PROXY "
+                   "header cut")
+    c.close()
+    expect_pp_nothing(ctx, c, src, p)
+    followup(ctx, p, ctx.body(3000), "no")
+
+
+@cell("P0.A2", "half-close mid-PROXY-header -> closed with no byte, at "
+      "once; nothing in the access log")
+def p0_a2(ctx):
+    src = PP_SRC + "2"
+    c = ctx.client(port=ctx.pp_port)
+    c.send(pp_v1(src)[:20])
+    c.half_close()
+    expect(c.read_until_close(T_HEAD + LATE), "open after a half-closed "
+           "PROXY header")
+    expect_prompt(c, "half-closed PROXY header")
+    c.close()
+    expect_pp_nothing(ctx, c, src, ctx.path("bytes/3000"))
+
+
+@cell("P0.A3", "reset mid-PROXY-header -> dropped; nothing in the access "
+      "log")
+def p0_a3(ctx):
+    src = PP_SRC + "3"
+    c = ctx.client(port=ctx.pp_port)
+    c.send(pp_v1(src)[:20])
+    time.sleep(0.3)
+    c.rst()
+    expect_pp_nothing(ctx, c, src, ctx.path("bytes/3000"))
+
+
+@cell("P0.A4", "silent mid-PROXY-header -> closed with no byte at the "
+      "header deadline (request_header_timeout from accept), not earlier; "
+      "nothing in the access log")
+def p0_a4(ctx):
+    src = PP_SRC + "4"
+    c = ctx.client(port=ctx.pp_port)
+    c.send(pp_v1(src)[:20])
+    expect(c.read_until_close(T_HEAD + LATE + 5), "open after a silent "
+           "PROXY header")
+    expect_elapsed(c.eof_at - c.t_conn, T_HEAD, T_HEAD, "silent PROXY "
+                   "header closed")
+    c.close()
+    expect_pp_nothing(ctx, c, src, ctx.path("bytes/3000"))
+
+
+@cell("P0.ok", "a whole v1 header, then a GET -> 200, byte-exact; the "
+      "carried address is the client (X-Forwarded-For at the origin, the "
+      "access log); stored")
+def p0_ok(ctx):
+    src = PP_SRC + "10"
+    p = ctx.path("bytes/3000")
+    c = ctx.client(port=ctx.pp_port)
+    c.send(pp_v1(src) + get_req(p))
+    expect_complete(c.read_response(T_OUT + LATE), ctx.body(3000))
+    c.close()
+    recs = [r for r in ctx.origin.requests() if r["target"] == p]
+    expect(recs, "the origin never saw %s" % p)
+    xff = [v for k, v in recs[0]["headers"] if k.lower() == "x-forwarded-for"]
+    expect(xff, "no X-Forwarded-For at the origin")
+    expect_eq(xff[-1].split(",")[-1].strip(), src, "X-Forwarded-For at the "
+              "origin")
+
+    def logged():
+        return [ln for ln in access_log(ctx) if (" %s " % p) in ln] or None
+    lines = harness.wait_for(logged, ALOG_FLUSH + LATE, what="the access "
+                             "log line of %s" % p)
+    expect_eq(lines[0].split()[0], src, "client in the access log (%r)"
+              % lines[0])
+    followup(ctx, p, ctx.body(3000), "yes")
 
 
 # ---------------------------------------------------------------------------
@@ -1141,6 +1315,328 @@ def p7_a4(ctx):
 
 
 # ---------------------------------------------------------------------------
+# P8: a tunnel.  CONNECT 127.0.0.1:PORT to a raw TCP target of the cell's
+# own (connect_ports "*", remap_required 0), and one Upgrade (a WebSocket
+# origin behind the remap rule of ws.test).  The relay holds at most a
+# buffer per direction; an end of stream becomes a half-close on the other
+# side; a reset resets both; no byte either way for T_IDLE closes both.
+
+T_IDLE = min(T_IN, T_OUT)   # the tunnel's idle timeout
+WS_HOST = "ws.test"
+
+na("P8", ["A9"], "a tunnel carries opaque bytes: after the 200 (or the "
+   "101) there is no head to be malformed; an unreachable target is a 502 "
+   "(test_tunnel.py)")
+na("P8", ["A10"], "nothing is announced: a tunnel has no length, every "
+   "byte is relayed until the end of stream")
+
+
+def open_tunnel(ctx, handler, rcvbuf=None):
+    """A target of this cell (handler(sock) runs for its connection, in a
+    thread) and a client tunnelled to it with CONNECT: (client, server).
+    The client's buffer holds what came after the 200."""
+    srv = tun.Server(handler)
+    ctx.servers.append(srv)
+    ctx.lports.append(srv.port)     # the worker's socket to it is the cell's
+    c = ctx.client(rcvbuf=rcvbuf)
+    c.send(("CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n"
+            % (srv.port, srv.port)).encode())
+    deadline = time.monotonic() + T_OUT + LATE
+    while _parse_head(c.buf) is None and not c.eof \
+            and time.monotonic() < deadline:
+        c.recv_some(1.0)
+    ph = _parse_head(c.buf)
+    expect(ph is not None, "no answer to CONNECT: %r" % bytes(c.buf[:200]))
+    expect_eq(ph[0].status, 200, "CONNECT status")
+    del c.buf[:ph[1]]
+    return c, srv
+
+
+def ended_by(fn, log):
+    """Run fn(); append (how it ended, when) to log: "done", or the name
+    of the exception (the tunnel cut, reset or timed out)."""
+    try:
+        fn()
+        log.append(("done", time.monotonic()))
+    except OSError as e:
+        log.append((type(e).__name__, time.monotonic()))
+
+
+def expect_tunnel_eof(c, want, what):
+    """The client got exactly want, then an orderly EOF (not a reset)."""
+    expect(c.eof, "%s: no EOF (%d bytes)" % (what, len(c.buf)))
+    expect(not c.reset, "%s: reset, not an orderly end" % what)
+    expect_body(bytes(c.buf), want, what)
+
+
+TUN_BIG = 2 * BIG           # P8.A1's stream: far more than the socket
+#                             buffers on the way hold (about 2.5 MiB on
+#                             loopback, most of it the worker's send
+#                             buffer to the client)
+
+
+@cell("P8.A1", "the client reads the target's 16 MiB at 1 KiB/s (12 s: "
+      "past the idle timeout several times), then fast -> never cut; every "
+      "byte in order, then the EOF; the target is held back meanwhile (less "
+      "than 8 MiB ahead of the reader: memory bounded)")
+def p8_a1(ctx):
+    data = ctx.body(TUN_BIG)
+    sent = [0]
+    log = []
+
+    def blast(s):
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 32768)
+
+        def go():
+            for i in range(0, TUN_BIG, 65536):
+                s.sendall(data[i:i + 65536])
+                sent[0] = min(TUN_BIG, i + 65536)
+            s.shutdown(socket.SHUT_WR)
+            tun.recv_all(s, 120)
+        ended_by(go, log)
+
+    c, srv = open_tunnel(ctx, blast, rcvbuf=2048)
+    slow_until = time.monotonic() + 12
+    while time.monotonic() < slow_until and not c.eof:
+        t0 = time.monotonic()
+        c.recv_some(1.0, SLOW // 4)
+        rest = 0.25 - (time.monotonic() - t0)
+        if rest > 0:
+            time.sleep(rest)
+    expect(not c.eof, "the tunnel was closed while its client read at "
+           "1 KiB/s (%d bytes read)" % len(c.buf))
+    ahead = sent[0] - len(c.buf)
+    expect(ahead < 8 * MIB, "the target got %d bytes ahead of a reader at "
+           "%d: the relay is not holding it back" % (ahead, len(c.buf)))
+    expect(c.read_until_close(60), "no EOF after the target's end (%d of "
+           "%d bytes)" % (len(c.buf), TUN_BIG))
+    expect(len(c.buf) >= TUN_BIG, "the tunnel ended after %d of %d bytes, "
+           "%s: cut while its client read at 1 KiB/s" % (
+               len(c.buf), TUN_BIG, "with a reset" if c.reset else
+               "with an orderly EOF (the cut looks like the stream's end)"))
+    expect_tunnel_eof(c, data, "16 MiB through the tunnel")
+    c.close()
+    harness.wait_for(lambda: log, 10, what="the target's end")
+    expect_eq(log[0][0], "done", "how the target's side ended")
+
+
+@cell("P8.A2", "the client half-closes (after 50 KB up) -> the target "
+      "gets every byte, then the EOF; what it sends after the EOF (70 KB, "
+      "behind 30 KB before it) reaches the client whole, then the EOF")
+def p8_a2(ctx):
+    up = ctx.body(50000, ctx.tag + "-up")
+    down = ctx.body(100000)
+    got = []
+
+    def target(s):
+        s.sendall(down[:30000])
+        got.append(tun.recv_all(s, 30))
+        s.sendall(down[30000:])
+        s.shutdown(socket.SHUT_WR)
+
+    c, srv = open_tunnel(ctx, target)
+    while len(c.buf) < 30000 and c.recv_some(10) is not None:
+        pass
+    c.send(up)
+    c.half_close()
+    expect(c.read_until_close(T_OUT + LATE), "no EOF after the target's "
+           "answer to a half-close (%d bytes)" % len(c.buf))
+    expect_tunnel_eof(c, down, "the target's bytes")
+    c.close()
+    harness.wait_for(lambda: got, 10, what="the target's EOF")
+    expect_body(got[0], up, "what the target got")
+    expect_eq(srv.errors, [], "target errors")
+
+
+@cell("P8.A3", "the client resets while the target streams -> both "
+      "sockets closed at once (the target's stream is cut by the reset, "
+      "not by the idle timer); the worker's fds back")
+def p8_a3(ctx):
+    data = ctx.body(BIG)
+    log = []
+
+    def target(s):
+        def go():
+            for i in range(0, BIG, 65536):
+                s.sendall(data[i:i + 65536])
+            tun.recv_all(s, 60)
+        ended_by(go, log)
+
+    c, srv = open_tunnel(ctx, target, rcvbuf=4096)
+    while len(c.buf) < 65536 and c.recv_some(10, 8192) is not None:
+        pass
+    t_rst = time.monotonic()
+    c.rst()
+    harness.wait_for(lambda: log, T_IDLE + LATE, what="the target's "
+                     "stream to end after the client's reset")
+    how, t = log[0]
+    expect(how != "done", "the target sent all %d bytes to a client that "
+           "had reset" % BIG)
+    expect(t - t_rst < T_IDLE - EARLY, "the target's side ended %.2fs after "
+           "the client's reset: by the idle timer (%r)" % (t - t_rst, how))
+
+
+@cell("P8.A4", "the client goes silent (after the target's greeting) -> "
+      "both sides closed (EOF) after min(transaction_no_activity_timeout_in,"
+      " _out), not earlier")
+def p8_a4(ctx):
+    hello = b"220 " + ctx.body(100) + b"\r\n"
+    log = []
+
+    def target(s):
+        s.sendall(hello)
+        ended_by(lambda: tun.recv_all(s, 60), log)
+
+    c, srv = open_tunnel(ctx, target)
+    expect(c.read_until_close(T_IDLE + LATE + 5), "no close of an idle "
+           "tunnel")
+    expect_tunnel_eof(c, hello, "the greeting")
+    expect_elapsed(c.eof_at - c.t_sent, T_IDLE, T_IDLE, "idle tunnel "
+                   "closed")
+    c.close()
+    harness.wait_for(lambda: log, 10, what="the target's side closed")
+    expect_eq(log[0][0], "done", "how the target's side ended (EOF)")
+
+
+@cell("P8.A5", "the target trickles 20 KB (10 pieces 0.7 s apart: past "
+      "both transaction timeouts) -> never cut; byte-exact, then the EOF")
+def p8_a5(ctx):
+    data = ctx.body(20000)
+
+    def target(s):
+        for i in range(0, len(data), 2000):
+            if i:
+                time.sleep(0.7)
+            s.sendall(data[i:i + 2000])
+        s.shutdown(socket.SHUT_WR)
+        tun.recv_all(s, 30)
+
+    c, srv = open_tunnel(ctx, target)
+    expect(c.read_until_close(T_OUT + LATE + 10), "no EOF after a "
+           "trickle (%d bytes)" % len(c.buf))
+    expect_tunnel_eof(c, data, "the trickled bytes")
+    c.close()
+    expect_eq(srv.errors, [], "target errors")
+
+
+@cell("P8.A6", "the target reads the client's bytes and goes silent -> "
+      "both sides closed (EOF) after min(transaction_no_activity_timeout_"
+      "in, _out), not earlier")
+def p8_a6(ctx):
+    hello = b"HELO " + ctx.body(100) + b"\r\n"
+    got, log = [], []
+
+    def target(s):
+        got.append(tun.recv_exact(s, len(hello)))
+        ended_by(lambda: got.append(tun.recv_all(s, 60)), log)
+
+    c, srv = open_tunnel(ctx, target)
+    c.send(hello)
+    expect(c.read_until_close(T_IDLE + LATE + 5), "no close of an idle "
+           "tunnel")
+    expect_tunnel_eof(c, b"", "what the silent target sent")
+    expect_elapsed(c.eof_at - c.t_sent, T_IDLE, T_IDLE, "idle tunnel "
+                   "closed")
+    c.close()
+    harness.wait_for(lambda: log, 10, what="the target's side closed")
+    expect_eq(log[0][0], "done", "how the target's side ended (EOF)")
+    expect_body(got[0], hello, "what the target got")
+
+
+@cell("P8.A7", "the target answers 100 KB and closes -> the client gets "
+      "every byte, then the EOF")
+def p8_a7(ctx):
+    req = ctx.body(1000, ctx.tag + "-up")
+    data = ctx.body(100000)
+    got = []
+
+    def target(s):
+        got.append(tun.recv_exact(s, len(req)))
+        s.sendall(data)
+        s.close()
+
+    c, srv = open_tunnel(ctx, target)
+    c.send(req)
+    expect(c.read_until_close(T_OUT + LATE), "no EOF after the target "
+           "closed (%d bytes)" % len(c.buf))
+    expect_tunnel_eof(c, data, "the target's bytes")
+    c.close()
+    expect_body(got[0], req, "what the target got")
+
+
+@cell("P8.A7b", "Upgrade: websocket through remap; the origin sends its "
+      "101, two frames and closes -> the client gets the 101, the frames "
+      "byte-exact, then the EOF")
+def p8_a7b(ctx):
+    ctx.lports.append(ctx.ws_port)
+    p = "/%s/ws" % ctx.tag
+    c = ctx.client()
+    c.send(("GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Key: "
+            "dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            % (p, WS_HOST)).encode())
+    expect(c.read_until_close(T_OUT + LATE), "no EOF after the WebSocket "
+           "origin closed (%d bytes)" % len(c.buf))
+    ph = _parse_head(c.buf)
+    expect(ph is not None, "no head: %r" % bytes(c.buf[:200]))
+    expect_eq(ph[0].status, 101, "status of the Upgrade")
+    del c.buf[:ph[1]]
+    expect_tunnel_eof(c, ws_frames(p), "the frames after the 101")
+    c.close()
+
+
+@cell("P8.A8", "the target sends 10 KB and resets -> the client's side is "
+      "closed at once (not by the idle timer), after a prefix of the bytes")
+def p8_a8(ctx):
+    data = ctx.body(10000)
+    t_rst = []
+
+    def target(s):
+        s.sendall(data)
+        time.sleep(0.5)
+        t_rst.append(time.monotonic())
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                     b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        s.close()
+
+    c, srv = open_tunnel(ctx, target)
+    expect(c.read_until_close(T_IDLE + LATE), "the client's side still open "
+           "after the target reset (%d bytes)" % len(c.buf))
+    expect(t_rst, "the target never reset")
+    expect(c.eof_at - t_rst[0] < T_IDLE - EARLY, "the client's side closed "
+           "%.2fs after the target's reset: by the idle timer"
+           % (c.eof_at - t_rst[0]))
+    expect(data.startswith(bytes(c.buf)), "the client got bytes that are not "
+           "a prefix of the target's (%d bytes)" % len(c.buf))
+    c.close()
+
+
+def ws_frames(path):
+    return tun.ws_frame(1, b"bye " + path.encode()) + \
+        tun.ws_frame(2, seeded(path, 20000))
+
+
+def ws_origin(s):
+    """The WebSocket origin of P8.A7b: the 101, two frames, the close."""
+    s.settimeout(30)
+    req = b""
+    while b"\r\n\r\n" not in req:
+        d = s.recv(4096)
+        if not d:
+            return
+        req += d
+    path = req.split(b" ")[1].decode()
+    if b"upgrade: websocket" not in req.lower():
+        s.sendall(b"HTTP/1.1 426 Upgrade Required\r\nContent-Length: 0\r\n"
+                  b"\r\n")
+        return
+    s.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+              b"Connection: Upgrade\r\nSec-WebSocket-Accept: "
+              b"s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n" + ws_frames(path))
+    s.close()
+
+
+# ---------------------------------------------------------------------------
 # Long and slow transfers
 
 MIB = 1 << 20
@@ -1258,12 +1754,14 @@ def run_cells(cells):
     text} for the failing ones, plus "(daemon)" for problems no cell can
     be blamed for alone."""
     errors = {}
-    with Origin() as o:
+    with Origin() as o, tun.Server(ws_origin) as ws:
         c = Cistern(records=RECORDS, storage=STORAGE, workers=1,
-                    remap=["map http://%s/ http://%s/" % (HOST,
-                                                          o.authority)])
+                    ip_allow=IP_ALLOW,
+                    remap=["map http://%s/ http://%s/" % (HOST, o.authority),
+                           "map http://%s/ http://127.0.0.1:%d/"
+                           % (WS_HOST, ws.port)])
         try:
-            _run_on(c, o, cells, errors)
+            _run_on(c, o, ws, cells, errors)
         except (AssertionError, OSError, harness.HarnessError) as e:
             errors["(setup)"] = "%s: %s" % (type(e).__name__, e)
         finally:
@@ -1280,7 +1778,7 @@ def run_cells(cells):
     return errors
 
 
-def _run_on(c, o, cells, errors):
+def _run_on(c, o, ws, cells, errors):
     wpid = worker_pid(c)
     # Warm up (the cache, the pools, the log files), then the baseline.
     for cid, _, _, pre in cells:
@@ -1295,7 +1793,7 @@ def _run_on(c, o, cells, errors):
 
     def one(entry):
         cid, _, fn, _ = entry
-        ctx = Ctx(cid, c.port, o)
+        ctx = Ctx(cid, c, o, ws.port)
         ctxs[cid] = ctx
         t0 = time.monotonic()
         try:
@@ -1306,6 +1804,9 @@ def _run_on(c, o, cells, errors):
                 time.monotonic() - t0
         except Exception:  # noqa: BLE001
             return cid, traceback.format_exc(), time.monotonic() - t0
+        finally:
+            for srv in ctx.servers:
+                srv.__exit__(None, None, None)
 
     with concurrent.futures.ThreadPoolExecutor(len(cells)) as ex:
         for cid, err, dt in ex.map(one, cells):
@@ -1399,13 +1900,19 @@ def test_matrix():
 def table():
     """The markdown table of t/README.md, from the cells."""
     by = {}
+    control = {}        # a phase's cell with no adversity ("P0.ok")
     for cid, exp, _, _ in CELLS:
         m = re.match(r"(P\d)\.(A\d+)", cid)
         if m:
             by.setdefault((m.group(1), m.group(2)), []).append((cid, exp))
+        elif re.match(r"P\d\.", cid):
+            control.setdefault(cid[:2], []).append((cid, exp))
     out = ["| phase | adversity | cell | expected outcome |",
            "|---|---|---|---|"]
     for p, pn in PHASES:
+        for cid, exp in control.get(p, []):
+            out.append("| %s | none (the control) | %s | %s |"
+                       % (pn, cid, exp))
         for a, an in ADVERSITIES:
             if (p, a) in by:
                 for cid, exp in by[(p, a)]:

@@ -769,5 +769,27 @@ def test_pipelined_connect_after_half_close_is_answered():
         ls.close()
 
 
+
+def test_dangling_ip_allow_yaml_is_an_error_not_the_defaults():
+    """An ip_allow.yaml that is a dangling symlink (a deploy that lost its
+    target) counted as no file at all, so the permissive built-in rules
+    applied; ATS blocks everyone when it cannot load the file.  Now it is
+    an error with the file's name, and a max_post_size Cistern does not
+    enforce is refused too (an upload limit fails closed)."""
+    import tempfile
+    d = tempfile.mkdtemp(prefix="cistern-t-")
+    try:
+        harness.write_confdir(d, remap=["map http://a.test/ http://127.0.0.1:9/"])
+        os.symlink(os.path.join(d, "gone.yaml"), os.path.join(d, "ip_allow.yaml"))
+        r = harness.run_cistern(["-t", "-c", d])
+        expect(r.rc != 0 and "ip_allow.yaml" in r.stderr,
+               "a dangling ip_allow.yaml was taken as no file: %r" % r)
+    finally:
+        import shutil
+        shutil.rmtree(d, ignore_errors=True)
+    r = harness.check_config(records={"proxy.config.http.max_post_size": 1024})
+    expect(r.rc != 0 and "max_post_size" in r.stderr,
+           "an unenforced upload limit was accepted: %r" % r)
+
 if __name__ == "__main__":
     harness.main()

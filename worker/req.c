@@ -206,6 +206,8 @@ req_answer_final(struct req *rq)
 }
 
 /* The cache key of the routed request into rt->key (keylen 0: none). */
+static void req_key_forward(struct req_route *rt);
+
 static void
 req_key(struct req *rq, struct req_route *rt)
 {
@@ -229,6 +231,29 @@ req_key(struct req *rq, struct req_route *rt)
             rt->key[rt->keylen] = '\0';
         }
     }
+    if (rt->keylen && rt->rule == NULL && r->method != HTTP_M_PUSH)
+        req_key_forward(rt);
+}
+
+/* A forward-proxied request's objects are its own: its key is the URL
+ * followed by " forward" (a space is never in a URL), so a forward client
+ * never reads what a remap rule stored from the same origin URL (the
+ * rule's ACLs, and the forward-proxy destination default that keeps the
+ * machine's own addresses out of reach, would be bypassed by a hit), nor
+ * fills it.  PUSH stores under the plain URL (the seed's PUSH of
+ * http://fakehost/fake is read through a map rule); PURGE removes both. */
+#define FORWARD_SUFFIX " forward"
+static void
+req_key_forward(struct req_route *rt)
+{
+    size_t n = sizeof(FORWARD_SUFFIX) - 1;
+
+    if (rt->keylen + n >= sizeof(rt->key)) {
+        rt->keylen = 0;     /* not cacheable */
+        return;
+    }
+    memcpy(rt->key + rt->keylen, FORWARD_SUFFIX, n + 1);
+    rt->keylen += n;
 }
 
 /* ------------------------------------------------------------------ */
@@ -570,6 +595,15 @@ static enum req_step
 step_purge(struct req *rq, struct req_route *rt)
 {
     int rc = wk->cache ? cache_remove(wk->cache, rt->key, rt->keylen) : CACHE_MISS;
+
+    if (wk->cache && rt->rule == NULL && rt->keylen > sizeof(FORWARD_SUFFIX) - 1) {
+        /* a PURGE of an absolute URL no rule maps: the forward-proxied
+         * copy too (req_key_forward), then the plain one (a PUSH's) */
+        size_t plain = rt->keylen - (sizeof(FORWARD_SUFFIX) - 1);
+        int rc2 = cache_remove(wk->cache, rt->key, plain);
+        if (rc != CACHE_OK && rc2 != CACHE_MISS)
+            rc = rc2;       /* removed (OK) or failed: that is the answer */
+    }
 
     rq->syn.result = "TCP_MISS";        /* Squid's code for PURGE and PUSH */
     if (rc == CACHE_OK) {

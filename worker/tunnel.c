@@ -73,6 +73,8 @@ struct tunnel {
     unsigned char    shut[2];     /* we ended our stream to side s */
     uint64_t         moved[2];    /* bytes from side s relayed */
     struct timeval   last;        /* when a byte last moved */
+    int              unsent[2];   /* fd[s]'s kernel send queue at the last
+                                     idle check (-1: not looked at) */
     struct req      *rq;
     void           (*answer)(struct req *); /* CONNECT: our answer when
                                      the connect fails (SYNTH, DONE) */
@@ -502,12 +504,34 @@ tun_on_timer(evutil_socket_t fd, short what, void *arg)
     due = t->last;
     due.tv_sec += tun_idle();
     if (evutil_timercmp(&now, &due, <)) {
+        /* bytes moved since: the queues are new ones */
+        t->unsent[TC] = t->unsent[TO] = -1;
         evutil_timersub(&due, &now, &left);
         event_add(&t->timer, &left);
         return;
     }
+    /* A reader slower than the kernel's send buffer takes bytes from the
+     * queue, not from us: while a queue shrinks the tunnel is not idle
+     * (conn.c does the same for responses).  A queue never looked at
+     * counts as moving once, so a reader stalled with bytes queued is cut
+     * after two idle periods, with a reset: a plain close would end its
+     * stream as if whole. */
+    int moving = 0, queued = 0;
+    for (int s = 0; s < 2; s++) {
+        int q = t->fd[s] >= 0 ? sock_unsent(t->fd[s]) : 0;
+        if (q > 0 && (t->unsent[s] < 0 || q < t->unsent[s]))
+            moving = 1;
+        queued |= q > 0;
+        t->unsent[s] = q;
+    }
+    if (moving) {
+        struct timeval tv = { tun_idle(), 0 };
+        t->last = now;
+        event_add(&t->timer, &tv);
+        return;
+    }
     wk->ctr->timeouts++;
-    tun_close(t, 0, "idle (transaction_no_activity_timeout)");
+    tun_close(t, queued, "idle (transaction_no_activity_timeout)");
 }
 
 void
@@ -542,6 +566,7 @@ tunnel_attach(struct req *rq, int fd, struct buf *in, struct buf *out,
         event_assign(&t->wev[s], w->base, t->fd[s], EV_WRITE | EV_PERSIST, tun_on_io, t);
     }
     evtimer_assign(&t->timer, w->base, tun_on_timer, t);
+    t->unsent[TC] = t->unsent[TO] = -1;
     event_base_gettimeofday_cached(w->base, &t->last);
     if (buf_alloc(&t->b[TC]) < 0 || buf_alloc(&t->b[TO]) < 0) {
         tun_close(t, 1, "out of memory");
