@@ -13,7 +13,9 @@ test's own (an empty one unless a test says otherwise), so nothing depends on
 the machine's resolver.  One worker, so one cache sees every request.
 
 Addresses: 127/8 is all loopback, so an address where nothing listens on the
-origin's port (127.0.0.2 beside an origin on 127.0.0.1) is refused at once.
+origin's port (127.0.0.2 beside an origin on 127.0.0.1) is refused at once;
+the test binds it without listening (Refusing), so that no other process
+on the machine can be listening there.
 """
 
 import re
@@ -129,6 +131,55 @@ class DnsServer:
         return struct.pack("!HHHIH", 0xC00C, rtype, 1, ttl, len(rdata)) + rdata
 
 
+def reserve(addr, port):
+    """A TCP socket bound to addr:port and never listening: a connect there
+    is refused, whoever else runs on this machine (without it, another
+    process listening on that port would answer).  None when it is taken."""
+    sock = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET)
+    try:
+        sock.bind((addr, port))
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+class Refusing:
+    """Addresses (addrs) reserved on one port, each refusing connects: the
+    port is the origin's (origin: an Origin, started again until its port
+    is free on every addr) or, without an origin, a kernel-chosen one."""
+
+    def __init__(self, addrs, origin_host=None):
+        self.addrs, self.origin_host = addrs, origin_host
+        self.origin, self.socks = None, []
+
+    def __enter__(self):
+        for _ in range(20):
+            if self.origin_host is not None:
+                self.origin = Origin(host=self.origin_host).__enter__()
+                self.port = self.origin.port
+            else:
+                first = reserve(self.addrs[0], 0)
+                self.port, self.socks = first.getsockname()[1], [first]
+            rest = [reserve(a, self.port) for a in self.addrs[len(self.socks):]]
+            if all(rest):
+                self.socks += rest
+                return self
+            self._release(rest)
+        raise harness.HarnessError("no port free on all of %s" % self.addrs)
+
+    def _release(self, extra=()):
+        for sk in list(self.socks) + [x for x in extra if x]:
+            sk.close()
+        self.socks = []
+        if self.origin is not None:
+            self.origin.__exit__(None, None, None)
+            self.origin = None
+
+    def __exit__(self, *exc):
+        self._release()
+
+
 def records(dns, hosts_path=None, extra=None):
     r = {"proxy.config.dns.nameservers": "127.0.0.1:%d" % dns.port,
          # every request its own origin connection and fetch, so each one
@@ -167,7 +218,9 @@ def test_first_address_refuses_second_serves():
     127.0.0.2), the second serving: ab -n 500 has no failure, every
     request reaches the origin, and the refusing address is tried once
     (then remembered as failed: later requests start with the good one)."""
-    with Origin() as o, DnsServer({"two.test": {"A": ["127.0.0.2", "127.0.0.1"]}}) as d:
+    with Refusing(["127.0.0.2"], origin_host="127.0.0.1") as rf, \
+            DnsServer({"two.test": {"A": ["127.0.0.2", "127.0.0.1"]}}) as d:
+        o = rf.origin
         remap = ["map http://%s/ http://two.test:%d/" % (HOST, o.port)]
         with cistern(d, remap) as c:
             r = ab(["-n", "500", "-c", "4", "-H", "Host: " + HOST, c.url("/ab")])
@@ -185,9 +238,10 @@ def test_a_and_aaaa():
     """Both families are used: a name with A 127.0.0.1 and AAAA ::1 reaches an
     origin listening only on ::1 (the A address refuses), and a name with
     only an AAAA record reaches it too; both were asked A and AAAA."""
-    with Origin(host="::1") as o6, DnsServer({
+    with Refusing(["127.0.0.1"], origin_host="::1") as rf, DnsServer({
             "both.test": {"A": ["127.0.0.1"], "AAAA": ["::1"]},
             "six.test": {"AAAA": ["::1"]}}) as d:
+        o6 = rf.origin
         remap = ["map http://%s/ http://both.test:%d/" % (HOST, o6.port),
                  "map http://b.test/ http://six.test:%d/" % o6.port]
         with cistern(d, remap) as c:
@@ -285,22 +339,25 @@ def test_out_rule_denies_one_address():
 def test_every_address_down():
     """When every address of a name refuses, the request is 502 after each
     was tried in each round, and the origin is marked down."""
-    with DnsServer({"dead.test": {"A": ["127.0.0.2", "127.0.0.3"]}}) as d:
-        remap = ["map http://%s/ http://dead.test:9/" % HOST]
+    with Refusing(["127.0.0.2", "127.0.0.3"]) as rf, \
+            DnsServer({"dead.test": {"A": ["127.0.0.2", "127.0.0.3"]}}) as d:
+        remap = ["map http://%s/ http://dead.test:%d/" % (HOST, rf.port)]
         with cistern(d, remap, extra={
                 "proxy.config.http.connect_attempts_max_retries": 1}) as c:
             expect_eq(get(c, "/1").status, 502, "status")
             log = c.error_log()
             expect_eq((connect_failures(c, "127.0.0.2"), connect_failures(c, "127.0.0.3")),
                       (2, 2), "connects to each address (two rounds)")
-            expect_in("dead.test:9 marked down", log, "error log")
+            expect_in("dead.test:%d marked down" % rf.port, log, "error log")
 
 
 def test_hosts_file_before_dns():
     """A name in the hosts file is answered from it (no question to DNS),
     every address of it (a refusing 127.0.0.2 first); an edit of the file is
     seen once its answer's 10 s are over."""
-    with Origin() as o, Origin(host="127.0.0.4") as o4, DnsServer({}) as d:
+    with Refusing(["127.0.0.2"], origin_host="127.0.0.1") as rf, \
+            Origin(host="127.0.0.4") as o4, DnsServer({}) as d:
+        o = rf.origin
         remap = ["map http://%s/ http://h.test:%d/" % (HOST, o.port),
                  "map http://b.test/ http://h4.test:%d/" % o4.port]
         hosts = "# test\n127.0.0.2 h.test\n127.0.0.1 other h.test  # both\n"
