@@ -791,5 +791,52 @@ def test_dangling_ip_allow_yaml_is_an_error_not_the_defaults():
     expect(r.rc != 0 and "max_post_size" in r.stderr,
            "an unenforced upload limit was accepted: %r" % r)
 
+
+# ---------------------------------------------------------------------------
+# Issue 20 (parent.config), adversarial review.
+
+def _pc_get(port, path, host, headers=()):
+    return harness.one_request(port, "GET", path, host=host, headers=headers)
+
+
+def _pc_stats(port):
+    import json
+    r = harness.one_request(port, "GET", "/_stats")
+    expect(r is not None and r.status == 200, "/_stats")
+    g = json.loads(r.body.decode())["global"]
+    out = {}
+    for k, v in g.items():
+        m = re.match(r"proxy\.process\.cistern\.parent\.(.+)\.(requests|failures|"
+                     r"marked_down|state)$", k)
+        if m:
+            out.setdefault(m.group(1), {})[m.group(2)] = v
+    return out
+
+
+def test_parent_closing_without_answer_fails_over_to_a_pooled_parent():
+    """A parent that closes a fresh connection without a response is failed
+    over from in proxy_pump (up_fail -> proxy_parent_again); when the next
+    parent has an idle pooled connection, origin_get attaches it and sends
+    the request at once (up_state UP_HEAD), and proxy_pump, seeing
+    up_state >= UP_SENDING, returned WK_ABORT: the client's connection was
+    cut without an answer while the second parent was up (and was sent
+    the request)."""
+    with Origin() as o1, Origin() as o2:
+        o1.script("/x", [{"raw": b""}])     # read the request, close, no answer
+        pc = ('dest_domain=warm.test parent="127.0.0.1:%d" parent_is_proxy=false\n'
+              'dest_domain=pool.test parent="127.0.0.1:%d;127.0.0.1:%d" '
+              'round_robin=false parent_is_proxy=false\n' % (o2.port, o1.port, o2.port))
+        with Cistern(records={"proxy.config.http.cache.http": 0},
+                     remap=["map http://warm.test/ http://warm.test/",
+                            "map http://pool.test/ http://pool.test/"],
+                     workers=1, files={"parent.config": pc}) as c:
+            r = _pc_get(c.port, "/warm", "warm.test")
+            expect(r is not None and r.status == 200, "warming o2's pooled connection")
+            r = _pc_get(c.port, "/x", "pool.test")
+            got = [q["path"] for q in o2.requests()]
+            expect(r is not None, "no answer; o2 got %r" % got)
+            expect_eq(r.status, 200, "status from the second parent")
+
+
 if __name__ == "__main__":
     harness.main()
