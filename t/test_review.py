@@ -838,5 +838,128 @@ def test_parent_closing_without_answer_fails_over_to_a_pooled_parent():
             expect_eq(r.status, 200, "status from the second parent")
 
 
+class _PortOrigin:
+    """t/origin.py on a port chosen by the test (a parent that comes back)."""
+
+    def __init__(self, port):
+        import sys
+        import tempfile
+        self.tmp = tempfile.mkdtemp(prefix="cistern-origin-")
+        pf = os.path.join(self.tmp, "port")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-B", os.path.join(harness.HERE, "origin.py"),
+             "--port", str(port), "--port-file", pf],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True)
+        self.port = port
+        harness.wait_for(lambda: os.path.exists(pf), 10, what="origin on %d" % port)
+
+    def log(self):
+        import json
+        r = harness.one_request(self.port, "GET", "/__log")
+        return [q["path"] for q in json.loads(r.body.decode())]
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def _free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def _mark_down_then_back(c, o2, port1):
+    """parent 127.0.0.1:port1 (not listening) marked down by one request;
+    then an origin started on port1 again.  Returns it."""
+    r = _pc_get(c.port, "/first", "pool.test")
+    expect(r is not None and r.status == 200, "failover to o2")
+    st = _pc_stats(c.port).get("127.0.0.1:%d" % port1, {})
+    expect_eq(st.get("state"), "down", "the dead parent's state")
+    c.expect_log(r"parent 127\.0\.0\.1:%d marked down" % port1)
+    return _PortOrigin(port1)
+
+
+POOL_PROBE_REC = {"proxy.config.http.cache.http": 0,
+                  "proxy.config.http.parent_proxy.retry_time": 2,
+                  "proxy.config.http.parent_proxy.fail_threshold": 1}
+
+
+def test_parent_probe_abandoned_by_its_client_is_not_down_forever():
+    """When retry_time is over, parenttab_usable() hands the probe to one
+    request (probing=1) and every other request sees the parent down until
+    that probe reports; a probe whose client goes away before the parent
+    answers never reports (up_free calls neither parenttab_ok nor _fail),
+    so the parent stayed down for good: no request ever went to it again
+    though it was up (and /_stats said "probing" for ever).  Here the probe
+    is a GET the parent holds (/hang) whose client closes after 1 s."""
+    port1 = _free_port()
+    with Origin() as o2:
+        pc = ('dest_domain=pool.test parent="127.0.0.1:%d;127.0.0.1:%d" '
+              'round_robin=false parent_is_proxy=false\n' % (port1, o2.port))
+        with Cistern(records=POOL_PROBE_REC,
+                     remap=["map http://pool.test/ http://pool.test/"],
+                     files={"parent.config": pc}) as c:
+            c.expect_log(r"connect to origin 127\.0\.0\.1:%d" % port1)
+            o1 = _mark_down_then_back(c, o2, port1)
+            try:
+                time.sleep(2.5)             # retry_time is over
+                s = socket.create_connection(("127.0.0.1", c.port))
+                s.sendall(b"GET /hang HTTP/1.1\r\nHost: pool.test\r\n\r\n")
+                harness.wait_for(lambda: "/hang" in o1.log(), 10, what="the probe at o1")
+                time.sleep(0.5)
+                s.close()                   # the probe's client goes away
+                time.sleep(5)               # twice retry_time and more
+                for i in range(6):
+                    r = _pc_get(c.port, "/later/%d" % i, "pool.test")
+                    expect(r is not None and r.status == 200, "status")
+                    time.sleep(0.2)
+                seen = [p for p in o1.log() if p.startswith("/later/")]
+                st = _pc_stats(c.port)["127.0.0.1:%d" % port1]
+                expect(seen, "the parent that came back got no request "
+                       "(stats %r)" % st)
+                expect_eq(st["state"], "up", "its state")
+            finally:
+                o1.stop()
+
+
+def test_parent_probe_answered_with_a_simple_retry_status_reports():
+    """The probe of a parent marked down is answered 404 under
+    parent_retry=simple_retry: parent_next(PARENT_SIMPLE) moves on without
+    counting a failure, and parent_answered() is never called for that
+    parent, so its probe never reported and it stayed down for good though
+    it answers (a parent that answers is up)."""
+    port1 = _free_port()
+    with Origin() as o2:
+        pc = ('dest_domain=pool.test parent="127.0.0.1:%d;127.0.0.1:%d" '
+              'round_robin=false parent_is_proxy=false parent_retry=simple_retry\n'
+              % (port1, o2.port))
+        with Cistern(records=POOL_PROBE_REC,
+                     remap=["map http://pool.test/ http://pool.test/"],
+                     files={"parent.config": pc}) as c:
+            c.expect_log(r"connect to origin 127\.0\.0\.1:%d" % port1)
+            o1 = _mark_down_then_back(c, o2, port1)
+            try:
+                time.sleep(2.5)
+                r = _pc_get(c.port, "/status/404", "pool.test")
+                expect(r is not None and r.status == 404, "404 from both")
+                expect("/status/404" in o1.log(), "the probe went to o1")
+                time.sleep(5)
+                for i in range(6):
+                    r = _pc_get(c.port, "/later/%d" % i, "pool.test")
+                    expect(r is not None and r.status == 200, "status")
+                    time.sleep(0.2)
+                seen = [p for p in o1.log() if p.startswith("/later/")]
+                st = _pc_stats(c.port)["127.0.0.1:%d" % port1]
+                expect(seen, "the parent that answered its probe got no request "
+                       "again (stats %r)" % st)
+                expect_eq(st["state"], "up", "its state")
+            finally:
+                o1.stop()
+
+
 if __name__ == "__main__":
     harness.main()
