@@ -961,5 +961,31 @@ def test_parent_probe_answered_with_a_simple_retry_status_reports():
                 o1.stop()
 
 
+def test_proxy_authorization_not_sent_to_the_origin_on_go_direct():
+    """With proxy.config.http.forward.proxy_auth_to_parent 1 the request
+    head is built once, for the parent proxy, Proxy-Authorization in it;
+    when every parent fails and go_direct=true sends the request to the
+    origin, parent_go_direct() cuts only the absolute form out of the
+    request line: the client's proxy credentials went to the origin (RFC
+    9110 11.7.1: they are for the proxy that asked for them)."""
+    dead = _free_port()
+    with Origin() as o:
+        pc = ('dest_ip=127.0.0.1 port=%d parent="127.0.0.1:%d" go_direct=true\n'
+              % (o.port, dead))
+        with Cistern(records={"proxy.config.http.cache.http": 0,
+                              "proxy.config.http.forward.proxy_auth_to_parent": 1},
+                     remap=["map http://o.test/ http://%s/" % o.authority],
+                     files={"parent.config": pc}) as c:
+            c.expect_log(r"connect to origin 127\.0\.0\.1:%d" % dead)
+            r = _pc_get(c.port, "/pa", "o.test",
+                        headers=[("Proxy-Authorization", "Basic c2VjcmV0OnB3")])
+            expect(r is not None and r.status == 200, "go_direct answers")
+            q = o.requests()[-1]
+            expect_eq(q["target"], "/pa", "origin form to the origin")
+            hs = dict((k.lower(), v) for k, v in q["headers"])
+            expect("proxy-authorization" not in hs,
+                   "the origin got Proxy-Authorization: %r" % hs.get("proxy-authorization"))
+
+
 if __name__ == "__main__":
     harness.main()
