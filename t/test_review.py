@@ -987,5 +987,36 @@ def test_proxy_authorization_not_sent_to_the_origin_on_go_direct():
                    "the origin got Proxy-Authorization: %r" % hs.get("proxy-authorization"))
 
 
+def test_parent_dest_domain_trailing_dot_is_the_same_host():
+    """parent.config's dest_domain= compared the host byte for byte, so
+    "localhost." (the same name, fully qualified) was not matched by
+    dest_domain=localhost, nor "localhost" by dest_domain=localhost.
+    (ATS's HostMatcher takes trailing dots as optional, as cache.config
+    here does since review A): a forward-proxy client added a dot and its
+    request went straight to the origin past go_direct=false."""
+    with Origin() as fake_parent, Origin() as o:
+        for rule, host in (("localhost", "localhost"),      # the control
+                           ("localhost", "localhost."), ("localhost.", "localhost")):
+            pc = ('dest_domain=%s parent="%s" go_direct=false\n'
+                  % (rule, fake_parent.authority))
+            with Cistern(records={"proxy.config.url_remap.remap_required": 0,
+                                  "proxy.config.http.cache.http": 0},
+                         ip_allow=["src_ip=127.0.0.1 action=ip_allow method=ALL",
+                                   "dest_ip=127.0.0.1 action=ip_allow method=ALL"],
+                         files={"parent.config": pc}) as c:
+                c.expect_log(r"resolve|localhost")
+                n, no = len(fake_parent.requests()), len(o.requests())
+                url = "http://%s:%d/fd" % (host, o.port)
+                data, _ = raw(c.port, ("GET %s HTTP/1.1\r\nHost: %s:%d\r\n"
+                                       "Connection: close\r\n\r\n"
+                                       % (url, host, o.port)).encode())
+                got = [q["target"] for q in fake_parent.requests()[n:]]
+                expect_eq(len(o.requests()) - no, 0,
+                          "dest_domain=%s, host %s: requests that reached the "
+                          "origin directly past go_direct=false" % (rule, host))
+                expect_eq(got, [url], "dest_domain=%s, host %s: what the parent "
+                          "got" % (rule, host))
+
+
 if __name__ == "__main__":
     harness.main()
