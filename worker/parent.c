@@ -255,6 +255,8 @@ parent_next(struct upstream *up, enum parent_why why)
         return 0;       /* the origin itself failed: nothing after it */
     if (why != PARENT_SIMPLE)
         parent_failed(up);
+    else if (up->up_pslot >= 0)
+        parenttab_ok(wk->shm->parenttab, up->up_pslot);   /* it answered */
     if (parent_pick(up))
         return 1;
     if (r->go_direct) {
