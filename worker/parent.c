@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "shm/log.h"
@@ -152,6 +153,31 @@ parent_pick(struct upstream *up)
     return 0;
 }
 
+/* Cut the Proxy-Authorization lines (any case) out of the head in o: it
+ * was written for a parent proxy (forward.proxy_auth_to_parent), and the
+ * origin is not that proxy (RFC 9110 11.7.1). */
+static void
+parent_cut_proxy_auth(struct buf *o)
+{
+    static const char name[] = "proxy-authorization:";
+    size_t n = sizeof(name) - 1, p = 0;
+
+    while (p < o->end) {
+        const char *eol = memchr(o->data + p, '\n', o->end - p);
+        if (eol == NULL)
+            return;
+        size_t next = (size_t)(eol - o->data) + 1;
+        if (next - p <= 2)
+            return;     /* the empty line: the head ends */
+        if (next - p > n && strncasecmp(o->data + p, name, n) == 0) {
+            memmove(o->data + p, o->data + next, o->end - next);
+            o->end -= next - p;
+            continue;
+        }
+        p = next;
+    }
+}
+
 /* Back to the origin (go_direct): its host, and the request line in
  * origin form. */
 static void
@@ -170,6 +196,8 @@ parent_go_direct(struct upstream *up)
                     o->end - m - (size_t)up->up_abslen);
             o->end -= (size_t)up->up_abslen;
         }
+        if (wk->conf->rec.proxy_auth_to_parent)
+            parent_cut_proxy_auth(o);
     }
     up->up_pabs = 0;
     up->up_abslen = 0;
