@@ -1018,5 +1018,53 @@ def test_parent_dest_domain_trailing_dot_is_the_same_host():
                           "got" % (rule, host))
 
 
+@harness.timeout(300)
+def test_parent_table_outlives_reloads_of_changing_parents():
+    """The shared parent table (shm/parenttab.c) has 256 entries for the
+    region's life and an entry is never given back: a parent that left the
+    config keeps its entry across reloads.  After reloads that named 256
+    parents in all (an autoscaled pool whose addresses change), a new
+    parent got no entry (parenttab_find -1, silently): it is never marked
+    down, /_stats and /_metrics do not show it, and round_robin=strict,
+    whose rotation lives in the first parent's entry, stopped rotating:
+    every request went to the first parent."""
+    with Origin() as o, Origin() as o1, Origin() as o2:
+        rec = {"proxy.config.http.cache.http": 0,
+               "proxy.config.http.parent_proxy.total_connect_attempts": 254,
+               "proxy.config.http.parent_proxy.per_parent_connect_attempts": 1,
+               "proxy.config.http.parent_proxy.fail_threshold": 1000}
+        pool = ('dest_domain=pool.test parent="127.0.0.1:%d;127.0.0.1:%d" '
+                'round_robin=strict parent_is_proxy=false\n' % (o1.port, o2.port))
+
+        def fill(k):
+            # 64 parents that refuse, each tried once by one request, then
+            # go_direct to the origin: 64 entries made
+            dead = sorted(set(_free_port() for _ in range(80)) - {o.port, o1.port, o2.port})[:64]
+            return ('dest_ip=127.0.0.1 port=%d parent="%s" go_direct=true\n'
+                    % (o.port, ";".join("127.0.0.1:%d" % p for p in dead)))
+
+        with Cistern(records=rec, workers=1,
+                     remap=["map http://fill.test/ http://%s/" % o.authority,
+                            "map http://pool.test/ http://pool.test/"],
+                     files={"parent.config": fill(0) + pool}) as c:
+            c.expect_log(r"connect to origin 127\.0\.0\.1")
+            for gen in range(5):
+                if gen:
+                    c.write_file("parent.config", fill(gen) + pool)
+                    c.reload(wait_log=r"reload ok: generation %d" % (gen + 1), timeout=30)
+                r = _pc_get(c.port, "/fill/%d" % gen, "fill.test")
+                expect(r is not None and r.status == 200, "go_direct after 64 dead parents")
+            n1, n2 = len(o1.requests()), len(o2.requests())
+            for i in range(10):
+                r = _pc_get(c.port, "/rr/%d" % i, "pool.test")
+                expect(r is not None and r.status == 200, "status")
+            spread = (len(o1.requests()) - n1, len(o2.requests()) - n2)
+            st = _pc_stats(c.port)
+            print("parents in /_stats: %d; strict rotation over the pool: %r"
+                  % (len(st), spread))
+            expect("127.0.0.1:%d" % o1.port in st, "the pool's parents in /_stats")
+            expect_eq(spread, (5, 5), "round_robin=strict, requests per parent")
+
+
 if __name__ == "__main__":
     harness.main()
