@@ -1066,5 +1066,26 @@ def test_parent_table_outlives_reloads_of_changing_parents():
             expect_eq(spread, (5, 5), "round_robin=strict, requests per parent")
 
 
+def test_parent_url_regex_sees_the_url_as_written():
+    """parent.config's url_regex= was matched against
+    "scheme://host:port/path" with the port always written
+    (worker/parent.c parent_route), where ATS (and cache.config here) match
+    the URL as it is, "http://u.test/static/x" without a default port: a
+    rule anchored on the host and path, url_regex=^http://u\\.test/static/,
+    never matched, and its requests went to the origin past
+    go_direct=false."""
+    with Origin() as fake_parent:
+        pc = ('url_regex=^http://u\\.test/static/ parent="%s" go_direct=false\n'
+              % fake_parent.authority)
+        with Cistern(records={"proxy.config.http.cache.http": 0},
+                     remap=["map http://u.test/ http://u.test/"],
+                     files={"parent.config": pc}) as c:
+            c.expect_log(r"resolve origin u\.test")
+            r = _pc_get(c.port, "/static/x", "u.test")
+            got = [q["target"] for q in fake_parent.requests()]
+            expect_eq(got, ["http://u.test/static/x"], "what the parent got")
+            expect(r is not None and r.status == 200, "the parent's answer")
+
+
 if __name__ == "__main__":
     harness.main()
