@@ -216,8 +216,13 @@ parent_route(struct upstream *up, const struct req *rq,
     if (cf->parents.nrules == 0)
         return 0;
     const char *qm = memchr(res->path, '?', res->pathlen);
-    ul = snprintf(url, sizeof(url), "%s://%s:%d%.*s", res->scheme, res->host, res->port,
-                  (int)res->pathlen, res->path);
+    /* the URL as ATS (and cache.config) write it: no default port */
+    if (res->port == (strcmp(res->scheme, "https") == 0 ? 443 : 80))
+        ul = snprintf(url, sizeof(url), "%s://%s%.*s", res->scheme, res->host,
+                      (int)res->pathlen, res->path);
+    else
+        ul = snprintf(url, sizeof(url), "%s://%s:%d%.*s", res->scheme, res->host,
+                      res->port, (int)res->pathlen, res->path);
     if (ul < 0 || (size_t)ul >= sizeof(url))
         ul = 0;
     struct conf_parent_req q = {
