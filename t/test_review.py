@@ -68,6 +68,25 @@ Issues 18 and 19, the network side (27284a7..542fde6):
   when an origin is connected; not fixed);
 - a CONNECT pipelined behind a proxied request, from a client that had
   half-closed, was closed unanswered while connecting (fixed).
+
+Issue 20, parent.config (91e63d4):
+
+- a parent that closed a fresh connection without a response was failed
+  over from inside proxy_pump; when the next parent's pooled connection
+  took the request at once, proxy_pump still returned WK_ABORT and the
+  client was cut while that parent answered (fixed);
+- a probe of a parent past retry_time that never reported (its client
+  gone, or a simple_retry status) kept the parent down for good (fixed);
+- under forward.proxy_auth_to_parent 1, go_direct after failed parents
+  sent the client's Proxy-Authorization to the origin (fixed);
+- dest_domain= / dest_host= compared trailing dots byte for byte, so
+  "localhost." went direct past go_direct=false (fixed);
+- url_regex= saw the URL with its default port written in, so a rule on
+  ^http://host/path never matched (fixed);
+- the shared parent table's 256 entries are never given back: after
+  reloads naming 256 parents in all, a new parent is untracked (never
+  marked down, absent from /_stats) and round_robin=strict stops
+  rotating (not fixed).
 """
 import os
 import pwd
