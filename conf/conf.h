@@ -590,7 +590,8 @@ struct conf_parent_req {
     int      port;
     const char *path;                 /* from '/', query included */
     size_t   pathlen;
-    const char *url;                  /* scheme://host:port/path (need_url) */
+    const char *url;                  /* scheme://host[:port]/path, the port
+                                         only when not the default (need_url) */
     const char *method;
     const struct sockaddr *src;       /* the client */
 };

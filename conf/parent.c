@@ -296,6 +296,12 @@ pp_primary(struct pp_parse *ps, struct conf_parent_rule *r, const char *label,
         for (char *q = r->domain; *q; q++)
             *q = (char)tolower((unsigned char)*q);
         r->domainlen = strlen(r->domain);
+        while (r->domainlen > 0 && r->domain[r->domainlen - 1] == '.')
+            r->domain[--r->domainlen] = '\0';     /* trailing dots optional */
+        if (!dom && r->domainlen == 0) {
+            conf_error(ps->e, ps->file, line, "dest_host=%s: not a host name", value);
+            return -1;
+        }
         r->primary = dom ? CONF_PP_DOMAIN : CONF_PP_HOST;
         return 0;
     }
@@ -688,6 +694,9 @@ pp_primary_matches(const struct conf_parent_rule *r, const struct conf_parent_re
     size_t hl = q->hostlen;
     char h[256];
 
+    if (r->primary == CONF_PP_DOMAIN || r->primary == CONF_PP_HOST)
+        while (hl > 0 && q->host[hl - 1] == '.')
+            hl--;       /* "example.com." is example.com (ATS's HostMatcher) */
     switch (r->primary) {
     case CONF_PP_DOMAIN:
         if (r->domainlen == 0)

@@ -116,7 +116,11 @@ parenttab_usable(struct parenttab *pt, int i, int64_t now, int retry_time)
         return PT_UP;
     pt_lock(pt);
     if (e->down != 0) {
-        if (now - e->down >= retry_time && !e->probing) {
+        /* A probe out since e->down (claimed then) that never reported
+         * (its client went away, its worker died, its parent answered
+         * with a status retried elsewhere) does not hold the parent down
+         * for ever: after another retry_time the next request probes. */
+        if (now - e->down >= retry_time) {
             e->probing = 1;
             e->down = now;      /* the others wait for the probe's verdict */
             rc = PT_PROBING;

@@ -10,6 +10,8 @@
  * worker.  When retry_time has passed, the first request to look takes
  * the probe: the parent stays down for the others while that request
  * tries it; a success marks it up, a failure down again for retry_time.
+ * A probe that never reports (its client gone, its worker killed) holds
+ * the parent for one more retry_time, then the next request probes.
  *
  * Locking: one process-shared robust mutex for the state changes; the
  * counters are atomic adds; a lookup reads names without it (an entry's

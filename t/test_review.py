@@ -68,6 +68,25 @@ Issues 18 and 19, the network side (27284a7..542fde6):
   when an origin is connected; not fixed);
 - a CONNECT pipelined behind a proxied request, from a client that had
   half-closed, was closed unanswered while connecting (fixed).
+
+Issue 20, parent.config (91e63d4):
+
+- a parent that closed a fresh connection without a response was failed
+  over from inside proxy_pump; when the next parent's pooled connection
+  took the request at once, proxy_pump still returned WK_ABORT and the
+  client was cut while that parent answered (fixed);
+- a probe of a parent past retry_time that never reported (its client
+  gone, or a simple_retry status) kept the parent down for good (fixed);
+- under forward.proxy_auth_to_parent 1, go_direct after failed parents
+  sent the client's Proxy-Authorization to the origin (fixed);
+- dest_domain= / dest_host= compared trailing dots byte for byte, so
+  "localhost." went direct past go_direct=false (fixed);
+- url_regex= saw the URL with its default port written in, so a rule on
+  ^http://host/path never matched (fixed);
+- the shared parent table's 256 entries are never given back: after
+  reloads naming 256 parents in all, a new parent is untracked (never
+  marked down, absent from /_stats) and round_robin=strict stops
+  rotating (not fixed).
 """
 import os
 import pwd
@@ -790,6 +809,302 @@ def test_dangling_ip_allow_yaml_is_an_error_not_the_defaults():
     r = harness.check_config(records={"proxy.config.http.max_post_size": 1024})
     expect(r.rc != 0 and "max_post_size" in r.stderr,
            "an unenforced upload limit was accepted: %r" % r)
+
+
+# ---------------------------------------------------------------------------
+# Issue 20 (parent.config), adversarial review.
+
+def _pc_get(port, path, host, headers=()):
+    return harness.one_request(port, "GET", path, host=host, headers=headers)
+
+
+def _pc_stats(port):
+    import json
+    r = harness.one_request(port, "GET", "/_stats")
+    expect(r is not None and r.status == 200, "/_stats")
+    g = json.loads(r.body.decode())["global"]
+    out = {}
+    for k, v in g.items():
+        m = re.match(r"proxy\.process\.cistern\.parent\.(.+)\.(requests|failures|"
+                     r"marked_down|state)$", k)
+        if m:
+            out.setdefault(m.group(1), {})[m.group(2)] = v
+    return out
+
+
+def test_parent_closing_without_answer_fails_over_to_a_pooled_parent():
+    """A parent that closes a fresh connection without a response is failed
+    over from in proxy_pump (up_fail -> proxy_parent_again); when the next
+    parent has an idle pooled connection, origin_get attaches it and sends
+    the request at once (up_state UP_HEAD), and proxy_pump, seeing
+    up_state >= UP_SENDING, returned WK_ABORT: the client's connection was
+    cut without an answer while the second parent was up (and was sent
+    the request)."""
+    with Origin() as o1, Origin() as o2:
+        o1.script("/x", [{"raw": b""}])     # read the request, close, no answer
+        pc = ('dest_domain=warm.test parent="127.0.0.1:%d" parent_is_proxy=false\n'
+              'dest_domain=pool.test parent="127.0.0.1:%d;127.0.0.1:%d" '
+              'round_robin=false parent_is_proxy=false\n' % (o2.port, o1.port, o2.port))
+        with Cistern(records={"proxy.config.http.cache.http": 0},
+                     remap=["map http://warm.test/ http://warm.test/",
+                            "map http://pool.test/ http://pool.test/"],
+                     workers=1, files={"parent.config": pc}) as c:
+            r = _pc_get(c.port, "/warm", "warm.test")
+            expect(r is not None and r.status == 200, "warming o2's pooled connection")
+            r = _pc_get(c.port, "/x", "pool.test")
+            got = [q["path"] for q in o2.requests()]
+            expect(r is not None, "no answer; o2 got %r" % got)
+            expect_eq(r.status, 200, "status from the second parent")
+
+
+class _PortOrigin:
+    """t/origin.py on a port chosen by the test (a parent that comes back)."""
+
+    def __init__(self, port):
+        import sys
+        import tempfile
+        self.tmp = tempfile.mkdtemp(prefix="cistern-origin-")
+        pf = os.path.join(self.tmp, "port")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-B", os.path.join(harness.HERE, "origin.py"),
+             "--port", str(port), "--port-file", pf],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True)
+        self.port = port
+        harness.wait_for(lambda: os.path.exists(pf), 10, what="origin on %d" % port)
+
+    def log(self):
+        import json
+        r = harness.one_request(self.port, "GET", "/__log")
+        return [q["path"] for q in json.loads(r.body.decode())]
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def _free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def _mark_down_then_back(c, o2, port1):
+    """parent 127.0.0.1:port1 (not listening) marked down by one request;
+    then an origin started on port1 again.  Returns it."""
+    r = _pc_get(c.port, "/first", "pool.test")
+    expect(r is not None and r.status == 200, "failover to o2")
+    st = _pc_stats(c.port).get("127.0.0.1:%d" % port1, {})
+    expect_eq(st.get("state"), "down", "the dead parent's state")
+    c.expect_log(r"parent 127\.0\.0\.1:%d marked down" % port1)
+    return _PortOrigin(port1)
+
+
+POOL_PROBE_REC = {"proxy.config.http.cache.http": 0,
+                  "proxy.config.http.parent_proxy.retry_time": 2,
+                  "proxy.config.http.parent_proxy.fail_threshold": 1}
+
+
+def test_parent_probe_abandoned_by_its_client_is_not_down_forever():
+    """When retry_time is over, parenttab_usable() hands the probe to one
+    request (probing=1) and every other request sees the parent down until
+    that probe reports; a probe whose client goes away before the parent
+    answers never reports (up_free calls neither parenttab_ok nor _fail),
+    so the parent stayed down for good: no request ever went to it again
+    though it was up (and /_stats said "probing" for ever).  Here the probe
+    is a GET the parent holds (/hang) whose client closes after 1 s."""
+    port1 = _free_port()
+    with Origin() as o2:
+        pc = ('dest_domain=pool.test parent="127.0.0.1:%d;127.0.0.1:%d" '
+              'round_robin=false parent_is_proxy=false\n' % (port1, o2.port))
+        with Cistern(records=POOL_PROBE_REC,
+                     remap=["map http://pool.test/ http://pool.test/"],
+                     files={"parent.config": pc}) as c:
+            c.expect_log(r"connect to origin 127\.0\.0\.1:%d" % port1)
+            o1 = _mark_down_then_back(c, o2, port1)
+            try:
+                time.sleep(2.5)             # retry_time is over
+                s = socket.create_connection(("127.0.0.1", c.port))
+                s.sendall(b"GET /hang HTTP/1.1\r\nHost: pool.test\r\n\r\n")
+                harness.wait_for(lambda: "/hang" in o1.log(), 10, what="the probe at o1")
+                time.sleep(0.5)
+                s.close()                   # the probe's client goes away
+                time.sleep(5)               # twice retry_time and more
+                for i in range(6):
+                    r = _pc_get(c.port, "/later/%d" % i, "pool.test")
+                    expect(r is not None and r.status == 200, "status")
+                    time.sleep(0.2)
+                seen = [p for p in o1.log() if p.startswith("/later/")]
+                st = _pc_stats(c.port)["127.0.0.1:%d" % port1]
+                expect(seen, "the parent that came back got no request "
+                       "(stats %r)" % st)
+                expect_eq(st["state"], "up", "its state")
+            finally:
+                o1.stop()
+
+
+def test_parent_probe_answered_with_a_simple_retry_status_reports():
+    """The probe of a parent marked down is answered 404 under
+    parent_retry=simple_retry: parent_next(PARENT_SIMPLE) moves on without
+    counting a failure, and parent_answered() is never called for that
+    parent, so its probe never reported and it stayed down for good though
+    it answers (a parent that answers is up)."""
+    port1 = _free_port()
+    with Origin() as o2:
+        pc = ('dest_domain=pool.test parent="127.0.0.1:%d;127.0.0.1:%d" '
+              'round_robin=false parent_is_proxy=false parent_retry=simple_retry\n'
+              % (port1, o2.port))
+        with Cistern(records=POOL_PROBE_REC,
+                     remap=["map http://pool.test/ http://pool.test/"],
+                     files={"parent.config": pc}) as c:
+            c.expect_log(r"connect to origin 127\.0\.0\.1:%d" % port1)
+            o1 = _mark_down_then_back(c, o2, port1)
+            try:
+                time.sleep(2.5)
+                r = _pc_get(c.port, "/status/404", "pool.test")
+                expect(r is not None and r.status == 404, "404 from both")
+                expect("/status/404" in o1.log(), "the probe went to o1")
+                time.sleep(5)
+                for i in range(6):
+                    r = _pc_get(c.port, "/later/%d" % i, "pool.test")
+                    expect(r is not None and r.status == 200, "status")
+                    time.sleep(0.2)
+                seen = [p for p in o1.log() if p.startswith("/later/")]
+                st = _pc_stats(c.port)["127.0.0.1:%d" % port1]
+                expect(seen, "the parent that answered its probe got no request "
+                       "again (stats %r)" % st)
+                expect_eq(st["state"], "up", "its state")
+            finally:
+                o1.stop()
+
+
+def test_proxy_authorization_not_sent_to_the_origin_on_go_direct():
+    """With proxy.config.http.forward.proxy_auth_to_parent 1 the request
+    head is built once, for the parent proxy, Proxy-Authorization in it;
+    when every parent fails and go_direct=true sends the request to the
+    origin, parent_go_direct() cuts only the absolute form out of the
+    request line: the client's proxy credentials went to the origin (RFC
+    9110 11.7.1: they are for the proxy that asked for them)."""
+    dead = _free_port()
+    with Origin() as o:
+        pc = ('dest_ip=127.0.0.1 port=%d parent="127.0.0.1:%d" go_direct=true\n'
+              % (o.port, dead))
+        with Cistern(records={"proxy.config.http.cache.http": 0,
+                              "proxy.config.http.forward.proxy_auth_to_parent": 1},
+                     remap=["map http://o.test/ http://%s/" % o.authority],
+                     files={"parent.config": pc}) as c:
+            c.expect_log(r"connect to origin 127\.0\.0\.1:%d" % dead)
+            r = _pc_get(c.port, "/pa", "o.test",
+                        headers=[("Proxy-Authorization", "Basic c2VjcmV0OnB3")])
+            expect(r is not None and r.status == 200, "go_direct answers")
+            q = o.requests()[-1]
+            expect_eq(q["target"], "/pa", "origin form to the origin")
+            hs = dict((k.lower(), v) for k, v in q["headers"])
+            expect("proxy-authorization" not in hs,
+                   "the origin got Proxy-Authorization: %r" % hs.get("proxy-authorization"))
+
+
+def test_parent_dest_domain_trailing_dot_is_the_same_host():
+    """parent.config's dest_domain= compared the host byte for byte, so
+    "localhost." (the same name, fully qualified) was not matched by
+    dest_domain=localhost, nor "localhost" by dest_domain=localhost.
+    (ATS's HostMatcher takes trailing dots as optional, as cache.config
+    here does since review A): a forward-proxy client added a dot and its
+    request went straight to the origin past go_direct=false."""
+    with Origin() as fake_parent, Origin() as o:
+        for rule, host in (("localhost", "localhost"),      # the control
+                           ("localhost", "localhost."), ("localhost.", "localhost")):
+            pc = ('dest_domain=%s parent="%s" go_direct=false\n'
+                  % (rule, fake_parent.authority))
+            with Cistern(records={"proxy.config.url_remap.remap_required": 0,
+                                  "proxy.config.http.cache.http": 0},
+                         ip_allow=["src_ip=127.0.0.1 action=ip_allow method=ALL",
+                                   "dest_ip=127.0.0.1 action=ip_allow method=ALL"],
+                         files={"parent.config": pc}) as c:
+                c.expect_log(r"resolve|localhost")
+                n, no = len(fake_parent.requests()), len(o.requests())
+                url = "http://%s:%d/fd" % (host, o.port)
+                data, _ = raw(c.port, ("GET %s HTTP/1.1\r\nHost: %s:%d\r\n"
+                                       "Connection: close\r\n\r\n"
+                                       % (url, host, o.port)).encode())
+                got = [q["target"] for q in fake_parent.requests()[n:]]
+                expect_eq(len(o.requests()) - no, 0,
+                          "dest_domain=%s, host %s: requests that reached the "
+                          "origin directly past go_direct=false" % (rule, host))
+                expect_eq(got, [url], "dest_domain=%s, host %s: what the parent "
+                          "got" % (rule, host))
+
+
+@harness.timeout(300)
+def test_parent_table_outlives_reloads_of_changing_parents():
+    """The shared parent table (shm/parenttab.c) has 256 entries for the
+    region's life and an entry is never given back: a parent that left the
+    config keeps its entry across reloads.  After reloads that named 256
+    parents in all (an autoscaled pool whose addresses change), a new
+    parent got no entry (parenttab_find -1, silently): it is never marked
+    down, /_stats and /_metrics do not show it, and round_robin=strict,
+    whose rotation lives in the first parent's entry, stopped rotating:
+    every request went to the first parent."""
+    with Origin() as o, Origin() as o1, Origin() as o2:
+        rec = {"proxy.config.http.cache.http": 0,
+               "proxy.config.http.parent_proxy.total_connect_attempts": 254,
+               "proxy.config.http.parent_proxy.per_parent_connect_attempts": 1,
+               "proxy.config.http.parent_proxy.fail_threshold": 1000}
+        pool = ('dest_domain=pool.test parent="127.0.0.1:%d;127.0.0.1:%d" '
+                'round_robin=strict parent_is_proxy=false\n' % (o1.port, o2.port))
+
+        def fill(k):
+            # 64 parents that refuse, each tried once by one request, then
+            # go_direct to the origin: 64 entries made
+            dead = sorted(set(_free_port() for _ in range(80)) - {o.port, o1.port, o2.port})[:64]
+            return ('dest_ip=127.0.0.1 port=%d parent="%s" go_direct=true\n'
+                    % (o.port, ";".join("127.0.0.1:%d" % p for p in dead)))
+
+        with Cistern(records=rec, workers=1,
+                     remap=["map http://fill.test/ http://%s/" % o.authority,
+                            "map http://pool.test/ http://pool.test/"],
+                     files={"parent.config": fill(0) + pool}) as c:
+            c.expect_log(r"connect to origin 127\.0\.0\.1")
+            for gen in range(5):
+                if gen:
+                    c.write_file("parent.config", fill(gen) + pool)
+                    c.reload(wait_log=r"reload ok: generation %d" % (gen + 1), timeout=30)
+                r = _pc_get(c.port, "/fill/%d" % gen, "fill.test")
+                expect(r is not None and r.status == 200, "go_direct after 64 dead parents")
+            n1, n2 = len(o1.requests()), len(o2.requests())
+            for i in range(10):
+                r = _pc_get(c.port, "/rr/%d" % i, "pool.test")
+                expect(r is not None and r.status == 200, "status")
+            spread = (len(o1.requests()) - n1, len(o2.requests()) - n2)
+            st = _pc_stats(c.port)
+            print("parents in /_stats: %d; strict rotation over the pool: %r"
+                  % (len(st), spread))
+            expect("127.0.0.1:%d" % o1.port in st, "the pool's parents in /_stats")
+            expect_eq(spread, (5, 5), "round_robin=strict, requests per parent")
+
+
+def test_parent_url_regex_sees_the_url_as_written():
+    """parent.config's url_regex= was matched against
+    "scheme://host:port/path" with the port always written
+    (worker/parent.c parent_route), where ATS (and cache.config here) match
+    the URL as it is, "http://u.test/static/x" without a default port: a
+    rule anchored on the host and path, url_regex=^http://u\\.test/static/,
+    never matched, and its requests went to the origin past
+    go_direct=false."""
+    with Origin() as fake_parent:
+        pc = ('url_regex=^http://u\\.test/static/ parent="%s" go_direct=false\n'
+              % fake_parent.authority)
+        with Cistern(records={"proxy.config.http.cache.http": 0},
+                     remap=["map http://u.test/ http://u.test/"],
+                     files={"parent.config": pc}) as c:
+            c.expect_log(r"resolve origin u\.test")
+            r = _pc_get(c.port, "/static/x", "u.test")
+            got = [q["target"] for q in fake_parent.requests()]
+            expect_eq(got, ["http://u.test/static/x"], "what the parent got")
+            expect(r is not None and r.status == 200, "the parent's answer")
+
 
 if __name__ == "__main__":
     harness.main()

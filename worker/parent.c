@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "shm/log.h"
@@ -152,6 +153,31 @@ parent_pick(struct upstream *up)
     return 0;
 }
 
+/* Cut the Proxy-Authorization lines (any case) out of the head in o: it
+ * was written for a parent proxy (forward.proxy_auth_to_parent), and the
+ * origin is not that proxy (RFC 9110 11.7.1). */
+static void
+parent_cut_proxy_auth(struct buf *o)
+{
+    static const char name[] = "proxy-authorization:";
+    size_t n = sizeof(name) - 1, p = 0;
+
+    while (p < o->end) {
+        const char *eol = memchr(o->data + p, '\n', o->end - p);
+        if (eol == NULL)
+            return;
+        size_t next = (size_t)(eol - o->data) + 1;
+        if (next - p <= 2)
+            return;     /* the empty line: the head ends */
+        if (next - p > n && strncasecmp(o->data + p, name, n) == 0) {
+            memmove(o->data + p, o->data + next, o->end - next);
+            o->end -= next - p;
+            continue;
+        }
+        p = next;
+    }
+}
+
 /* Back to the origin (go_direct): its host, and the request line in
  * origin form. */
 static void
@@ -170,6 +196,8 @@ parent_go_direct(struct upstream *up)
                     o->end - m - (size_t)up->up_abslen);
             o->end -= (size_t)up->up_abslen;
         }
+        if (wk->conf->rec.proxy_auth_to_parent)
+            parent_cut_proxy_auth(o);
     }
     up->up_pabs = 0;
     up->up_abslen = 0;
@@ -188,8 +216,13 @@ parent_route(struct upstream *up, const struct req *rq,
     if (cf->parents.nrules == 0)
         return 0;
     const char *qm = memchr(res->path, '?', res->pathlen);
-    ul = snprintf(url, sizeof(url), "%s://%s:%d%.*s", res->scheme, res->host, res->port,
-                  (int)res->pathlen, res->path);
+    /* the URL as ATS (and cache.config) write it: no default port */
+    if (res->port == (strcmp(res->scheme, "https") == 0 ? 443 : 80))
+        ul = snprintf(url, sizeof(url), "%s://%s%.*s", res->scheme, res->host,
+                      (int)res->pathlen, res->path);
+    else
+        ul = snprintf(url, sizeof(url), "%s://%s:%d%.*s", res->scheme, res->host,
+                      res->port, (int)res->pathlen, res->path);
     if (ul < 0 || (size_t)ul >= sizeof(url))
         ul = 0;
     struct conf_parent_req q = {
@@ -255,6 +288,8 @@ parent_next(struct upstream *up, enum parent_why why)
         return 0;       /* the origin itself failed: nothing after it */
     if (why != PARENT_SIMPLE)
         parent_failed(up);
+    else if (up->up_pslot >= 0)
+        parenttab_ok(wk->shm->parenttab, up->up_pslot);   /* it answered */
     if (parent_pick(up))
         return 1;
     if (r->go_direct) {

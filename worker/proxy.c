@@ -1139,8 +1139,10 @@ proxy_pump(struct req *rq)
         if (avail == 0) {
             if (up->up_eof) {
                 up_fail(up, 502, "closed the connection without a response");
-                if (rq->rq_up && up->up_state < UP_SENDING)
-                    return WK_WAIT;     /* on to the next parent */
+                /* on to the next parent: a new attempt (up_eof cleared),
+                 * connecting or, on a pooled connection, sent already */
+                if (rq->rq_up && up->up_state != UP_BODY && !up->up_eof)
+                    return WK_WAIT;
                 return rq->rq_up ? WK_ABORT : WK_MORE;
             }
             return WK_WAIT;
