@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "shm/log.h"
 #include "shm/parenttab.h"
 
 #define PT_MAGIC 0x50544231u        /* "PTB1" */
@@ -15,6 +16,8 @@
 struct pt_ent {
     char     name[PT_NAME];
     uint32_t used;
+    uint32_t seq;                   /* odd while the name is rewritten */
+    uint64_t last;                  /* pt->clock at its last request */
     int32_t  fails;                 /* failures in the current window */
     int64_t  window;                /* when the window's first failure was */
     int64_t  down;                  /* marked down at (0: up) */
@@ -27,6 +30,7 @@ struct pt_ent {
 struct parenttab {
     uint32_t        magic;
     uint32_t        n;              /* entries used */
+    uint64_t        clock;          /* counts requests: the LRU order */
     pthread_mutex_t lock;
     struct pt_ent   e[PT_MAX];
 };
@@ -81,26 +85,71 @@ parenttab_count(const struct parenttab *pt)
     return (int)__atomic_load_n(&pt->n, __ATOMIC_ACQUIRE);
 }
 
+/* Unlocked lookup: a name being rewritten (seq odd or changed) is not
+ * trusted; the locked path decides. */
+static int
+pt_find_unlocked(struct parenttab *pt, const char *name)
+{
+    int n = parenttab_count(pt);
+
+    for (int i = 0; i < n; i++) {
+        struct pt_ent *e = &pt->e[i];
+        uint32_t s = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
+
+        if ((s & 1) == 0 && strcmp(e->name, name) == 0) {
+            __atomic_thread_fence(__ATOMIC_ACQUIRE);
+            if (__atomic_load_n(&e->seq, __ATOMIC_RELAXED) == s)
+                return i;
+        }
+    }
+    return -1;
+}
+
+/* The table is full: the least recently used entry becomes name's (a
+ * parent that left the configuration long ago, after reloads named more
+ * than PT_MAX parents in all); its state and counters start afresh. */
+static int
+pt_reclaim(struct parenttab *pt, const char *name)
+{
+    int lru = 0;
+
+    for (int i = 1; i < PT_MAX; i++)
+        if (pt->e[i].last < pt->e[lru].last)
+            lru = i;
+    struct pt_ent *e = &pt->e[lru];
+    log_warn("parent table full (%d parents): %s takes the entry of %s, "
+             "least recently used", PT_MAX, name, e->name);
+    __atomic_store_n(&e->seq, e->seq + 1, __ATOMIC_RELEASE);     /* odd */
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    snprintf(e->name, PT_NAME, "%s", name);
+    e->fails = 0;
+    e->window = e->down = 0;
+    e->probing = e->latched = 0;
+    e->rr = e->requests = e->failures = e->markdowns = 0;
+    e->last = __atomic_load_n(&pt->clock, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->seq, e->seq + 1, __ATOMIC_RELEASE);     /* even */
+    return lru;
+}
+
 int
 parenttab_find(struct parenttab *pt, const char *name)
 {
-    int n = parenttab_count(pt), i;
+    int i = pt_find_unlocked(pt, name);
 
-    for (i = 0; i < n; i++)
-        if (strcmp(pt->e[i].name, name) == 0)
-            return i;
+    if (i >= 0)
+        return i;
     pt_lock(pt);
     for (i = 0; i < (int)pt->n; i++)        /* another worker may have added it */
         if (strcmp(pt->e[i].name, name) == 0)
             break;
     if (i == (int)pt->n) {
         if (i >= PT_MAX) {
-            pt_unlock(pt);
-            return -1;
+            i = pt_reclaim(pt, name);
+        } else {
+            snprintf(pt->e[i].name, PT_NAME, "%s", name);
+            pt->e[i].used = 1;
+            __atomic_store_n(&pt->n, pt->n + 1, __ATOMIC_RELEASE);
         }
-        snprintf(pt->e[i].name, PT_NAME, "%s", name);
-        pt->e[i].used = 1;
-        __atomic_store_n(&pt->n, pt->n + 1, __ATOMIC_RELEASE);
     }
     pt_unlock(pt);
     return i;
@@ -136,6 +185,9 @@ void
 parenttab_request(struct parenttab *pt, int i)
 {
     __atomic_fetch_add(&pt->e[i].requests, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&pt->e[i].last,
+                     __atomic_add_fetch(&pt->clock, 1, __ATOMIC_RELAXED),
+                     __ATOMIC_RELAXED);
 }
 
 void

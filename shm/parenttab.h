@@ -2,9 +2,10 @@
  * shm/parenttab.h: the parent table, the health of parent proxies shared
  * by every worker (issue 20; the selection is worker/parent.c).
  *
- * One entry per parent ("host:port"), found by name and kept for the
- * region's life (reloads keep a parent's state and counters; a parent
- * that leaves the config keeps its entry, at most PT_MAX in all).  An
+ * One entry per parent ("host:port"), found by name and kept while there
+ * is room (reloads keep a parent's state and counters; a parent that
+ * leaves the config keeps its entry).  With PT_MAX entries in use, a new
+ * name takes the least recently used entry (a warning in the error log).  An
  * entry counts the failures in the current window (ATS's fail_threshold
  * within retry_time); at the threshold the parent is marked down for every
  * worker.  When retry_time has passed, the first request to look takes
@@ -14,8 +15,10 @@
  * the parent for one more retry_time, then the next request probes.
  *
  * Locking: one process-shared robust mutex for the state changes; the
- * counters are atomic adds; a lookup reads names without it (an entry's
- * name is written once, before its `used` flag is set).
+ * counters are atomic adds; a lookup reads names without it, trusting a
+ * match only when the entry's sequence number was even and unchanged
+ * around the compare (a reclaimed entry's name is rewritten under the
+ * lock between two increments).
  */
 #ifndef CISTERN_PARENTTAB_H
 #define CISTERN_PARENTTAB_H
@@ -42,7 +45,8 @@ size_t parenttab_size(void);
 int    parenttab_init(void *area);
 int    parenttab_check(const struct parenttab *pt);
 
-/* The entry of name, made when new; -1 when the table is full. */
+/* The entry of name, made when new (the least recently used one's when
+ * the table is full). */
 int  parenttab_find(struct parenttab *pt, const char *name);
 /* May a request use entry i now?  PT_UP: yes; PT_PROBING: yes, and it is
  * the probe (the others see PT_DOWN until it reports); PT_DOWN: no. */
