@@ -765,7 +765,14 @@ master_check_starting(void)
         struct gen *g = &M.gens[i];
         if (g->state != GEN_STARTING)
             continue;
-        if (master_gen_ready(g)) {
+        if (master_gen_ready(g) && M.active && M.active->id > g->id) {
+            /* SIGHUPs in a row: a newer generation was ready first and
+             * serves; this older one (an older reading of the files) never
+             * takes over from it. */
+            master_drain_gen(g, now_ms() + (int64_t)g->conf->rec.shutdown_timeout * 1000 + 2000);
+            log_notice("reload: generation %u superseded by generation %u before it "
+                       "served; draining it", g->id, M.active->id);
+        } else if (master_gen_ready(g)) {
             struct gen *old = M.active;
             g->state = GEN_ACTIVE;
             M.active = g;
