@@ -194,5 +194,76 @@ def test_crashing_plugin_kills_only_its_worker():
         expect_eq(get(c, "/cache/10/z", "gen.test").body, b"x" * 10, "served after")
 
 
+def _dhat_blocks(n, path, remap):
+    """The worker's lifetime heap blocks (valgrind dhat) after n keep-alive
+    requests for path (after one warming request)."""
+    import json
+    import socket
+    d = tempfile.mkdtemp(prefix="cistern-dhat-")
+    wrapper = os.path.join(d, "cistern-dhat")
+    with open(wrapper, "w") as f:
+        f.write("#!/bin/sh\nexec %s -q --tool=dhat --trace-children=yes "
+                "--dhat-out-file=%s/dhat.%%p %s \"$@\"\n"
+                % (shutil.which("valgrind"), d, harness.cistern_bin()))
+    os.chmod(wrapper, 0o755)
+    old = os.environ.get("CISTERN_BIN")
+    os.environ["CISTERN_BIN"] = wrapper
+    try:
+        with Cistern(records=REC, storage=["cache 64M"], workers=1, start_timeout=90,
+                     remap=[remap]) as c:
+            wait_for(lambda: c.worker_pids() or None, 30, what="the worker under valgrind")
+            s = socket.create_connection(("127.0.0.1", c.port), timeout=60)
+            req = ("GET %s HTTP/1.1\r\nHost: gen.test\r\n\r\n" % path).encode()
+            for _ in range(n + 1):
+                s.sendall(req)
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += s.recv(65536)
+                head, body = data.split(b"\r\n\r\n", 1)
+                expect(head.startswith(b"HTTP/1.1 200"), "status: %r" % head[:40])
+                cl = int([ln.split(b":")[1] for ln in head.split(b"\r\n")
+                          if ln.lower().startswith(b"content-length:")][0])
+                while len(body) < cl:
+                    body += s.recv(65536)
+            s.close()
+            pids = [str(p) for p in c.worker_pids()]
+    finally:
+        if old is None:
+            del os.environ["CISTERN_BIN"]
+        else:
+            os.environ["CISTERN_BIN"] = old
+    blocks = {}
+    for name in os.listdir(d):
+        if name.startswith("dhat."):
+            with open(os.path.join(d, name)) as f:
+                blocks[name[5:]] = sum(p["tbk"] for p in json.load(f)["pps"])
+    shutil.rmtree(d, ignore_errors=True)
+    kids = [blocks[p] for p in pids if p in blocks]
+    expect(kids, "no dhat output for %s" % pids)
+    return max(kids)
+
+
+@harness.timeout(600)
+def test_no_heap_allocation_per_plugged_request():
+    """The hook path allocates nothing per request: a hit through
+    generator.so + headers.so + cachekey.so, and an uncacheable intercept
+    (/nocache/), each: the worker's lifetime heap blocks are the same
+    after 200 and 2000 requests (valgrind's dhat; plain builds only)."""
+    if shutil.which("valgrind") is None:
+        raise harness.SkipTest("valgrind not installed")
+    if os.path.exists(os.path.join(os.path.dirname(harness.cistern_bin()), "config.h")):
+        with open(os.path.join(os.path.dirname(harness.cistern_bin()), "config.h")) as f:
+            if "#define CST_ASAN 1" in f.read():
+                raise harness.SkipTest("sanitizer build: valgrind cannot run it")
+    remap = (GEN + " @plugin=headers.so @pparam=set-resp:X-A:1 @pparam=set-req:X-B:2 "
+             "@plugin=cachekey.so @pparam=--exclude-params=u @pparam=--include-headers=X-T")
+    for path in ("/cache/1024/a?u=1", "/nocache/1024/b"):
+        few = _dhat_blocks(200, path, remap)
+        many = _dhat_blocks(2000, path, remap)
+        print("    %s: heap blocks %d after 200, %d after 2000" % (path, few, many))
+        expect(many - few <= 2, "%s: %d more blocks for 1800 more requests"
+               % (path, many - few))
+
+
 if __name__ == "__main__":
     harness.main()
