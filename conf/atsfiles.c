@@ -11,7 +11,7 @@
  *                     are inert, as in ATS: matches.
  *   strategies.yaml   parent strategies (routing): an error when not empty
  *                     (parent.config is read: conf/parent.c).
- *   plugin.config     plugins run on every request: an error.
+ *   plugin.config     read by conf/plugin.c (global plugins).
  *   hosting.config,   which hosts are cached on which volume: an error.
  *   volume.config
  *   splitdns.config   which DNS server resolves which origin: an error.
@@ -234,9 +234,7 @@ conf_ats_files_check(const struct conf *c, struct conf_errors *e)
                       "strategies.yaml is not supported yet; write the "
                       "parents in parent.config (ATS syntax), which Cistern "
                       "reads", e);
-    ats_must_be_empty(dir, "plugin.config", "no global plugins",
-                      "plugins are not supported yet; Cistern would serve "
-                      "every request without them", e);
+    /* plugin.config is read (conf/plugin.c) */
     ats_must_be_empty(dir, "hosting.config", "every host in every volume",
                       "cache partitions per host are not supported: Cistern "
                       "caches every host in the one store storage.config "

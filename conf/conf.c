@@ -199,6 +199,11 @@ conf_load(const char *confdir, struct conf_errors *errs)
      * Cistern; anything in them that Cistern would not do is refused. */
     conf_ats_files_check(c, errs);
 
+    /* plugin.config and the rules' @plugin=: loaded and created now, so
+     * that a missing file or a bad argument fails this load (issue 22) */
+    if (errs->n == n0)
+        conf_plugins_load(c, errs);
+
     if (errs->n == n0)
         conf_tls_load(c, errs);     /* certificates: after records (paths) */
 
@@ -227,6 +232,7 @@ conf_free(struct conf *c)
     conf_tls_free(c->tls);
     conf_cache_free(&c->cache);
     conf_parent_free(&c->parents);
+    conf_plugins_free(c->globals, c->nglobals);
     free(c->confdir);
     free(c);
 }

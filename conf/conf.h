@@ -90,6 +90,7 @@ struct conf_records {
     char    *proxy_name;              /* proxy.config.proxy_name (Via) */
     char    *error_log_level;         /* proxy.config.cistern.log_level */
     char    *admin_allow;             /* proxy.config.cistern.admin.allow */
+    char    *plugin_dir;              /* proxy.config.plugin.plugin_dir (absolute) */
     char    *connect_ports;           /* proxy.config.http.connect_ports
                                          (conf_port_list_has) */
     char    *user_id;                 /* proxy.config.admin.user_id ("#-1": keep) */
@@ -241,6 +242,21 @@ struct conf_url {
     size_t   hostlen, pathlen;
 };
 
+/* One plugin instance (conf/plugin.c): a remap rule's @plugin= (with its
+ * @pparam= values) or a plugin.config line.  Loaded (dlopen) and created
+ * by conf_load(); destroyed and unloaded by conf_free(). */
+struct cst_plugin;
+struct conf_plugin {
+    char    *path;                    /* as written */
+    char    *name;                    /* its file's base name, for logs */
+    int      argc;                    /* argv[0] = path, then the arguments */
+    char   **argv;
+    void    *handle;                  /* dlopen's */
+    const struct cst_plugin *p;       /* the exported cistern_plugin */
+    void    *inst;                    /* create()'s */
+    int      line;
+};
+
 struct conf_remap_rule {
     enum conf_remap_type type;
     struct conf_url from;
@@ -254,6 +270,8 @@ struct conf_remap_rule {
                                          in activation order; NULL: none */
     int      nacl;
     int      acl_local;               /* some filter has @in_ip= */
+    struct conf_plugin *plugins;      /* @plugin= in order, or NULL: none */
+    int      nplugins;
     int      cls;                     /* precedence class (conf_remap_find_recv):
                                          0 recv_port, 1 map, 2 redirect, 3 regex
                                          redirect, -1 reverse_map */
@@ -625,7 +643,22 @@ struct conf {
                                          (conf/ssl_multicert.c) */
     struct conf_cache    cache;       /* cache.config (issue 18, policy) */
     struct conf_parents  parents;     /* parent.config (issue 20) */
+    struct conf_plugin  *globals;     /* plugin.config (issue 22), in order */
+    int                  nglobals;
 };
+
+/* conf/plugin.c (issue 22).  A remap option: 1 when opt ("@plugin=X",
+ * "@pparam=Y") was taken into *v / *n, 0 when it is no plugin option, -1
+ * with *why (a @pparam= before any @plugin=, out of memory). */
+int  conf_plugin_opt(struct conf_plugin **v, int *n, const char *opt, int line,
+                     const char **why);
+void conf_plugins_free(struct conf_plugin *v, int n);
+/* Read plugin.config and load every plugin of c (the rules' and the
+ * global ones): dlopen, the ABI check, create().  Errors as file:line. */
+int  conf_plugins_load(struct conf *c, struct conf_errors *e);
+/* The function table plugins get (worker/plugin.c's), set once by the
+ * process before any conf_load(); NULL in programs without workers. */
+void conf_plugin_set_api(const void *api);
 
 /* Load and validate everything under confdir.  Returns the new config, or
  * NULL when any error was recorded in *errs (warnings alone do not fail).

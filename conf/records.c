@@ -235,6 +235,10 @@ static const struct rec_directive rec_table[] = {
     { "proxy.config.log.logfile_dir", REC_STRING, rec_set_path,
       REC_FIELD(logfile_dir), CST_LOGDIR, 0, 0,
       "error and access logs" },
+    { "proxy.config.plugin.plugin_dir", REC_STRING, rec_set_path,
+      REC_FIELD(plugin_dir), CST_PLUGINDIR, 0, 0,
+      "where `@plugin=` and plugin.config find a plugin named by a relative "
+      "path (cistern-plugin(3))" },
     { "proxy.config.cistern.run_dir", REC_STRING, rec_set_path,
       REC_FIELD(run_dir), CST_RUNDIR, 0, 0,
       "pid, lock, `ports` and `reload.status` files" },

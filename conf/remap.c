@@ -7,8 +7,9 @@
  * (regex_)map_with_recv_port, each "DIRECTIVE FROM TO [@option...]", plus
  * ".include FILE" and the named-filter directives (.definefilter,
  * .activatefilter, .deactivatefilter, .deletefilter).  Options are ATS's ACL
- * filter (@action=, @src_ip=, @in_ip=, @method=, @internal); any other
- * (@plugin=, @strategy=, unknown ones) is an error, as is map_with_referer:
+ * filter (@action=, @src_ip=, @in_ip=, @method=, @internal) and the
+ * plugins (@plugin= with its @pparam=s: conf/plugin.c); any other
+ * (@strategy=, unknown ones) is an error, as is map_with_referer:
  * ignoring one would load a rule that restricts or routes as one that
  * does not.
  *
@@ -435,8 +436,6 @@ static const struct {
     const char *prefix;
     const char *why;
 } remap_unsupported_opts[] = {
-    { "plugin=",          "plugins are not supported yet; this rule would run without it" },
-    { "pparam=",          "plugins are not supported yet (a parameter of @plugin=)" },
     { "strategy=",        "next-hop strategies (strategies.yaml) are not supported; "
                           "this rule would go to its origin directly" },
     { "volume=",          "cache volumes are not supported" },
@@ -452,7 +451,7 @@ static int
 remap_acl_parse(struct remap_parse *ps, int line, int report, char **argv,
                 int argc, struct conf_acl *a)
 {
-    int action_seen = 0, plugin_said = 0, bad = 0;
+    int action_seen = 0, bad = 0;
 
 #define ACL_ERR(...) do { if (report) conf_error(ps->e, ps->file, line, __VA_ARGS__); \
                           bad = 1; } while (0)
@@ -470,10 +469,6 @@ remap_acl_parse(struct remap_parse *ps, int line, int report, char **argv,
             const char *pf = remap_unsupported_opts[k].prefix;
             if (v != NULL && (size_t)(v - o) == strlen(pf) && strncasecmp(o, pf, strlen(pf)) == 0) {
                 known = 1;
-                if (strncasecmp(pf, "pparam=", 7) == 0 && plugin_said)
-                    break;    /* said for its @plugin= already */
-                if (strncasecmp(pf, "plugin=", 7) == 0)
-                    plugin_said = 1;
                 ACL_ERR("%s: %s", argv[i], remap_unsupported_opts[k].why);
                 break;
             }
@@ -890,6 +885,9 @@ remap_rule_free(struct conf_remap_rule *rule)
     free(rule->acl);
     rule->acl = NULL;
     rule->nacl = 0;
+    conf_plugins_free(rule->plugins, rule->nplugins);
+    rule->plugins = NULL;
+    rule->nplugins = 0;
 }
 
 static void
@@ -967,7 +965,8 @@ remap_line(void *arg, char *line, int lineno)
     const struct remap_directive *d = NULL;
     struct conf_remap_rule rule;
     char *p = line, *word, *from, *to, *opt, **opts = NULL;
-    int   rc, nopts = 0, regex;
+    int   rc, nopts = 0, regex, nplugins = 0;
+    struct conf_plugin *plugins = NULL;
 
     word = conf_token(&p);
     for (size_t i = 0; i < sizeof(remap_directives) / sizeof(remap_directives[0]); i++)
@@ -1006,19 +1005,34 @@ remap_line(void *arg, char *line, int lineno)
     }
     while ((opt = conf_token(&p)) != NULL) {
         char **no;
+        const char *pwhy = NULL;
+        int prc;
 
         if (opt[0] == '#')
             break;
+        /* @plugin= and its @pparam=s (issue 22): kept apart from the
+         * filter's options, in order */
+        if ((prc = conf_plugin_opt(&plugins, &nplugins, opt, lineno, &pwhy)) != 0) {
+            if (prc < 0) {
+                conf_error(ps->e, ps->file, lineno, "%s: %s", opt, pwhy);
+                free(opts);
+                conf_plugins_free(plugins, nplugins);
+                return 0;
+            }
+            continue;
+        }
         if (opt[0] != '@') {
             conf_error(ps->e, ps->file, lineno,
                        "%s: too many fields (unexpected \"%s\")", d->name,
                        opt);
             free(opts);
+            conf_plugins_free(plugins, nplugins);
             return 0;
         }
         if ((no = realloc(opts, sizeof(*no) * (size_t)(nopts + 1))) == NULL) {
             conf_error(ps->e, ps->file, lineno, "out of memory");
             free(opts);
+            conf_plugins_free(plugins, nplugins);
             return 0;
         }
         opts = no;
@@ -1026,6 +1040,16 @@ remap_line(void *arg, char *line, int lineno)
     }
 
     memset(&rule, 0, sizeof(rule));
+    rule.plugins = plugins;
+    rule.nplugins = nplugins;
+    if (nplugins > 0 && d->type != CONF_REMAP_MAP && d->type != CONF_REMAP_REGEX_MAP
+        && d->type != CONF_REMAP_MAP_RECV_PORT) {
+        conf_error(ps->e, ps->file, lineno, "%s: @plugin= runs on map rules only (a %s "
+                   "rule never reaches the steps a plugin hooks)", d->name, d->name);
+        free(opts);
+        remap_rule_free(&rule);
+        return 0;
+    }
     rule.type = d->type;
     rule.re_ok = 0;
     rule.file = ps->file;

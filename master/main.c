@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conf/conf.h"
 #include "master/master.h"
+#include "worker/plugin.h"
 
 static void
 usage(FILE *out)
@@ -48,6 +50,9 @@ main(int argc, char **argv)
 {
     const char *confdir = CST_SYSCONFDIR, *sig = NULL;
     int foreground = 0, check = 0, opt;
+
+    /* what plugins call: given to each at create() (conf/plugin.c) */
+    conf_plugin_set_api(&plug_api);
 
     /* the long spellings users try first */
     for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {

@@ -36,6 +36,7 @@ static const struct {
 #define PANIC_NSIGS (sizeof(panic_sigs) / sizeof(panic_sigs[0]))
 
 static struct shm_slot *panic_slot;
+const char *volatile panic_plugin;
 static struct sigaction panic_old[PANIC_NSIGS];
 static volatile sig_atomic_t panic_reason_set;  /* panic_at wrote a reason */
 /* Big enough for a sanitizer's report too (its handler runs on it when
@@ -102,6 +103,12 @@ panic_on_signal(int sig, siginfo_t *si, void *uc)
                 panic_put(text, &n, sizeof(text), ", sent by pid ");
                 panic_put_num(text, &n, sizeof(text), (uintptr_t)si->si_pid, 0);
             }
+        }
+        if (panic_plugin != NULL) {
+            /* a plugin's code was running (worker/plugin.c sets this
+             * around every call into one) */
+            panic_put(text, &n, sizeof(text), ", in plugin ");
+            panic_put(text, &n, sizeof(text), (const char *)panic_plugin);
         }
         for (size_t k = 0; k <= n; k++)
             panic_slot->panic[k] = text[k];

@@ -25,6 +25,11 @@ struct shm_slot;
  * slot->panic.  Returns 0, or -1 with errno set (sigaltstack/sigaction). */
 int panic_install(struct shm_slot *slot);
 
+/* The name of the plugin whose code runs now, or NULL (worker/plugin.c
+ * sets it around each call into a plugin): the text then ends with
+ * ", in plugin NAME". */
+extern const char *volatile panic_plugin;
+
 /* Record "file:line: reason" and abort().  Use through cst_panic(). */
 void panic_at(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));

@@ -298,7 +298,7 @@ def test_parent_config_read_strategies_fail_closed():
 
 def test_other_ats_files_fail_closed():
     cases = {
-        "plugin.config": ("stats_over_http.so\n", "plugins are not supported"),
+        "plugin.config": ("stats_over_http.so\n", "plugin stats_over_http.so: cannot load"),
         "hosting.config": ("hostname=a.test volume=1\n",
                            "cache partitions per host"),
         "volume.config": ("volume=1 scheme=http size=50%\n",

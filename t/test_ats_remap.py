@@ -158,8 +158,7 @@ def test_unknown_and_unsupported_options_are_errors():
             ("map http://a.test/ http://o.test/ @frobnicate=1",
              'remap.config:1: unknown option "@frobnicate=1"'),
             ("map http://a.test/ http://o.test/ @plugin=gen.so @pparam=x",
-             "remap.config:1: @plugin=gen.so: plugins are not supported yet; "
-             "this rule would run without it"),
+             "remap.config:1: plugin gen.so: cannot load"),
             ("map_with_referer http://a.test/ http://o.test/ http://r.test/ .*",
              "remap.config:1: map_with_referer: the Referer check "
              "(deep-linking protection) is not supported"),

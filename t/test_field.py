@@ -501,7 +501,7 @@ def test_access_rules_cistern_lacks_fail_closed():
               "cistern -t")
     with Origin() as o:
         with Cistern(remap=remap_for(o), workers=1) as c:
-            c.expect_log(r"reload failed|not supported")
+            c.expect_log(r"reload failed|not supported|cannot load")
             c.write_file("remap.config", "map http://a.test/ http://%s/ @plugin=auth.so\n"
                          % o.authority)
             c.reload(wait_log=r"reload failed", timeout=15)

@@ -408,8 +408,13 @@ proxy_put_head(struct upstream *up, struct req *rq, const struct conf_remap_resu
     }
     err |= buf_lit(o, "\r\n");
     int64_t mf = http_max_forwards(r, &mfi);   /* 0 was answered by us */
+    if (rq->rq_plugged)
+        plug_send_request(rq);
     for (int i = 0; i < r->nfields; i++)
-        err |= proxy_put_field(o, up, r, i, mfi, mf, &xff, &cip);
+        if (!rq->rq_plugged || !plug_req_removed(rq, i))
+            err |= proxy_put_field(o, up, r, i, mfi, mf, &xff, &cip);
+    if (rq->rq_plugged)     /* the fields the plugins added */
+        err |= buf_append(o, rq->rq_plug.req.add, rq->rq_plug.req.addlen);
     if (r->fidx[HTTP_F_UPGRADE] && !up->up_https) {
         int k = tunnel_put_upgrade(rq, o);      /* a 101 then tunnels */
         up->up_upgrade = k > 0;
@@ -480,7 +485,13 @@ proxy_start(struct req *rq, const struct conf_remap_result *res,
     }
     up_setup(up, rq, res, rule, https, keep_alive, key, keylen, fwd);
     up->up_answer = answer;
-    if (parent_route(up, rq, res, key != NULL && (r->method == HTTP_GET
+    /* a plugin may answer in the origin's place (an intercept) */
+    int icpt = rq->rq_plugged ? plug_intercept(rq, up) : 0;
+    if (icpt < 0) {
+        proxy_error(rq, 502, "the intercepting plugin failed");
+        return 0;
+    }
+    if (!icpt && parent_route(up, rq, res, key != NULL && (r->method == HTTP_GET
                                                   || r->method == HTTP_HEAD), why)) {
         proxy_error(rq, 502, *why);
         return 0;
@@ -497,7 +508,10 @@ proxy_start(struct req *rq, const struct conf_remap_result *res,
     }
     wk->ctr->origin_requests++;
     rq->rq_body_owned = r->has_body;
-    origin_get(up, 1, proxy_origin_ready, proxy_origin_attach);
+    if (icpt)
+        proxy_origin_ready(up, 0);      /* connected to the plugin already */
+    else
+        origin_get(up, 1, proxy_origin_ready, proxy_origin_attach);
     return 0;
 }
 
@@ -879,6 +893,8 @@ proxy_client_head(struct req *rq, struct upstream *up, struct http_req *resp)
         err |= buf_append(o, wk->server_hdr, wk->server_hdr_len);
     err |= buf_puts(o, resp_connection_hdr(up->up_client_minor, ka));
     err |= buf_lit(o, "\r\n");
+    if (!err && rq->rq_plugged)
+        err |= plug_send_response(rq, o, mark, resp->status) < 0;
     if (err) {
         o->end = mark;  /* (the pump runs on an empty output: nothing moved) */
         return -1;
@@ -1181,6 +1197,14 @@ proxy_pump(struct req *rq)
                     return WK_WAIT;
             }
             parent_answered(up);
+        }
+        if (rq->rq_plugged) {
+            /* the plugins' read_response: fields, storing, TTL */
+            if (plug_read_response(rq, up) < 0) {
+                up_fail(up, 502, "a plugin's response head does not fit");
+                return WK_MORE;
+            }
+            resp = up->up_resp;
         }
         /* The origin's verdict on the stale object we hold (kept even
          * without validators, for stale-if-error). */

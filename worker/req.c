@@ -93,6 +93,8 @@ req_new(void *owner, const struct req_owner_ops *ops)
     rq->rq_bg = 0;
     rq->wnext = NULL;
     rq->log.active = 0;
+    rq->rq_plugged = 0;
+    rq->rq_prule = NULL;
     req_reset(rq);
     return rq;
 }
@@ -281,6 +283,8 @@ step_recv(struct req *rq, struct req_route *rt)
     }
     if (admin_handle(rq, &rq->syn))
         return REQ_SYNTH;
+    if (wk->conf->nglobals && plug_read_request(rq))
+        return REQ_SYNTH;       /* a global plugin denied it */
     return REQ_ROUTE;
 }
 
@@ -410,6 +414,15 @@ step_route(struct req *rq, struct req_route *rt)
 
     /* A mapped request: the cache's business first, then the origin. */
     req_key(rq, rt);
+    if ((rt->rule != NULL && rt->rule->nplugins) || cf->nglobals) {
+        /* the plugins' remap: another target, another key, or a refusal */
+        enum plug_remap_rc prc = plug_remap(rq, rt->rule, &rt->res, rt->key, &rt->keylen,
+                                            sizeof(rt->key));
+        if (prc == PLUG_DENY)
+            return REQ_SYNTH;
+        if (prc == PLUG_REKEY)
+            req_key(rq, rt);
+    }
     rt->fwd = wk->cache ? "method" : "bypass";
     if (r->method == HTTP_PURGE)
         return rt->keylen ? REQ_PURGE : req_answer(rq, 404, NULL, "not cached");
@@ -678,6 +691,8 @@ step_done(struct req *rq, struct req_route *rt)
     if (rq->rq_push)
         push_free(rq);      /* its answer (SYNTH) may have quoted it */
     store_release(rq);
+    if (rq->rq_plugged)
+        plug_txn_end(rq);
     return REQ_PARK;
 }
 

@@ -15,6 +15,7 @@
 
 #include "cache/cache.h"
 #include "worker/http.h"
+#include "worker/plugin.h"
 
 #define REQ_MAGIC 0x52455155u           /* "REQU" */
 #define STORE_KEY_MAX 4096
@@ -167,6 +168,10 @@ struct req {
     unsigned         rq_body_owned:1; /* the transaction reads the request
                                          body (the owner feeds it) */
     unsigned         rq_abort:1;      /* the answer is cut short: reset */
+    /* Plugins (worker/plugin.c): set when any runs on this request */
+    unsigned         rq_plugged:1;
+    const struct conf_remap_rule *rq_prule; /* the rule whose plugins run */
+    struct cst_txn   rq_plug;         /* their state: slots, field edits */
 };
 
 /* From the worker's pool (NULL: out of memory), and back. */

@@ -1,0 +1,166 @@
+/*
+ * cistern/plugin.h: the plugin API of Cistern (cistern-plugin(3)).
+ *
+ * A plugin is a shared object exporting one symbol, `cistern_plugin` (a
+ * struct cst_plugin).  The master loads it (dlopen) when it loads a
+ * configuration and calls create() once per use: per remap rule that
+ * names it (`@plugin=NAME.so @pparam=ARG ...`) and per plugin.config line.
+ * The workers inherit the instances over fork.  A reload creates new
+ * instances; the old ones are destroyed once the old generation of
+ * workers is gone.
+ *
+ * Rules for a plugin:
+ *  - Every hook runs in a worker process, in its one thread, inside its
+ *    event loop.  A hook must not block (no blocking I/O, no sleeping, no
+ *    waiting on locks held elsewhere) and should be quick: every request
+ *    of that worker waits for it.
+ *  - A plugin may not start threads that call this API, nor keep a
+ *    struct cst_txn past the hook call it was given to (the per-
+ *    transaction slot is the place for its own data; txn_end frees it).
+ *  - create() and destroy() run in the master (as the user it runs as);
+ *    an instance's memory is then shared copy-on-write by the workers, so
+ *    what a worker changes in it stays in that worker.
+ *  - A plugin that crashes takes its worker down (the master respawns it
+ *    and logs the plugin's name); it cannot take the master or another
+ *    worker with it.
+ *
+ * All strings passed in are not NUL-terminated unless said; lengths go
+ * with them.  Functions returning int return 0 (or a count) on success
+ * and -1 when the call is not allowed in this hook or does not fit.
+ */
+#ifndef CISTERN_PLUGIN_H
+#define CISTERN_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The ABI version: a plugin built against another one is refused at
+ * load (`cistern -t` reports it). */
+#define CST_PLUGIN_ABI 1
+
+struct sockaddr;
+struct cst_txn;                 /* one request: valid only during a hook call */
+
+/* Which head a field call works on. */
+#define CST_REQUEST  0          /* the client's request (as sent to the origin) */
+#define CST_RESPONSE 1          /* the response of this hook (read_response,
+                                   send_response, intercept) */
+
+/* What a hook returns. */
+#define CST_CONTINUE 0
+#define CST_DENY     1          /* answer now with cst_api.deny's status
+                                   (read_request, remap) */
+
+/* Log levels of cst_api.log (the error log's). */
+#define CST_LOG_DEBUG 0
+#define CST_LOG_INFO  1
+#define CST_LOG_WARN  3
+#define CST_LOG_ERROR 4
+
+/* A URL as the request is routed (after remap: the origin's). */
+struct cst_url {
+    const char *scheme;         /* "http" or "https", NUL-terminated */
+    const char *host;           /* NUL-terminated */
+    int         port;
+    const char *path;           /* path and query, from '/' */
+    size_t      pathlen;
+};
+
+/* An intercept's body producer: write up to cap bytes of the body at
+ * offset off into buf and return how many (> 0), 0 at the end of the
+ * body, or -1 to cut the answer short.  Called whenever the worker can
+ * send more; it must return at once. */
+typedef ssize_t (*cst_body_fn)(void *arg, uint64_t off, char *buf, size_t cap);
+
+/* The functions a plugin calls, given to create(). */
+struct cst_api {
+    uint32_t abi;               /* CST_PLUGIN_ABI */
+    uint32_t size;              /* sizeof(struct cst_api) */
+
+    /* Header fields of head (CST_REQUEST, CST_RESPONSE).  field_get finds
+     * the nth (0 first) field named name (any case) and returns 1 with
+     * *val, *vlen, or 0.  field_add appends a field; field_remove removes
+     * every field of that name; field_set is remove then add.  The
+     * request may be changed in read_request, remap and send_request; the
+     * response in read_response, send_response and intercept. */
+    int  (*field_get)(struct cst_txn *t, int head, const char *name, size_t nlen, int nth,
+                      const char **val, size_t *vlen);
+    int  (*field_add)(struct cst_txn *t, int head, const char *name, size_t nlen,
+                      const char *val, size_t vlen);
+    int  (*field_remove)(struct cst_txn *t, int head, const char *name, size_t nlen);
+    int  (*field_set)(struct cst_txn *t, int head, const char *name, size_t nlen,
+                      const char *val, size_t vlen);
+
+    /* The request. */
+    const char *(*method)(struct cst_txn *t);            /* "GET", ... */
+    int  (*url_get)(struct cst_txn *t, struct cst_url *u);
+    /* remap only: send the request elsewhere (the cache key follows
+     * unless key_set said otherwise).  scheme "http" or "https". */
+    int  (*url_set)(struct cst_txn *t, const char *scheme, const char *host, int port,
+                    const char *path, size_t pathlen);
+    /* remap only: the cache key (default: the routed URL). */
+    size_t (*key_get)(struct cst_txn *t, char *out, size_t cap);
+    int  (*key_set)(struct cst_txn *t, const char *key, size_t len);
+    /* read_request, remap: refuse with status (and a short text body),
+     * then return CST_DENY. */
+    void (*deny)(struct cst_txn *t, int status, const char *text);
+    const struct sockaddr *(*client_addr)(struct cst_txn *t);
+    /* This instance's per-transaction pointer (NULL at first). */
+    void **(*slot)(struct cst_txn *t);
+
+    /* The response. */
+    int  (*status)(struct cst_txn *t);                   /* read_response, send_response */
+    /* read_response: do not store this response / store it for secs
+     * seconds whatever its own freshness says. */
+    void (*uncacheable)(struct cst_txn *t);
+    void (*ttl_set)(struct cst_txn *t, int secs);
+
+    /* intercept: answer the request ourselves with status and a body of
+     * length bytes (-1: unknown, ended by the close), made by produce
+     * (done(arg) is called when it is over, done may be NULL).  Fields
+     * added with field_add(CST_RESPONSE) go in the head.  The answer goes
+     * through the cache like an origin's. */
+    int  (*intercept_answer)(struct cst_txn *t, int status, int64_t length,
+                             cst_body_fn produce, void *arg, void (*done)(void *arg));
+
+    /* A line in the error log, "plugin NAME: ..." (t may be NULL). */
+    void (*log)(struct cst_txn *t, int level, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+};
+
+/* What a plugin exports as `cistern_plugin`.  Hooks left NULL cost
+ * nothing.  create gets argv[0] = the plugin's path as written, then the
+ * arguments (@pparam= values, or plugin.config's words); it returns the
+ * instance, or NULL with a reason in err (the load fails with file:line). */
+struct cst_plugin {
+    uint32_t    abi;            /* CST_PLUGIN_ABI */
+    const char *name;
+    void *(*create)(const struct cst_api *api, int argc, char **argv, char *err,
+                    size_t errlen);
+    void  (*destroy)(void *inst);
+    int   (*read_request)(void *inst, struct cst_txn *t);   /* global plugins */
+    int   (*remap)(void *inst, struct cst_txn *t);
+    int   (*send_request)(void *inst, struct cst_txn *t);
+    int   (*read_response)(void *inst, struct cst_txn *t);
+    int   (*send_response)(void *inst, struct cst_txn *t);
+    /* Return 1 after intercept_answer to take the request, 0 to let it
+     * go to the origin (called on a cache miss). */
+    int   (*intercept)(void *inst, struct cst_txn *t);
+    void  (*txn_end)(void *inst, struct cst_txn *t);
+};
+
+#define CST_PLUGIN_SYMBOL "cistern_plugin"
+/* Put before the definition of cistern_plugin: it stays visible when the
+ * plugin is built with -fvisibility=hidden. */
+#define CST_PLUGIN_EXPORT __attribute__((visibility("default")))
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CISTERN_PLUGIN_H */

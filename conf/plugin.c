@@ -1,0 +1,235 @@
+/*
+ * conf/plugin.c: plugins in a configuration (issue 22).
+ *
+ * remap.config's `@plugin=NAME.so @pparam=ARG ...` (several per rule, in
+ * order) and plugin.config's `NAME.so ARG ...` lines (global plugins, in
+ * order) become struct conf_plugin entries.  conf_plugins_load() loads
+ * each (dlopen, RTLD_NOW so a missing symbol fails here), checks that it
+ * exports `cistern_plugin` built for this CST_PLUGIN_ABI, and calls its
+ * create() with the arguments: any failure is an error with the file and
+ * line of the rule, so `cistern -t` and a reload catch it and the running
+ * configuration stays.  conf_free() destroys the instances and unloads
+ * (the master frees a generation's config once its last worker is gone).
+ *
+ * A relative path is looked up in proxy.config.plugin.plugin_dir.  The
+ * function table the plugins call (cistern/plugin.h's struct cst_api) is
+ * the worker's (worker/plugin.c), handed down by conf_plugin_set_api():
+ * nothing of the daemon's is exported to the plugin's symbol lookup.
+ */
+#include "config.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cistern/plugin.h"
+#include "conf/conf.h"
+
+static const void *conf_api;
+
+void
+conf_plugin_set_api(const void *api)
+{
+    conf_api = api;
+}
+
+static int
+conf_plugin_arg(struct conf_plugin *pl, const char *arg)
+{
+    char **na = realloc(pl->argv, sizeof(*na) * (size_t)(pl->argc + 2));
+
+    if (na == NULL)
+        return -1;
+    pl->argv = na;
+    if ((na[pl->argc] = strdup(arg)) == NULL)
+        return -1;
+    na[++pl->argc] = NULL;
+    return 0;
+}
+
+int
+conf_plugin_opt(struct conf_plugin **v, int *n, const char *opt, int line,
+                const char **why)
+{
+    if (strncasecmp(opt, "@plugin=", 8) == 0) {
+        struct conf_plugin *nv = realloc(*v, sizeof(*nv) * (size_t)(*n + 1)), *pl;
+        const char *slash;
+
+        if (nv == NULL) {
+            *why = "out of memory";
+            return -1;
+        }
+        *v = nv;
+        pl = &nv[(*n)++];
+        memset(pl, 0, sizeof(*pl));
+        pl->line = line;
+        if (opt[8] == '\0') {
+            *why = "@plugin= needs a file name";
+            return -1;
+        }
+        slash = strrchr(opt + 8, '/');
+        if ((pl->path = strdup(opt + 8)) == NULL
+            || (pl->name = strdup(slash ? slash + 1 : opt + 8)) == NULL
+            || conf_plugin_arg(pl, pl->path) < 0) {
+            *why = "out of memory";
+            return -1;
+        }
+        return 1;
+    }
+    if (strncasecmp(opt, "@pparam=", 8) == 0) {
+        if (*n == 0) {
+            *why = "@pparam= before any @plugin= (a parameter belongs to the "
+                   "@plugin= before it)";
+            return -1;
+        }
+        if (conf_plugin_arg(&(*v)[*n - 1], opt + 8) < 0) {
+            *why = "out of memory";
+            return -1;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+void
+conf_plugins_free(struct conf_plugin *v, int n)
+{
+    /* in reverse: a later plugin may lean on an earlier one */
+    for (int i = n - 1; i >= 0; i--) {
+        struct conf_plugin *pl = &v[i];
+
+        if (pl->inst && pl->p && pl->p->destroy)
+            pl->p->destroy(pl->inst);
+        if (pl->handle)
+            dlclose(pl->handle);
+        for (int k = 0; k < pl->argc; k++)
+            free(pl->argv[k]);
+        free(pl->argv);
+        free(pl->path);
+        free(pl->name);
+    }
+    free(v);
+}
+
+/* Load and create one plugin; errors at file:line. */
+static int
+conf_plugin_load(struct conf_plugin *pl, const char *dir, const char *file,
+                 struct conf_errors *e)
+{
+    char err[256], *path;
+    const struct cst_plugin *p;
+
+    path = pl->path[0] == '/' ? strdup(pl->path) : conf_path(dir, pl->path);
+    if (path == NULL) {
+        conf_error(e, file, pl->line, "out of memory");
+        return -1;
+    }
+    pl->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (pl->handle == NULL) {
+        const char *why = dlerror();
+        conf_error(e, file, pl->line, "plugin %s: cannot load %s: %s", pl->path, path,
+                   why ? why : "dlopen failed");
+        free(path);
+        return -1;
+    }
+    p = dlsym(pl->handle, CST_PLUGIN_SYMBOL);
+    if (p == NULL) {
+        conf_error(e, file, pl->line, "plugin %s: %s exports no " CST_PLUGIN_SYMBOL
+                   " (not a Cistern plugin)", pl->path, path);
+        free(path);
+        return -1;
+    }
+    free(path);
+    if (p->abi != CST_PLUGIN_ABI) {
+        conf_error(e, file, pl->line, "plugin %s: built for plugin ABI %u, this Cistern "
+                   "has ABI %d: rebuild it against this cistern/plugin.h", pl->path,
+                   (unsigned)p->abi, CST_PLUGIN_ABI);
+        return -1;
+    }
+    pl->p = p;
+    if (p->create == NULL)
+        return 0;
+    err[0] = '\0';
+    pl->inst = p->create(conf_api, pl->argc, pl->argv, err, sizeof(err));
+    if (pl->inst == NULL) {
+        conf_error(e, file, pl->line, "plugin %s: %s", pl->path,
+                   err[0] ? err : "its create() failed");
+        pl->p = NULL;           /* nothing to destroy */
+        return -1;
+    }
+    return 0;
+}
+
+/* plugin.config: "NAME.so ARG ..." per line. */
+struct conf_pcfg {
+    struct conf *c;
+    const char  *file;
+    struct conf_errors *e;
+};
+
+static int
+conf_pcfg_line(void *arg, char *line, int lineno)
+{
+    struct conf_pcfg *pc = arg;
+    struct conf *c = pc->c;
+    char *p = line, *tok, opt[1024];
+    const char *why = NULL;
+    int rc;
+
+    tok = conf_token(&p);
+    if (tok == NULL || tok[0] == '#')
+        return 0;
+    snprintf(opt, sizeof(opt), "@plugin=%s", tok);
+    rc = conf_plugin_opt(&c->globals, &c->nglobals, opt, lineno, &why);
+    while (rc > 0 && (tok = conf_token(&p)) != NULL && tok[0] != '#')
+        if (conf_plugin_arg(&c->globals[c->nglobals - 1], tok) < 0) {
+            rc = -1;
+            why = "out of memory";
+        }
+    if (rc < 0)
+        conf_error(pc->e, pc->file, lineno, "%s", why);
+    return 0;
+}
+
+int
+conf_plugins_load(struct conf *c, struct conf_errors *e)
+{
+    const char *dir = c->rec.plugin_dir;
+    int n0 = e->n, nload = 0;
+    char *path = conf_path(c->confdir, "plugin.config");
+
+    if (path == NULL) {
+        conf_error(e, c->confdir, 0, "out of memory");
+        return -1;
+    }
+    struct stat st;
+    if (lstat(path, &st) == 0 || errno != ENOENT) {
+        struct conf_pcfg pc = { c, path, e };
+        conf_foreach_line(path, e, conf_pcfg_line, &pc);
+        if (c->nglobals == 0)
+            conf_note(e, CONF_NOTE_MATCHES, path, 0, "empty: no global plugins");
+    }
+    for (int i = 0; i < c->nglobals && e->n == n0; i++) {
+        if (conf_plugin_load(&c->globals[i], dir, path, e) == 0) {
+            conf_note(e, CONF_NOTE_USED, path, c->globals[i].line, "global plugin %s",
+                      c->globals[i].name);
+            nload++;
+        }
+    }
+    free(path);
+    for (int r = 0; r < c->remap.nrules; r++) {
+        struct conf_remap_rule *rule = &c->remap.rules[r];
+        for (int i = 0; i < rule->nplugins; i++) {
+            if (conf_plugin_load(&rule->plugins[i], dir, rule->file, e) < 0)
+                break;      /* the rest of the rule would run without it */
+            conf_note(e, CONF_NOTE_USED, rule->file, rule->line, "@plugin=%s",
+                      rule->plugins[i].path);
+            nload++;
+        }
+    }
+    (void)nload;
+    return e->n == n0 ? 0 : -1;
+}

@@ -1,0 +1,156 @@
+/*
+ * plugins/cachekey.c: cachekey.so, the common cache-key changes (named
+ * after ATS's cachekey plugin's options):
+ *
+ *   --remove-all-params=true      the key has no query
+ *   --exclude-params=a,b          the key's query without these
+ *   --include-params=a,b          the key's query with only these
+ *   --include-headers=X-A,X-B     the values of these request fields are
+ *                                 appended to the key (" X-A:value")
+ *
+ * The origin is still asked with the whole URL: only the key changes.
+ * The query keeps its order.  Nothing is allocated per request.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cistern/plugin.h"
+
+#define CK_KEY_MAX 4096
+
+struct ck {
+    const struct cst_api *api;
+    int   remove_all;
+    char *exclude, *include, *headers;   /* comma lists, or NULL */
+};
+
+static void
+ck_destroy(void *inst)
+{
+    struct ck *k = inst;
+
+    free(k->exclude);
+    free(k->include);
+    free(k->headers);
+    free(k);
+}
+
+static void *
+ck_create(const struct cst_api *api, int argc, char **argv, char *err, size_t errlen)
+{
+    struct ck *k = calloc(1, sizeof(*k));
+
+    if (k == NULL)
+        return NULL;
+    k->api = api;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--remove-all-params=true") == 0)
+            k->remove_all = 1;
+        else if (strcmp(a, "--remove-all-params=false") == 0)
+            k->remove_all = 0;
+        else if (strncmp(a, "--exclude-params=", 17) == 0 && a[17])
+            k->exclude = strdup(a + 17);
+        else if (strncmp(a, "--include-params=", 17) == 0 && a[17])
+            k->include = strdup(a + 17);
+        else if (strncmp(a, "--include-headers=", 18) == 0 && a[18])
+            k->headers = strdup(a + 18);
+        else {
+            snprintf(err, errlen, "unknown argument \"%s\" (expected --remove-all-params=, "
+                     "--exclude-params=, --include-params= or --include-headers=)", a);
+            ck_destroy(k);
+            return NULL;
+        }
+    }
+    return k;
+}
+
+/* Is name (n bytes) in the comma list? */
+static int
+ck_listed(const char *list, const char *name, size_t n)
+{
+    const char *p = list;
+
+    while (p && *p) {
+        const char *e = strchr(p, ',');
+        size_t l = e ? (size_t)(e - p) : strlen(p);
+        if (l == n && memcmp(p, name, n) == 0)
+            return 1;
+        p = e ? e + 1 : NULL;
+    }
+    return 0;
+}
+
+static int
+ck_remap(void *inst, struct cst_txn *t)
+{
+    struct ck *k = inst;
+    const struct cst_api *api = k->api;
+    char key[CK_KEY_MAX];
+    size_t n = api->key_get(t, key, sizeof(key)), q;
+    char *qm;
+
+    if (n == 0)
+        return CST_CONTINUE;        /* not cacheable anyway */
+    /* the key is "scheme://authority/path?query[ more]": the query */
+    qm = memchr(key, '?', n);
+    if (qm != NULL && (k->remove_all || k->exclude || k->include)) {
+        char *w = qm, *p = qm + 1, *end = key + n, *sp = memchr(qm, ' ', n - (size_t)(qm - key));
+        char tail[CK_KEY_MAX];
+        size_t tl = 0;
+        if (sp != NULL) {
+            /* a part after the URL (pristine Host): kept */
+            tl = (size_t)(end - sp);
+            memcpy(tail, sp, tl);
+            end = sp;
+        }
+        if (!k->remove_all) {
+            while (p < end) {
+                char *e = memchr(p, '&', (size_t)(end - p)), *eq;
+                size_t pl;
+                if (e == NULL)
+                    e = end;
+                eq = memchr(p, '=', (size_t)(e - p));
+                pl = (size_t)((eq ? eq : e) - p);
+                int keep = (k->include == NULL || ck_listed(k->include, p, pl))
+                           && !(k->exclude && ck_listed(k->exclude, p, pl));
+                if (keep && e > p) {
+                    char sep = w == qm ? '?' : '&';
+                    *w++ = sep;
+                    memmove(w, p, (size_t)(e - p));
+                    w += e - p;
+                }
+                p = e + 1;
+            }
+        }
+        memcpy(w, tail, tl);
+        n = (size_t)(w - key) + tl;
+    }
+    /* the fields' values */
+    for (const char *h = k->headers; h && *h;) {
+        const char *e = strchr(h, ','), *v;
+        size_t hl = e ? (size_t)(e - h) : strlen(h), vl;
+        if (api->field_get(t, CST_REQUEST, h, hl, 0, &v, &vl) && n + hl + vl + 2 < sizeof(key)) {
+            key[n++] = ' ';
+            memcpy(key + n, h, hl);
+            n += hl;
+            key[n++] = ':';
+            memcpy(key + n, v, vl);
+            n += vl;
+        }
+        h = e ? e + 1 : NULL;
+    }
+    if ((q = n) > 0)
+        api->key_set(t, key, q);
+    return CST_CONTINUE;
+}
+
+CST_PLUGIN_EXPORT const struct cst_plugin cistern_plugin = {
+    .abi = CST_PLUGIN_ABI,
+    .name = "cachekey",
+    .create = ck_create,
+    .destroy = ck_destroy,
+    .remap = ck_remap,
+};

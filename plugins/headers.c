@@ -1,0 +1,251 @@
+/*
+ * plugins/headers.c: headers.so, set, add or remove fields per rule.
+ *
+ * Each @pparam= is an operation or a condition:
+ *
+ *   set-req:NAME:VALUE  add-req:NAME:VALUE  rm-req:NAME
+ *       the request as the origin gets it (applied at remap)
+ *   set-origin:NAME:VALUE  add-origin:NAME:VALUE  rm-origin:NAME
+ *       the origin's response, before it is stored (read_response)
+ *   set-resp:NAME:VALUE  add-resp:NAME:VALUE  rm-resp:NAME
+ *       the response the client gets, hits included (send_response)
+ *   if-status=N[,N...]   the operations after it apply only to a
+ *                        response with one of these statuses
+ *   if-field=NAME[=VALUE]  ... only when the request has field NAME
+ *                        (with exactly that value)
+ *   always               the operations after it apply unconditionally
+ *
+ * e.g. `@plugin=headers.so @pparam=set-resp:X-Served-By:edge1
+ *       @pparam=if-status=404 @pparam=set-resp:Cache-Control:no-store`.
+ * Nothing is allocated per request.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cistern/plugin.h"
+
+enum hop { H_SET, H_ADD, H_RM };
+enum where { W_REQ, W_ORIGIN, W_RESP };
+
+struct hcond {
+    int      nstatus;
+    int      status[8];
+    char    *field, *fvalue;          /* NULL: no field condition */
+};
+
+struct hrule {
+    enum hop   op;
+    enum where where;
+    char      *name, *value;
+    int        cond;                  /* index into conds, -1: none */
+};
+
+struct hdrs {
+    const struct cst_api *api;
+    struct hrule *rules;
+    int           nrules;
+    struct hcond *conds;
+    int           nconds;
+};
+
+static void
+hdrs_destroy(void *inst)
+{
+    struct hdrs *h = inst;
+
+    for (int i = 0; i < h->nrules; i++) {
+        free(h->rules[i].name);
+        free(h->rules[i].value);
+    }
+    for (int i = 0; i < h->nconds; i++) {
+        free(h->conds[i].field);
+        free(h->conds[i].fvalue);
+    }
+    free(h->rules);
+    free(h->conds);
+    free(h);
+}
+
+static int
+hdrs_cond(struct hdrs *h, const char *a, char *err, size_t errlen)
+{
+    struct hcond c, *nc;
+
+    memset(&c, 0, sizeof(c));
+    if (strncmp(a, "if-status=", 10) == 0) {
+        const char *p = a + 10;
+        while (*p) {
+            char *e;
+            long v = strtol(p, &e, 10);
+            if (e == p || v < 100 || v > 999 || c.nstatus == 8 || (*e && *e != ',')) {
+                snprintf(err, errlen, "\"%s\": expected up to 8 statuses, comma-separated", a);
+                return -1;
+            }
+            c.status[c.nstatus++] = (int)v;
+            p = *e ? e + 1 : e;
+        }
+    } else {
+        const char *f = a + 9, *eq = strchr(f, '=');
+        if (*f == '\0' || eq == f) {
+            snprintf(err, errlen, "\"%s\": expected if-field=NAME[=VALUE]", a);
+            return -1;
+        }
+        c.field = eq ? strndup(f, (size_t)(eq - f)) : strdup(f);
+        c.fvalue = eq ? strdup(eq + 1) : NULL;
+    }
+    if ((nc = realloc(h->conds, sizeof(*nc) * (size_t)(h->nconds + 1))) == NULL)
+        return -1;
+    h->conds = nc;
+    nc[h->nconds++] = c;
+    return 0;
+}
+
+static void *
+hdrs_create(const struct cst_api *api, int argc, char **argv, char *err, size_t errlen)
+{
+    struct hdrs *h = calloc(1, sizeof(*h));
+    int cond = -1;
+
+    if (h == NULL)
+        return NULL;
+    h->api = api;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *c1, *c2;
+        static const struct { const char *p; enum hop op; enum where w; } ops[] = {
+            { "set-req:", H_SET, W_REQ },       { "add-req:", H_ADD, W_REQ },
+            { "rm-req:", H_RM, W_REQ },         { "set-origin:", H_SET, W_ORIGIN },
+            { "add-origin:", H_ADD, W_ORIGIN }, { "rm-origin:", H_RM, W_ORIGIN },
+            { "set-resp:", H_SET, W_RESP },     { "add-resp:", H_ADD, W_RESP },
+            { "rm-resp:", H_RM, W_RESP },
+        };
+        size_t k, nops = sizeof(ops) / sizeof(ops[0]);
+
+        if (strcmp(a, "always") == 0) {
+            cond = -1;
+            continue;
+        }
+        if (strncmp(a, "if-status=", 10) == 0 || strncmp(a, "if-field=", 9) == 0) {
+            if (hdrs_cond(h, a, err, errlen) < 0)
+                goto fail;
+            cond = h->nconds - 1;
+            continue;
+        }
+        for (k = 0; k < nops; k++)
+            if (strncmp(a, ops[k].p, strlen(ops[k].p)) == 0)
+                break;
+        if (k == nops) {
+            snprintf(err, errlen, "unknown argument \"%s\" (expected set-, add- or rm- "
+                     "with req:, origin: or resp:, if-status=, if-field= or always)", a);
+            goto fail;
+        }
+        c1 = a + strlen(ops[k].p);
+        c2 = strchr(c1, ':');
+        if (*c1 == '\0' || c2 == c1 || (ops[k].op != H_RM && c2 == NULL)
+            || (ops[k].op == H_RM && c2 != NULL)) {
+            snprintf(err, errlen, "\"%s\": expected %sNAME%s", a, ops[k].p,
+                     ops[k].op == H_RM ? "" : ":VALUE");
+            goto fail;
+        }
+        struct hrule *nr = realloc(h->rules, sizeof(*nr) * (size_t)(h->nrules + 1));
+        if (nr == NULL)
+            goto fail;
+        h->rules = nr;
+        nr += h->nrules++;
+        nr->op = ops[k].op;
+        nr->where = ops[k].w;
+        nr->cond = cond;
+        nr->name = c2 ? strndup(c1, (size_t)(c2 - c1)) : strdup(c1);
+        nr->value = c2 ? strdup(c2 + 1) : NULL;
+    }
+    if (h->nrules == 0) {
+        snprintf(err, errlen, "no operation given (e.g. @pparam=set-resp:X-A:1)");
+        goto fail;
+    }
+    return h;
+fail:
+    hdrs_destroy(h);
+    return NULL;
+}
+
+static int
+hdrs_cond_ok(struct hdrs *h, struct cst_txn *t, int ci, int status)
+{
+    const struct hcond *c;
+    const char *v;
+    size_t vl;
+
+    if (ci < 0)
+        return 1;
+    c = &h->conds[ci];
+    if (c->nstatus > 0) {
+        int ok = 0;
+        for (int i = 0; i < c->nstatus; i++)
+            ok |= c->status[i] == status;
+        if (!ok)
+            return 0;
+    }
+    if (c->field != NULL) {
+        if (!h->api->field_get(t, CST_REQUEST, c->field, strlen(c->field), 0, &v, &vl))
+            return 0;
+        if (c->fvalue && (vl != strlen(c->fvalue) || memcmp(v, c->fvalue, vl) != 0))
+            return 0;
+    }
+    return 1;
+}
+
+static int
+hdrs_apply(struct hdrs *h, struct cst_txn *t, enum where w, int head, int status)
+{
+    for (int i = 0; i < h->nrules; i++) {
+        const struct hrule *r = &h->rules[i];
+        size_t nl;
+
+        if (r->where != w || !hdrs_cond_ok(h, t, r->cond, status))
+            continue;
+        nl = strlen(r->name);
+        switch (r->op) {
+        case H_SET:
+            h->api->field_set(t, head, r->name, nl, r->value, strlen(r->value));
+            break;
+        case H_ADD:
+            h->api->field_add(t, head, r->name, nl, r->value, strlen(r->value));
+            break;
+        case H_RM:
+            h->api->field_remove(t, head, r->name, nl);
+            break;
+        }
+    }
+    return CST_CONTINUE;
+}
+
+static int
+hdrs_remap(void *inst, struct cst_txn *t)
+{
+    return hdrs_apply(inst, t, W_REQ, CST_REQUEST, 0);
+}
+
+static int
+hdrs_read_response(void *inst, struct cst_txn *t)
+{
+    struct hdrs *h = inst;
+    return hdrs_apply(h, t, W_ORIGIN, CST_RESPONSE, h->api->status(t));
+}
+
+static int
+hdrs_send_response(void *inst, struct cst_txn *t)
+{
+    struct hdrs *h = inst;
+    return hdrs_apply(h, t, W_RESP, CST_RESPONSE, h->api->status(t));
+}
+
+CST_PLUGIN_EXPORT const struct cst_plugin cistern_plugin = {
+    .abi = CST_PLUGIN_ABI,
+    .name = "headers",
+    .create = hdrs_create,
+    .destroy = hdrs_destroy,
+    .remap = hdrs_remap,
+    .read_response = hdrs_read_response,
+    .send_response = hdrs_send_response,
+};

@@ -1,0 +1,137 @@
+#!/bin/bash
+# bench-plugins.sh: issue 22's benchmark (the TS-4924 seed): wrk -t1 -c1
+# -d10 on a cached 1 KiB generator URL (map ... @plugin=generator.so) and
+# on the same object served by a plain map hit (a rule without plugins
+# whose origin is the generator rule), then a rule with headers.so and
+# cachekey.so active vs the same rule without them (wrk -c50), for
+# Cistern and, when traffic_server is installed, ATS with its own
+# generator.so, cachekey.so and header_rewrite.so.
+#
+# Usage: scripts/bench-plugins.sh [-d SECONDS] [--no-ats] [--port-base N]
+#        CISTERN_BIN names the daemon (default _build/plain/cistern), its
+#        plugins are the build's (plugins/ next to it).
+set -euo pipefail
+secs=10 ats=1 base=18480
+while (($#)); do
+    case $1 in
+    -d) secs=$2; shift 2 ;;
+    --no-ats) ats=0; shift ;;
+    --port-base) base=$2; shift 2 ;;
+    -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bench-plugins: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+here=$(cd "$(dirname "$0")/.." && pwd)
+bin=${CISTERN_BIN:-$here/_build/plain/cistern}
+pdir=$(cd "$(dirname "$bin")" && pwd)/plugins
+command -v wrk >/dev/null || { echo "bench-plugins: wrk not installed" >&2; exit 1; }
+tmp=$(mktemp -d /tmp/cistern-bench-plugins.XXXXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"; }
+trap cleanup EXIT
+
+wait_ok() { # URL HOST
+    for _ in $(seq 100); do
+        [[ $(curl -s -o /dev/null -w '%{http_code}' -H "Host: $2" "$1" || true) == 200 ]] && return 0
+        sleep 0.1
+    done
+    echo "bench-plugins: $1 (Host $2) never answered 200" >&2; return 1
+}
+# run NAME PORT HOST PATH CONNS: warm, check the hit, then wrk; one row
+run() {
+    local name=$1 port=$2 host=$3 path=$4 c=$5 url="http://127.0.0.1:$2$4" out
+    wait_ok "$url" "$host"
+    curl -s -o /dev/null -H "Host: $host" "$url"
+    out=$(wrk -t1 -c"$c" -d"$secs" --latency -H "Host: $host" "$url")
+    printf '%-34s %10s req/s  p50 %8s  mean %8s\n' "$name" \
+        "$(awk '/Requests\/sec/ { print $2 }' <<<"$out")" \
+        "$(awk '$1 == "50%" { print $2 }' <<<"$out")" \
+        "$(awk '$1 == "Latency" { print $2; exit }' <<<"$out")"
+}
+
+# --- Cistern ---------------------------------------------------------------
+cp=$base
+mkdir -p "$tmp/c/conf" "$tmp/c/cache"
+cat >"$tmp/c/conf/records.config" <<CONF
+CONFIG proxy.config.http.server_ports STRING $cp
+CONFIG proxy.config.cistern.workers INT 1
+CONFIG proxy.config.cistern.run_dir STRING $tmp/c/run
+CONFIG proxy.config.log.logfile_dir STRING $tmp/c/log
+CONFIG proxy.config.log.logging_enabled INT 0
+CONFIG proxy.config.plugin.plugin_dir STRING $pdir
+CONF
+echo "$tmp/c/cache 256M" >"$tmp/c/conf/storage.config"
+cat >"$tmp/c/conf/remap.config" <<CONF
+map http://gen.test/ http://127.0.0.1/ @plugin=generator.so
+map http://127.0.0.1:$cp/ http://127.0.0.1/ @plugin=generator.so
+map http://plain.test/ http://127.0.0.1:$cp/
+map http://both.test/ http://127.0.0.1:$cp/ @plugin=headers.so @pparam=set-resp:X-Served-By:edge @plugin=cachekey.so @pparam=--exclude-params=utm
+CONF
+"$bin" -c "$tmp/c/conf" -f >"$tmp/c/stderr" 2>&1 &
+pids+=($!)
+echo "# wrk -t1, ${secs}s, a 1 KiB cached object (cistern: $bin)"
+run "cistern generator hit (-c1)" $cp gen.test /cache/1024/1 1
+run "cistern plain map hit (-c1)" $cp plain.test /cache/1024/1 1
+run "cistern no plugins (-c50)" $cp plain.test /cache/1024/2 50
+run "cistern headers+cachekey (-c50)" $cp both.test /cache/1024/2 50
+
+# --- ATS -------------------------------------------------------------------
+if ((ats)) && command -v traffic_server >/dev/null && [[ -f /usr/lib/trafficserver/modules/generator.so ]]; then
+    ap=$((base + 1)) d=$tmp/ats
+    mkdir -p "$d/etc" "$d/var" "$d/run" "$d/log" "$d/cache"
+    [[ -d /etc/trafficserver/body_factory ]] && cp -r /etc/trafficserver/body_factory "$d/etc/"
+    for f in plugin.config hosting.config volume.config cache.config parent.config \
+        socks.config splitdns.config ssl_multicert.config sni.yaml strategies.yaml; do
+        : >"$d/etc/$f"
+    done
+    cat >"$d/runroot.yaml" <<CONF
+prefix: $d
+exec_prefix: /usr
+bindir: /usr/bin
+sbindir: /usr/sbin
+sysconfdir: $d/etc
+datadir: $d/var
+includedir: /usr/include
+libdir: /usr/lib/trafficserver
+libexecdir: /usr/lib/trafficserver/modules
+localstatedir: $d/var
+runtimedir: $d/run
+logdir: $d/log
+cachedir: $d/cache
+CONF
+    cat >"$d/etc/records.config" <<CONF
+CONFIG proxy.config.http.server_ports STRING $ap
+CONFIG proxy.config.exec_thread.autoconfig INT 0
+CONFIG proxy.config.exec_thread.limit INT 1
+CONFIG proxy.config.accept_threads INT 0
+CONFIG proxy.config.task_threads INT 1
+CONFIG proxy.config.cache.threads_per_disk INT 1
+CONFIG proxy.config.log.logging_enabled INT 0
+CONFIG proxy.config.url_remap.remap_required INT 1
+CONFIG proxy.config.admin.user_id STRING #-1
+CONFIG proxy.config.cache.ram_cache.size INT 268435456
+CONFIG proxy.config.diags.debug.enabled INT 0
+CONFIG proxy.config.http.insert_response_via_str INT 0
+CONFIG proxy.config.http.cache.required_headers INT 0
+CONFIG proxy.config.plugin.plugin_dir STRING /usr/lib/trafficserver/modules
+CONF
+    echo "cond %{SEND_RESPONSE_HDR_HOOK}" >"$d/etc/hdr.conf"
+    echo "    set-header X-Served-By edge" >>"$d/etc/hdr.conf"
+    echo "$d/cache 256M" >"$d/etc/storage.config"
+    cat >"$d/etc/remap.config" <<CONF
+map http://gen.test/ http://127.0.0.1/ @plugin=generator.so
+map http://127.0.0.1:$ap/ http://127.0.0.1/ @plugin=generator.so
+map http://plain.test/ http://127.0.0.1:$ap/
+map http://both.test/ http://127.0.0.1:$ap/ @plugin=header_rewrite.so @pparam=$d/etc/hdr.conf @plugin=cachekey.so @pparam=--exclude-params=utm
+CONF
+    printf 'ip_allow:\n  - apply: in\n    ip_addrs: 0/0\n    action: allow\n    methods: ALL\n' >"$d/etc/ip_allow.yaml"
+    echo "logging: {}" >"$d/etc/logging.yaml"
+    (cd "$d" && exec traffic_server --run-root="$d/runroot.yaml" >"$d/stderr.log" 2>&1) &
+    pids+=($!)
+    run "ats generator hit (-c1)" $ap gen.test /cache/1024/1 1
+    run "ats plain map hit (-c1)" $ap plain.test /cache/1024/1 1
+    run "ats no plugins (-c50)" $ap plain.test /cache/1024/2 50
+    run "ats header_rewrite+cachekey (-c50)" $ap both.test /cache/1024/2 50
+else
+    echo "# ATS: skipped (traffic_server or its generator.so not installed, or --no-ats)"
+fi

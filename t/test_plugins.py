@@ -1,0 +1,276 @@
+"""Issue 22: plugins.  remap.config's @plugin=NAME.so @pparam=... and
+plugin.config, loaded by the master (so `cistern -t` and a reload catch a
+missing file, a bad argument or another ABI with file:line), the shipped
+plugins (generator.so as a cached synthetic origin, headers.so,
+cachekey.so), two plugins in order on one rule, a global plugin, a
+failing reload keeping the old configuration, and a crashing plugin taking
+down only its worker (respawned, the plugin named in the log).
+
+The plugins are the build tree's (proxy.config.plugin.plugin_dir points at
+the build's plugins/); the ABI-mismatch plugin is compiled by the test."""
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+import harness
+from harness import Cistern, Origin, check_config, curl, expect, expect_eq, \
+    expect_in, wait_for
+
+PD = os.path.join(os.path.dirname(os.path.abspath(harness.cistern_bin())), "plugins")
+REC = {"proxy.config.plugin.plugin_dir": PD}
+GEN = "map http://gen.test/ http://127.0.0.1/ @plugin=generator.so"
+
+
+def get(c, path, host, *extra):
+    return curl([c.url(path), "-H", "Host: " + host] + list(extra))
+
+
+def test_generator_is_a_cached_origin():
+    with Cistern(records=REC, storage=["cache 64M"], remap=[GEN]) as c:
+        r1 = get(c, "/cache/1024/a", "gen.test")
+        expect_eq(r1.status, 200, "first status")
+        expect_eq(r1.body, b"x" * 1024, "body")
+        expect_in("public, max-age=86400", r1.header("Cache-Control", ""), "Cache-Control")
+        expect_in("stored", r1.header("Cache-Status", ""), "first Cache-Status")
+        r2 = get(c, "/cache/1024/a", "gen.test")
+        expect_eq(r2.body, b"x" * 1024, "hit body")
+        expect_in("hit", r2.header("Cache-Status", ""), "second Cache-Status (a plain hit)")
+        expect(r2.header("Age") is not None, "a hit has Age")
+        # nocache: never stored
+        for _ in range(2):
+            r = get(c, "/nocache/100/b", "gen.test")
+            expect_eq(r.body, b"x" * 100, "nocache body")
+            expect(" hit" not in r.header("Cache-Status", ""), "nocache was a hit: %r" % r)
+        # sizes with suffix, larger than a buffer, and HEAD
+        r = get(c, "/cache/100K/big", "gen.test")
+        expect_eq(len(r.body), 100 * 1024, "100K body")
+        r = get(c, "/cache/100K/big", "gen.test")
+        expect_eq(len(r.body), 100 * 1024, "100K hit body")
+        expect_eq(get(c, "/elsewhere", "gen.test").status, 404, "unknown path")
+        r = curl([c.url("/cache/5/h"), "-H", "Host: gen.test", "-I"])
+        expect_eq((r.status, r.header("Content-Length")), (200, "5"), "HEAD")
+
+
+def test_headers_plugin():
+    with Origin() as o, Cistern(records=REC, storage=["cache 64M"], remap=[
+            "map http://h.test/ http://%s/ @plugin=headers.so "
+            "@pparam=set-req:X-To-Origin:yes @pparam=rm-req:X-Drop "
+            "@pparam=rm-origin:X-Secret @pparam=set-resp:X-Served:edge "
+            "@pparam=if-status=404 @pparam=set-resp:X-Missing:1 "
+            "@pparam=if-field=X-Debug=on @pparam=add-resp:X-Debugged:1" % o.authority]) as c:
+        r = get(c, "/headers?Cache-Control=max-age%3D60&X-Secret=s&X-Kept=k", "h.test",
+                "-H", "X-Drop: 1")
+        expect_eq(r.status, 200, "status")
+        expect_eq(r.header("X-Served"), "edge", "set-resp on a miss")
+        expect_eq(r.header("X-Secret"), None, "rm-origin")
+        expect_eq(r.header("X-Kept"), "k", "other origin fields kept")
+        expect_eq(r.header("X-Missing"), None, "if-status=404 on a 200")
+        req = o.requests()[-1]
+        names = {k.lower(): v for k, v in req["headers"]}
+        expect_eq(names.get("x-to-origin"), "yes", "set-req at the origin")
+        expect("x-drop" not in names, "rm-req: the origin got X-Drop")
+        # the hit: stored without X-Secret, X-Served added again
+        r = get(c, "/headers?Cache-Control=max-age%3D60&X-Secret=s&X-Kept=k", "h.test",
+                "-H", "X-Debug: on")
+        expect_in("hit", r.header("Cache-Status", ""), "second is a hit")
+        expect_eq((r.header("X-Served"), r.header("X-Secret"), r.header("X-Kept")),
+                  ("edge", None, "k"), "the hit's fields")
+        expect_eq(r.header("X-Debugged"), "1", "if-field=X-Debug=on")
+        r = get(c, "/status/404", "h.test")
+        expect_eq((r.status, r.header("X-Missing")), (404, "1"), "if-status=404")
+
+
+def test_cachekey_plugin():
+    with Origin() as o, Cistern(records=REC, storage=["cache 64M"], remap=[
+            "map http://k.test/ http://%s/ @plugin=cachekey.so "
+            "@pparam=--exclude-params=utm,fbclid @pparam=--include-headers=X-Tenant"
+            % o.authority]) as c:
+        base = "/headers?Cache-Control=max-age%3D60&a=1"
+        for q in ("&utm=x", "&utm=y&fbclid=z", ""):
+            r = get(c, base + q, "k.test", "-H", "X-Tenant: t1")
+            expect_eq(r.status, 200, "status")
+        expect_eq(len(o.requests()), 1, "one origin fetch for three URLs differing in "
+                  "excluded params")
+        expect_in("utm=x", o.requests()[0]["target"], "the origin gets the whole URL")
+        get(c, base, "k.test", "-H", "X-Tenant: t2")
+        expect_eq(len(o.requests()), 2, "another X-Tenant is another key")
+        get(c, base + "&b=2", "k.test", "-H", "X-Tenant: t2")
+        expect_eq(len(o.requests()), 3, "a kept parameter is part of the key")
+
+
+def test_two_plugins_in_order_and_global():
+    with Origin() as o, Cistern(records=REC, storage=["cache 64M"], remap=[
+            "map http://two.test/ http://%s/ @plugin=headers.so @pparam=add-resp:X-Order:1 "
+            "@plugin=headers.so @pparam=add-resp:X-Order:2 @pparam=rm-resp:X-Global"
+            % o.authority,
+            "map http://plain.test/ http://%s/" % o.authority],
+            files={"plugin.config": "# global\nheaders.so add-resp:X-Global:g "
+                   "add-resp:X-Order:0\n"}) as c:
+        r = get(c, "/x", "two.test")
+        vals = [v for k, v in r.headers if k.lower() == "x-order"]
+        expect_eq(vals, ["0", "1", "2"], "global first, then the rule's in order")
+        expect_eq(r.header("X-Global"), None, "the rule's second plugin removed it")
+        r = get(c, "/y", "plain.test")
+        expect_eq(r.header("X-Global"), "g", "the global plugin on a rule without plugins")
+
+
+def _abi_plugin(d):
+    src = os.path.join(d, "abi.c")
+    with open(src, "w") as f:
+        f.write('#include "cistern/plugin.h"\n'
+                'CST_PLUGIN_EXPORT const struct cst_plugin cistern_plugin = '
+                '{ .abi = CST_PLUGIN_ABI + 98, .name = "abi" };\n')
+    out = os.path.join(d, "abi.so")
+    p = subprocess.run(["cc", "-shared", "-fPIC", "-I", harness.srcdir(), "-o", out, src],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if p.returncode != 0:
+        raise harness.SkipTest("cannot build a test plugin: %s" % p.stdout[-300:])
+    return out
+
+
+def test_check_reports_plugin_errors():
+    d = tempfile.mkdtemp(prefix="cistern-plug-")
+    try:
+        abi = _abi_plugin(d)
+        cases = [
+            (["map http://a.test/ http://o.test/", GEN.replace("generator", "nosuch")],
+             None, "remap.config:2: plugin nosuch.so: cannot load"),
+            ([GEN + " @pparam=bogus"], None,
+             'remap.config:1: plugin generator.so: unknown argument "bogus"'),
+            (["map http://a.test/ http://o.test/ @plugin=%s" % abi], None,
+             "remap.config:1: plugin %s: built for plugin ABI 99" % abi),
+            (["map http://a.test/ http://o.test/ @pparam=x @plugin=generator.so"], None,
+             "remap.config:1: @pparam=x: @pparam= before any @plugin="),
+            (["redirect http://a.test/ http://o.test/ @plugin=generator.so"], None,
+             "remap.config:1: redirect: @plugin= runs on map rules only"),
+            (["map http://a.test/ http://o.test/"], "\n\nheaders.so\n",
+             "plugin.config:3: plugin headers.so: no operation given"),
+            (["map http://a.test/ http://o.test/ @plugin=/lib/x86_64-linux-gnu/libc.so.6"],
+             None, "exports no cistern_plugin"),
+        ]
+        for remap, pcfg, want in cases:
+            files = {"plugin.config": pcfg} if pcfg else None
+            r = check_config(records=REC, remap=remap, files=files)
+            expect(r.rc != 0, "cistern -t passed %r" % remap)
+            expect_in(want, r.stdout + r.stderr, "cistern -t output for %r" % remap)
+        r = check_config(records=REC, remap=[GEN + " @pparam=max-size=1M"])
+        expect_eq(r.rc, 0, "a good plugin passes: %s" % r.stderr)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_reload_with_failing_plugin_keeps_config():
+    with Cistern(records=REC, storage=["cache 64M"], remap=[GEN]) as c:
+        expect_eq(get(c, "/nocache/3/a", "gen.test").body, b"xxx", "before")
+        c.write_file("remap.config", GEN + " @pparam=nonsense\n")
+        c.expect_log(r"unknown argument")
+        c.expect_log(r"reload failed|keeping")
+        c.reload()
+        c.wait_log(r'unknown argument "nonsense"', timeout=10)
+        time.sleep(0.5)
+        expect_eq(get(c, "/nocache/3/a", "gen.test").body, b"xxx", "after the failed reload")
+        c.write_file("remap.config", GEN.replace("gen.test", "gen2.test") + "\n")
+        c.reload()
+        wait_for(lambda: get(c, "/nocache/4/a", "gen2.test").status == 200, timeout=10,
+                 what="the good reload")
+        expect_eq(get(c, "/nocache/4/a", "gen.test").status, 404, "old rule gone")
+
+
+def _sanitizer_build():
+    h = os.path.join(os.path.dirname(harness.cistern_bin()), "config.h")
+    return os.path.exists(h) and "#define CST_ASAN 1" in open(h).read()
+
+
+def test_crashing_plugin_kills_only_its_worker():
+    if _sanitizer_build():
+        raise harness.SkipTest("sanitizer build: ASan reports the deliberate crash itself")
+    with Cistern(records=REC, storage=["cache 64M"], remap=[GEN + " @pparam=debug-crash"],
+                 workers=2) as c:
+        c.expect_log(r"killed by signal|SIGSEGV")
+        before = set(c.worker_pids())   # (the cache manager too, when unnamed)
+        r = get(c, "/crash/1", "gen.test")
+        expect(r.status is None or r.status >= 500, "a crash answered %r" % r)
+        c.wait_log(r"worker \d \(pid \d+, generation 1\) killed by signal 11.*"
+                   r"in plugin generator\.so", timeout=10)
+        wait_for(lambda: len(set(c.worker_pids())) == len(before)
+                 and set(c.worker_pids()) != before, timeout=10, what="the worker respawned")
+        expect_eq(len(before - set(c.worker_pids())), 1, "processes replaced")
+        expect(c.alive(), "the master died")
+        expect_eq(get(c, "/cache/10/z", "gen.test").body, b"x" * 10, "served after")
+
+
+def _dhat_blocks(n, path, remap):
+    """The worker's lifetime heap blocks (valgrind dhat) after n keep-alive
+    requests for path (after one warming request)."""
+    import json
+    import socket
+    d = tempfile.mkdtemp(prefix="cistern-dhat-")
+    wrapper = os.path.join(d, "cistern-dhat")
+    with open(wrapper, "w") as f:
+        f.write("#!/bin/sh\nexec %s -q --tool=dhat --trace-children=yes "
+                "--dhat-out-file=%s/dhat.%%p %s \"$@\"\n"
+                % (shutil.which("valgrind"), d, harness.cistern_bin()))
+    os.chmod(wrapper, 0o755)
+    old = os.environ.get("CISTERN_BIN")
+    os.environ["CISTERN_BIN"] = wrapper
+    try:
+        with Cistern(records=REC, storage=["cache 64M"], workers=1, start_timeout=90,
+                     remap=[remap]) as c:
+            wait_for(lambda: c.worker_pids() or None, 30, what="the worker under valgrind")
+            s = socket.create_connection(("127.0.0.1", c.port), timeout=60)
+            req = ("GET %s HTTP/1.1\r\nHost: gen.test\r\n\r\n" % path).encode()
+            for _ in range(n + 1):
+                s.sendall(req)
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += s.recv(65536)
+                head, body = data.split(b"\r\n\r\n", 1)
+                expect(head.startswith(b"HTTP/1.1 200"), "status: %r" % head[:40])
+                cl = int([ln.split(b":")[1] for ln in head.split(b"\r\n")
+                          if ln.lower().startswith(b"content-length:")][0])
+                while len(body) < cl:
+                    body += s.recv(65536)
+            s.close()
+            pids = [str(p) for p in c.worker_pids()]
+    finally:
+        if old is None:
+            del os.environ["CISTERN_BIN"]
+        else:
+            os.environ["CISTERN_BIN"] = old
+    blocks = {}
+    for name in os.listdir(d):
+        if name.startswith("dhat."):
+            with open(os.path.join(d, name)) as f:
+                blocks[name[5:]] = sum(p["tbk"] for p in json.load(f)["pps"])
+    shutil.rmtree(d, ignore_errors=True)
+    kids = [blocks[p] for p in pids if p in blocks]
+    expect(kids, "no dhat output for %s" % pids)
+    return max(kids)
+
+
+@harness.timeout(600)
+def test_no_heap_allocation_per_plugged_request():
+    """The hook path allocates nothing per request: a hit through
+    generator.so + headers.so + cachekey.so, and an uncacheable intercept
+    (/nocache/), each: the worker's lifetime heap blocks are the same
+    after 200 and 2000 requests (valgrind's dhat; plain builds only)."""
+    if shutil.which("valgrind") is None:
+        raise harness.SkipTest("valgrind not installed")
+    if os.path.exists(os.path.join(os.path.dirname(harness.cistern_bin()), "config.h")):
+        with open(os.path.join(os.path.dirname(harness.cistern_bin()), "config.h")) as f:
+            if "#define CST_ASAN 1" in f.read():
+                raise harness.SkipTest("sanitizer build: valgrind cannot run it")
+    remap = (GEN + " @plugin=headers.so @pparam=set-resp:X-A:1 @pparam=set-req:X-B:2 "
+             "@plugin=cachekey.so @pparam=--exclude-params=u @pparam=--include-headers=X-T")
+    for path in ("/cache/1024/a?u=1", "/nocache/1024/b"):
+        few = _dhat_blocks(200, path, remap)
+        many = _dhat_blocks(2000, path, remap)
+        print("    %s: heap blocks %d after 200, %d after 2000" % (path, few, many))
+        expect(many - few <= 2, "%s: %d more blocks for 1800 more requests"
+               % (path, many - few))
+
+
+if __name__ == "__main__":
+    harness.main()

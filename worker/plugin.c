@@ -1,0 +1,863 @@
+/*
+ * worker/plugin.c: the plugin hooks of a request and the API's functions
+ * (issue 22; cistern/plugin.h is the contract, worker/plugin.h the calls
+ * the steps make, DESIGN.md "Plugins" the picture).
+ *
+ * Heads are changed without allocating: a request's field changes are
+ * kept in its struct cst_txn and applied when the origin's head is
+ * written (proxy_put_head); a response's are kept in one static set (the
+ * worker has one thread and a hook's changes are applied before it
+ * returns): an origin's head is rewritten in place in the transaction's
+ * input and parsed again, the client's head rewritten in its output.
+ *
+ * An intercept (a plugin answers the request itself) is given a local
+ * socket pair: the transaction talks HTTP/1.1 to one end as to an origin
+ * (so the answer is stored, revalidated and counted like an origin's),
+ * and the plugin's head and body are written into the other end as the
+ * socket takes them, the body made piece by piece by its producer.
+ *
+ * Before each call into a plugin, panic_plugin names it: a crash in it
+ * leaves "..., in plugin NAME" in the worker's shm slot, which the master
+ * logs when it reaps and respawns the worker.
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "shm/log.h"
+#include "shm/panic.h"
+#include "worker/plugin.h"
+#include "worker/req.h"
+#include "worker/worker.h"
+
+#define ICPT_MAGIC 0x49435054u          /* "ICPT" */
+
+static struct plug_edits plug_redits;  /* the response hook's changes */
+static char plug_scratch[65536];       /* a head being rewritten */
+
+/* ------------------------------------------------------------------ */
+/* Which instances run on a request: the global ones, then the rule's */
+
+static int
+plug_count(const struct req *rq)
+{
+    int n = wk->conf->nglobals + (rq->rq_prule ? rq->rq_prule->nplugins : 0);
+
+    return n > PLUG_MAX ? PLUG_MAX : n;
+}
+
+static const struct conf_plugin *
+plug_at(const struct req *rq, int k)
+{
+    int ng = wk->conf->nglobals;
+
+    return k < ng ? &wk->conf->globals[k] : &rq->rq_prule->plugins[k - ng];
+}
+
+#define PLUG_CALL(pl, fn, t) \
+    (panic_plugin = (pl)->name, (t)->cur = k, (pl)->p->fn((pl)->inst, (t)))
+#define PLUG_DONE() (panic_plugin = NULL)
+
+static struct cst_txn *
+plug_begin(struct req *rq)
+{
+    struct cst_txn *t = &rq->rq_plug;
+
+    if (!rq->rq_plugged) {
+        t->rq = rq;
+        t->remapped = t->url_set = t->key_set = t->uncacheable = 0;
+        t->ttl = 0;
+        t->req.addlen = t->req.dellen = 0;
+        t->res = NULL;
+        t->resp = NULL;
+        t->out = NULL;
+        t->produce = NULL;
+        memset(t->slot, 0, sizeof(t->slot));
+        rq->rq_plugged = 1;
+    }
+    return t;
+}
+
+/* ------------------------------------------------------------------ */
+/* Field edits */
+
+static int
+plug_name_eq(const char *a, size_t al, const char *b, size_t bl)
+{
+    return al == bl && strncasecmp(a, b, al) == 0;
+}
+
+static int
+plug_deleted(const struct plug_edits *ed, const char *name, size_t nlen)
+{
+    for (size_t i = 0; i < ed->dellen;) {
+        size_t l = strlen(ed->del + i);
+        if (plug_name_eq(ed->del + i, l, name, nlen))
+            return 1;
+        i += l + 1;
+    }
+    return 0;
+}
+
+/* The nth added line named name: 1 with *val, *vlen; else 0 and *nth
+ * less the lines passed. */
+static int
+plug_added_get(const struct plug_edits *ed, const char *name, size_t nlen, int *nth,
+               const char **val, size_t *vlen)
+{
+    const char *p = ed->add, *end = ed->add + ed->addlen;
+
+    while (p < end) {
+        const char *e = memchr(p, '\n', (size_t)(end - p)), *c = memchr(p, ':', (size_t)(e - p));
+        if (c && plug_name_eq(p, (size_t)(c - p), name, nlen) && (*nth)-- == 0) {
+            *val = c + 2;
+            *vlen = (size_t)(e - 1 - (c + 2));
+            return 1;
+        }
+        p = e + 1;
+    }
+    return 0;
+}
+
+static int
+plug_edit_add(struct plug_edits *ed, const char *name, size_t nlen, const char *val,
+              size_t vlen)
+{
+    if ((size_t)ed->addlen + nlen + vlen + 4 > sizeof(ed->add) || nlen == 0)
+        return -1;
+    for (size_t i = 0; i < nlen; i++)
+        if (name[i] <= ' ' || name[i] == ':' || name[i] >= 127)
+            return -1;
+    for (size_t i = 0; i < vlen; i++)
+        if (val[i] == '\r' || val[i] == '\n' || val[i] == '\0')
+            return -1;
+    char *p = ed->add + ed->addlen;
+    memcpy(p, name, nlen);
+    p += nlen;
+    *p++ = ':';
+    *p++ = ' ';
+    memcpy(p, val, vlen);
+    p += vlen;
+    *p++ = '\r';
+    *p++ = '\n';
+    ed->addlen = (uint16_t)(p - ed->add);
+    return 0;
+}
+
+static int
+plug_edit_remove(struct plug_edits *ed, const char *name, size_t nlen)
+{
+    /* the lines added before go too */
+    char *p = ed->add, *end = ed->add + ed->addlen;
+    while (p < end) {
+        char *e = memchr(p, '\n', (size_t)(end - p)), *c = memchr(p, ':', (size_t)(e - p));
+        if (c && plug_name_eq(p, (size_t)(c - p), name, nlen)) {
+            size_t l = (size_t)(e + 1 - p);
+            memmove(p, e + 1, (size_t)(end - e - 1));
+            end -= l;
+            ed->addlen = (uint16_t)(ed->addlen - l);
+        } else {
+            p = e + 1;
+        }
+    }
+    if (plug_deleted(ed, name, nlen))
+        return 0;
+    if ((size_t)ed->dellen + nlen + 1 > sizeof(ed->del) || nlen == 0)
+        return -1;
+    memcpy(ed->del + ed->dellen, name, nlen);
+    ed->del[ed->dellen + nlen] = '\0';
+    ed->dellen = (uint16_t)(ed->dellen + nlen + 1);
+    return 0;
+}
+
+/* The edits a field call on head works on in this hook, or NULL. */
+static struct plug_edits *
+plug_edits_for(struct cst_txn *t, int head, int write)
+{
+    if (head == CST_REQUEST)
+        return !write || t->hook <= PLUG_H_SEND_REQUEST ? &t->req : NULL;
+    if (t->hook == PLUG_H_READ_RESPONSE || t->hook == PLUG_H_SEND_RESPONSE
+        || t->hook == PLUG_H_INTERCEPT)
+        return &plug_redits;
+    return NULL;
+}
+
+/* Field `name` of a text head b (lines after the status line). */
+static int
+plug_text_get(const char *h, size_t len, const char *name, size_t nlen, int *nth,
+              const char **val, size_t *vlen)
+{
+    const char *p = memchr(h, '\n', len), *end = h + len;
+
+    while (p && ++p < end) {
+        const char *e = memchr(p, '\n', (size_t)(end - p)), *c;
+        if (e == NULL)
+            break;
+        c = memchr(p, ':', (size_t)(e - p));
+        if (c && plug_name_eq(p, (size_t)(c - p), name, nlen) && (*nth)-- == 0) {
+            const char *v = c + 1, *ve = e;
+            while (v < ve && (*v == ' ' || *v == '\t'))
+                v++;
+            while (ve > v && (ve[-1] == '\r' || ve[-1] == ' ' || ve[-1] == '\t'))
+                ve--;
+            *val = v;
+            *vlen = (size_t)(ve - v);
+            return 1;
+        }
+        p = e;
+    }
+    return 0;
+}
+
+static int
+api_field_get(struct cst_txn *t, int head, const char *name, size_t nlen, int nth,
+              const char **val, size_t *vlen)
+{
+    const struct http_req *r = NULL;
+    struct plug_edits *ed = plug_edits_for(t, head, 0);
+
+    if (head == CST_REQUEST)
+        r = &t->rq->r;
+    else if (t->hook == PLUG_H_READ_RESPONSE)
+        r = t->resp;
+    if (r != NULL) {
+        if (ed == NULL || !plug_deleted(ed, name, nlen))
+            for (int i = 0; i < r->nfields; i++) {
+                const struct http_field *f = &r->fields[i];
+                if (plug_name_eq(r->base + f->name, f->name_len, name, nlen) && nth-- == 0) {
+                    *val = r->base + f->value;
+                    *vlen = f->value_len;
+                    return 1;
+                }
+            }
+    } else if (head == CST_RESPONSE && t->hook == PLUG_H_SEND_RESPONSE) {
+        if (!plug_deleted(ed, name, nlen)
+            && plug_text_get(t->out->data + t->mark, t->out->end - t->mark, name, nlen,
+                             &nth, val, vlen))
+            return 1;
+    }
+    return ed ? plug_added_get(ed, name, nlen, &nth, val, vlen) : 0;
+}
+
+static int
+api_field_add(struct cst_txn *t, int head, const char *name, size_t nlen, const char *val,
+              size_t vlen)
+{
+    struct plug_edits *ed = plug_edits_for(t, head, 1);
+
+    return ed ? plug_edit_add(ed, name, nlen, val, vlen) : -1;
+}
+
+static int
+api_field_remove(struct cst_txn *t, int head, const char *name, size_t nlen)
+{
+    struct plug_edits *ed = plug_edits_for(t, head, 1);
+
+    if (ed == NULL || t->hook == PLUG_H_INTERCEPT)
+        return ed ? plug_edit_remove(ed, name, nlen) : -1;
+    return plug_edit_remove(ed, name, nlen);
+}
+
+static int
+api_field_set(struct cst_txn *t, int head, const char *name, size_t nlen, const char *val,
+              size_t vlen)
+{
+    if (api_field_remove(t, head, name, nlen) < 0)
+        return -1;
+    return api_field_add(t, head, name, nlen, val, vlen);
+}
+
+/* ------------------------------------------------------------------ */
+/* The request */
+
+static const char *
+api_method(struct cst_txn *t)
+{
+    return http_method_name(t->rq->r.method);
+}
+
+static int
+api_url_get(struct cst_txn *t, struct cst_url *u)
+{
+    const struct http_req *r = &t->rq->r;
+
+    if (t->res != NULL) {
+        u->scheme = t->res->scheme;
+        u->host = t->res->host;
+        u->port = t->res->port;
+        u->path = t->res->path;
+        u->pathlen = t->res->pathlen;
+        return 0;
+    }
+    /* before remap (read_request): the request's own, host not
+     * NUL-terminated there: only the path is given */
+    u->scheme = r->https ? "https" : "http";
+    u->host = "";
+    u->port = r->port;
+    u->path = r->base + r->path;
+    u->pathlen = r->path_len;
+    return 0;
+}
+
+static int
+api_url_set(struct cst_txn *t, const char *scheme, const char *host, int port,
+            const char *path, size_t pathlen)
+{
+    struct conf_remap_result *res = t->res;
+    size_t hl = strlen(host);
+
+    if (t->hook != PLUG_H_REMAP || res == NULL)
+        return -1;
+    if ((strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0)
+        || hl == 0 || hl >= sizeof(res->host) || pathlen + 1 >= sizeof(res->path)
+        || pathlen == 0 || path[0] != '/' || port <= 0 || port > 65535)
+        return -1;
+    snprintf(res->scheme, sizeof(res->scheme), "%s", scheme);
+    memcpy(res->host, host, hl + 1);
+    res->port = port;
+    memmove(res->path, path, pathlen);
+    res->path[pathlen] = '\0';
+    res->pathlen = pathlen;
+    t->url_set = 1;
+    return 0;
+}
+
+static size_t
+api_key_get(struct cst_txn *t, char *out, size_t cap)
+{
+    if (t->hook != PLUG_H_REMAP || t->key == NULL || *t->keylen + 1 > cap)
+        return 0;
+    memcpy(out, t->key, *t->keylen);
+    out[*t->keylen] = '\0';
+    return *t->keylen;
+}
+
+static int
+api_key_set(struct cst_txn *t, const char *key, size_t len)
+{
+    if (t->hook != PLUG_H_REMAP || t->key == NULL || len == 0 || len + 1 > t->keycap)
+        return -1;
+    memmove(t->key, key, len);
+    t->key[len] = '\0';
+    *t->keylen = len;
+    t->key_set = 1;
+    return 0;
+}
+
+static void
+api_deny(struct cst_txn *t, int status, const char *text)
+{
+    if (status < 200 || status > 599)
+        status = 403;
+    t->deny_status = status;
+    snprintf(t->deny_text, sizeof(t->deny_text), "%s", text ? text : http_status_text(status));
+}
+
+static const struct sockaddr *
+api_client_addr(struct cst_txn *t)
+{
+    return t->rq->rq_peer;
+}
+
+static void **
+api_slot(struct cst_txn *t)
+{
+    return &t->slot[t->cur];
+}
+
+static int
+api_status(struct cst_txn *t)
+{
+    return t->hook == PLUG_H_READ_RESPONSE || t->hook == PLUG_H_SEND_RESPONSE ? t->status : 0;
+}
+
+static void
+api_uncacheable(struct cst_txn *t)
+{
+    if (t->hook == PLUG_H_READ_RESPONSE)
+        t->uncacheable = 1;
+}
+
+static void
+api_ttl_set(struct cst_txn *t, int secs)
+{
+    if (t->hook == PLUG_H_READ_RESPONSE && secs > 0)
+        t->ttl = secs;
+}
+
+static int
+api_intercept_answer(struct cst_txn *t, int status, int64_t length, cst_body_fn produce,
+                     void *arg, void (*done)(void *))
+{
+    if (t->hook != PLUG_H_INTERCEPT || status < 200 || status > 599 || produce == NULL)
+        return -1;
+    t->status = status;
+    t->plen = length;
+    t->produce = produce;
+    t->parg = arg;
+    t->pdone = done;
+    return 0;
+}
+
+static void
+api_log(struct cst_txn *t, int level, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    const char *name = panic_plugin ? (const char *)panic_plugin : "?";
+
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (level < LOG_LVL_DEBUG || level > LOG_LVL_CRIT)
+        level = LOG_LVL_INFO;
+    if (t != NULL)
+        log_write((enum log_level)level, "conn %llu: plugin %s: %s",
+                  (unsigned long long)t->rq->rq_id, name, line);
+    else
+        log_write((enum log_level)level, "plugin %s: %s", name, line);
+}
+
+const struct cst_api plug_api = {
+    .abi = CST_PLUGIN_ABI,
+    .size = sizeof(struct cst_api),
+    .field_get = api_field_get,
+    .field_add = api_field_add,
+    .field_remove = api_field_remove,
+    .field_set = api_field_set,
+    .method = api_method,
+    .url_get = api_url_get,
+    .url_set = api_url_set,
+    .key_get = api_key_get,
+    .key_set = api_key_set,
+    .deny = api_deny,
+    .client_addr = api_client_addr,
+    .slot = api_slot,
+    .status = api_status,
+    .uncacheable = api_uncacheable,
+    .ttl_set = api_ttl_set,
+    .intercept_answer = api_intercept_answer,
+    .log = api_log,
+};
+
+/* ------------------------------------------------------------------ */
+/* The hooks */
+
+static int
+plug_denied(struct req *rq, struct cst_txn *t)
+{
+    if (t->deny_status == 0)
+        t->deny_status = 403;
+    rq->syn.status = t->deny_status;
+    rq->syn.body = t->deny_text[0] ? t->deny_text : http_status_text(t->deny_status);
+    rq->syn.result = "TCP_DENIED";
+    return 1;
+}
+
+int
+plug_read_request(struct req *rq)
+{
+    struct cst_txn *t = plug_begin(rq);
+    int n = plug_count(rq), rc = CST_CONTINUE;
+
+    t->hook = PLUG_H_READ_REQUEST;
+    t->deny_status = 0;
+    t->deny_text[0] = '\0';
+    for (int k = 0; k < n && rc == CST_CONTINUE; k++) {
+        const struct conf_plugin *pl = plug_at(rq, k);
+        if (pl->p->read_request) {
+            rc = PLUG_CALL(pl, read_request, t);
+            PLUG_DONE();
+        }
+    }
+    return rc == CST_DENY ? plug_denied(rq, t) : 0;
+}
+
+enum plug_remap_rc
+plug_remap(struct req *rq, const struct conf_remap_rule *rule, struct conf_remap_result *res,
+           char *key, size_t *keylen, size_t keycap)
+{
+    struct cst_txn *t = plug_begin(rq);
+    int rc = CST_CONTINUE, n;
+
+    if (rule != NULL && rule->nplugins > 0)
+        rq->rq_prule = rule;
+    if (t->remapped) {
+        /* again after a WAIT: the remap hooks' own changes start over */
+        t->req.addlen = t->mark_add;
+        t->req.dellen = t->mark_del;
+    } else {
+        t->mark_add = t->req.addlen;
+        t->mark_del = t->req.dellen;
+        t->remapped = 1;
+    }
+    t->hook = PLUG_H_REMAP;
+    t->res = res;
+    t->key = key;
+    t->keylen = keylen;
+    t->keycap = keycap;
+    t->url_set = t->key_set = 0;
+    t->deny_status = 0;
+    t->deny_text[0] = '\0';
+    n = plug_count(rq);
+    for (int k = 0; k < n && rc == CST_CONTINUE; k++) {
+        const struct conf_plugin *pl = plug_at(rq, k);
+        if (pl->p->remap) {
+            rc = PLUG_CALL(pl, remap, t);
+            PLUG_DONE();
+        }
+    }
+    t->key = NULL;
+    if (rc == CST_DENY)
+        return plug_denied(rq, t) ? PLUG_DENY : PLUG_DENY;
+    return t->url_set && !t->key_set ? PLUG_REKEY : PLUG_OK;
+}
+
+void
+plug_send_request(struct req *rq)
+{
+    struct cst_txn *t = &rq->rq_plug;
+    int n = plug_count(rq);
+
+    t->hook = PLUG_H_SEND_REQUEST;
+    for (int k = 0; k < n; k++) {
+        const struct conf_plugin *pl = plug_at(rq, k);
+        if (pl->p->send_request) {
+            (void)PLUG_CALL(pl, send_request, t);
+            PLUG_DONE();
+        }
+    }
+}
+
+int
+plug_req_removed(struct req *rq, int i)
+{
+    const struct http_req *r = &rq->r;
+    const struct cst_txn *t = &rq->rq_plug;
+
+    return t->req.dellen > 0
+           && plug_deleted(&t->req, r->base + r->fields[i].name, r->fields[i].name_len);
+}
+
+/* Rewrite a head: its status line (sl, sll), the fields get_line gives
+ * that the response edits keep, the added lines, the blank line; into
+ * plug_scratch.  Returns its length, or 0 when it does not fit. */
+static size_t
+plug_head_text(const char *h, size_t len)
+{
+    const struct plug_edits *ed = &plug_redits;
+    const char *p = memchr(h, '\n', len), *end = h + len;
+    size_t n;
+
+    if (p == NULL)
+        return 0;
+    n = (size_t)(++p - h);
+    memcpy(plug_scratch, h, n);
+    while (p < end) {
+        const char *e = memchr(p, '\n', (size_t)(end - p)), *c;
+        size_t ll;
+        if (e == NULL)
+            break;
+        ll = (size_t)(e + 1 - p);
+        if (ll <= 2 && (p[0] == '\r' || p[0] == '\n'))
+            break;      /* the blank line */
+        c = memchr(p, ':', ll);
+        if (c == NULL || !plug_deleted(ed, p, (size_t)(c - p))) {
+            if (n + ll >= sizeof(plug_scratch))
+                return 0;
+            memcpy(plug_scratch + n, p, ll);
+            n += ll;
+        }
+        p = e + 1;
+    }
+    if (n + ed->addlen + 2 >= sizeof(plug_scratch))
+        return 0;
+    memcpy(plug_scratch + n, ed->add, ed->addlen);
+    n += ed->addlen;
+    memcpy(plug_scratch + n, "\r\n", 2);
+    return n + 2;
+}
+
+int
+plug_read_response(struct req *rq, struct upstream *up)
+{
+    struct cst_txn *t = &rq->rq_plug;
+    struct http_req *resp = up->up_resp;
+    struct buf *in = &up->up_in;
+    int n = plug_count(rq), called = 0;
+
+    plug_redits.addlen = plug_redits.dellen = 0;
+    t->hook = PLUG_H_READ_RESPONSE;
+    t->resp = resp;
+    t->status = resp->status;
+    t->uncacheable = 0;
+    t->ttl = 0;
+    for (int k = 0; k < n; k++) {
+        const struct conf_plugin *pl = plug_at(rq, k);
+        if (pl->p->read_response) {
+            (void)PLUG_CALL(pl, read_response, t);
+            PLUG_DONE();
+            called = 1;
+        }
+    }
+    t->resp = NULL;
+    if (!called)
+        return 0;
+    if (t->uncacheable) {
+        up->up_store = 0;
+        up->up_cdetail = "plugin";
+    }
+    if (t->ttl > 0)
+        rq->rq_pol.ttl_in_cache = t->ttl;
+    if (plug_redits.addlen == 0 && plug_redits.dellen == 0)
+        return 0;
+    /* the head, rewritten where it was, and parsed again */
+    size_t oldlen = resp->start + resp->head_len;
+    size_t nl = plug_head_text(in->data + in->start + resp->start, resp->head_len);
+    size_t body = in->end - in->start - oldlen;
+    if (nl == 0)
+        return -1;
+    if (nl <= oldlen) {
+        in->start += oldlen - nl;
+    } else if (in->start >= nl - oldlen) {
+        in->start -= nl - oldlen;
+    } else {
+        if (buf_grow(in, nl - oldlen) < 0)
+            return -1;
+        memmove(in->data + in->start + nl, in->data + in->start + oldlen, body);
+        in->end += nl - oldlen;
+    }
+    memcpy(in->data + in->start, plug_scratch, nl);
+    http_req_reset(resp);
+    if (http_head_scan(resp, in->data + in->start, in->end - in->start,
+                       &wk->resp_limits) != HTTP_OK
+        || http_resp_parse(resp, in->data + in->start + resp->start, up->up_method) != HTTP_OK)
+        return -1;
+    return 0;
+}
+
+int
+plug_send_response(struct req *rq, struct buf *b, size_t mark, int status)
+{
+    struct cst_txn *t = &rq->rq_plug;
+    int n = plug_count(rq), called = 0;
+
+    plug_redits.addlen = plug_redits.dellen = 0;
+    t->hook = PLUG_H_SEND_RESPONSE;
+    t->out = b;
+    t->mark = mark;
+    t->status = status;
+    for (int k = 0; k < n; k++) {
+        const struct conf_plugin *pl = plug_at(rq, k);
+        if (pl->p->send_response) {
+            (void)PLUG_CALL(pl, send_response, t);
+            PLUG_DONE();
+            called = 1;
+        }
+    }
+    t->out = NULL;
+    if (!called || (plug_redits.addlen == 0 && plug_redits.dellen == 0))
+        return 0;
+    size_t nl = plug_head_text(b->data + mark, b->end - mark);
+    if (nl == 0)
+        return -1;
+    b->end = mark;
+    return buf_append(b, plug_scratch, nl);
+}
+
+void
+plug_txn_end(struct req *rq)
+{
+    struct cst_txn *t = &rq->rq_plug;
+    int n = plug_count(rq);
+
+    t->hook = PLUG_H_END;
+    for (int k = 0; k < n; k++) {
+        const struct conf_plugin *pl = plug_at(rq, k);
+        if (pl->p->txn_end) {
+            PLUG_CALL(pl, txn_end, t);
+            PLUG_DONE();
+        }
+    }
+    rq->rq_plugged = 0;
+    rq->rq_prule = NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Intercepts */
+
+struct plug_icpt {
+    uint32_t         magic;
+    int              fd;
+    struct event     ev;
+    const char      *name;            /* the plugin's (its config outlives us:
+                                         the worker's generation) */
+    cst_body_fn      produce;
+    void            *arg;
+    void           (*done)(void *);
+    uint64_t         off;
+    int64_t          len;
+    int              eof;
+    size_t           hs, he;          /* bytes of data still to write */
+    struct plug_icpt *next;           /* the free list */
+    char             data[BUF_SIZE];
+};
+
+static struct plug_icpt *plug_icpt_free;
+
+static void
+plug_icpt_end(struct plug_icpt *ic)
+{
+    char sink[4096];
+
+    event_del(&ic->ev);
+    while (read(ic->fd, sink, sizeof(sink)) > 0)
+        ;
+    close(ic->fd);
+    if (ic->done) {
+        panic_plugin = ic->name;
+        ic->done(ic->arg);
+        panic_plugin = NULL;
+    }
+    ic->magic = 0;
+    ic->next = plug_icpt_free;
+    plug_icpt_free = ic;
+}
+
+static void
+plug_icpt_on(evutil_socket_t fd, short what, void *arg)
+{
+    struct plug_icpt *ic = arg;
+    char sink[4096];
+
+    magic_check(ic->magic, ICPT_MAGIC);
+    if (what & EV_READ) {
+        /* the request (and any body) the transaction sends: not ours to read */
+        ssize_t r;
+        while ((r = read(fd, sink, sizeof(sink))) > 0)
+            ;
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+            plug_icpt_end(ic);      /* the transaction went away */
+            return;
+        }
+    }
+    if (!(what & EV_WRITE))
+        return;
+    for (int round = 0; round < 8; round++) {
+        if (ic->hs == ic->he) {
+            if (ic->eof) {
+                plug_icpt_end(ic);
+                return;
+            }
+            size_t cap = sizeof(ic->data);
+            if (ic->len >= 0 && (uint64_t)ic->len - ic->off < cap)
+                cap = (size_t)((uint64_t)ic->len - ic->off);
+            ssize_t n = 0;
+            if (cap > 0) {
+                panic_plugin = ic->name;
+                n = ic->produce(ic->arg, ic->off, ic->data, cap);
+                panic_plugin = NULL;
+            }
+            if (n < 0 || (n == 0 && ic->len >= 0 && ic->off < (uint64_t)ic->len)) {
+                log_warn("plugin %s: its body ended at %llu bytes", ic->name,
+                         (unsigned long long)ic->off);
+                plug_icpt_end(ic);
+                return;
+            }
+            if (n == 0) {
+                ic->eof = 1;
+                continue;
+            }
+            if ((size_t)n > cap)
+                n = (ssize_t)cap;
+            ic->hs = 0;
+            ic->he = (size_t)n;
+            ic->off += (uint64_t)n;
+            if (ic->len >= 0 && ic->off == (uint64_t)ic->len)
+                ic->eof = 1;
+        }
+        ssize_t w = send(fd, ic->data + ic->hs, ic->he - ic->hs, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EAGAIN || errno == EINTR)
+                return;
+            plug_icpt_end(ic);
+            return;
+        }
+        ic->hs += (size_t)w;
+    }
+}
+
+int
+plug_intercept(struct req *rq, struct upstream *up)
+{
+    struct cst_txn *t = &rq->rq_plug;
+    const struct conf_plugin *by = NULL;
+    int n = plug_count(rq), sv[2];
+
+    t->hook = PLUG_H_INTERCEPT;
+    for (int k = 0; k < n && by == NULL; k++) {
+        const struct conf_plugin *pl = plug_at(rq, k);
+        if (pl->p->intercept == NULL)
+            continue;
+        plug_redits.addlen = plug_redits.dellen = 0;
+        t->produce = NULL;
+        if (PLUG_CALL(pl, intercept, t) == 1 && t->produce != NULL)
+            by = pl;
+        PLUG_DONE();
+    }
+    if (by == NULL)
+        return 0;
+
+    struct plug_icpt *ic = plug_icpt_free;
+    if (ic != NULL)
+        plug_icpt_free = ic->next;
+    else if ((ic = malloc(sizeof(*ic))) == NULL)
+        return -1;
+    /* the head: the plugin's status and fields, our framing */
+    char *p = ic->data;
+    int hl = snprintf(p, sizeof(ic->data), "HTTP/1.1 %d %s\r\n", t->status,
+                      http_status_text(t->status));
+    size_t len = (size_t)hl;
+    if (len + plug_redits.addlen + 64 > sizeof(ic->data)) {
+        ic->next = plug_icpt_free;
+        plug_icpt_free = ic;
+        return -1;
+    }
+    memcpy(p + len, plug_redits.add, plug_redits.addlen);
+    len += plug_redits.addlen;
+    if (t->plen >= 0)
+        len += (size_t)snprintf(p + len, sizeof(ic->data) - len, "Content-Length: %lld\r\n",
+                                (long long)t->plen);
+    len += (size_t)snprintf(p + len, sizeof(ic->data) - len, "Connection: close\r\n\r\n");
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0) {
+        log_warn("conn %llu: plugin %s: socketpair: %s", (unsigned long long)rq->rq_id,
+                 by->name, strerror(errno));
+        ic->next = plug_icpt_free;
+        plug_icpt_free = ic;
+        return -1;
+    }
+    ic->magic = ICPT_MAGIC;
+    ic->fd = sv[1];
+    ic->name = by->name;
+    ic->produce = t->produce;
+    ic->arg = t->parg;
+    ic->done = t->pdone;
+    ic->off = 0;
+    ic->len = t->plen;
+    ic->eof = t->plen == 0 || rq->r.method == HTTP_HEAD;
+    ic->hs = 0;
+    ic->he = len;
+    event_assign(&ic->ev, wk->base, sv[1], EV_READ | EV_WRITE | EV_PERSIST, plug_icpt_on, ic);
+    event_add(&ic->ev, NULL);
+    up->up_fd = sv[0];
+    up->up_ready = proxy_origin_ready;
+    up->up_attach = proxy_origin_attach;
+    return 1;
+}
