@@ -39,7 +39,7 @@ wait_ok() { # URL HOST
 }
 # run NAME PORT HOST PATH CONNS: warm, check the hit, then wrk; one row
 run() {
-    local name=$1 port=$2 host=$3 path=$4 c=$5 url="http://127.0.0.1:$2$4" out
+    local name=$1 host=$3 c=$5 url="http://127.0.0.1:$2$4" out
     wait_ok "$url" "$host"
     curl -s -o /dev/null -H "Host: $host" "$url"
     out=$(wrk -t1 -c"$c" -d"$secs" --latency -H "Host: $host" "$url")
@@ -70,10 +70,10 @@ CONF
 "$bin" -c "$tmp/c/conf" -f >"$tmp/c/stderr" 2>&1 &
 pids+=($!)
 echo "# wrk -t1, ${secs}s, a 1 KiB cached object (cistern: $bin)"
-run "cistern generator hit (-c1)" $cp gen.test /cache/1024/1 1
-run "cistern plain map hit (-c1)" $cp plain.test /cache/1024/1 1
-run "cistern no plugins (-c50)" $cp plain.test /cache/1024/2 50
-run "cistern headers+cachekey (-c50)" $cp both.test /cache/1024/2 50
+run "cistern generator hit (-c1)" "$cp" gen.test /cache/1024/1 1
+run "cistern plain map hit (-c1)" "$cp" plain.test /cache/1024/1 1
+run "cistern no plugins (-c50)" "$cp" plain.test /cache/1024/2 50
+run "cistern headers+cachekey (-c50)" "$cp" both.test /cache/1024/2 50
 
 # --- ATS -------------------------------------------------------------------
 if ((ats)) && command -v traffic_server >/dev/null && [[ -f /usr/lib/trafficserver/modules/generator.so ]]; then
@@ -118,20 +118,23 @@ CONF
     echo "cond %{SEND_RESPONSE_HDR_HOOK}" >"$d/etc/hdr.conf"
     echo "    set-header X-Served-By edge" >>"$d/etc/hdr.conf"
     echo "$d/cache 256M" >"$d/etc/storage.config"
+    # plain.test and both.test: ATS caches objects from an origin of its
+    # own (Cistern's generator rule above); mapping them to ATS's own port
+    # is refused by ATS as a loop
     cat >"$d/etc/remap.config" <<CONF
 map http://gen.test/ http://127.0.0.1/ @plugin=generator.so
 map http://127.0.0.1:$ap/ http://127.0.0.1/ @plugin=generator.so
-map http://plain.test/ http://127.0.0.1:$ap/
-map http://both.test/ http://127.0.0.1:$ap/ @plugin=header_rewrite.so @pparam=$d/etc/hdr.conf @plugin=cachekey.so @pparam=--exclude-params=utm
+map http://plain.test/ http://127.0.0.1:$cp/
+map http://both.test/ http://127.0.0.1:$cp/ @plugin=header_rewrite.so @pparam=$d/etc/hdr.conf @plugin=cachekey.so @pparam=--exclude-params=utm
 CONF
     printf 'ip_allow:\n  - apply: in\n    ip_addrs: 0/0\n    action: allow\n    methods: ALL\n' >"$d/etc/ip_allow.yaml"
     echo "logging: {}" >"$d/etc/logging.yaml"
     (cd "$d" && exec traffic_server --run-root="$d/runroot.yaml" >"$d/stderr.log" 2>&1) &
     pids+=($!)
-    run "ats generator hit (-c1)" $ap gen.test /cache/1024/1 1
-    run "ats plain map hit (-c1)" $ap plain.test /cache/1024/1 1
-    run "ats no plugins (-c50)" $ap plain.test /cache/1024/2 50
-    run "ats header_rewrite+cachekey (-c50)" $ap both.test /cache/1024/2 50
+    run "ats generator hit (-c1)" "$ap" gen.test /cache/1024/1 1
+    run "ats plain map hit (-c1)" "$ap" plain.test /cache/1024/1 1
+    run "ats no plugins (-c50)" "$ap" plain.test /cache/1024/2 50
+    run "ats header_rewrite+cachekey (-c50)" "$ap" both.test /cache/1024/2 50
 else
     echo "# ATS: skipped (traffic_server or its generator.so not installed, or --no-ats)"
 fi
