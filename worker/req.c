@@ -410,6 +410,7 @@ step_route(struct req *rq, struct req_route *rt)
 
     /* A mapped request: the cache's business first, then the origin. */
     req_key(rq, rt);
+    alog_mapped(rq, &rt->res);
     rt->fwd = wk->cache ? "method" : "bypass";
     if (r->method == HTTP_PURGE)
         return rt->keylen ? REQ_PURGE : req_answer(rq, 404, NULL, "not cached");
@@ -774,6 +775,7 @@ req_finish(struct req *rq)
 void
 req_abort(struct req *rq)
 {
+    alog_intr(rq);
     req_stop(rq);
     req_finish(rq);
 }

@@ -501,6 +501,18 @@ void alog_bytes(struct req *rq, uint64_t n);
 void alog_status(struct req *rq, int status);
 void alog_end(struct req *rq);
 void alog_refused(struct req *rq, int status, uint64_t bytes);
+/* For logging.yaml's fields (each a no-op unless a format needs it):
+ * the URL after remap; our response head as sent (psct, prrp, psh,
+ * pshl); the origin's response (sshl, shn, shi, pqsi, ssh); the request
+ * head sent to it (pqhl), body bytes sent to it (pqcl) and relayed from
+ * it (sscl); the client went away before the end (cfsc). */
+struct conf_remap_result;
+void alog_mapped(struct req *rq, const struct conf_remap_result *res);
+void alog_head(struct req *rq, const char *head, size_t len);
+void alog_origin(struct req *rq, const struct upstream *up);
+void alog_oreq(struct req *rq, size_t head, size_t body);
+void alog_obody(struct req *rq, uint64_t n);
+void alog_intr(struct req *rq);
 
 /* admin.c: /_stats and /_metrics; returns 1 (the answer described in
  * *syn) when the request is for them. */
