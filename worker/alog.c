@@ -40,6 +40,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "shm/log.h"
@@ -95,17 +96,33 @@ alog_open_custom(const struct conf_logging *lg)
         const struct conf_log_file *lf = &lg->logs[i];
         int fd;
 
-        if (o->buf == NULL && (o->buf = malloc(ALOG_BUF)) == NULL) {
-            log_error("the log %s: out of memory", lf->path);
-            rc = -1;
-            continue;
+        if (o->buf == NULL) {
+            if ((o->buf = malloc(ALOG_BUF)) == NULL) {
+                log_error("the log %s: out of memory", lf->path);
+                rc = -1;
+                continue;
+            }
+            o->fd = -1;
         }
         o->lf = lf;
         if (strcmp(lf->path, "stdout") == 0 || strcmp(lf->path, "stderr") == 0) {
             o->fd = strcmp(lf->path, "stdout") == 0 ? STDOUT_FILENO : STDERR_FILENO;
             continue;
         }
-        fd = open(lf->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        /* A new file begins with its header line (ATS's header:), written
+         * by the one worker that created it (O_EXCL), before any line:
+         * the others only write lines on their next flush. */
+        fd = open(lf->path, O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd >= 0 && lf->header != NULL) {
+            struct iovec iov[2] = {
+                { (void *)lf->header, strlen(lf->header) }, { (void *)"\n", 1 },
+            };
+            if (writev(fd, iov, 2) < 0)
+                log_error("the log %s: writing its header: %s", lf->path,
+                          strerror(errno));
+        }
+        if (fd < 0 && errno == EEXIST)
+            fd = open(lf->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
         if (fd < 0) {
             log_error("cannot open the log %s: %s", lf->path, strerror(errno));
             rc = -1;
@@ -114,15 +131,6 @@ alog_open_custom(const struct conf_logging *lg)
         if (o->fd > STDERR_FILENO)
             close(o->fd);
         o->fd = fd;
-        if (lf->header != NULL && lseek(fd, 0, SEEK_END) == 0) {
-            /* a new file begins with its header line (ATS's header:) */
-            size_t n = strlen(lf->header);
-            if (n < ALOG_BUF / 2 && o->len + n + 1 < ALOG_BUF) {
-                memcpy(o->buf + o->len, lf->header, n);
-                o->buf[o->len + n] = '\n';
-                o->len += n + 1;
-            }
-        }
     }
     alog_nouts = lg->nlogs;
     alog_on = 1;
