@@ -65,7 +65,7 @@ struct alog_out {
     size_t   len;
 };
 static const struct conf_logging *alog_custom;   /* NULL: access.log */
-static unsigned        alog_need;                /* its CONF_LOGN_* */
+unsigned               alog_need;                /* CONF_LOGN_* | ALOG_NEED_CUSTOM */
 static struct alog_out alog_outs[CONF_LOG_MAX];
 static int             alog_nouts;
 static int             alog_on;                  /* some log is open */
@@ -90,7 +90,7 @@ alog_open_custom(const struct conf_logging *lg)
     int rc = 0;
 
     alog_custom = lg;
-    alog_need = lg->need;
+    alog_need = lg->need | ALOG_NEED_CUSTOM;
     for (int i = 0; i < lg->nlogs; i++) {
         struct alog_out *o = &alog_outs[i];
         const struct conf_log_file *lf = &lg->logs[i];
@@ -968,34 +968,34 @@ alog_write_custom(struct req *rq, const struct alog_txn *t, const struct alog_no
 /* What the rest of the worker tells the record, for those formats */
 
 void
-alog_mapped(struct req *rq, const struct conf_remap_result *res)
+alog_mapped_(struct req *rq, const struct conf_remap_result *res)
 {
     struct alog_txn *t;
     char *p, *end;
     int def;
 
-    if (!(alog_need & CONF_LOGN_MAPPED) || rq == NULL || !rq->log.active)
+    if (rq == NULL || !rq->log.active)
         return;
     t = &rq->log;
     p = t->murl;
     end = t->murl + sizeof(t->murl);
     def = strcmp(res->scheme, "https") == 0 ? 443 : 80;
-    /* scheme://host[:port]path, cut at the record's room */
-    char head[300 + 16];
-    int n = res->port == def
-            ? snprintf(head, sizeof(head), "%s://%s", res->scheme, res->host)
-            : snprintf(head, sizeof(head), "%s://%s:%d", res->scheme, res->host, res->port);
-    if (n < 0 || (size_t)n >= sizeof(head) || (size_t)n >= sizeof(t->murl))
-        return;
-    memcpy(p, head, (size_t)n);
-    p += n;
+    /* scheme://host[:port]path, cut at the record's room (the scheme,
+     * host and port fit: 8 + 3 + 255 + 6 < sizeof(t->murl)) */
+    p = fmt_str(p, res->scheme);
+    p = fmt_lit(p, "://");
+    p = fmt_str(p, res->host);
+    if (res->port != def) {
+        *p++ = ':';
+        p = fmt_i64(p, res->port);
+    }
     size_t pl = res->pathlen < (size_t)(end - p) ? res->pathlen : (size_t)(end - p);
-    memcpy(p, res->path, pl);
-    t->murl_len = (uint16_t)(n + (int)pl);
+    p = fmt_mem(p, res->path, pl);
+    t->murl_len = (uint16_t)(p - t->murl);
 }
 
 void
-alog_head(struct req *rq, const char *head, size_t len)
+alog_head_(struct req *rq, const char *head, size_t len)
 {
     struct alog_txn *t;
     const char *p, *end = head + len, *eol;
@@ -1084,7 +1084,7 @@ alog_head(struct req *rq, const char *head, size_t len)
 }
 
 void
-alog_origin(struct req *rq, const struct upstream *up)
+alog_origin_(struct req *rq, const struct upstream *up)
 {
     struct alog_txn *t;
     const struct conf_logging *lg = alog_custom;
@@ -1112,7 +1112,7 @@ alog_origin(struct req *rq, const struct upstream *up)
 }
 
 void
-alog_oreq(struct req *rq, size_t head, size_t body)
+alog_oreq_(struct req *rq, size_t head, size_t body)
 {
     if (alog_custom && rq && rq->log.active) {
         if (head)
@@ -1122,7 +1122,7 @@ alog_oreq(struct req *rq, size_t head, size_t body)
 }
 
 void
-alog_obody(struct req *rq, uint64_t n)
+alog_obody_(struct req *rq, uint64_t n)
 {
     if (alog_custom && rq && rq->log.active)
         rq->log.obody += n;
