@@ -2,9 +2,9 @@
  * conf/atsfiles.c: the other files of an ATS config directory, which
  * Cistern does not read.  Fail closed: a file that asks for something
  * (anything but comments and blank lines) that would restrict access,
- * change routing or change what is cached is an error with file:line;
- * one that changes none of these (logging.yaml) is a warning.  An empty
- * file asks for what Cistern does and is noted as matching.
+ * change routing or change what is cached is an error with file:line.
+ * An empty file asks for what Cistern does and is noted as matching.
+ * (logging.yaml is read: conf/logging.c.)
  *
  *   socks.config      read by ATS only when proxy.config.socks.socks_needed
  *                     is 1 (which records.config refuses); with 0 its lines
@@ -17,8 +17,6 @@
  *   splitdns.config   which DNS server resolves which origin: an error.
  *   sni.yaml          per-name TLS policy (client certificates, tunnels,
  *                     verification, versions): an error.
- *   logging.yaml      custom log formats and files: a warning (logs do not
- *                     restrict access).
  *   body_factory/     error page templates: noted as ignored.
  *
  * YAML files are not parsed here: "empty" is comments, blank lines,
@@ -188,27 +186,6 @@ ats_must_be_empty(const char *dir, const char *name, const char *empty_means,
 }
 
 static void
-ats_logging(const char *dir, struct conf_errors *e)
-{
-    struct ats_scan s;
-    char *path = ats_scan(dir, "logging.yaml", &s, e);
-
-    if (path == NULL)
-        return;
-    if (s.n == 0) {
-        conf_note(e, CONF_NOTE_MATCHES, path, 0, "empty: no custom logs");
-    } else {
-        conf_warn(e, path, s.first, "custom log formats are not read yet; "
-                  "the access log format is "
-                  "proxy.config.cistern.access_log_format");
-        conf_note(e, CONF_NOTE_INTERNAL, path, s.first, "custom log formats "
-                  "and files: not read (logs do not restrict access); the "
-                  "access log format is proxy.config.cistern.access_log_format");
-    }
-    free(path);
-}
-
-static void
 ats_body_factory(const char *dir, struct conf_errors *e)
 {
     struct stat st;
@@ -251,6 +228,5 @@ conf_ats_files_check(const struct conf *c, struct conf_errors *e)
                       "verification, protocol versions) is not supported "
                       "yet; Cistern would apply its defaults to every name",
                       e);
-    ats_logging(dir, e);
     ats_body_factory(dir, e);
 }

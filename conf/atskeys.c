@@ -126,7 +126,7 @@ const struct conf_ats_key conf_ats_keys[] = {
       "sni.yaml",
       "Cistern checks sni.yaml in the config directory (it must be empty)" },
     { "proxy.config.log.config.filename", "STRING", CONF_ATS_MATCHES,
-      "logging.yaml", "Cistern checks logging.yaml in the config directory" },
+      "logging.yaml", "Cistern reads logging.yaml in the config directory" },
     /* The files holding access, caching and routing rules: another name
      * would leave the operator's rules unread (the built-in ip_allow lets
      * every address GET). */

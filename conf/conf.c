@@ -195,6 +195,14 @@ conf_load(const char *confdir, struct conf_errors *errs)
         conf_parent_parse(&c->parents, path, errs);
     free(path);
 
+    /* logging.yaml (optional: missing means the built-in access log) */
+    path = conf_path(c->confdir, "logging.yaml");
+    if (path == NULL)
+        goto oom;
+    if (conf_optional_exists(path) && c->rec.logfile_dir != NULL)
+        conf_logging_parse(&c->logging, path, c->rec.logfile_dir, errs);
+    free(path);
+
     /* socks.config, plugin.config, ...: read by ATS, not by
      * Cistern; anything in them that Cistern would not do is refused. */
     conf_ats_files_check(c, errs);
@@ -233,6 +241,7 @@ conf_free(struct conf *c)
     conf_cache_free(&c->cache);
     conf_parent_free(&c->parents);
     conf_plugins_free(c->globals, c->nglobals);
+    conf_logging_free(&c->logging);
     free(c->confdir);
     free(c);
 }

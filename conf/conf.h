@@ -23,6 +23,7 @@
 #include <netinet/in.h>
 
 #include "conf/parse.h"
+#include "conf/logging.h"
 
 #define CONF_MAX_PORTS    16
 
@@ -645,6 +646,7 @@ struct conf {
     struct conf_parents  parents;     /* parent.config (issue 20) */
     struct conf_plugin  *globals;     /* plugin.config (issue 22), in order */
     int                  nglobals;
+    struct conf_logging  logging;     /* logging.yaml (issue 25) */
 };
 
 /* conf/plugin.c (issue 22).  A remap option: 1 when opt ("@plugin=X",
@@ -710,7 +712,7 @@ int conf_ats_value_matches(const struct conf_ats_key *k, const char *value);
 
 /* conf/atsfiles.c: the other files an ATS config directory holds
  * (socks.config, parent.config, strategies.yaml, plugin.config,
- * hosting.config, volume.config, splitdns.config, sni.yaml, logging.yaml,
+ * hosting.config, volume.config, splitdns.config, sni.yaml,
  * body_factory/).  Cistern reads none of them; one that asks for something
  * (is not empty) is an error, or a warning where it changes no access,
  * routing or caching.  Records notes for the migration report. */

@@ -111,7 +111,7 @@ cst_make() {
 # a configuration in DIR: WORKERS workers, logging_enabled LOGGING, PUSH
 # on, a 64M cache, http://m.test/ mapped to ORIGIN (host:port).  Returns
 # once every child is ready; the master's pid is in DIR/run/cistern.pid,
-# its port in DIR/run/ports.
+# its port in DIR/run/ports.  CST_LOGGING_YAML: a logging.yaml to add.
 cst_callgrind_start() {
     local bin=$1 d=$2 workers=$3 logging=$4 origin=$5
     mkdir -p "$d"
@@ -126,6 +126,8 @@ CONFIG proxy.config.http.push_method_enabled INT 1
 EOF
     echo "cache 64M" >"$d/storage.config"
     echo "map http://m.test/ http://$origin/" >"$d/remap.config"
+    # CST_LOGGING_YAML names a logging.yaml to profile with (custom logs)
+    if [ -n "${CST_LOGGING_YAML:-}" ]; then cp "$CST_LOGGING_YAML" "$d/logging.yaml"; fi
     valgrind -q --tool=callgrind --trace-children=yes \
         --callgrind-out-file="$d/cg.%p" "$bin" -c "$d" -f >"$d/out" 2>&1 &
     for _ in $(seq 120); do [ -s "$d/run/ports" ] && break; sleep 0.5; done

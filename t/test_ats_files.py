@@ -10,8 +10,9 @@ keys give one warning per file, unknown keys one warning each.  The other
 ATS files fail closed: a non-empty strategies.yaml (and plugin.config,
 hosting.config, volume.config, splitdns.config, sni.yaml; parent.config is
 read)
-is an error, socks.config passes while socks_needed is 0, logging.yaml
-warns.  README.md's key list is what `cistern --list-keys` prints.
+is an error, socks.config passes while socks_needed is 0, logging.yaml is
+read (errors with file:line; test_logformat.py has the rest).  README.md's
+key list is what `cistern --list-keys` prints.
 
 Run one test: python3 -B t/test_ats_files.py test_name
 """
@@ -313,13 +314,20 @@ def test_other_ats_files_fail_closed():
         expect_eq(r.rc, 1, "%s not empty: exit status" % name)
         expect(re.search(r"%s:\d+: .*%s" % (re.escape(name), re.escape(why)),
                          r.stderr), "%s: no error:\n%s" % (name, r.stderr))
+    # logging.yaml is read (conf/logging.c): a log without its format is
+    # an error with file:line, an unknown field too
     r = _check([], files={"logging.yaml":
                           "logging:\n  logs:\n    - filename: squid\n"})
-    expect_eq(r.rc, 0, "logging.yaml only warns (stderr:\n%s)" % r.stderr)
-    expect(re.search(r"warning: \S*logging\.yaml:\d+: custom log formats are "
-                     r"not read yet; the access log format is "
-                     r"proxy\.config\.cistern\.access_log_format", r.stderr),
-           "logging.yaml warning:\n" + r.stderr)
+    expect_eq(r.rc, 1, "logging.yaml log without a format: exit status")
+    expect(re.search(r"logging\.yaml:3: a log needs a filename and a format",
+                     r.stderr), "logging.yaml error:\n" + r.stderr)
+    r = _check([], files={"logging.yaml":
+                          "logging:\n  formats:\n    - name: x\n"
+                          "      format: '%<chi> %<nosuch>'\n"})
+    expect_eq(r.rc, 1, "logging.yaml unknown field: exit status")
+    expect(re.search(r"logging\.yaml:4: format \"x\": unknown log field at "
+                     r"\"%<nosuch>\"", r.stderr),
+           "logging.yaml error:\n" + r.stderr)
 
 
 def test_socks_config_with_socks_needed_0_passes():

@@ -377,6 +377,7 @@ proxy_put_head(struct upstream *up, struct req *rq, const struct conf_remap_resu
     char ph[300];
     size_t phl, ipl;
     int xff = -1, cip = 0, err = 0, mfi;
+    size_t mark = o->end;
 
     int https = memcmp(res->scheme, "https", 6) == 0;
 
@@ -459,6 +460,8 @@ proxy_put_head(struct upstream *up, struct req *rq, const struct conf_remap_resu
         err |= buf_append(o, via, via_format(via, 0, rq->rq_tls, r->minor, c));
     }
     err |= buf_lit(o, "\r\n");
+    if (!err)
+        alog_oreq(rq, o->end - mark, 0);
     return err ? -1 : 0;
 }
 
@@ -903,6 +906,8 @@ proxy_client_head(struct req *rq, struct upstream *up, struct http_req *resp)
         up->up_client_ka = 0;
     resp_count(rq, resp->status);
     alog_bytes(rq, o->end - mark);
+    alog_head(rq, o->data + mark, o->end - mark);
+    alog_origin(rq, up);
     alog_result(rq, up->up_reval ? "TCP_REFRESH_MISS" : "TCP_MISS", resp->status);
     return 0;
 }
@@ -915,6 +920,7 @@ proxy_sink_client(void *arg, const char *p, size_t n)
 
     buf_append(rq->rq_out, p, n);
     alog_bytes(rq, n);
+    alog_obody(rq, n);
     store_fill_data(&rq->rq_up->up_fill, p, n);
 }
 
@@ -947,6 +953,7 @@ proxy_client_body(struct req *rq)
     memcpy(o->data + o->end, in->data + in->start, used);
     o->end += used;
     in->start += used;
+    alog_oreq(rq, 0, used);
     wk->ctr->bytes_in += used;
     if (rc == HTTP_OK)
         rq->rq_body_owned = 0;
@@ -1066,6 +1073,8 @@ proxy_upgraded(struct req *rq, struct upstream *up, struct http_req *resp)
     }
     resp_count(rq, 101);
     alog_bytes(rq, o->end - mark);
+    alog_head(rq, o->data + mark, o->end - mark);
+    alog_origin(rq, up);
     alog_result(rq, "TCP_MISS", 101);
     up_free(rq);
     return WK_MORE;     /* the owner sees rq_tunnel and hands over */
@@ -1285,6 +1294,7 @@ proxy_pump_body(struct req *rq, struct upstream *up)
             rq->rq_body = in->data + up->up_parsed;
             rq->rq_body_len = used;
             alog_bytes(rq, used);
+            alog_obody(rq, used);
             up->up_parsed += used;
         }
         if (rc != HTTP_OK && rc != HTTP_AGAIN) {

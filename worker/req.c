@@ -423,6 +423,7 @@ step_route(struct req *rq, struct req_route *rt)
         if (prc == PLUG_REKEY)
             req_key(rq, rt);
     }
+    alog_mapped(rq, &rt->res);
     rt->fwd = wk->cache ? "method" : "bypass";
     if (r->method == HTTP_PURGE)
         return rt->keylen ? REQ_PURGE : req_answer(rq, 404, NULL, "not cached");
@@ -789,6 +790,7 @@ req_finish(struct req *rq)
 void
 req_abort(struct req *rq)
 {
+    alog_intr(rq);
     req_stop(rq);
     req_finish(rq);
 }

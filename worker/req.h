@@ -48,6 +48,10 @@ enum req_step {
  * a NUL: overlong fields are cut where they always were.) */
 #define ALOG_TARGET_MAX 1019
 #define ALOG_FIELD_MAX  251
+#define ALOG_CTYPE_MAX  96
+#define ALOG_HDRS       16              /* = CONF_LOG_HDRS */
+#define ALOG_HDR_AREA   2048
+#define ALOG_HDR_NONE   0xffff
 struct alog_txn {
     int              active;
     struct timeval   start;
@@ -62,6 +66,31 @@ struct alog_txn {
     char             target[ALOG_TARGET_MAX];
     char             referer[ALOG_FIELD_MAX];
     char             ua[ALOG_FIELD_MAX];
+    /* logging.yaml's fields (alog.c): filled only while a logging.yaml
+     * log is written, the costly ones only when a format names them
+     * (struct conf_logging's need bits) */
+    uint32_t         head_len;        /* cqhl */
+    uint32_t         rhead_len;       /* pshl: our response head */
+    uint32_t         ohead_len;       /* sshl: the origin's (0: none) */
+    uint32_t         oreq_len;        /* pqhl: our request head to it */
+    uint64_t         oreq_body;       /* pqcl */
+    uint64_t         obody;           /* sscl: origin body bytes relayed */
+    int64_t          req_cl;          /* the request's Content-Length, -1 */
+    unsigned         intr:1;          /* cfsc: the client went away */
+    unsigned         tls:1;
+    uint8_t          oaddr[17];       /* shi: family (4, 6; 0 none), address */
+    uint8_t          laddr[17];       /* pqsi */
+    uint16_t         murl_len, uhost_len, ohost_len, ctype_len, phrase_len;
+    char             murl[ALOG_TARGET_MAX];   /* the URL after remap */
+    char             uhost[ALOG_FIELD_MAX];   /* the host before it */
+    char             ohost[ALOG_FIELD_MAX];   /* shn */
+    char             ctype[ALOG_CTYPE_MAX];   /* psct */
+    char             phrase[32];              /* prrp */
+    /* named headers ({Name}cqh, psh, ssh): [hoff, hoff + hlen) of harea;
+     * hlen ALOG_HDR_NONE when absent */
+    uint16_t         hoff[ALOG_HDRS], hlen[ALOG_HDRS];
+    uint16_t         hused;
+    char             harea[ALOG_HDR_AREA];
 };
 
 /* An answer of our own, described by the step that decides it and made

@@ -121,6 +121,11 @@ resp_simple(struct req *rq, int status, const char *conn_hdr,
                  (body && !head_only) ? "\r\n" : "");
     if (n < 0 || (size_t)n >= b->size - b->end)
         return -1;
+    {
+        const char *h = b->data + b->end;
+        const char *e = memmem(h, (size_t)n, "\r\n\r\n", 4);
+        alog_head(rq, h, e ? (size_t)(e - h) + 4 : (size_t)n);
+    }
     b->end += (size_t)n;
     alog_bytes(rq, (uint64_t)n);
     return 0;
@@ -145,6 +150,7 @@ resp_body(struct req *rq, int status, const char *conn_hdr, const char *ctype,
                  conn_hdr);
     if (n < 0 || (size_t)n >= b->size - b->end)
         return -1;
+    alog_head(rq, b->data + b->end, (size_t)n);
     b->end += (size_t)n;
     if (!head_only) {
         memcpy(b->data + b->end, body, blen);

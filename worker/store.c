@@ -317,6 +317,7 @@ store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
         && strcmp(rq->log.result, "TCP_HIT") == 0)
         alog_result(rq, "TCP_IMS_HIT", 0);
     alog_bytes(rq, b->end - mark);
+    alog_head(rq, b->data + mark, b->end - mark);
     if (sc->method == HTTP_HEAD || status == 304 || o->body_len == 0) {
         /* no body: the object is released at DONE, next */
     } else if (status == 206) {

@@ -170,6 +170,7 @@ tun_connected(struct upstream *up, int err)
     t->ready = 1;
     resp_count(rq, 200);
     alog_bytes(rq, sizeof(ok) - 1);
+    alog_head(rq, ok, sizeof(ok) - 1);
     alog_result(rq, "TCP_TUNNEL", 200);
     if (!t->starting)
         rq->rq_ops->flush(rq);      /* the owner hands over */

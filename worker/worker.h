@@ -501,6 +501,52 @@ void alog_bytes(struct req *rq, uint64_t n);
 void alog_status(struct req *rq, int status);
 void alog_end(struct req *rq);
 void alog_refused(struct req *rq, int status, uint64_t bytes);
+/* For logging.yaml's fields (each a no-op unless a format needs it):
+ * the URL after remap; our response head as sent (psct, prrp, psh,
+ * pshl); the origin's response (sshl, shn, shi, pqsi, ssh); the request
+ * head sent to it (pqhl), body bytes sent to it (pqcl) and relayed from
+ * it (sscl); the client went away before the end (cfsc). */
+/* (The checks are inline: with no logging.yaml log they cost a load and
+ * a branch each on the hot path, scripts/profile.sh hit.) */
+struct conf_remap_result;
+extern unsigned alog_need;            /* CONF_LOGN_*, ALOG_NEED_CUSTOM */
+#define ALOG_NEED_CUSTOM 0x8000u      /* a logging.yaml log is written */
+void alog_mapped_(struct req *rq, const struct conf_remap_result *res);
+void alog_head_(struct req *rq, const char *head, size_t len);
+void alog_origin_(struct req *rq, const struct upstream *up);
+void alog_oreq_(struct req *rq, size_t head, size_t body);
+void alog_obody_(struct req *rq, uint64_t n);
+void alog_intr(struct req *rq);
+static inline void
+alog_mapped(struct req *rq, const struct conf_remap_result *res)
+{
+    if (alog_need & CONF_LOGN_MAPPED)
+        alog_mapped_(rq, res);
+}
+static inline void
+alog_head(struct req *rq, const char *head, size_t len)
+{
+    if (alog_need)
+        alog_head_(rq, head, len);
+}
+static inline void
+alog_origin(struct req *rq, const struct upstream *up)
+{
+    if (alog_need & CONF_LOGN_ORIGIN)
+        alog_origin_(rq, up);
+}
+static inline void
+alog_oreq(struct req *rq, size_t head, size_t body)
+{
+    if (alog_need)
+        alog_oreq_(rq, head, body);
+}
+static inline void
+alog_obody(struct req *rq, uint64_t n)
+{
+    if (alog_need)
+        alog_obody_(rq, n);
+}
 
 /* admin.c: /_stats and /_metrics; returns 1 (the answer described in
  * *syn) when the request is for them. */
