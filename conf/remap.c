@@ -48,6 +48,7 @@
 #include "conf/path.h"
 
 #define REMAP_MAX_INCLUDE_DEPTH 8
+#define REMAP_NAME_MAX 64       /* @name=: the metrics' rule label */
 
 /* What a line's first word is. */
 enum remap_word {
@@ -967,6 +968,7 @@ remap_line(void *arg, char *line, int lineno)
     const struct remap_directive *d = NULL;
     struct conf_remap_rule rule;
     char *p = line, *word, *from, *to, *opt, **opts = NULL;
+    const char *name = NULL;
     int   rc, nopts = 0, regex;
 
     word = conf_token(&p);
@@ -1016,6 +1018,21 @@ remap_line(void *arg, char *line, int lineno)
             free(opts);
             return 0;
         }
+        if (strncasecmp(opt, "@name=", 6) == 0) {
+            /* issue 25: the rule's name in metrics (the "rule" label) */
+            const char *v = opt + 6;
+            size_t k = strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                 "0123456789_-.:");
+            if (*v == '\0' || v[k] != '\0' || k > REMAP_NAME_MAX || name != NULL) {
+                conf_error(ps->e, ps->file, lineno, name != NULL
+                           ? "%s: only one @name= per rule" : "%s: \"%s\": a rule's name is 1 to "
+                           "64 letters, digits, '_', '-', '.' or ':'", d->name, opt);
+                free(opts);
+                return 0;
+            }
+            name = v;
+            continue;
+        }
         if ((no = realloc(opts, sizeof(*no) * (size_t)(nopts + 1))) == NULL) {
             conf_error(ps->e, ps->file, lineno, "out of memory");
             free(opts);
@@ -1030,6 +1047,11 @@ remap_line(void *arg, char *line, int lineno)
     rule.re_ok = 0;
     rule.file = ps->file;
     rule.line = lineno;
+    if (name != NULL && (rule.name = remap_name(ps->rm, name)) == NULL) {
+        conf_error(ps->e, ps->file, lineno, "out of memory");
+        free(opts);
+        return 0;
+    }
     if (remap_url_parse(ps, lineno, from, regex, &rule.from) < 0
         || remap_url_parse(ps, lineno, to, 0, &rule.to) < 0
         || remap_rule_acls(ps, lineno, opts, nopts, &rule) < 0) {

@@ -186,14 +186,17 @@ proxy_error(struct req *rq, int status, const char *body)
      * not an origin failure, so no stale copy stands in for it. */
     if (status != 403 && store_stale_on_error(rq)) {
         wk->ctr->origin_errors++;
+        metrics_ohost_count(up, SHM_OH_ERR);
         proxy_serve_stale(rq, up, 0);
         return;
     }
     int ka = up->up_client_ka && !up->up_req_body && !wk->draining;
     void (*answer)(struct req *) = up->up_answer;
 
-    if (status != 403)
+    if (status != 403) {
         wk->ctr->origin_errors++;
+        metrics_ohost_count(up, SHM_OH_ERR);
+    }
     up_free(rq);
     memset(&rq->syn, 0, sizeof(rq->syn));
     rq->syn.status = status;
@@ -496,6 +499,9 @@ proxy_start(struct req *rq, const struct conf_remap_result *res,
             resp_count_interim(rq);
     }
     wk->ctr->origin_requests++;
+    metrics_ohost_count(up, SHM_OH_REQ);
+    if (rq->rq_ostart.tv_sec == 0)
+        gettimeofday(&rq->rq_ostart, NULL);
     rq->rq_body_owned = r->has_body;
     origin_get(up, 1, proxy_origin_ready, proxy_origin_attach);
     return 0;
@@ -601,6 +607,7 @@ up_fail(struct upstream *up, int status, const char *why)
              up->up_host, up->up_port, why);
     if (up->up_state == UP_BODY) {
         wk->ctr->origin_errors++;
+        metrics_ohost_count(up, SHM_OH_ERR);
         rq->rq_abort = 1;
         up_kick(rq);
         return;
@@ -1267,6 +1274,7 @@ proxy_pump_body(struct req *rq, struct upstream *up)
             log_warn("conn %llu: origin %s:%d: bad response body framing",
                      (unsigned long long)rq->rq_id, up->up_host, up->up_port);
             wk->ctr->origin_errors++;
+            metrics_ohost_count(up, SHM_OH_ERR);
             return WK_ABORT;
         }
         if (used > 0)
@@ -1277,6 +1285,7 @@ proxy_pump_body(struct req *rq, struct upstream *up)
             log_warn("conn %llu: origin %s:%d closed mid-body; cutting the client",
                      (unsigned long long)rq->rq_id, up->up_host, up->up_port);
             wk->ctr->origin_errors++;
+            metrics_ohost_count(up, SHM_OH_ERR);
             return WK_ABORT;
         }
     }

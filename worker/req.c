@@ -123,6 +123,11 @@ req_reset(struct req *rq)
     rq->rq_nowait = 0;
     rq->rq_collapsed = 0;
     memset(&rq->syn, 0, sizeof(rq->syn));
+    rq->rq_ttfb.tv_sec = 0;
+    rq->rq_ostart.tv_sec = 0;
+    rq->rq_result = NULL;
+    rq->rq_sent = 0;
+    rq->rq_rule = -1;
 }
 
 /* ------------------------------------------------------------------ */
@@ -380,6 +385,7 @@ step_route(struct req *rq, struct req_route *rt)
     rt->rule = r->host_len == 0 ? NULL
              : conf_remap_find_recv(&cf->remap, https ? "https" : "http", base + r->host,
                                     r->host_len, port, recv_port, path, pathlen, &rt->res);
+    metrics_route(rq, rt->rule);
     if (rt->rule != NULL && rt->rule->nacl > 0 && !req_acl_allows(rq, rt->rule))
         return req_answer(rq, 403, NULL, "Access Denied");
     if (rt->rule == NULL && r->absolute && !cf->rec.remap_required
@@ -664,6 +670,7 @@ step_done(struct req *rq, struct req_route *rt)
 {
 
     (void)rt;
+    metrics_done(rq);
     if (rq->syn.refuse)
         alog_refused(rq, rq->syn.status, rq->syn.blen);
     else

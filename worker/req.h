@@ -167,6 +167,12 @@ struct req {
     unsigned         rq_body_owned:1; /* the transaction reads the request
                                          body (the owner feeds it) */
     unsigned         rq_abort:1;      /* the answer is cut short: reset */
+    /* issue 25: what worker/metrics.c counts at DONE */
+    struct timeval   rq_ttfb;         /* the answer's head was made (0: not) */
+    struct timeval   rq_ostart;       /* the origin transaction began (0: none) */
+    const char      *rq_result;       /* TCP_HIT, ... as the access log's */
+    uint64_t         rq_sent;         /* answer bytes, as the access log's */
+    int              rq_rule;         /* label index of the rule, -1: none */
 };
 
 /* From the worker's pool (NULL: out of memory), and back. */

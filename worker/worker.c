@@ -411,6 +411,7 @@ worker_main(const struct worker_args *a)
                       w->index, err);
     }
     alog_open();
+    metrics_init(w);
     if (a->conf->rec.debug_headers)
         snprintf(w->debug_hdr, sizeof(w->debug_hdr),
                  "X-Cistern-Worker: %u; pid=%d\r\n", w->index, (int)getpid());

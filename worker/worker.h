@@ -236,6 +236,9 @@ struct upstream {
     int              up_punavail;     /*   retries made */
     int              up_ppos, up_pnorder;  /* position in, length of ... */
     uint8_t          up_porder[CONF_PP_MAX_PARENTS]; /* the order to try */
+    int              up_oh1;          /* metrics: label index + 1 of the
+                                         origin host counted (0: not yet) */
+    struct timeval   up_cstart;       /* metrics: connect began (0: none) */
     unsigned         up_pabs:1;       /* the request line is absolute-form */
     unsigned         up_ohttps:1;     /* the origin's scheme is https */
     int              up_abslen;       /* bytes of "scheme://authority" in it */
@@ -501,6 +504,16 @@ void alog_bytes(struct req *rq, uint64_t n);
 void alog_status(struct req *rq, int status);
 void alog_end(struct req *rq);
 void alog_refused(struct req *rq, int status, uint64_t bytes);
+
+/* metrics.c: the per-request metrics (issue 25) */
+void metrics_init(struct worker *w);
+void metrics_route(struct req *rq, const struct conf_remap_rule *rule);
+void metrics_done(struct req *rq);
+int  metrics_ohost(const char *host, int port);
+/* count SHM_OH_REQ or SHM_OH_ERR for up's host */
+void metrics_ohost_count(struct upstream *up, int what);
+/* up's new connection is up: its connect time */
+void metrics_connected(struct upstream *up);
 
 /* admin.c: /_stats and /_metrics; returns 1 (the answer described in
  * *syn) when the request is for them. */
