@@ -545,7 +545,7 @@ origin_connect_once(struct upstream *up)
     if (parent)
         up->up_pattempts++;
     w->ctr->origin_conns_opened++;
-    gettimeofday(&up->up_cstart, NULL);
+    up->up_cstart = metrics_now();
     up->up_state = UP_CONNECTING;
     if (connect(fd, (struct sockaddr *)&up->up_addr, up->up_addrlen) == 0) {
         origin_connected(up);

@@ -500,8 +500,8 @@ proxy_start(struct req *rq, const struct conf_remap_result *res,
     }
     wk->ctr->origin_requests++;
     metrics_ohost_count(up, SHM_OH_REQ);
-    if (rq->rq_ostart.tv_sec == 0)
-        gettimeofday(&rq->rq_ostart, NULL);
+    if (rq->rq_ostart == 0)
+        rq->rq_ostart = metrics_now();
     rq->rq_body_owned = r->has_body;
     origin_get(up, 1, proxy_origin_ready, proxy_origin_attach);
     return 0;

@@ -123,8 +123,7 @@ req_reset(struct req *rq)
     rq->rq_nowait = 0;
     rq->rq_collapsed = 0;
     memset(&rq->syn, 0, sizeof(rq->syn));
-    rq->rq_ttfb.tv_sec = 0;
-    rq->rq_ostart.tv_sec = 0;
+    rq->rq_t0 = rq->rq_ttfb = rq->rq_ostart = 0;
     rq->rq_result = NULL;
     rq->rq_sent = 0;
     rq->rq_rule = -1;
@@ -726,6 +725,7 @@ req_steps(struct req *rq, enum req_step s)
 void
 req_run(struct req *rq)
 {
+    rq->rq_t0 = metrics_now();
     req_steps(rq, REQ_RECV);    /* (req_reset made it new) */
 }
 
@@ -749,6 +749,8 @@ void
 req_refuse(struct req *rq, int status, const char *why)
 {
     req_stop(rq);
+    if (rq->rq_t0 == 0)
+        rq->rq_t0 = metrics_now();
     memset(&rq->syn, 0, sizeof(rq->syn));
     rq->syn.refuse = 1;
     rq->syn.close = 1;

@@ -168,8 +168,9 @@ struct req {
                                          body (the owner feeds it) */
     unsigned         rq_abort:1;      /* the answer is cut short: reset */
     /* issue 25: what worker/metrics.c counts at DONE */
-    struct timeval   rq_ttfb;         /* the answer's head was made (0: not) */
-    struct timeval   rq_ostart;       /* the origin transaction began (0: none) */
+    int64_t          rq_t0;           /* metrics_now(): the steps began */
+    int64_t          rq_ttfb;         /* the answer's head was made (0: not) */
+    int64_t          rq_ostart;       /* the origin transaction began (0: none) */
     const char      *rq_result;       /* TCP_HIT, ... as the access log's */
     uint64_t         rq_sent;         /* answer bytes, as the access log's */
     int              rq_rule;         /* label index of the rule, -1: none */

@@ -238,7 +238,7 @@ struct upstream {
     uint8_t          up_porder[CONF_PP_MAX_PARENTS]; /* the order to try */
     int              up_oh1;          /* metrics: label index + 1 of the
                                          origin host counted (0: not yet) */
-    struct timeval   up_cstart;       /* metrics: connect began (0: none) */
+    int64_t          up_cstart;       /* metrics: connect began (0: none) */
     unsigned         up_pabs:1;       /* the request line is absolute-form */
     unsigned         up_ohttps:1;     /* the origin's scheme is https */
     int              up_abslen;       /* bytes of "scheme://authority" in it */
@@ -348,8 +348,6 @@ int  parent_status_retry(struct upstream *up, int status);
 void parent_answered(struct upstream *up);
 /* The name of the parent in use, or NULL. */
 const char *parent_name(const struct upstream *up);
-/* Per-parent lines for /_stats (json) or /_metrics into o; 0 or -1. */
-int  parent_stats(struct buf *o, int json);
 
 /* proxy.c: the origin transaction */
 /* Forward request rq to the origin chosen by res; key (or NULL) is the
@@ -507,6 +505,8 @@ void alog_refused(struct req *rq, int status, uint64_t bytes);
 
 /* metrics.c: the per-request metrics (issue 25) */
 void metrics_init(struct worker *w);
+/* CLOCK_MONOTONIC in microseconds (vDSO: no system call) */
+int64_t metrics_now(void);
 void metrics_route(struct req *rq, const struct conf_remap_rule *rule);
 void metrics_done(struct req *rq);
 int  metrics_ohost(const char *host, int port);
@@ -515,6 +515,26 @@ void metrics_ohost_count(struct upstream *up, int what);
 /* up's new connection is up: its connect time */
 void metrics_connected(struct upstream *up);
 
+/* admin.c: every series the stats pages and `cistern ctl metric` show */
+struct admin_stat {
+    char        ats[360];             /* ATS-style flat name (/_stats, ctl) */
+    const char *prom;                 /* Prometheus family */
+    char        labels[256];          /* "{...}" or "" */
+    const char *type;                 /* counter, gauge, histogram, summary */
+    const char *help;                 /* the family's HELP (first row) */
+    const char *suffix;               /* "", "_bucket", "_sum", "_count" */
+    const char *text;                 /* /_stats shows this instead, or NULL */
+    uint64_t    v;
+    uint32_t    div;                  /* shown as v / div (1: an integer) */
+};
+struct admin_stats {
+    struct admin_stat *st;
+    int                n, max;
+};
+/* Fill as (kept between calls; admin_stats_free frees).  0, or -1. */
+int  admin_collect(struct admin_stats *as);
+void admin_stats_free(struct admin_stats *as);
+int  admin_value(const struct admin_stat *st, char *out, size_t len);
 /* admin.c: /_stats and /_metrics; returns 1 (the answer described in
  * *syn) when the request is for them. */
 int admin_handle(struct req *rq, struct req_synth *syn);
