@@ -44,6 +44,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include "shm/log.h"
 #include "shm/filltab.h"
@@ -717,6 +719,86 @@ req_steps(struct req *rq, enum req_step s)
         case REQ_PARK:   break;
         }
     }
+}
+
+/* ------------------------------------------------------------------ */
+/* `cistern ctl cache lookup|purge URL` (worker/ctl.c) */
+
+static const struct sockaddr *
+req_ctl_local(struct req *rq)
+{
+    (void)rq;
+    return NULL;
+}
+
+static const struct req_owner_ops req_ctl_ops = { .local = req_ctl_local };
+
+/* Route URL as a GET from 127.0.0.1 without other fields would be, and
+ * look up or purge its key.  Writes "name\tvalue" lines into out; returns
+ * 0 (stored / purged), 1 (not stored, no rule maps it), or 4 (error). */
+int
+req_ctl_cache(int purge, const char *url, struct buf *out)
+{
+    static struct req_route rt;
+    static char head[8192 + 600];
+    static struct sockaddr_in lo;
+    const char *a = strstr(url, "://");
+    size_t hl;
+    struct req *rq;
+    int rc;
+
+    if (a == NULL || strpbrk(url, " \t\r\n") != NULL) {
+        buf_printf(out, "error\tnot an absolute http(s) URL\n");
+        return 1;
+    }
+    a += 3;
+    hl = strcspn(a, "/?#");
+    if (hl == 0 || hl > 255 || strlen(url) > 8192) {
+        buf_printf(out, "error\tbad URL\n");
+        return 1;
+    }
+    snprintf(head, sizeof(head), "GET %s HTTP/1.1\r\nHost: %.*s\r\n\r\n", url, (int)hl, a);
+    if ((rq = req_new(NULL, &req_ctl_ops)) == NULL) {
+        buf_printf(out, "error\tout of memory\n");
+        return 4;
+    }
+    lo.sin_family = AF_INET;
+    lo.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    rq->rq_peer = (const struct sockaddr *)&lo;
+    rq->rq_tls = strncmp(url, "https:", 6) == 0;
+    if (http_head_scan(&rq->r, head, strlen(head), &wk->limits) != HTTP_OK
+        || http_req_parse(&rq->r, head + rq->r.start) != HTTP_OK) {
+        buf_printf(out, "error\tthe URL does not make a valid request\n");
+        rq->rq_step = REQ_DONE;
+        req_free(rq);
+        return 1;
+    }
+    rt.keylen = 0;
+    rt.rule = NULL;
+    if (step_route(rq, &rt) != REQ_LOOKUP || rt.keylen == 0) {
+        buf_printf(out, "stored\tfalse\nerror\t%s\n",
+                   rq->syn.body && rq->syn.status ? rq->syn.body : "not cacheable");
+        rc = 1;
+    } else if (!purge) {
+        if (rt.rule)
+            buf_printf(out, "rule\t%s:%d\n", rt.rule->file, rt.rule->line);
+        rc = store_ctl_lookup(rt.key, rt.keylen, &rq->r, out) ? 0 : 1;
+    } else {
+        int r1 = wk->cache ? cache_remove(wk->cache, rt.key, rt.keylen) : CACHE_MISS;
+        if (wk->cache && rt.rule == NULL && rt.keylen > sizeof(FORWARD_SUFFIX) - 1) {
+            int r2 = cache_remove(wk->cache, rt.key, rt.keylen - (sizeof(FORWARD_SUFFIX) - 1));
+            if (r1 != CACHE_OK && r2 != CACHE_MISS)
+                r1 = r2;
+        }
+        buf_printf(out, "key\t%.*s\npurged\t%s\n", (int)rt.keylen, rt.key,
+                   r1 == CACHE_OK ? "true" : "false");
+        if (r1 == CACHE_OK)
+            log_info("ctl: purged %.*s", (int)rt.keylen, rt.key);
+        rc = r1 == CACHE_OK ? 0 : r1 == CACHE_MISS ? 1 : 4;
+    }
+    rq->rq_step = REQ_DONE;
+    req_free(rq);
+    return rc;
 }
 
 /* ------------------------------------------------------------------ */

@@ -383,6 +383,10 @@ void proxy_abort(struct req *rq);
  * or STORE_HIT_STALE holds the object (c->cn_req->obj) with its
  * Cache-Status in cs; STORE_REVALIDATE may hold a stale one for a
  * conditional request.  *why: Cache-Status fwd= for the others. */
+/* req.c: `cistern ctl cache lookup|purge URL`; 0, 1 (not stored), 4 */
+int  req_ctl_cache(int purge, const char *url, struct buf *out);
+int  store_ctl_lookup(const char *key, size_t keylen, const struct http_req *r,
+                      struct buf *out);
 int  store_lookup(struct req *rq, const char *key, size_t keylen, const char **why,
                   char *cs, size_t cslen);
 void store_release(struct req *rq);
@@ -514,6 +518,9 @@ int  metrics_ohost(const char *host, int port);
 void metrics_ohost_count(struct upstream *up, int what);
 /* up's new connection is up: its connect time */
 void metrics_connected(struct upstream *up);
+
+/* ctl.c: answer a `cistern ctl` request LINE on socket fd (closed) */
+void worker_ctl(int fd, char *line);
 
 /* admin.c: every series the stats pages and `cistern ctl metric` show */
 struct admin_stat {
