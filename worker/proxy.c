@@ -190,7 +190,7 @@ proxy_error(struct req *rq, int status, const char *body)
         proxy_serve_stale(rq, up, 0);
         return;
     }
-    int ka = up->up_client_ka && !up->up_req_body && !wk->draining;
+    int ka = up->up_client_ka && !up->up_req_body && !worker_closing();
     void (*answer)(struct req *) = up->up_answer;
 
     if (status != 403) {
@@ -806,7 +806,7 @@ proxy_client_head(struct req *rq, struct upstream *up, struct http_req *resp)
         return -1;
     size_t mark = o->end;
     up->up_decode = resp->chunked && up->up_client_minor == 0 && !resp->skip_body;
-    ka = up->up_client_ka && !resp->until_close && !up->up_decode && !wk->draining
+    ka = up->up_client_ka && !resp->until_close && !up->up_decode && !worker_closing()
          && !(up->up_req_body && !up->up_req_done);
     err |= buf_put_status(o, resp);
     for (int i = 0; i < resp->nfields; i++) {
@@ -974,7 +974,7 @@ proxy_revalidated(struct req *rq, struct upstream *up, struct http_req *resp)
     char cs[128];
     struct store_cond cond = up->up_cond;
     struct buf *in = &up->up_in;
-    int ka = up->up_client_ka && !wk->draining;
+    int ka = up->up_client_ka && !worker_closing();
     size_t len = store_refresh(rq, resp, up->up_req_time, merged, sizeof(merged));
 
     snprintf(cs, sizeof(cs), "cistern; fwd=%s; fwd-status=304%s",
@@ -1009,7 +1009,7 @@ static enum wk_rc
 proxy_serve_stale(struct req *rq, struct upstream *up, int status)
 {
     struct store_cond cond = up->up_cond;
-    int ka = up->up_client_ka && !wk->draining && !(up->up_req_body && !up->up_req_done);
+    int ka = up->up_client_ka && !worker_closing() && !(up->up_req_body && !up->up_req_done);
     char cs[128];
 
     if (status)
@@ -1296,7 +1296,7 @@ proxy_pump_body(struct req *rq, struct upstream *up)
     int reuse = resp->keep_alive && up->up_req_done && !up->up_eof
                 && up->up_parsed == in->end;
     int client_ka = up->up_client_ka && !resp->until_close && !up->up_decode
-                    && !wk->draining;
+                    && !worker_closing();
     if (up->up_fill) {
         int frc = store_fill_end(&up->up_fill, 1, NULL);
         if (frc != CACHE_OK)

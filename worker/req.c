@@ -49,6 +49,7 @@
 
 #include "shm/log.h"
 #include "shm/filltab.h"
+#include "shm/labeltab.h"
 #include "worker/req.h"
 #include "worker/tunnel.h"
 #include "worker/worker.h"
@@ -137,7 +138,7 @@ req_reset(struct req *rq)
 static int
 req_keep_alive(const struct req *rq)
 {
-    return rq->r.keep_alive && !wk->draining;
+    return rq->r.keep_alive && !worker_closing();
 }
 
 /* A body we answer without: small ones are read and dropped (so the
@@ -780,8 +781,8 @@ req_ctl_cache(int purge, const char *url, struct buf *out)
                    rq->syn.body && rq->syn.status ? rq->syn.body : "not cacheable");
         rc = 1;
     } else if (!purge) {
-        if (rt.rule)
-            buf_printf(out, "rule\t%s:%d\n", rt.rule->file, rt.rule->line);
+        if (rq->rq_rule >= 0)
+            buf_printf(out, "rule\t%s\n", labeltab_name(wk->shm->labeltab, LT_RULE, rq->rq_rule));
         rc = store_ctl_lookup(rt.key, rt.keylen, &rq->r, out) ? 0 : 1;
     } else {
         int r1 = wk->cache ? cache_remove(wk->cache, rt.key, rt.keylen) : CACHE_MISS;

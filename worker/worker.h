@@ -300,6 +300,14 @@ struct worker {
 
 extern struct worker *wk;            /* this process's worker */
 
+/* Do answers end their connections?  While the worker drains, and while
+ * `cistern ctl server drain` says so (every worker, until undrain). */
+static inline int
+worker_closing(void)
+{
+    return wk->draining || wk->shm->hdr->ctl_drain;
+}
+
 /* conn.c */
 /* Take an accepted socket; tls: the listener is PORT:ssl; pp: PORT:pp
  * (a PROXY protocol header comes first, from an allowed peer). */
