@@ -597,6 +597,39 @@ remap_name(struct conf_remap *rm, const char *name)
     return nn[rm->nnames++];
 }
 
+/* @name=NAME (issue 25): the rule's name in metrics (the "rule" label),
+ * taken out of opts into rule->name.  Returns 0, or -1 after an error. */
+static int
+remap_opt_name(struct remap_parse *ps, int lineno, const char *word, char **opts,
+               int *nopts, struct conf_remap_rule *rule)
+{
+    int k = 0;
+
+    for (int i = 0; i < *nopts; i++) {
+        const char *v = opts[i] + 6;
+        size_t n = strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:");
+        if (strncasecmp(opts[i], "@name=", 6) != 0) {
+            opts[k++] = opts[i];
+            continue;
+        }
+        if (rule->name != NULL) {
+            conf_error(ps->e, ps->file, lineno, "%s: %s: only one @name= per rule", word, opts[i]);
+            return -1;
+        }
+        if (*v == '\0' || v[n] != '\0' || n > REMAP_NAME_MAX) {
+            conf_error(ps->e, ps->file, lineno, "%s: \"%s\": a rule's name is 1 to 64 letters, "
+                       "digits, '_', '-', '.' or ':'", word, opts[i]);
+            return -1;
+        }
+        if ((rule->name = remap_name(ps->rm, v)) == NULL) {
+            conf_error(ps->e, ps->file, lineno, "out of memory");
+            return -1;
+        }
+    }
+    *nopts = k;
+    return 0;
+}
+
 /* .definefilter / .deletefilter / .activatefilter / .deactivatefilter */
 static void
 remap_filter_directive(struct remap_parse *ps, int line, const char *word,
@@ -968,7 +1001,6 @@ remap_line(void *arg, char *line, int lineno)
     const struct remap_directive *d = NULL;
     struct conf_remap_rule rule;
     char *p = line, *word, *from, *to, *opt, **opts = NULL;
-    const char *name = NULL;
     int   rc, nopts = 0, regex;
 
     word = conf_token(&p);
@@ -1018,21 +1050,6 @@ remap_line(void *arg, char *line, int lineno)
             free(opts);
             return 0;
         }
-        if (strncasecmp(opt, "@name=", 6) == 0) {
-            /* issue 25: the rule's name in metrics (the "rule" label) */
-            const char *v = opt + 6;
-            size_t k = strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                 "0123456789_-.:");
-            if (*v == '\0' || v[k] != '\0' || k > REMAP_NAME_MAX || name != NULL) {
-                conf_error(ps->e, ps->file, lineno, name != NULL
-                           ? "%s: only one @name= per rule" : "%s: \"%s\": a rule's name is 1 to "
-                           "64 letters, digits, '_', '-', '.' or ':'", d->name, opt);
-                free(opts);
-                return 0;
-            }
-            name = v;
-            continue;
-        }
         if ((no = realloc(opts, sizeof(*no) * (size_t)(nopts + 1))) == NULL) {
             conf_error(ps->e, ps->file, lineno, "out of memory");
             free(opts);
@@ -1047,8 +1064,7 @@ remap_line(void *arg, char *line, int lineno)
     rule.re_ok = 0;
     rule.file = ps->file;
     rule.line = lineno;
-    if (name != NULL && (rule.name = remap_name(ps->rm, name)) == NULL) {
-        conf_error(ps->e, ps->file, lineno, "out of memory");
+    if (remap_opt_name(ps, lineno, d->name, opts, &nopts, &rule) < 0) {
         free(opts);
         return 0;
     }
