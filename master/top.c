@@ -239,7 +239,7 @@ top_frame(FILE *o, const struct top_snap *a, const struct top_snap *b)
             top_delta(a, b, "proxy.process.cistern.origin_errors") / dt,
             top_get(b, "proxy.process.http.outgoing_requests"));
     fprintf(o, "store        %.1f%% full   %.0f objects   %.0f evictions\n",
-            top_get(b, "proxy.process.cistern.store_fill_ppm") * 100.0,
+            top_get(b, "proxy.process.cistern.store_fill_ppm") / 10000.0,
             top_get(b, "proxy.process.cache.direntries.used"),
             top_get(b, "proxy.process.cache.evictions"));
     fprintf(o, "\n%-24s %9s %7s %11s %7s %12s\n", "RULE", "req/s", "hit%", "bytes/s", "err/s", "requests");

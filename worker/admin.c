@@ -302,11 +302,12 @@ admin_stats_free(struct admin_stats *as)
     memset(as, 0, sizeof(*as));
 }
 
-/* A value as text: an integer, or v / div with six decimals. */
+/* A value as text: an integer (the ATS name's unit: sum_us, fill_ppm), or
+ * for Prometheus v / div with six decimals (seconds, a ratio). */
 int
-admin_value(const struct admin_stat *st, char *out, size_t len)
+admin_value(const struct admin_stat *st, char *out, size_t len, int prom)
 {
-    if (st->div > 1)
+    if (prom && st->div > 1)
         return snprintf(out, len, "%.6f", (double)st->v / (double)st->div);
     return snprintf(out, len, "%llu", (unsigned long long)st->v);
 }
@@ -370,7 +371,7 @@ admin_handle(struct req *rq, struct req_synth *syn)
             if (as.st[i].text)
                 snprintf(val, sizeof(val), "%s", as.st[i].text);
             else
-                admin_value(&as.st[i], val, sizeof(val));
+                admin_value(&as.st[i], val, sizeof(val), 0);
             err |= buf_printf(&out, "  \"%s\": \"%s\",\n", as.st[i].ats, val);
         }
         err |= buf_lit(&out, "  \"proxy.process.cistern.last_reload_failure\": ");
@@ -386,7 +387,7 @@ admin_handle(struct req *rq, struct req_synth *syn)
                                   st->prom, st->type);
                 last = st->prom;
             }
-            admin_value(st, val, sizeof(val));
+            admin_value(st, val, sizeof(val), 1);
             err |= buf_printf(&out, "%s%s%s %s\n", st->prom, st->suffix, st->labels, val);
         }
     }

@@ -42,7 +42,7 @@ ctl_metric(int match, const char *arg, struct buf *body)
             if (st->text)
                 snprintf(val, sizeof(val), "%s", st->text);
             else
-                admin_value(st, val, sizeof(val));
+                admin_value(st, val, sizeof(val), 0);
             buf_printf(body, "%s\t%s\n", st->ats, val);
             found++;
             if (!match)

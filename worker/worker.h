@@ -549,7 +549,7 @@ struct admin_stats {
 /* Fill as (kept between calls; admin_stats_free frees).  0, or -1. */
 int  admin_collect(struct admin_stats *as);
 void admin_stats_free(struct admin_stats *as);
-int  admin_value(const struct admin_stat *st, char *out, size_t len);
+int  admin_value(const struct admin_stat *st, char *out, size_t len, int prom);
 /* admin.c: /_stats and /_metrics; returns 1 (the answer described in
  * *syn) when the request is for them. */
 int admin_handle(struct req *rq, struct req_synth *syn);
