@@ -170,6 +170,10 @@ int cache_manager_run(const struct cache_conf *cf, void *shm_area, int slot,
 /* Sum the counters of every slot plus the retired totals. */
 void cache_stats_sum(const void *shm_area, struct cache_stats *out);
 
+/* Entries in the index (objects and Vary markers), or -1.  One read
+ * transaction: for the stats pages, not for the request path. */
+int64_t cache_objects(struct cache *c);
+
 /* This process's counters (in shm). */
 struct cache_counters *cache_counters(struct cache *c);
 

@@ -121,6 +121,14 @@ index_entries(struct cache *c, size_t *n)
     return rc == 0 ? 0 : -1;
 }
 
+int64_t
+cache_objects(struct cache *c)
+{
+    size_t n;
+
+    return c != NULL && index_entries(c, &n) == 0 ? (int64_t)n : -1;
+}
+
 /*
  * Open the index of store `c` and make sure it belongs to it: a damaged
  * env, or entries without this store's ring record, are wiped.

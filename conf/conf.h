@@ -273,6 +273,9 @@ struct conf_remap_rule {
     int      acl_local;               /* some filter has @in_ip= */
     struct conf_plugin *plugins;      /* @plugin= in order, or NULL: none */
     int      nplugins;
+    const char *name;                 /* @name=NAME (issue 25: the metrics'
+                                         rule label), or NULL; a string in
+                                         struct conf_remap */
     int      cls;                     /* precedence class (conf_remap_find_recv):
                                          0 recv_port, 1 map, 2 redirect, 3 regex
                                          redirect, -1 reverse_map */

@@ -49,6 +49,7 @@
 #include "conf/path.h"
 
 #define REMAP_MAX_INCLUDE_DEPTH 8
+#define REMAP_NAME_MAX 64       /* @name=: the metrics' rule label */
 
 /* What a line's first word is. */
 enum remap_word {
@@ -591,6 +592,39 @@ remap_name(struct conf_remap *rm, const char *name)
     return nn[rm->nnames++];
 }
 
+/* @name=NAME (issue 25): the rule's name in metrics (the "rule" label),
+ * taken out of opts into rule->name.  Returns 0, or -1 after an error. */
+static int
+remap_opt_name(struct remap_parse *ps, int lineno, const char *word, char **opts,
+               int *nopts, struct conf_remap_rule *rule)
+{
+    int k = 0;
+
+    for (int i = 0; i < *nopts; i++) {
+        const char *v = opts[i] + 6;
+        size_t n = strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:");
+        if (strncasecmp(opts[i], "@name=", 6) != 0) {
+            opts[k++] = opts[i];
+            continue;
+        }
+        if (rule->name != NULL) {
+            conf_error(ps->e, ps->file, lineno, "%s: %s: only one @name= per rule", word, opts[i]);
+            return -1;
+        }
+        if (*v == '\0' || v[n] != '\0' || n > REMAP_NAME_MAX) {
+            conf_error(ps->e, ps->file, lineno, "%s: \"%s\": a rule's name is 1 to 64 letters, "
+                       "digits, '_', '-', '.' or ':'", word, opts[i]);
+            return -1;
+        }
+        if ((rule->name = remap_name(ps->rm, v)) == NULL) {
+            conf_error(ps->e, ps->file, lineno, "out of memory");
+            return -1;
+        }
+    }
+    *nopts = k;
+    return 0;
+}
+
 /* .definefilter / .deletefilter / .activatefilter / .deactivatefilter */
 static void
 remap_filter_directive(struct remap_parse *ps, int line, const char *word,
@@ -1054,6 +1088,10 @@ remap_line(void *arg, char *line, int lineno)
     rule.re_ok = 0;
     rule.file = ps->file;
     rule.line = lineno;
+    if (remap_opt_name(ps, lineno, d->name, opts, &nopts, &rule) < 0) {
+        free(opts);
+        return 0;
+    }
     if (remap_url_parse(ps, lineno, from, regex, &rule.from) < 0
         || remap_url_parse(ps, lineno, to, 0, &rule.to) < 0
         || remap_rule_acls(ps, lineno, opts, nopts, &rule) < 0) {

@@ -18,6 +18,7 @@ usage(FILE *out)
     fprintf(out,
 "Usage: cistern [-c CONFDIR] [-f] [-t] [-s reload|stop|quit|reopen] [-V] [-h]\n"
 "       cistern --list-keys\n"
+"       cistern ctl [-c CONFDIR] [--json] VERB ...   (cistern ctl --help)\n"
 "\n"
 "Cistern, a caching HTTP reverse proxy with Apache Traffic Server's config.\n"
 "\n"
@@ -54,6 +55,8 @@ main(int argc, char **argv)
     /* what plugins call: given to each at create() (conf/plugin.c) */
     conf_plugin_set_api(&plug_api);
 
+    if (argc >= 2 && strcmp(argv[1], "ctl") == 0)
+        return ctl_main(argc - 1, argv + 1);
     /* the long spellings users try first */
     for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
         if (strcmp(argv[i], "--help") == 0) {

@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -111,6 +112,8 @@ static struct {
     int              mgr_quit_sent;
     int             *wake_fds;        /* [nslots] eventfds: fill-table wake-ups */
     char            *confdir_abs;
+    struct ctl_ops   ctl;             /* the control socket's view (ctl.c) */
+    char             reload_errors[4096]; /* the last failed load's errors */
 } M = { .lock_fd = -1, .ready_fd = -1, .mgr_pipe = -1 };
 
 static int sigpipe_fd[2] = { -1, -1 };
@@ -244,6 +247,8 @@ master_reload_status(int ok, const char *msg)
         M.shm.hdr->reloads_ok++;
     }
     M.shm.hdr->last_reload_time = time(NULL);
+    M.ctl.last_result = ok ? "ok" : "failed";
+    ctl_reload_done(ok, msg, M.reload_errors);
 }
 
 /* ------------------------------------------------------------------ */
@@ -279,6 +284,7 @@ master_child_cleanup(int keep_index)
         close(M.lock_fd);
     if (M.mgr_pipe >= 0)
         close(M.mgr_pipe);
+    ctl_close(0);
     for (int p = 0; M.lis.fd && p < M.lis.nports; p++)
         for (int w = 0; w < M.lis.nworkers; w++)
             if (w != keep_index) {
@@ -300,8 +306,10 @@ master_spawn_worker(struct gen *g, int index)
         log_error("no free worker slot for worker %d (generation %u)", index, g->id);
         return -1;
     }
-    if (pipe2(pfd, O_CLOEXEC) < 0) {
-        log_error("pipe: %s", strerror(errno));
+    /* A SOCK_SEQPACKET pair: 'q' (drain), `cistern ctl` requests with
+     * the client's socket (ctl.c), and EOF when the master dies. */
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pfd) < 0) {
+        log_error("socketpair: %s", strerror(errno));
         return -1;
     }
     /* The slot says STARTING before the child exists: the child marks it
@@ -713,6 +721,7 @@ master_reload(void)
     int live = 0;
 
     memset(&e, 0, sizeof(e));
+    M.reload_errors[0] = '\0';
     log_notice("reload requested (SIGHUP)");
     if (M.active == NULL) {
         log_warn("reload ignored: the first generation is still starting");
@@ -720,10 +729,13 @@ master_reload(void)
     }
     nc = conf_load(M.confdir, &e);
     for (int i = 0; i < e.nstored; i++) {
+        size_t off = strlen(M.reload_errors);
         if (e.is_warn[i])
             log_warn("%s", e.msgs[i]);
         else
             log_error("%s", e.msgs[i]);
+        if (!e.is_warn[i] && off < sizeof(M.reload_errors) - 64)
+            snprintf(M.reload_errors + off, sizeof(M.reload_errors) - off, "error\t%s\n", e.msgs[i]);
     }
     if (nc == NULL) {
         char why[SHM_RELOAD_MSG_LEN];
@@ -874,12 +886,18 @@ static void
 master_loop(void)
 {
     for (;;) {
-        struct pollfd pfd = { .fd = sigpipe_fd[0], .events = POLLIN };
+        struct pollfd pfd[1 + 17];
         char drain[64];
+        int n;
 
-        if (poll(&pfd, 1, master_poll_timeout()) > 0)
-            while (read(sigpipe_fd[0], drain, sizeof(drain)) > 0)
-                ;
+        pfd[0] = (struct pollfd){ .fd = sigpipe_fd[0], .events = POLLIN };
+        n = 1 + ctl_pollfds(pfd + 1, 17);
+        if (poll(pfd, (nfds_t)n, master_poll_timeout()) > 0) {
+            if (pfd[0].revents)
+                while (read(sigpipe_fd[0], drain, sizeof(drain)) > 0)
+                    ;
+            ctl_events(pfd + 1, n - 1);
+        }
         if (sig_chld) {
             sig_chld = 0;
             master_reap();
@@ -1233,6 +1251,23 @@ master_open_procs(void)
     return 0;
 }
 
+/* A serving worker's end of its pair, for ctl.c (round robin). */
+static int
+master_worker_sock(void)
+{
+    static unsigned next;
+
+    for (unsigned k = 0; k < M.nslots; k++) {
+        unsigned i = (next + k) % M.nslots;
+        if (M.procs[i].pid && M.active && M.procs[i].gen == M.active && M.procs[i].pipe_w >= 0
+            && M.shm.slots[i].state == SHM_SLOT_READY) {
+            next = i + 1;
+            return M.procs[i].pipe_w;
+        }
+    }
+    return -1;
+}
+
 /* master_run, 5: run/cistern.pid and run/ports.  Returns 0, or -1 when the
  * ports file (what scripts wait for) cannot be written. */
 static int
@@ -1275,6 +1310,13 @@ master_run(const char *confdir, int foreground)
     log_set_stderr(foreground);
     if (master_write_run_files(c) < 0)
         goto out_files;
+    M.ctl.shm = &M.shm;
+    M.ctl.confdir = M.confdir;
+    M.ctl.last_result = "none";
+    M.ctl.reload = master_reload;
+    M.ctl.worker_sock = master_worker_sock;
+    if (ctl_open(c->rec.run_dir, &M.ctl) < 0)
+        log_warn("no control socket: `cistern ctl` cannot reach this instance");
 
     g = master_gen_new(c);
     c = NULL;       /* owned by the generation now */
@@ -1293,6 +1335,7 @@ master_run(const char *confdir, int foreground)
     log_notice("cistern stopped");
 
 out_files:
+    ctl_close(1);
     remove_run_file("ports");
     remove_run_file("cistern.pid");
     for (int i = 0; i < GEN_MAX; i++) {

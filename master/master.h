@@ -51,6 +51,30 @@ int  priv_drop(const char *who);
 int  priv_give_logs(const char *dir, int quiet);
 int  priv_give_store(const char *dir, char *err, size_t errlen);
 
+/* ctl.c: the control socket (the server side) and `cistern ctl`. */
+struct shm;
+struct pollfd;
+struct ctl_ops {
+    struct shm *shm;
+    const char *confdir;
+    const char *last_result;          /* "ok", "failed" or "none" */
+    void      (*reload)(void);        /* as SIGHUP; the verdict comes to
+                                         ctl_reload_done */
+    int       (*worker_sock)(void);   /* a serving worker's pair, or -1 */
+};
+int  ctl_open(const char *run_dir, const struct ctl_ops *ops);
+/* remove: unlink the socket (the master leaving; a child only closes) */
+void ctl_close(int remove);
+int  ctl_pollfds(struct pollfd *p, int max);
+void ctl_events(const struct pollfd *p, int n);
+void ctl_reload_done(int ok, const char *msg, const char *errors);
+/* `cistern ctl ...` (argv[0] is "ctl"): the exit status */
+int  ctl_main(int argc, char **argv);
+/* ctlcli.c: one request on the socket; the answer's code (3: unreachable) */
+int  ctl_call_top(const char *sock, const char *line, char **ans);
+/* top.c: `cistern ctl top [-n FRAMES]` */
+int  ctl_top(const char *sock, int frames);
+
 /* Print every message of *e to stderr ("file:line: message"). */
 void master_print_errors(const struct conf_errors *e);
 

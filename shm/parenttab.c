@@ -23,6 +23,8 @@ struct pt_ent {
     int64_t  down;                  /* marked down at (0: up) */
     int32_t  probing;               /* a probe is out */
     int32_t  latched;
+    int32_t  forced;                /* `cistern ctl host down`: down until
+                                       `host up`, whatever probes say */
     uint64_t rr;
     uint64_t requests, failures, markdowns;
 };
@@ -124,7 +126,7 @@ pt_reclaim(struct parenttab *pt, const char *name)
     snprintf(e->name, PT_NAME, "%s", name);
     e->fails = 0;
     e->window = e->down = 0;
-    e->probing = e->latched = 0;
+    e->probing = e->latched = e->forced = 0;
     e->rr = e->requests = e->failures = e->markdowns = 0;
     e->last = __atomic_load_n(&pt->clock, __ATOMIC_RELAXED);
     __atomic_store_n(&e->seq, e->seq + 1, __ATOMIC_RELEASE);     /* even */
@@ -164,7 +166,9 @@ parenttab_usable(struct parenttab *pt, int i, int64_t now, int retry_time)
     if (__atomic_load_n(&e->down, __ATOMIC_RELAXED) == 0)
         return PT_UP;
     pt_lock(pt);
-    if (e->down != 0) {
+    if (e->forced) {
+        rc = PT_DOWN;
+    } else if (e->down != 0) {
         /* A probe out since e->down (claimed then) that never reported
          * (its client went away, its worker died, its parent answered
          * with a status retried elsewhere) does not hold the parent down
@@ -199,10 +203,49 @@ parenttab_ok(struct parenttab *pt, int i)
         && __atomic_load_n(&e->fails, __ATOMIC_RELAXED) == 0)
         return;
     pt_lock(pt);
-    e->down = 0;
+    if (!e->forced) {
+        e->down = 0;
+        e->probing = 0;
+        e->fails = 0;
+        e->window = 0;
+    }
+    pt_unlock(pt);
+}
+
+int
+parenttab_lookup(struct parenttab *pt, const char *name)
+{
+    int i = pt_find_unlocked(pt, name);
+
+    if (i >= 0)
+        return i;
+    pt_lock(pt);
+    for (i = 0; i < (int)pt->n; i++)
+        if (strcmp(pt->e[i].name, name) == 0)
+            break;
+    if (i == (int)pt->n)
+        i = -1;
+    pt_unlock(pt);
+    return i;
+}
+
+void
+parenttab_force(struct parenttab *pt, int i, int down, int64_t now)
+{
+    struct pt_ent *e = &pt->e[i];
+
+    pt_lock(pt);
+    e->forced = down;
     e->probing = 0;
     e->fails = 0;
     e->window = 0;
+    if (down) {
+        if (e->down == 0)
+            e->markdowns++;
+        e->down = now;
+    } else {
+        e->down = 0;
+    }
     pt_unlock(pt);
 }
 
@@ -264,7 +307,8 @@ parenttab_get(struct parenttab *pt, int i, int64_t now, int retry_time,
     out->requests = e->requests;
     out->failures = e->failures;
     out->markdowns = e->markdowns;
-    out->state = e->down == 0 ? PT_UP
+    out->forced = e->forced;
+    out->state = e->forced ? PT_DOWN : e->down == 0 ? PT_UP
                : e->probing || now - e->down >= retry_time ? PT_PROBING : PT_DOWN;
     pt_unlock(pt);
 }

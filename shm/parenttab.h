@@ -39,6 +39,7 @@ struct parenttab_stat {
     uint64_t failures;                /* attempts that failed */
     uint64_t markdowns;               /* times it was marked down */
     int      state;                   /* enum pt_state */
+    int      forced;                  /* marked down by `cistern ctl host down` */
 };
 
 size_t parenttab_size(void);
@@ -48,6 +49,11 @@ int    parenttab_check(const struct parenttab *pt);
 /* The entry of name, made when new (the least recently used one's when
  * the table is full). */
 int  parenttab_find(struct parenttab *pt, const char *name);
+/* The entry of name, or -1 (never made here). */
+int  parenttab_lookup(struct parenttab *pt, const char *name);
+/* `cistern ctl host down|up`: mark entry i down until marked up (probes
+ * and successes do not bring it back), or up now, its failures forgotten. */
+void parenttab_force(struct parenttab *pt, int i, int down, int64_t now);
 /* May a request use entry i now?  PT_UP: yes; PT_PROBING: yes, and it is
  * the probe (the others see PT_DOWN until it reports); PT_DOWN: no. */
 int  parenttab_usable(struct parenttab *pt, int i, int64_t now, int retry_time);

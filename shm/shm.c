@@ -9,8 +9,25 @@
 #include <unistd.h>
 
 #include "shm/filltab.h"
+#include "shm/labeltab.h"
 #include "shm/parenttab.h"
 #include "shm/shm.h"
+
+/* Request latency buckets: 0.5 ms to 10 s, then +Inf. */
+const uint64_t shm_lat_bounds_us[SHM_LAT_BUCKETS - 1] = {
+    500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000,
+    1000000, 2500000, 5000000, 10000000,
+};
+
+unsigned
+shm_lat_bucket(uint64_t us)
+{
+    unsigned i = 0;
+
+    while (i < SHM_LAT_BUCKETS - 1 && us > shm_lat_bounds_us[i])
+        i++;
+    return i;
+}
 
 static size_t
 shm_align(size_t n)
@@ -25,7 +42,8 @@ shm_create(struct shm *s, unsigned nslots, size_t cache_len)
     size_t slots_len = shm_align((size_t)nslots * sizeof(struct shm_slot));
     size_t ft_len = shm_align(filltab_size(SHM_FILLTAB_ENTRIES));
     size_t pt_len = shm_align(parenttab_size());
-    size_t len = hdr_len + slots_len + ft_len + pt_len + shm_align(cache_len);
+    size_t lt_len = shm_align(labeltab_size());
+    size_t len = hdr_len + slots_len + ft_len + pt_len + lt_len + shm_align(cache_len);
     void *p;
 
     p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
@@ -37,17 +55,18 @@ shm_create(struct shm *s, unsigned nslots, size_t cache_len)
     s->slots = (struct shm_slot *)((char *)p + hdr_len);
     s->filltab = (struct filltab *)((char *)p + hdr_len + slots_len);
     s->parenttab = (struct parenttab *)((char *)p + hdr_len + slots_len + ft_len);
-    s->cache_area = cache_len ? (char *)p + hdr_len + slots_len + ft_len + pt_len : NULL;
+    s->labeltab = (struct labeltab *)((char *)p + hdr_len + slots_len + ft_len + pt_len);
+    s->cache_area = cache_len ? (char *)p + hdr_len + slots_len + ft_len + pt_len + lt_len : NULL;
     s->len = len;
     if (filltab_init(s->filltab, SHM_FILLTAB_ENTRIES) < 0
-        || parenttab_init(s->parenttab) < 0) {
+        || parenttab_init(s->parenttab) < 0 || labeltab_init(s->labeltab) < 0) {
         munmap(p, len);
         errno = EINVAL;
         return -1;
     }
     s->hdr->nslots = nslots;
     s->hdr->total_len = len;
-    s->hdr->cache_off = hdr_len + slots_len + ft_len + pt_len;
+    s->hdr->cache_off = hdr_len + slots_len + ft_len + pt_len + lt_len;
     s->hdr->cache_len = cache_len;
     s->hdr->version = SHM_VERSION;
     s->hdr->magic = SHM_MAGIC;

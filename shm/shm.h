@@ -10,6 +10,8 @@
  *                       live generation, and the cache manager)
  *     fill table        in-flight misses, for collapsed forwarding
  *     parent table      parent proxies' health (parenttab.h, issue 20)
+ *     label table       the names of the per-rule and per-origin series
+ *                       (labeltab.h, issue 25)
  *     cache area        [cache_len] bytes owned by cache/ (ring control,
  *                       pins, fill table), opaque here
  *
@@ -27,9 +29,28 @@
 #include <sys/types.h>
 
 #define SHM_MAGIC          0x43535348u    /* "CSSH" */
-#define SHM_VERSION        2u
+#define SHM_VERSION        3u
 #define SHM_PANIC_LEN      256
 #define SHM_RELOAD_MSG_LEN 512
+
+/* Latency histograms (issue 25): per slot, written by its process with
+ * plain increments like every counter here.  Fixed bucket upper bounds in
+ * microseconds (shm_lat_bounds_us), the last bucket is +Inf; a bucket
+ * holds the requests that fell in it (not cumulative: /_metrics sums). */
+#define SHM_LAT_BUCKETS 15
+enum shm_lat_kind { SHM_LAT_TOTAL = 0, SHM_LAT_TTFB, SHM_LAT_ORIGIN, SHM_LAT_KINDS };
+enum shm_res { SHM_RES_HIT = 0, SHM_RES_MISS, SHM_RES_OTHER, SHM_RES_N };
+extern const uint64_t shm_lat_bounds_us[SHM_LAT_BUCKETS - 1];
+/* The bucket of a duration. */
+unsigned shm_lat_bucket(uint64_t us);
+
+/* Per remap rule and per origin host counters: indexes into the label
+ * table (labeltab.h); index 0 is "other", where everything past the
+ * table's bound is counted. */
+#define SHM_RULES   64
+#define SHM_OHOSTS  32
+enum { SHM_RULE_REQ = 0, SHM_RULE_HIT, SHM_RULE_MISS, SHM_RULE_BYTES, SHM_RULE_ERR, SHM_RULE_N };
+enum { SHM_OH_REQ = 0, SHM_OH_ERR, SHM_OH_CONNECTS, SHM_OH_CONNECT_US, SHM_OH_N };
 
 /* Counters, one set per slot.  Keep every member a uint64_t: shm_sum()
  * treats the struct as an array. */
@@ -61,6 +82,12 @@ struct shm_counters {
     uint64_t tunnels_active;      /* gauge, like conns_open */
     uint64_t tunnel_bytes_up;     /* relayed client -> origin */
     uint64_t tunnel_bytes_down;   /* relayed origin -> client */
+    /* issue 25: latency histograms by cache result, per-rule and
+     * per-origin-host counters (see above) */
+    uint64_t lat[SHM_LAT_KINDS][SHM_RES_N][SHM_LAT_BUCKETS];
+    uint64_t lat_sum_us[SHM_LAT_KINDS][SHM_RES_N];
+    uint64_t rule[SHM_RULES][SHM_RULE_N];
+    uint64_t ohost[SHM_OHOSTS][SHM_OH_N];
 };
 #define SHM_NCOUNTERS (sizeof(struct shm_counters) / sizeof(uint64_t))
 
@@ -101,11 +128,14 @@ struct shm_hdr {
     volatile uint32_t worker_restarts;
     volatile int64_t  last_reload_time;
     char              last_reload_msg[SHM_RELOAD_MSG_LEN];
+    volatile uint32_t ctl_drain;          /* `cistern ctl server drain`: every
+                                             answer closes its connection */
     struct shm_counters retired;          /* folded from reaped slots */
 };
 
 struct filltab;
 struct parenttab;
+struct labeltab;
 
 #define SHM_FILLTAB_ENTRIES 4096   /* in-flight misses tracked at once */
 
@@ -114,6 +144,7 @@ struct shm {
     struct shm_slot *slots;
     struct filltab  *filltab;         /* collapsed forwarding (filltab.h) */
     struct parenttab *parenttab;      /* parents' health (parenttab.h) */
+    struct labeltab  *labeltab;       /* metric label names (labeltab.h) */
     void            *cache_area;
     size_t           len;
 };

@@ -223,7 +223,7 @@ def test_stats_and_metrics():
         for line in r.body.decode().splitlines():
             if line and not line.startswith("#"):
                 name, val = line.rsplit(" ", 1)
-                m[name] = int(val)
+                m[name] = float(val)    # histogram sums are seconds
         expect(m.get('cistern_responses_total{class="2xx"}', 0) >= 5, "2xx in metrics")
         expect(m.get('cistern_cache_results_total{result="hit"}', 0) >= 3, "hits in metrics")
         expect_in("# TYPE cistern_requests_total counter", r.body.decode(), "TYPE lines")

@@ -393,6 +393,8 @@ alog_begin(struct req *rq)
 void
 alog_result(struct req *rq, const char *result, int ostatus)
 {
+    if (rq)
+        rq->rq_result = result;     /* for the metrics (metrics.c) */
     if (rq && rq->log.active) {
         rq->log.result = result;
         if (ostatus)
@@ -403,6 +405,8 @@ alog_result(struct req *rq, const char *result, int ostatus)
 void
 alog_bytes(struct req *rq, uint64_t n)
 {
+    if (rq)
+        rq->rq_sent += n;           /* for the metrics (metrics.c) */
     if (rq && rq->log.active)
         rq->log.bytes += n;
 }

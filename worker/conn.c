@@ -689,7 +689,7 @@ static void
 conn_after_steps(struct conn *c, size_t mark)
 {
     struct req *rq = c->cn_req;
-    int keep_alive = rq->r.keep_alive && !wk->draining;
+    int keep_alive = rq->r.keep_alive && !worker_closing();
 
     switch (rq->rq_step) {
     case REQ_WAIT:
@@ -916,7 +916,7 @@ conn_process(struct conn *c)
             c->cn_hold = 0;
             http_req_reset(r);
             c->cn_state = CONN_SEND;
-            if (!r->keep_alive || w->draining)
+            if (!r->keep_alive || worker_closing())
                 c->cn_close = 1;
             continue;
         }

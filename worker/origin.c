@@ -247,6 +247,7 @@ origin_bad_mark(const struct upstream *up)
 static void
 origin_connected(struct upstream *up)
 {
+    metrics_connected(up);
     if (down_n > 0)
         origin_down_clear(origin_down_find(up));
     if (bad_n > 0) {
@@ -544,6 +545,7 @@ origin_connect_once(struct upstream *up)
     if (parent)
         up->up_pattempts++;
     w->ctr->origin_conns_opened++;
+    up->up_cstart = metrics_now();
     up->up_state = UP_CONNECTING;
     if (connect(fd, (struct sockaddr *)&up->up_addr, up->up_addrlen) == 0) {
         origin_connected(up);

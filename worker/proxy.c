@@ -186,14 +186,17 @@ proxy_error(struct req *rq, int status, const char *body)
      * not an origin failure, so no stale copy stands in for it. */
     if (status != 403 && store_stale_on_error(rq)) {
         wk->ctr->origin_errors++;
+        metrics_ohost_count(up, SHM_OH_ERR);
         proxy_serve_stale(rq, up, 0);
         return;
     }
-    int ka = up->up_client_ka && !up->up_req_body && !wk->draining;
+    int ka = up->up_client_ka && !up->up_req_body && !worker_closing();
     void (*answer)(struct req *) = up->up_answer;
 
-    if (status != 403)
+    if (status != 403) {
         wk->ctr->origin_errors++;
+        metrics_ohost_count(up, SHM_OH_ERR);
+    }
     up_free(rq);
     memset(&rq->syn, 0, sizeof(rq->syn));
     rq->syn.status = status;
@@ -510,6 +513,9 @@ proxy_start(struct req *rq, const struct conf_remap_result *res,
             resp_count_interim(rq);
     }
     wk->ctr->origin_requests++;
+    metrics_ohost_count(up, SHM_OH_REQ);
+    if (rq->rq_ostart == 0)
+        rq->rq_ostart = metrics_now();
     rq->rq_body_owned = r->has_body;
     if (icpt)
         proxy_origin_ready(up, 0);      /* connected to the plugin already */
@@ -618,6 +624,7 @@ up_fail(struct upstream *up, int status, const char *why)
              up->up_host, up->up_port, why);
     if (up->up_state == UP_BODY) {
         wk->ctr->origin_errors++;
+        metrics_ohost_count(up, SHM_OH_ERR);
         rq->rq_abort = 1;
         up_kick(rq);
         return;
@@ -816,7 +823,7 @@ proxy_client_head(struct req *rq, struct upstream *up, struct http_req *resp)
         return -1;
     size_t mark = o->end;
     up->up_decode = resp->chunked && up->up_client_minor == 0 && !resp->skip_body;
-    ka = up->up_client_ka && !resp->until_close && !up->up_decode && !wk->draining
+    ka = up->up_client_ka && !resp->until_close && !up->up_decode && !worker_closing()
          && !(up->up_req_body && !up->up_req_done);
     err |= buf_put_status(o, resp);
     for (int i = 0; i < resp->nfields; i++) {
@@ -990,7 +997,7 @@ proxy_revalidated(struct req *rq, struct upstream *up, struct http_req *resp)
     char cs[128];
     struct store_cond cond = up->up_cond;
     struct buf *in = &up->up_in;
-    int ka = up->up_client_ka && !wk->draining;
+    int ka = up->up_client_ka && !worker_closing();
     size_t len = store_refresh(rq, resp, up->up_req_time, merged, sizeof(merged));
 
     snprintf(cs, sizeof(cs), "cistern; fwd=%s; fwd-status=304%s",
@@ -1025,7 +1032,7 @@ static enum wk_rc
 proxy_serve_stale(struct req *rq, struct upstream *up, int status)
 {
     struct store_cond cond = up->up_cond;
-    int ka = up->up_client_ka && !wk->draining && !(up->up_req_body && !up->up_req_done);
+    int ka = up->up_client_ka && !worker_closing() && !(up->up_req_body && !up->up_req_done);
     char cs[128];
 
     if (status)
@@ -1301,6 +1308,7 @@ proxy_pump_body(struct req *rq, struct upstream *up)
             log_warn("conn %llu: origin %s:%d: bad response body framing",
                      (unsigned long long)rq->rq_id, up->up_host, up->up_port);
             wk->ctr->origin_errors++;
+            metrics_ohost_count(up, SHM_OH_ERR);
             return WK_ABORT;
         }
         if (used > 0)
@@ -1311,6 +1319,7 @@ proxy_pump_body(struct req *rq, struct upstream *up)
             log_warn("conn %llu: origin %s:%d closed mid-body; cutting the client",
                      (unsigned long long)rq->rq_id, up->up_host, up->up_port);
             wk->ctr->origin_errors++;
+            metrics_ohost_count(up, SHM_OH_ERR);
             return WK_ABORT;
         }
     }
@@ -1321,7 +1330,7 @@ proxy_pump_body(struct req *rq, struct upstream *up)
     int reuse = resp->keep_alive && up->up_req_done && !up->up_eof
                 && up->up_parsed == in->end;
     int client_ka = up->up_client_ka && !resp->until_close && !up->up_decode
-                    && !wk->draining;
+                    && !worker_closing();
     if (up->up_fill) {
         int frc = store_fill_end(&up->up_fill, 1, NULL);
         if (frc != CACHE_OK)

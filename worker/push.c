@@ -247,7 +247,7 @@ push_body(struct req *rq)
     if (p->state == PUSH_BODY && p->fill == NULL)
         push_fail(p, "the pushed object could not be stored");
 
-    int ka = p->keep_alive && !wk->draining;
+    int ka = p->keep_alive && !worker_closing();
 
     rq->syn.result = "TCP_MISS";
     rq->syn.close = !ka;

@@ -44,9 +44,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include "shm/log.h"
 #include "shm/filltab.h"
+#include "shm/labeltab.h"
 #include "worker/req.h"
 #include "worker/tunnel.h"
 #include "worker/worker.h"
@@ -125,6 +128,10 @@ req_reset(struct req *rq)
     rq->rq_nowait = 0;
     rq->rq_collapsed = 0;
     memset(&rq->syn, 0, sizeof(rq->syn));
+    rq->rq_t0 = rq->rq_ttfb = rq->rq_ostart = 0;
+    rq->rq_result = NULL;
+    rq->rq_sent = 0;
+    rq->rq_rule = -1;
 }
 
 /* ------------------------------------------------------------------ */
@@ -133,7 +140,7 @@ req_reset(struct req *rq)
 static int
 req_keep_alive(const struct req *rq)
 {
-    return rq->r.keep_alive && !wk->draining;
+    return rq->r.keep_alive && !worker_closing();
 }
 
 /* A body we answer without: small ones are read and dropped (so the
@@ -384,6 +391,7 @@ step_route(struct req *rq, struct req_route *rt)
     rt->rule = r->host_len == 0 ? NULL
              : conf_remap_find_recv(&cf->remap, https ? "https" : "http", base + r->host,
                                     r->host_len, port, recv_port, path, pathlen, &rt->res);
+    metrics_route(rq, rt->rule);
     if (rt->rule != NULL && rt->rule->nacl > 0 && !req_acl_allows(rq, rt->rule))
         return req_answer(rq, 403, NULL, "Access Denied");
     if (rt->rule == NULL && r->absolute && !cf->rec.remap_required
@@ -678,6 +686,7 @@ step_done(struct req *rq, struct req_route *rt)
 {
 
     (void)rt;
+    metrics_done(rq);
     if (rq->syn.refuse)
         alog_refused(rq, rq->syn.status, rq->syn.blen);
     else
@@ -730,11 +739,92 @@ req_steps(struct req *rq, enum req_step s)
 }
 
 /* ------------------------------------------------------------------ */
+/* `cistern ctl cache lookup|purge URL` (worker/ctl.c) */
+
+static const struct sockaddr *
+req_ctl_local(struct req *rq)
+{
+    (void)rq;
+    return NULL;
+}
+
+static const struct req_owner_ops req_ctl_ops = { .local = req_ctl_local };
+
+/* Route URL as a GET from 127.0.0.1 without other fields would be, and
+ * look up or purge its key.  Writes "name\tvalue" lines into out; returns
+ * 0 (stored / purged), 1 (not stored, no rule maps it), or 4 (error). */
+int
+req_ctl_cache(int purge, const char *url, struct buf *out)
+{
+    static struct req_route rt;
+    static char head[8192 + 600];
+    static struct sockaddr_in lo;
+    const char *a = strstr(url, "://");
+    size_t hl;
+    struct req *rq;
+    int rc;
+
+    if (a == NULL || strpbrk(url, " \t\r\n") != NULL) {
+        buf_printf(out, "error\tnot an absolute http(s) URL\n");
+        return 1;
+    }
+    a += 3;
+    hl = strcspn(a, "/?#");
+    if (hl == 0 || hl > 255 || strlen(url) > 8192) {
+        buf_printf(out, "error\tbad URL\n");
+        return 1;
+    }
+    snprintf(head, sizeof(head), "GET %s HTTP/1.1\r\nHost: %.*s\r\n\r\n", url, (int)hl, a);
+    if ((rq = req_new(NULL, &req_ctl_ops)) == NULL) {
+        buf_printf(out, "error\tout of memory\n");
+        return 4;
+    }
+    lo.sin_family = AF_INET;
+    lo.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    rq->rq_peer = (const struct sockaddr *)&lo;
+    rq->rq_tls = strncmp(url, "https:", 6) == 0;
+    if (http_head_scan(&rq->r, head, strlen(head), &wk->limits) != HTTP_OK
+        || http_req_parse(&rq->r, head + rq->r.start) != HTTP_OK) {
+        buf_printf(out, "error\tthe URL does not make a valid request\n");
+        rq->rq_step = REQ_DONE;
+        req_free(rq);
+        return 1;
+    }
+    rt.keylen = 0;
+    rt.rule = NULL;
+    if (step_route(rq, &rt) != REQ_LOOKUP || rt.keylen == 0) {
+        buf_printf(out, "stored\tfalse\nerror\t%s\n",
+                   rq->syn.body && rq->syn.status ? rq->syn.body : "not cacheable");
+        rc = 1;
+    } else if (!purge) {
+        if (rq->rq_rule >= 0)
+            buf_printf(out, "rule\t%s\n", labeltab_name(wk->shm->labeltab, LT_RULE, rq->rq_rule));
+        rc = store_ctl_lookup(rt.key, rt.keylen, &rq->r, out) ? 0 : 1;
+    } else {
+        int r1 = wk->cache ? cache_remove(wk->cache, rt.key, rt.keylen) : CACHE_MISS;
+        if (wk->cache && rt.rule == NULL && rt.keylen > sizeof(FORWARD_SUFFIX) - 1) {
+            int r2 = cache_remove(wk->cache, rt.key, rt.keylen - (sizeof(FORWARD_SUFFIX) - 1));
+            if (r1 != CACHE_OK && r2 != CACHE_MISS)
+                r1 = r2;
+        }
+        buf_printf(out, "key\t%.*s\npurged\t%s\n", (int)rt.keylen, rt.key,
+                   r1 == CACHE_OK ? "true" : "false");
+        if (r1 == CACHE_OK)
+            log_info("ctl: purged %.*s", (int)rt.keylen, rt.key);
+        rc = r1 == CACHE_OK ? 0 : r1 == CACHE_MISS ? 1 : 4;
+    }
+    rq->rq_step = REQ_DONE;
+    req_free(rq);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
 /* What owners and events call */
 
 void
 req_run(struct req *rq)
 {
+    rq->rq_t0 = metrics_now();
     req_steps(rq, REQ_RECV);    /* (req_reset made it new) */
 }
 
@@ -758,6 +848,8 @@ void
 req_refuse(struct req *rq, int status, const char *why)
 {
     req_stop(rq);
+    if (rq->rq_t0 == 0)
+        rq->rq_t0 = metrics_now();
     memset(&rq->syn, 0, sizeof(rq->syn));
     rq->syn.refuse = 1;
     rq->syn.close = 1;

@@ -201,6 +201,13 @@ struct req {
     unsigned         rq_plugged:1;
     const struct conf_remap_rule *rq_prule; /* the rule whose plugins run */
     struct cst_txn   rq_plug;         /* their state: slots, field edits */
+    /* issue 25: what worker/metrics.c counts at DONE */
+    int64_t          rq_t0;           /* metrics_now(): the steps began */
+    int64_t          rq_ttfb;         /* the answer's head was made (0: not) */
+    int64_t          rq_ostart;       /* the origin transaction began (0: none) */
+    const char      *rq_result;       /* TCP_HIT, ... as the access log's */
+    uint64_t         rq_sent;         /* answer bytes, as the access log's */
+    int              rq_rule;         /* label index of the rule, -1: none */
 };
 
 /* From the worker's pool (NULL: out of memory), and back. */

@@ -72,6 +72,8 @@ resp_count(struct req *rq, int status)
     if (rq->rq_bg)
         return;     /* a background revalidation answers no client */
     alog_status(rq, status);
+    if (rq->rq_ttfb == 0)
+        rq->rq_ttfb = metrics_now();
     (*resp_status_ctr(status))++;
     if (rq)
         rq->counted = status;

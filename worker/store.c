@@ -46,6 +46,7 @@
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
+#include <time.h>
 
 #include "cache/cache.h"
 #include "shm/log.h"
@@ -129,6 +130,49 @@ store_follow_marker(const char *key, size_t keylen, const struct http_req *r,
     if (n == 0)
         return CACHE_MISS;
     return cache_lookup(wk->cache, vkey, n, o);
+}
+
+/* `cistern ctl cache lookup` (worker/ctl.c): what is stored under key,
+ * as "name\tvalue" lines into out.  r is the request the URL makes
+ * without other fields (the variant it selects, under Vary).  Returns 1
+ * stored, 0 not. */
+int
+store_ctl_lookup(const char *key, size_t keylen, const struct http_req *r, struct buf *out)
+{
+    static char vkey[STORE_KEY_MAX];
+    struct cache_obj o;
+    size_t vkl = 0, vl = 0;
+    const char *vary = NULL;
+    time_t now = time(NULL);
+    int stored;
+
+    memset(&o, 0, sizeof(o));
+    stored = wk->cache && cache_lookup(wk->cache, key, keylen, &o) == CACHE_OK;
+    if (stored && (o.meta.flags & STORE_F_VARY_MARKER)) {
+        const char *v = store_hdr_get(o.iov[0].iov_base, o.hdr_len, "vary", &vl);
+        static char vbuf[256];
+        if (v) {
+            vl = vl < sizeof(vbuf) - 1 ? vl : sizeof(vbuf) - 1;
+            memcpy(vbuf, v, vl);
+            vbuf[vl] = '\0';
+            vary = vbuf;
+        }
+        stored = store_follow_marker(key, keylen, r, &o, vkey, &vkl) == CACHE_OK;
+    }
+    buf_printf(out, "stored\t%s\nkey\t%.*s\n", stored ? "true" : "false", (int)keylen, key);
+    if (vary)
+        buf_printf(out, "vary\t%s\nvariant_key_len\t%zu\n", vary, vkl);
+    if (stored) {
+        int64_t age = (int64_t)now - o.meta.stored;
+        buf_printf(out, "status\t%u\nsize\t%llu\nheader_bytes\t%u\nage\t%lld\n"
+                   "ttl\t%lld\nfresh\t%s\nsegment\t%u\n",
+                   o.meta.status, (unsigned long long)o.body_len, o.hdr_len,
+                   (long long)(age > 0 ? age : 0),
+                   (long long)(o.meta.expires ? o.meta.expires - (int64_t)now : 0),
+                   o.meta.expires > (int64_t)now ? "true" : "false", o.co_seg);
+        cache_obj_release(wk->cache, &o);
+    }
+    return stored;
 }
 
 /* ------------------------------------------------------------------ */

@@ -188,17 +188,35 @@ static void
 worker_on_master(evutil_socket_t fd, short what, void *arg)
 {
     struct worker *w = arg;
-    char b[64];
+    char b[4100];
+    union { struct cmsghdr h; char c[CMSG_SPACE(sizeof(int))]; } cm;
+    struct iovec iov = { b, sizeof(b) - 1 };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+                         .msg_control = cm.c, .msg_controllen = sizeof(cm.c) };
+    struct cmsghdr *ch;
+    int cfd = -1;
     ssize_t n;
 
     magic_check(w->magic, WORKER_MAGIC);
-    n = read(fd, b, sizeof(b));
+    n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
         log_warn("worker %u: master went away; stopping", w->index);
         event_base_loopbreak(w->base);
         return;
     }
-    /* The master writes 'q' to order a drain (a newer generation is up). */
+    for (ch = CMSG_FIRSTHDR(&mh); ch; ch = CMSG_NXTHDR(&mh, ch))
+        if (ch->cmsg_level == SOL_SOCKET && ch->cmsg_type == SCM_RIGHTS)
+            memcpy(&cfd, CMSG_DATA(ch), sizeof(int));
+    /* Messages (a SOCK_SEQPACKET pair): 'q' orders a drain (a newer
+     * generation is up); 'c' LINE with a socket is a `cistern ctl`
+     * request to answer on it (worker/ctl.c). */
+    if (n > 0 && b[0] == 'c' && cfd >= 0) {
+        b[n] = '\0';
+        worker_ctl(cfd, b + 1);
+        return;
+    }
+    if (cfd >= 0)
+        close(cfd);
     for (ssize_t i = 0; i < n; i++)
         if (b[i] == 'q')
             worker_begin_drain(w);
@@ -411,6 +429,7 @@ worker_main(const struct worker_args *a)
                       w->index, err);
     }
     alog_open();
+    metrics_init(w);
     if (a->conf->rec.debug_headers)
         snprintf(w->debug_hdr, sizeof(w->debug_hdr),
                  "X-Cistern-Worker: %u; pid=%d\r\n", w->index, (int)getpid());

@@ -236,6 +236,9 @@ struct upstream {
     int              up_punavail;     /*   retries made */
     int              up_ppos, up_pnorder;  /* position in, length of ... */
     uint8_t          up_porder[CONF_PP_MAX_PARENTS]; /* the order to try */
+    int              up_oh1;          /* metrics: label index + 1 of the
+                                         origin host counted (0: not yet) */
+    int64_t          up_cstart;       /* metrics: connect began (0: none) */
     unsigned         up_pabs:1;       /* the request line is absolute-form */
     unsigned         up_ohttps:1;     /* the origin's scheme is https */
     int              up_abslen;       /* bytes of "scheme://authority" in it */
@@ -297,6 +300,14 @@ struct worker {
 
 extern struct worker *wk;            /* this process's worker */
 
+/* Do answers end their connections?  While the worker drains, and while
+ * `cistern ctl server drain` says so (every worker, until undrain). */
+static inline int
+worker_closing(void)
+{
+    return wk->draining || wk->shm->hdr->ctl_drain;
+}
+
 /* conn.c */
 /* Take an accepted socket; tls: the listener is PORT:ssl; pp: PORT:pp
  * (a PROXY protocol header comes first, from an allowed peer). */
@@ -345,8 +356,6 @@ int  parent_status_retry(struct upstream *up, int status);
 void parent_answered(struct upstream *up);
 /* The name of the parent in use, or NULL. */
 const char *parent_name(const struct upstream *up);
-/* Per-parent lines for /_stats (json) or /_metrics into o; 0 or -1. */
-int  parent_stats(struct buf *o, int json);
 
 /* proxy.c: the origin transaction */
 /* Forward request rq to the origin chosen by res; key (or NULL) is the
@@ -382,6 +391,10 @@ void proxy_abort(struct req *rq);
  * or STORE_HIT_STALE holds the object (c->cn_req->obj) with its
  * Cache-Status in cs; STORE_REVALIDATE may hold a stale one for a
  * conditional request.  *why: Cache-Status fwd= for the others. */
+/* req.c: `cistern ctl cache lookup|purge URL`; 0, 1 (not stored), 4 */
+int  req_ctl_cache(int purge, const char *url, struct buf *out);
+int  store_ctl_lookup(const char *key, size_t keylen, const struct http_req *r,
+                      struct buf *out);
 int  store_lookup(struct req *rq, const char *key, size_t keylen, const char **why,
                   char *cs, size_t cslen);
 void store_release(struct req *rq);
@@ -548,6 +561,41 @@ alog_obody(struct req *rq, uint64_t n)
         alog_obody_(rq, n);
 }
 
+/* metrics.c: the per-request metrics (issue 25) */
+void metrics_init(struct worker *w);
+/* CLOCK_MONOTONIC in microseconds (vDSO: no system call) */
+int64_t metrics_now(void);
+void metrics_route(struct req *rq, const struct conf_remap_rule *rule);
+void metrics_done(struct req *rq);
+int  metrics_ohost(const char *host, int port);
+/* count SHM_OH_REQ or SHM_OH_ERR for up's host */
+void metrics_ohost_count(struct upstream *up, int what);
+/* up's new connection is up: its connect time */
+void metrics_connected(struct upstream *up);
+
+/* ctl.c: answer a `cistern ctl` request LINE on socket fd (closed) */
+void worker_ctl(int fd, char *line);
+
+/* admin.c: every series the stats pages and `cistern ctl metric` show */
+struct admin_stat {
+    char        ats[360];             /* ATS-style flat name (/_stats, ctl) */
+    const char *prom;                 /* Prometheus family */
+    char        labels[256];          /* "{...}" or "" */
+    const char *type;                 /* counter, gauge, histogram, summary */
+    const char *help;                 /* the family's HELP (first row) */
+    const char *suffix;               /* "", "_bucket", "_sum", "_count" */
+    const char *text;                 /* /_stats shows this instead, or NULL */
+    uint64_t    v;
+    uint32_t    div;                  /* shown as v / div (1: an integer) */
+};
+struct admin_stats {
+    struct admin_stat *st;
+    int                n, max;
+};
+/* Fill as (kept between calls; admin_stats_free frees).  0, or -1. */
+int  admin_collect(struct admin_stats *as);
+void admin_stats_free(struct admin_stats *as);
+int  admin_value(const struct admin_stat *st, char *out, size_t len, int prom);
 /* admin.c: /_stats and /_metrics; returns 1 (the answer described in
  * *syn) when the request is for them. */
 int admin_handle(struct req *rq, struct req_synth *syn);

@@ -1,0 +1,325 @@
+#!/usr/bin/env python3
+"""t/test_ctl.py: issue 25, what an operator sees.  `cistern ctl` verb by
+verb against a running instance (metric get/match, config reload/status,
+server drain/undrain, cache lookup/purge, host down/up, --json, the exit
+codes, a user without access to the socket refused), /_metrics after
+mixed traffic (`promtool check metrics` clean, histogram counts equal to
+the requests made, per-rule counters adding up to the totals), and
+`ctl top` (one plain frame; the live screen in a tmux pane under a known
+ab load, captured and checked for the figures)."""
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import Cistern, Origin, curl, expect, expect_eq, wait_for  # noqa: E402
+
+CACHEABLE = "/headers?Cache-Control=max-age%3D300"
+
+
+def ctl(c, *args, confdir=None, user=None, timeout=40):
+    cmd = [harness.cistern_bin(), "ctl", "-c", confdir or c.confdir] + list(args)
+    if user:
+        cmd = ["runuser", "-u", user, "--"] + cmd
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return p
+
+
+def ctl_json(c, *args):
+    p = ctl(c, "--json", *args)
+    try:
+        return p.returncode, json.loads(p.stdout)
+    except ValueError:
+        harness.fail("ctl --json %s: not JSON (rc %d): %r %r" % (args, p.returncode, p.stdout, p.stderr))
+
+
+def remap(o):
+    return ["map http://a.test/ http://%s/ @name=site_a" % o.authority,
+            "map http://b.test/ http://%s/" % o.authority]
+
+
+def metrics(c):
+    r = curl([c.url("/_metrics")])
+    expect_eq(r.status, 200, "/_metrics status")
+    return r.body.decode()
+
+
+def series(text):
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            out[k] = float(v)
+    return out
+
+
+def test_metric_get_and_match():
+    with Origin() as o, Cistern(remap=remap(o)) as c:
+        for i in range(3):
+            curl([c.url("/m/%d" % i), "-H", "Host: a.test"])
+        p = ctl(c, "metric", "get", "proxy.process.http.incoming_requests")
+        expect_eq(p.returncode, 0, "exit: " + p.stderr)
+        name, value = p.stdout.split()
+        expect_eq(name, "proxy.process.http.incoming_requests", "name")
+        expect_eq(int(value), 3, "requests (3 made)")
+        # the Prometheus spelling of a series works too
+        p = ctl(c, "metric", "get", 'cistern_rule_requests_total{rule="site_a"}')
+        expect_eq((p.returncode, p.stdout.split()[-1]), (0, "3"), "site_a requests: %r" % (p.stdout,))
+        p = ctl(c, "metric", "get", "proxy.process.no.such")
+        expect_eq(p.returncode, 1, "unknown metric exit")
+        expect("no such metric" in p.stderr, "stderr: %r" % p.stderr)
+        p = ctl(c, "metric", "match", r"^proxy\.process\.cistern\.rule\.site_a\.")
+        expect_eq(p.returncode, 0, "match exit")
+        got = dict(l.split() for l in p.stdout.splitlines())
+        expect_eq(sorted(got), sorted("proxy.process.cistern.rule.site_a." + s for s in
+                                      ("requests", "hits", "misses", "bytes", "errors")), "matched names")
+        expect_eq(got["proxy.process.cistern.rule.site_a.misses"], "3", "misses")
+        rc, j = ctl_json(c, "metric", "match", r"http\.[0-9]xx_responses")
+        expect_eq((rc, j.get("proxy.process.http.2xx_responses")), (0, 3), "json 2xx: %r" % j)
+        expect_eq(ctl(c, "metric", "match", "(").returncode, 2, "bad regex exit")
+        expect_eq(ctl(c, "metric").returncode, 2, "usage exit")
+        expect_eq(ctl(c, "frobnicate", "x").returncode, 2, "unknown verb exit")
+
+
+def test_unreachable_instance_exit_3():
+    d = tempfile.mkdtemp(prefix="cistern-ctl-")
+    try:
+        harness.write_confdir(os.path.join(d, "conf"), records={"proxy.config.cistern.run_dir": os.path.join(d, "run")})
+        p = ctl(None, "config", "status", confdir=os.path.join(d, "conf"))
+        expect_eq(p.returncode, 3, "exit without an instance: %r" % p.stderr)
+        expect("cannot reach" in p.stderr, "stderr: %r" % p.stderr)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@harness.timeout(180)
+def test_promtool_histograms_and_rule_sums():
+    with Origin() as o, Cistern(remap=remap(o), storage=["cache 64M"]) as c:
+        made = {"hit": 0, "miss": 0, "other": 0}
+        rules = {"site_a": 0, "remap.config:2": 0}
+        for i in range(4):                          # 4 cacheable URLs: 1 miss then 3 hits each
+            for k in range(4):
+                r = curl([c.url(CACHEABLE + "&u=%d" % i), "-H", "Host: a.test"])
+                expect_eq(r.status, 200, "status")
+                made["miss" if k == 0 else "hit"] += 1
+                rules["site_a"] += 1
+        for i in range(3):                          # uncacheable misses, 5xx on rule 2
+            r = curl([c.url("/status/503/u%d" % i), "-H", "Host: b.test"])
+            expect_eq(r.status, 503, "origin 503")
+            made["miss"] += 1
+            rules["remap.config:2"] += 1
+        for i in range(2):                          # no rule: our 404s
+            expect_eq(curl([c.url("/x%d" % i), "-H", "Host: none.test"]).status, 404, "404")
+            made["other"] += 1
+        text = metrics(c)
+        if shutil.which("promtool") is None:
+            print("SKIP-PART promtool missing (apt-get install prometheus)")
+        else:
+            p = subprocess.run(["promtool", "check", "metrics"], input=text.encode(),
+                               capture_output=True)
+            expect_eq(p.returncode, 0, "promtool check metrics: %s %s" % (p.stdout, p.stderr))
+        fams = [l.split()[2] for l in text.splitlines() if l.startswith("# TYPE")]
+        helps = [l.split()[2] for l in text.splitlines() if l.startswith("# HELP")]
+        expect_eq(fams, helps, "a HELP for every TYPE")
+        s = series(text)
+        for res, n in made.items():
+            for fam in ("cistern_request_duration_seconds", "cistern_request_ttfb_seconds"):
+                expect_eq(s['%s_count{result="%s"}' % (fam, res)], n, "%s %s count" % (fam, res))
+                expect_eq(s['%s_bucket{result="%s",le="+Inf"}' % (fam, res)], n, "%s %s +Inf" % (fam, res))
+        expect_eq(s['cistern_origin_duration_seconds_count{result="miss"}'], made["miss"], "origin count")
+        total = sum(s['cistern_request_duration_seconds_count{result="%s"}' % r] for r in made)
+        # this scrape is counted as a request, not yet as ended
+        expect_eq(total, s["cistern_requests_total"] - 1, "histogram total vs requests")
+        for name, n in rules.items():
+            expect_eq(s['cistern_rule_requests_total{rule="%s"}' % name], n, "rule %s requests" % name)
+        rsum = lambda f, extra="": sum(v for k, v in s.items() if k.startswith(f + "{") and k.endswith(extra + "}"))
+        expect_eq(rsum("cistern_rule_requests_total"), sum(rules.values()), "rules add up to the mapped requests")
+        expect_eq(rsum("cistern_rule_cache_results_total", ',result="hit"'),
+                  s['cistern_request_duration_seconds_count{result="hit"}'], "rule hits = hit count")
+        expect_eq(rsum("cistern_rule_cache_results_total", ',result="miss"'),
+                  s['cistern_request_duration_seconds_count{result="miss"}'], "rule misses = miss count")
+        expect_eq(s['cistern_rule_errors_total{rule="remap.config:2"}'], 3, "rule 2 errors (503s)")
+        expect_eq(s['cistern_rule_errors_total{rule="site_a"}'], 0, "site_a errors")
+        expect_eq(s['cistern_origin_host_requests_total{host="%s"}' % o.authority], made["miss"],
+                  "origin host requests")
+        expect(s['cistern_origin_connect_seconds_count{host="%s"}' % o.authority] >= 1, "connects counted")
+        expect(s["cistern_cache_objects"] >= 4, "objects: %r" % s["cistern_cache_objects"])
+
+
+def test_cache_lookup_and_purge():
+    with Origin() as o, Cistern(remap=remap(o), storage=["cache 64M"]) as c:
+        url = "http://a.test" + CACHEABLE
+        rc, j = ctl_json(c, "cache", "lookup", url)
+        expect_eq((rc, j.get("stored")), (1, False), "before: %r" % j)
+        r = curl([c.url(CACHEABLE), "-H", "Host: a.test"])
+        body = r.body
+        rc, j = ctl_json(c, "cache", "lookup", url)
+        expect_eq((rc, j.get("stored")), (0, True), "after a fetch: %r" % j)
+        expect_eq(j["size"], len(body), "size")
+        expect_eq(j["status"], 200, "status")
+        expect_eq(j["rule"], "site_a", "rule")
+        expect(j["key"].endswith(CACHEABLE), "key %r" % j["key"])
+        expect(0 <= j["age"] <= 5 and 290 <= j["ttl"] <= 300, "age/ttl %r" % j)
+        p = ctl(c, "cache", "lookup", url)
+        expect("stored true" in p.stdout, "text: %r" % p.stdout)
+        seq = len(o.requests())
+        p = ctl(c, "cache", "purge", url)
+        expect_eq(p.returncode, 0, "purge exit: %r" % p.stderr)
+        expect_eq(ctl(c, "cache", "purge", url).returncode, 1, "second purge: nothing there")
+        rc, j = ctl_json(c, "cache", "lookup", url)
+        expect_eq((rc, j.get("stored")), (1, False), "after purge: %r" % j)
+        curl([c.url(CACHEABLE), "-H", "Host: a.test"])
+        expect_eq(len(o.requests()), seq + 1, "the origin asked again after the purge")
+        rc, j = ctl_json(c, "cache", "lookup", "http://unmapped.test/x")
+        expect_eq((rc, j.get("stored")), (1, False), "unmapped: %r" % j)
+        expect_eq(ctl(c, "cache", "lookup", "not-a-url").returncode, 1, "bad URL")
+
+
+def test_config_reload_and_status():
+    with Origin() as o, Cistern(remap=remap(o)) as c:
+        rc, j = ctl_json(c, "config", "status")
+        expect_eq((rc, j["generation"], j["workers_ready"]), (0, 1, 2), "status %r" % j)
+        p = ctl(c, "config", "reload")
+        expect_eq(p.returncode, 0, "reload: %r %r" % (p.stdout, p.stderr))
+        expect("reload ok" in p.stdout, p.stdout)
+        rc, j = ctl_json(c, "config", "status")
+        expect_eq((j["generation"], j["reloads_ok"], j["last_reload_result"]), (2, 1, "ok"), "%r" % j)
+        c.write_file("remap.config", "map http://a.test/ http://%s/ @frob=1\n" % o.authority)
+        c.expect_log(r"frob|reload failed")
+        p = ctl(c, "config", "reload")
+        expect_eq(p.returncode, 1, "bad reload exit: %r" % p.stdout)
+        expect(re.search(r"remap\.config:1: .*frob", p.stdout), "file:line error: %r" % p.stdout)
+        rc, j = ctl_json(c, "config", "status")
+        expect_eq((j["generation"], j["reloads_failed"], j["last_reload_result"]), (2, 1, "failed"), "%r" % j)
+        expect("frob" in j["last_reload_failure"], "%r" % j)
+        expect_eq(curl([c.url("/still"), "-H", "Host: a.test"]).status, 200, "still serving")
+
+
+def test_drain_undrain():
+    with Origin() as o, Cistern(remap=remap(o)) as c:
+        def conn_header():
+            r = curl([c.url("/d"), "-H", "Host: a.test", "--http1.1"])
+            expect_eq(r.status, 200, "status")
+            return (r.header("Connection") or "").lower()
+        expect_eq(conn_header(), "", "keep-alive before")
+        p = ctl(c, "server", "drain")
+        expect_eq((p.returncode, p.stdout.strip()), (0, "draining true"), "drain")
+        expect_eq(conn_header(), "close", "Connection while drained")
+        expect_eq(ctl(c, "metric", "get", "proxy.node.config.draining").stdout.split()[-1], "1", "gauge")
+        # still accepting: drained is not stopped
+        expect_eq(curl([c.url("/d2"), "-H", "Host: a.test"]).status, 200, "served while drained")
+        p = ctl(c, "server", "undrain")
+        expect_eq((p.returncode, p.stdout.strip()), (0, "draining false"), "undrain")
+        expect_eq(conn_header(), "", "keep-alive after undrain")
+        expect_eq(ctl(c, "metric", "get", "proxy.node.config.draining").stdout.split()[-1], "0", "gauge")
+
+
+def test_host_down_up():
+    with Origin() as o1, Origin() as o2:
+        pc = ('dest_domain=pool.test parent="127.0.0.1:%d;127.0.0.1:%d" '
+              'round_robin=strict parent_is_proxy=false go_direct=false\n' % (o1.port, o2.port))
+        with Cistern(records={"proxy.config.http.cache.http": 0},
+                     remap=["map http://pool.test/ http://pool.test/"],
+                     files={"parent.config": pc}) as c:
+            for i in range(4):
+                expect_eq(curl([c.url("/p/%d" % i), "-H", "Host: pool.test"]).status, 200, "status")
+            name = "127.0.0.1:%d" % o1.port
+            p = ctl(c, "host", "down", name)
+            expect_eq((p.returncode, p.stdout.strip()), (0, name + " down"), "host down")
+            n1, n2 = len(o1.requests()), len(o2.requests())
+            for i in range(6):
+                expect_eq(curl([c.url("/q/%d" % i), "-H", "Host: pool.test"]).status, 200, "status")
+            expect_eq((len(o1.requests()) - n1, len(o2.requests()) - n2), (0, 6), "all to the other")
+            st = ctl(c, "metric", "get", "proxy.process.cistern.parent.%s.state" % name)
+            expect_eq(st.stdout.split()[-1], "down", "state")
+            p = ctl(c, "host", "up", name)
+            expect_eq(p.returncode, 0, "host up")
+            for i in range(6):
+                curl([c.url("/r/%d" % i), "-H", "Host: pool.test"])
+            expect(len(o1.requests()) - n1 >= 2, "back in rotation")
+            expect_eq(ctl(c, "host", "down", "127.0.0.9:1").returncode, 1, "unknown host")
+
+
+def test_refused_user():
+    if os.geteuid() != 0:
+        raise harness.SkipTest("needs root (runuser -u nobody)")
+    if shutil.which("runuser") is None:
+        raise harness.SkipTest("no runuser")
+    with Origin() as o, Cistern(remap=remap(o)) as c:
+        sock = os.path.join(c.run_dir, "cistern.sock")
+        st = os.stat(sock)
+        expect_eq((stat.S_IMODE(st.st_mode), st.st_uid), (0o600, 0), "socket mode and owner")
+        # let nobody reach the socket's directory and read the config: only
+        # the socket's own permission stands in the way
+        d = c.run_dir
+        while d != "/":
+            os.chmod(d, os.stat(d).st_mode | 0o005)
+            d = os.path.dirname(d)
+        for f in os.listdir(c.confdir):
+            os.chmod(os.path.join(c.confdir, f), 0o644)
+        os.chmod(c.confdir, 0o755)
+        p = ctl(c, "metric", "get", "proxy.process.http.incoming_requests", user="nobody")
+        expect_eq(p.returncode, 3, "nobody: %r %r" % (p.stdout, p.stderr))
+        expect("Permission denied" in p.stderr, "stderr: %r" % p.stderr)
+        expect_eq(ctl(c, "server", "drain", user="nobody").returncode, 3, "nobody cannot drain")
+        expect_eq(ctl(c, "metric", "get", "proxy.node.config.draining").stdout.split()[-1], "0", "not drained")
+        expect_eq(ctl(c, "config", "status").returncode, 0, "root can")
+
+
+def test_top_one_plain_frame():
+    with Origin() as o, Cistern(remap=remap(o), storage=["cache 64M"]) as c:
+        for i in range(3):
+            curl([c.url(CACHEABLE), "-H", "Host: a.test"])
+        p = ctl(c, "top", "-n", "1")
+        expect_eq(p.returncode, 0, "exit: %r" % p.stderr)
+        expect("\033" not in p.stdout, "no escapes when not a terminal")
+        expect(re.search(r"since start\s+66\.7%\s+\(2 hits, 1 misses\)", p.stdout), p.stdout)
+        expect(re.search(r"^site_a\s+0\.0\s", p.stdout, re.M), p.stdout)
+        expect_eq(p.stdout.count("cistern top"), 1, "one frame")
+
+
+@harness.timeout(180)
+def test_top_in_tmux_under_ab():
+    if shutil.which("tmux") is None or shutil.which("ab") is None:
+        raise harness.SkipTest("tmux and ab needed")
+    with Origin() as o, Cistern(remap=remap(o), storage=["cache 64M"]) as c:
+        curl([c.url(CACHEABLE), "-H", "Host: a.test"])      # the one miss
+        sock = os.path.join(tempfile.mkdtemp(prefix="cistern-tmux-"), "tmux.sock")
+        tm = ["tmux", "-S", sock]
+        cmd = "%s ctl -c %s top" % (harness.cistern_bin(), c.confdir)
+        subprocess.run(tm + ["new-session", "-d", "-x", "100", "-y", "30", cmd], check=True)
+        try:
+            # a known load: 4 clients on keep-alive, every answer a hit
+            abp = subprocess.Popen(["ab", "-q", "-k", "-c", "4", "-t", "6", "-n", "10000000",
+                                    "-H", "Host: a.test", c.url(CACHEABLE)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            time.sleep(4)
+            screen = subprocess.run(tm + ["capture-pane", "-p"], capture_output=True,
+                                    text=True).stdout
+            out = abp.communicate(timeout=60)[0].decode()
+            rps = float(re.search(r"Requests per second:\s+([\d.]+)", out).group(1))
+            print("---- top under ab (ab: %.0f req/s) ----\n%s----" % (rps, screen.rstrip()))
+            m = re.search(r"requests/s\s+([\d.]+)", screen)
+            expect(m, "no requests/s on the screen:\n" + screen)
+            seen = float(m.group(1))
+            expect(rps / 3 <= seen <= rps * 3, "top says %.0f req/s, ab %.0f" % (seen, rps))
+            expect(re.search(r"hit ratio\s+100\.0%", screen), "hit ratio:\n" + screen)
+            m = re.search(r"^site_a\s+([\d.]+)\s+100\.0%", screen, re.M)
+            expect(m and float(m.group(1)) > 0, "site_a row:\n" + screen)
+            expect(re.search(r"latency ms\s+p50 [\d.]+\s+p90 [\d.]+\s+p99 [\d.]+", screen), screen)
+            subprocess.run(tm + ["send-keys", "q"])
+            wait_for(lambda: subprocess.run(tm + ["has-session"], capture_output=True).returncode != 0,
+                     10, what="top to quit on q")
+        finally:
+            subprocess.run(tm + ["kill-server"], capture_output=True)
+
+
+if __name__ == "__main__":
+    harness.main()
