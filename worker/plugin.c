@@ -795,7 +795,8 @@ plug_icpt_on(evutil_socket_t fd, short what, void *arg)
 }
 
 int
-plug_intercept(struct req *rq, struct upstream *up)
+plug_intercept(struct req *rq, struct upstream *up, origin_ready_fn ready,
+               origin_attach_fn attach)
 {
     struct cst_txn *t = &rq->rq_plug;
     const struct conf_plugin *by = NULL;
@@ -857,7 +858,7 @@ plug_intercept(struct req *rq, struct upstream *up)
     event_assign(&ic->ev, wk->base, sv[1], EV_READ | EV_WRITE | EV_PERSIST, plug_icpt_on, ic);
     event_add(&ic->ev, NULL);
     up->up_fd = sv[0];
-    up->up_ready = proxy_origin_ready;
-    up->up_attach = proxy_origin_attach;
+    up->up_ready = ready;
+    up->up_attach = attach;
     return 1;
 }

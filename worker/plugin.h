@@ -86,8 +86,13 @@ enum plug_remap_rc plug_remap(struct req *rq, const struct conf_remap_rule *rule
 void plug_send_request(struct req *rq);
 int  plug_req_removed(struct req *rq, int i);
 /* FETCH: an intercepting plugin answers instead of the origin: 1 taken
- * (up has a connection to it, as if to an origin), 0 not, -1 failed. */
-int  plug_intercept(struct req *rq, struct upstream *up);
+ * (up has a connection to it, as if to an origin), 0 not, -1 failed.
+ * ready and attach are the caller's origin_get() callbacks (proxy.c's),
+ * kept in up as origin_get() would: passed in, so plugin.c calls nothing
+ * in proxy.c (no cycle in worker/'s call graph). */
+int  plug_intercept(struct req *rq, struct upstream *up,
+                    void (*ready)(struct upstream *up, int err),
+                    void (*attach)(struct upstream *up));
 /* The origin's response head (parsed in up->up_resp): the read_response
  * hooks; a changed head is rewritten in up_in and parsed again.  0 or -1. */
 int  plug_read_response(struct req *rq, struct upstream *up);

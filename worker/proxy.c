@@ -492,7 +492,8 @@ proxy_start(struct req *rq, const struct conf_remap_result *res,
     up_setup(up, rq, res, rule, https, keep_alive, key, keylen, fwd);
     up->up_answer = answer;
     /* a plugin may answer in the origin's place (an intercept) */
-    int icpt = rq->rq_plugged ? plug_intercept(rq, up) : 0;
+    int icpt = rq->rq_plugged ? plug_intercept(rq, up, proxy_origin_ready,
+                                               proxy_origin_attach) : 0;
     if (icpt < 0) {
         proxy_error(rq, 502, "the intercepting plugin failed");
         return 0;
