@@ -508,18 +508,140 @@ lf_ip(const char *s, size_t n, uint8_t out[17])
     return -1;
 }
 
-static void
-lg_filter(struct lg_parse *ps, const struct conf_yaml *node)
+/* A filter's action: accept or reject; -1 (reported) for anything else. */
+static int
+lf_action(struct lg_parse *ps, const struct conf_yaml *node, const char *name,
+          const char *action, struct conf_log_filter *fl)
 {
-    static const char *const keys[] = { "name", "action", "condition", NULL };
+    if (strcasecmp(action, "accept") == 0) {
+        fl->action = CONF_LOG_ACCEPT;
+    } else if (strcasecmp(action, "reject") == 0) {
+        fl->action = CONF_LOG_REJECT;
+    } else if (strcasecmp(action, "wipe_field_value") == 0) {
+        conf_error(ps->e, ps->file, conf_yaml_get(node, "action")->line,
+                   "filter \"%s\": wipe_field_value is not supported", name);
+        return -1;
+    } else {
+        conf_error(ps->e, ps->file, conf_yaml_get(node, "action")->line,
+                   "filter \"%s\": action \"%s\" is not accept, reject or "
+                   "wipe_field_value", name, action);
+        return -1;
+    }
+    return 0;
+}
+
+/* The field and operator of a condition "<field> <operator> <value>[,...]"
+ * into fl (field, type, oper) and *rowp; returns the values (after the
+ * blanks), or NULL after reporting an error at line. */
+static const char *
+lf_cond(struct lg_parse *ps, struct conf_log_filter *fl, const char *name,
+        const char *cond, int line, const struct lf_row **rowp)
+{
     static const char *const opers[] = {
         "MATCH", "CASE_INSENSITIVE_MATCH", "CONTAIN", "CASE_INSENSITIVE_CONTAIN",
         "LT", "LTE", "GT", "GTE",
     };
+    const struct lf_row *row;
+    const char *why, *p = cond, *w;
+
+    while (*p == ' ' || *p == '\t')
+        p++;
+    w = p;
+    while (*p && *p != ' ' && *p != '\t')
+        p++;
+    if (lf_field(ps->lg, w, (size_t)(p - w), &fl->field, &row, &why) < 0) {
+        conf_error(ps->e, ps->file, line, "filter \"%s\": %s: \"%.*s\"", name,
+                   why, (int)(p - w), w);
+        return NULL;
+    }
+    *rowp = row;
+    fl->type = row->type;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    w = p;
+    while (*p && *p != ' ' && *p != '\t')
+        p++;
+    fl->oper = (enum conf_log_oper)-1;
+    for (size_t i = 0; i < sizeof(opers) / sizeof(opers[0]); i++)
+        if (strlen(opers[i]) == (size_t)(p - w) && strncasecmp(opers[i], w, (size_t)(p - w)) == 0)
+            fl->oper = (enum conf_log_oper)i;
+    if ((int)fl->oper < 0) {
+        conf_error(ps->e, ps->file, line, "filter \"%s\": \"%.*s\" is not MATCH, "
+                   "CASE_INSENSITIVE_MATCH, CONTAIN, CASE_INSENSITIVE_CONTAIN, "
+                   "LT, LTE, GT or GTE", name, (int)(p - w), w);
+        return NULL;
+    }
+    if (fl->oper >= CONF_LOG_LT && fl->type != CONF_LFT_INT) {
+        conf_error(ps->e, ps->file, line, "filter \"%s\": %s compares numbers; "
+                   "%s is not one", name, opers[fl->oper], row->name);
+        return NULL;
+    }
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (*p == '\0') {
+        conf_error(ps->e, ps->file, line, "filter \"%s\": no value to compare", name);
+        return NULL;
+    }
+    return p;
+}
+
+/* One value t (trimmed) of a filter's list, appended to fl as its type
+ * reads it; an empty one is skipped.  0, -1 after reporting an error at
+ * line, -2 when out of memory (for the caller to report). */
+static int
+lf_value(struct lg_parse *ps, struct conf_log_filter *fl, const char *name,
+         const struct lf_row *row, const char *t, int line)
+{
+    int k = fl->nvals;
+
+    if (*t == '\0')
+        return 0;
+    if (fl->type == CONF_LFT_INT) {
+        char *endp;
+        int64_t *nn = realloc(fl->nums, (size_t)(k + 1) * sizeof(*nn));
+        if (nn == NULL)
+            return -2;
+        fl->nums = nn;
+        errno = 0;
+        nn[k] = strtoll(t, &endp, 10);
+        if (errno || *endp) {
+            conf_error(ps->e, ps->file, line, "filter \"%s\": \"%s\" is not "
+                       "a number (%s is)", name, t, row->name);
+            return -1;
+        }
+    } else if (fl->type == CONF_LFT_IP) {
+        uint8_t (*ni)[2][17] = realloc(fl->ips, (size_t)(k + 1) * sizeof(*ni));
+        const char *dash = strchr(t, '-');
+        if (ni == NULL)
+            return -2;
+        fl->ips = ni;
+        if (lf_ip(t, dash ? (size_t)(dash - t) : strlen(t), ni[k][0]) < 0
+            || lf_ip(dash ? dash + 1 : t, strlen(dash ? dash + 1 : t), ni[k][1]) < 0
+            || ni[k][0][0] != ni[k][1][0]) {
+            conf_error(ps->e, ps->file, line, "filter \"%s\": \"%s\" is not an "
+                       "address or a range ADDR-ADDR", name, t);
+            return -1;
+        }
+    } else {
+        char **nv = realloc(fl->vals, (size_t)(k + 1) * sizeof(*nv));
+        if (nv == NULL)
+            return -2;
+        fl->vals = nv;
+        if ((nv[k] = strdup(t)) == NULL)
+            return -2;
+    }
+    fl->nvals++;
+    return 0;
+}
+
+static void
+lg_filter(struct lg_parse *ps, const struct conf_yaml *node)
+{
+    static const char *const keys[] = { "name", "action", "condition", NULL };
     struct conf_logging *lg = ps->lg;
     struct conf_log_filter *fl, *nf;
-    const struct lf_row *row;
-    const char *name, *action, *cond, *why, *p, *w, *vals;
+    const struct lf_row *row = NULL;
+    const char *name, *action, *cond, *vals;
     char *dup = NULL, *save = NULL, *tok;
     int line;
 
@@ -549,115 +671,29 @@ lg_filter(struct lg_parse *ps, const struct conf_yaml *node)
     fl = &lg->filters[lg->nfilters];
     memset(fl, 0, sizeof(*fl));
     fl->line = node->line;
-    if (strcasecmp(action, "accept") == 0) {
-        fl->action = CONF_LOG_ACCEPT;
-    } else if (strcasecmp(action, "reject") == 0) {
-        fl->action = CONF_LOG_REJECT;
-    } else if (strcasecmp(action, "wipe_field_value") == 0) {
-        conf_error(ps->e, ps->file, conf_yaml_get(node, "action")->line,
-                   "filter \"%s\": wipe_field_value is not supported", name);
+    if (lf_action(ps, node, name, action, fl) < 0
+        || (vals = lf_cond(ps, fl, name, cond, line, &row)) == NULL)
         return;
-    } else {
-        conf_error(ps->e, ps->file, conf_yaml_get(node, "action")->line,
-                   "filter \"%s\": action \"%s\" is not accept, reject or "
-                   "wipe_field_value", name, action);
-        return;
-    }
-    /* "<field> <operator> <value>[,<value>...]" */
-    p = cond;
-    while (*p == ' ' || *p == '\t')
-        p++;
-    w = p;
-    while (*p && *p != ' ' && *p != '\t')
-        p++;
-    if (lf_field(lg, w, (size_t)(p - w), &fl->field, &row, &why) < 0) {
-        conf_error(ps->e, ps->file, line, "filter \"%s\": %s: \"%.*s\"", name,
-                   why, (int)(p - w), w);
-        return;
-    }
-    fl->type = row->type;
-    while (*p == ' ' || *p == '\t')
-        p++;
-    w = p;
-    while (*p && *p != ' ' && *p != '\t')
-        p++;
-    fl->oper = (enum conf_log_oper)-1;
-    for (size_t i = 0; i < sizeof(opers) / sizeof(opers[0]); i++)
-        if (strlen(opers[i]) == (size_t)(p - w) && strncasecmp(opers[i], w, (size_t)(p - w)) == 0)
-            fl->oper = (enum conf_log_oper)i;
-    if ((int)fl->oper < 0) {
-        conf_error(ps->e, ps->file, line, "filter \"%s\": \"%.*s\" is not MATCH, "
-                   "CASE_INSENSITIVE_MATCH, CONTAIN, CASE_INSENSITIVE_CONTAIN, "
-                   "LT, LTE, GT or GTE", name, (int)(p - w), w);
-        return;
-    }
-    if (fl->oper >= CONF_LOG_LT && fl->type != CONF_LFT_INT) {
-        conf_error(ps->e, ps->file, line, "filter \"%s\": %s compares numbers; "
-                   "%s is not one", name, opers[fl->oper], row->name);
-        return;
-    }
-    while (*p == ' ' || *p == '\t')
-        p++;
-    vals = p;
-    if (*vals == '\0') {
-        conf_error(ps->e, ps->file, line, "filter \"%s\": no value to compare", name);
-        return;
-    }
     if ((dup = strdup(vals)) == NULL || (fl->name = strdup(name)) == NULL)
         goto oom;
     for (tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        char *t = conf_trim(tok);
-        int k = fl->nvals;
+        int rc = lf_value(ps, fl, name, row, conf_trim(tok), line);
 
-        if (*t == '\0')
-            continue;
-        if (fl->type == CONF_LFT_INT) {
-            char *endp;
-            int64_t *nn = realloc(fl->nums, (size_t)(k + 1) * sizeof(*nn));
-            if (nn == NULL)
-                goto oom;
-            fl->nums = nn;
-            errno = 0;
-            nn[k] = strtoll(t, &endp, 10);
-            if (errno || *endp) {
-                conf_error(ps->e, ps->file, line, "filter \"%s\": \"%s\" is not "
-                           "a number (%s is)", name, t, row->name);
-                goto fail;
-            }
-        } else if (fl->type == CONF_LFT_IP) {
-            uint8_t (*ni)[2][17] = realloc(fl->ips, (size_t)(k + 1) * sizeof(*ni));
-            char *dash = strchr(t, '-');
-            if (ni == NULL)
-                goto oom;
-            fl->ips = ni;
-            if (lf_ip(t, dash ? (size_t)(dash - t) : strlen(t), ni[k][0]) < 0
-                || lf_ip(dash ? dash + 1 : t, strlen(dash ? dash + 1 : t), ni[k][1]) < 0
-                || ni[k][0][0] != ni[k][1][0]) {
-                conf_error(ps->e, ps->file, line, "filter \"%s\": \"%s\" is not an "
-                           "address or a range ADDR-ADDR", name, t);
-                goto fail;
-            }
-        } else {
-            char **nv = realloc(fl->vals, (size_t)(k + 1) * sizeof(*nv));
-            if (nv == NULL)
-                goto oom;
-            fl->vals = nv;
-            if ((nv[k] = strdup(t)) == NULL)
-                goto oom;
-        }
-        fl->nvals++;
+        if (rc == -2)
+            goto oom;
+        if (rc < 0)
+            goto fail;
     }
     free(dup);
+    dup = NULL;
     if (fl->nvals == 0) {
         conf_error(ps->e, ps->file, line, "filter \"%s\": no value to compare", name);
-        dup = NULL;
         goto fail;
     }
     for (int i = 0; i < lg->nfilters; i++)
         if (strcmp(lg->filters[i].name, name) == 0) {
             conf_error(ps->e, ps->file, node->line, "filter \"%s\" is defined "
                        "twice (first at line %d)", name, lg->filters[i].line);
-            dup = NULL;
             goto fail;
         }
     lg->nfilters++;
@@ -668,7 +704,115 @@ fail:
     free(dup);
     /* what was built is released with the struct: count it, then drop */
     lg->nfilters++;
-    return;
+}
+
+/* A log's mode: ascii, or binary (*binary set; written as ASCII); -1
+ * (reported) for ascii_pipe or anything else. */
+static int
+lg_log_mode(struct lg_parse *ps, const struct conf_yaml *node, const char *fname,
+            const char *mode, int *binary)
+{
+    if (mode == NULL)
+        return 0;
+    /* ATS's test: "bin..." or "b" is binary */
+    if (strncasecmp(mode, "bin", 3) == 0 || strcmp(mode, "b") == 0) {
+        *binary = 1;
+    } else if (strcasecmp(mode, "ascii_pipe") == 0) {
+        conf_error(ps->e, ps->file, conf_yaml_get(node, "mode")->line,
+                   "log \"%s\": mode: ascii_pipe is not supported; use "
+                   "mode: ascii", fname);
+        return -1;
+    } else if (strcasecmp(mode, "ascii") != 0) {
+        conf_error(ps->e, ps->file, conf_yaml_get(node, "mode")->line,
+                   "log \"%s\": mode \"%s\" is not ascii, binary or "
+                   "ascii_pipe", fname, mode);
+        return -1;
+    }
+    return 0;
+}
+
+/* The path a log's filename names, as ATS makes it: stdout and stderr as
+ * they are; a final dot dropped, ".log" added when the base name has no
+ * dot, and a relative name (a subdirectory is allowed, as in ATS) put
+ * under logfile_dir.  NULL when out of memory. */
+static char *
+lg_log_path(struct lg_parse *ps, const char *fname)
+{
+    const char *base = strrchr(fname, '/') ? strrchr(fname, '/') + 1 : fname;
+    size_t n = strlen(fname);
+    int dot = strchr(base, '.') != NULL;
+    char *rel, *path;
+
+    if (strcmp(fname, "stdout") == 0 || strcmp(fname, "stderr") == 0)
+        return strdup(fname);
+    if ((rel = malloc(n + 5)) == NULL)
+        return NULL;
+    memcpy(rel, fname, n + 1);
+    if (n > 0 && rel[n - 1] == '.')         /* ATS drops a final dot */
+        rel[--n] = '\0';
+    if (!dot)
+        memcpy(rel + n, ".log", 5);
+    path = fname[0] == '/' ? strdup(rel) : conf_path(ps->logdir, rel);
+    free(rel);
+    return path;
+}
+
+/* A log's filters: (a name or a list of names) of filters defined above,
+ * into lf->filters; what is wrong is reported and left out. */
+static void
+lg_log_filters(struct lg_parse *ps, struct conf_log_file *lf,
+               const struct conf_yaml *fv, const char *fname)
+{
+    const struct conf_logging *lg = ps->lg;
+    const struct conf_yaml *const *items = (const struct conf_yaml *const *)&fv;
+    int n = 1, accepts = 0;
+
+    if (fv->kind == CONF_YAML_SEQ) {
+        items = (const struct conf_yaml *const *)fv->kids;
+        n = fv->nkids;
+    }
+    for (int i = 0; i < n; i++) {
+        const char *fn = lg_scalar(ps, items[i], "filters");
+        int found = -1;
+
+        if (fn == NULL)
+            continue;
+        for (int j = 0; j < lg->nfilters; j++)
+            if (lg->filters[j].name && strcmp(lg->filters[j].name, fn) == 0)
+                found = j;
+        if (found < 0) {
+            conf_error(ps->e, ps->file, items[i]->line, "log \"%s\": filter "
+                       "\"%s\" is not defined (or has errors)", fname, fn);
+            continue;
+        }
+        if (lf->nfilters == CONF_LOG_FILTERS) {
+            conf_error(ps->e, ps->file, items[i]->line, "log \"%s\": more "
+                       "than %d filters", fname, CONF_LOG_FILTERS);
+            break;
+        }
+        accepts += lg->filters[found].action == CONF_LOG_ACCEPT;
+        lf->filters[lf->nfilters++] = found;
+    }
+    if (accepts > 1)
+        conf_warn(ps->e, ps->file, fv->line, "log \"%s\": %d accept filters: "
+                  "a line is written only when all of them match (as in "
+                  "ATS); one accept filter with a list of values is "
+                  "probably what is meant", fname, accepts);
+}
+
+/* A note for each of ATS's rolling and file options of a log: read, not
+ * used. */
+static void
+lg_log_ignored(struct lg_parse *ps, const struct conf_yaml *node)
+{
+    for (int i = 0; i + 1 < node->nkids; i += 2) {
+        const struct conf_yaml *k = node->kids[i];
+        if (strncmp(k->str, "rolling_", 8) == 0 || strcmp(k->str, "binary_log_version") == 0
+            || strcmp(k->str, "pipe_buffer_size") == 0)
+            conf_note(ps->e, CONF_NOTE_INTERNAL, ps->file, k->line, "%s: ATS's "
+                      "own log rolling and file options; Cistern's logs are "
+                      "rolled by logrotate (`cistern -s reopen`)", k->str);
+    }
 }
 
 static void
@@ -719,44 +863,9 @@ lg_log(struct lg_parse *ps, const struct conf_yaml *node)
                    fname, fmt);
         return;
     }
-    if (mode != NULL) {
-        /* ATS's test: "bin..." or "b" is binary */
-        if (strncasecmp(mode, "bin", 3) == 0 || strcmp(mode, "b") == 0) {
-            binary = 1;
-        } else if (strcasecmp(mode, "ascii_pipe") == 0) {
-            conf_error(ps->e, ps->file, conf_yaml_get(node, "mode")->line,
-                       "log \"%s\": mode: ascii_pipe is not supported; use "
-                       "mode: ascii", fname);
-            return;
-        } else if (strcasecmp(mode, "ascii") != 0) {
-            conf_error(ps->e, ps->file, conf_yaml_get(node, "mode")->line,
-                       "log \"%s\": mode \"%s\" is not ascii, binary or "
-                       "ascii_pipe", fname, mode);
-            return;
-        }
-    }
-    if (strchr(fname, '/') != NULL && fname[0] != '/') {
-        /* ATS puts relative names under logfile_dir too; a subdirectory
-         * is allowed, as there */
-    }
-    if (strcmp(fname, "stdout") == 0 || strcmp(fname, "stderr") == 0) {
-        lf->path = strdup(fname);
-    } else {
-        const char *base = strrchr(fname, '/') ? strrchr(fname, '/') + 1 : fname;
-        size_t n = strlen(fname);
-        int dot = strchr(base, '.') != NULL;
-        char *rel = malloc(n + 5);
-
-        if (rel != NULL) {
-            memcpy(rel, fname, n + 1);
-            if (n > 0 && rel[n - 1] == '.')         /* ATS drops a final dot */
-                rel[--n] = '\0';
-            if (!dot)
-                memcpy(rel + n, ".log", 5);
-            lf->path = fname[0] == '/' ? strdup(rel) : conf_path(ps->logdir, rel);
-            free(rel);
-        }
-    }
+    if (lg_log_mode(ps, node, fname, mode, &binary) < 0)
+        return;
+    lf->path = lg_log_path(ps, fname);
     if (lf->path == NULL || (hdr != NULL && (lf->header = strdup(hdr)) == NULL)) {
         conf_error(ps->e, ps->file, node->line, "out of memory");
         free(lf->path);
@@ -768,50 +877,9 @@ lg_log(struct lg_parse *ps, const struct conf_yaml *node)
                   "log \"%s\": mode: binary (ATS's format for traffic_logcat) is "
                   "written as ASCII to %s", fname, lf->path);
     fv = conf_yaml_get(node, "filters");
-    if (fv != NULL) {
-        const struct conf_yaml *const *items = (const struct conf_yaml *const *)&fv;
-        int n = 1, accepts = 0;
-
-        if (fv->kind == CONF_YAML_SEQ) {
-            items = (const struct conf_yaml *const *)fv->kids;
-            n = fv->nkids;
-        }
-        for (int i = 0; i < n; i++) {
-            const char *fn = lg_scalar(ps, items[i], "filters");
-            int found = -1;
-
-            if (fn == NULL)
-                continue;
-            for (int j = 0; j < lg->nfilters; j++)
-                if (lg->filters[j].name && strcmp(lg->filters[j].name, fn) == 0)
-                    found = j;
-            if (found < 0) {
-                conf_error(ps->e, ps->file, items[i]->line, "log \"%s\": filter "
-                           "\"%s\" is not defined (or has errors)", fname, fn);
-                continue;
-            }
-            if (lf->nfilters == CONF_LOG_FILTERS) {
-                conf_error(ps->e, ps->file, items[i]->line, "log \"%s\": more "
-                           "than %d filters", fname, CONF_LOG_FILTERS);
-                break;
-            }
-            accepts += lg->filters[found].action == CONF_LOG_ACCEPT;
-            lf->filters[lf->nfilters++] = found;
-        }
-        if (accepts > 1)
-            conf_warn(ps->e, ps->file, fv->line, "log \"%s\": %d accept filters: "
-                      "a line is written only when all of them match (as in "
-                      "ATS); one accept filter with a list of values is "
-                      "probably what is meant", fname, accepts);
-    }
-    for (int i = 0; i + 1 < node->nkids; i += 2) {
-        const struct conf_yaml *k = node->kids[i];
-        if (strncmp(k->str, "rolling_", 8) == 0 || strcmp(k->str, "binary_log_version") == 0
-            || strcmp(k->str, "pipe_buffer_size") == 0)
-            conf_note(ps->e, CONF_NOTE_INTERNAL, ps->file, k->line, "%s: ATS's "
-                      "own log rolling and file options; Cistern's logs are "
-                      "rolled by logrotate (`cistern -s reopen`)", k->str);
-    }
+    if (fv != NULL)
+        lg_log_filters(ps, lf, fv, fname);
+    lg_log_ignored(ps, node);
     for (int i = 0; i < lg->nlogs; i++)
         if (strcmp(lg->logs[i].path, lf->path) == 0) {
             conf_error(ps->e, ps->file, node->line, "log \"%s\": %s is written "

@@ -992,14 +992,92 @@ remap_class(enum conf_remap_type t)
     }
 }
 
+/* A rule's fields after FROM TO, up to a comment: @plugin= and its
+ * @pparam=s into *plugins (issue 22), the other @options into *opts (in
+ * order; the strings stay in the line).  -1 after reporting an error, with
+ * what was gathered freed. */
+static int
+remap_rule_opts(struct remap_parse *ps, int lineno, const struct remap_directive *d,
+                char **p, char ***opts, int *nopts,
+                struct conf_plugin **plugins, int *nplugins)
+{
+    char *opt;
+
+    while ((opt = conf_token(p)) != NULL) {
+        char **no;
+        const char *pwhy = NULL;
+        int prc;
+
+        if (opt[0] == '#')
+            break;
+        /* @plugin= and its @pparam=s (issue 22): kept apart from the
+         * filter's options, in order */
+        if ((prc = conf_plugin_opt(plugins, nplugins, opt, lineno, &pwhy)) != 0) {
+            if (prc < 0) {
+                conf_error(ps->e, ps->file, lineno, "%s: %s", opt, pwhy);
+                goto fail;
+            }
+            continue;
+        }
+        if (opt[0] != '@') {
+            conf_error(ps->e, ps->file, lineno,
+                       "%s: too many fields (unexpected \"%s\")", d->name,
+                       opt);
+            goto fail;
+        }
+        if ((no = realloc(*opts, sizeof(*no) * (size_t)(*nopts + 1))) == NULL) {
+            conf_error(ps->e, ps->file, lineno, "out of memory");
+            goto fail;
+        }
+        *opts = no;
+        (*opts)[(*nopts)++] = opt;
+    }
+    return 0;
+fail:
+    free(*opts);
+    *opts = NULL;
+    conf_plugins_free(*plugins, *nplugins);
+    *plugins = NULL;
+    *nplugins = 0;
+    return -1;
+}
+
+/* A regex rule's FROM host, compiled (anchored, case-insensitive) into
+ * rule->re.  -1 after reporting an error. */
+static int
+remap_rule_regex(struct remap_parse *ps, int lineno, const struct remap_directive *d,
+                 struct conf_remap_rule *rule)
+{
+    char *pat;
+    int rc;
+
+    if (asprintf(&pat, "^(%s)$", rule->from.host) < 0) {
+        conf_error(ps->e, ps->file, lineno, "out of memory");
+        return -1;
+    }
+    rc = regcomp(&rule->re, pat, REG_EXTENDED | REG_ICASE);
+    free(pat);
+    if (rc != 0) {
+        char why[128];
+
+        regerror(rc, &rule->re, why, sizeof(why));
+        conf_error(ps->e, ps->file, lineno,
+                   "%s: invalid regular expression \"%s\": %s", d->name,
+                   rule->from.host, why);
+        return -1;
+    }
+    rule->re_ok = 1;
+    return 0;
+}
+
 static int
 remap_line(void *arg, char *line, int lineno)
 {
     struct remap_parse *ps = arg;
     const struct remap_directive *d = NULL;
     struct conf_remap_rule rule;
-    char *p = line, *word, *from, *to, *opt, **opts = NULL;
-    int   rc, nopts = 0, regex, nplugins = 0;
+    char *p = line, *word, *from, *to, **opts = NULL;
+    int   nopts = 0, regex, nplugins = 0;
     struct conf_plugin *plugins = NULL;
 
     word = conf_token(&p);
@@ -1037,41 +1115,8 @@ remap_line(void *arg, char *line, int lineno)
                    d->name);
         return 0;
     }
-    while ((opt = conf_token(&p)) != NULL) {
-        char **no;
-        const char *pwhy = NULL;
-        int prc;
-
-        if (opt[0] == '#')
-            break;
-        /* @plugin= and its @pparam=s (issue 22): kept apart from the
-         * filter's options, in order */
-        if ((prc = conf_plugin_opt(&plugins, &nplugins, opt, lineno, &pwhy)) != 0) {
-            if (prc < 0) {
-                conf_error(ps->e, ps->file, lineno, "%s: %s", opt, pwhy);
-                free(opts);
-                conf_plugins_free(plugins, nplugins);
-                return 0;
-            }
-            continue;
-        }
-        if (opt[0] != '@') {
-            conf_error(ps->e, ps->file, lineno,
-                       "%s: too many fields (unexpected \"%s\")", d->name,
-                       opt);
-            free(opts);
-            conf_plugins_free(plugins, nplugins);
-            return 0;
-        }
-        if ((no = realloc(opts, sizeof(*no) * (size_t)(nopts + 1))) == NULL) {
-            conf_error(ps->e, ps->file, lineno, "out of memory");
-            free(opts);
-            conf_plugins_free(plugins, nplugins);
-            return 0;
-        }
-        opts = no;
-        opts[nopts++] = opt;
-    }
+    if (remap_rule_opts(ps, lineno, d, &p, &opts, &nopts, &plugins, &nplugins) < 0)
+        return 0;
 
     memset(&rule, 0, sizeof(rule));
     rule.plugins = plugins;
@@ -1107,27 +1152,9 @@ remap_line(void *arg, char *line, int lineno)
     if (d->type != CONF_REMAP_REVERSE_MAP)
         rule.from.pathlen = remap_pct_normalise(rule.from.path);
 
-    if (regex) {
-        char *pat;
-
-        if (asprintf(&pat, "^(%s)$", rule.from.host) < 0) {
-            conf_error(ps->e, ps->file, lineno, "out of memory");
-            remap_rule_free(&rule);
-            return 0;
-        }
-        rc = regcomp(&rule.re, pat, REG_EXTENDED | REG_ICASE);
-        free(pat);
-        if (rc != 0) {
-            char why[128];
-
-            regerror(rc, &rule.re, why, sizeof(why));
-            conf_error(ps->e, ps->file, lineno,
-                       "%s: invalid regular expression \"%s\": %s", d->name,
-                       rule.from.host, why);
-            remap_rule_free(&rule);
-            return 0;
-        }
-        rule.re_ok = 1;
+    if (regex && remap_rule_regex(ps, lineno, d, &rule) < 0) {
+        remap_rule_free(&rule);
+        return 0;
     }
     if (d->type == CONF_REMAP_MAP_RECV_PORT)
         ps->rm->has_recv_port = 1;

@@ -700,13 +700,125 @@ alog_cl(const struct alog_txn *t)
     return t->oreq_body ? t->oreq_body : t->req_cl > 0 ? (uint64_t)t->req_cl : 0;
 }
 
+/* The helpers of alog_put_op: each writes one field of several steps.
+ * They are static and used once, so the compiler keeps them inside
+ * alog_put_op's switch (no call per field). */
+
+/* Seconds and milliseconds: "1700000000.123". */
+static char *
+alog_put_secms(char *p, int64_t sec, int64_t ms)
+{
+    p = fmt_i64(p, sec);
+    *p++ = '.';
+    return fmt_pad(p, ms, 3, '0');
+}
+
+/* cqtn, cqtd, cqtt: a text of the request time in local time (text and
+ * *len are alog_lclock's, made for sec first). */
+static char *
+alog_put_ltime(char *p, time_t sec, const char *text, const size_t *len)
+{
+    alog_lclock_at(sec);
+    return fmt_mem(p, text, *len);
+}
+
+/* chih: the client's address in hex, two digits a byte; "0" when none. */
+static char *
+alog_put_peer_hex(char *p, const struct req *rq)
+{
+    uint8_t a[17];
+
+    alog_addr_of(a, rq->rq_peer);
+    if (a[0] == 0) {
+        *p++ = '0';
+        return p;
+    }
+    for (int i = 0; i < (a[0] == 4 ? 4 : 16); i++) {
+        p = alog_put_hex(p, (uint64_t)(a[1 + i] >> 4));
+        p = alog_put_hex(p, (uint64_t)(a[1 + i] & 0xf));
+    }
+    return p;
+}
+
+/* chp: the client's port. */
+static char *
+alog_put_peer_port(char *p, const struct req *rq)
+{
+    uint8_t a[17];
+
+    return fmt_i64(p, alog_addr_of(a, rq->rq_peer));
+}
+
+/* cquuc: the client's URL before remap, made absolute from its Host. */
+static char *
+alog_put_client_url(char *p, const struct alog_txn *t)
+{
+    if (t->target_len && t->target[0] == '/' && t->uhost_len) {
+        p = t->tls ? fmt_lit(p, "https://") : fmt_lit(p, "http://");
+        p = alog_put_esc(p, t->uhost, t->uhost_len, ALOG_FIELD_MAX);
+    }
+    return alog_put_str(p, t->target, t->target_len, ALOG_TARGET_MAX);
+}
+
+/* cquup: the path (and query) of the client's URL before remap. */
+static char *
+alog_put_client_path(char *p, const struct alog_txn *t)
+{
+    struct alog_txn u = { 0 };
+
+    /* (only target and murl_len are read: a path of the target) */
+    memcpy(u.target, t->target, t->target_len);
+    u.target_len = t->target_len;
+    return alog_put_path(p, &u);
+}
+
+/* cqtx: the request line, "GET /x HTTP/1.1" (the URL after remap). */
+static char *
+alog_put_reqline(char *p, const struct alog_txn *t)
+{
+    p = fmt_str(p, t->method);
+    *p++ = ' ';
+    p = alog_put_url(p, t);
+    p = fmt_lit(p, " HTTP/1.");
+    return fmt_i64(p, t->minor);
+}
+
+/* phr: how the answer was had (ATS's hierarchy route). */
+static char *
+alog_put_hier(char *p, const struct alog_txn *t)
+{
+    if (t->ostatus && t->parent)
+        return fmt_lit(p, "PARENT_HIT");
+    return t->ostatus ? fmt_lit(p, "DIRECT") : fmt_lit(p, "NONE");
+}
+
+/* pfsc: how the fetch from the origin ended. */
+static char *
+alog_put_fetch_end(char *p, const struct alog_txn *t)
+{
+    /* an answer of ours for a failed fetch: 504 timed out, 502 failed */
+    if (t->ostatus == 0 && t->status == 504 && t->oreq_len)
+        return fmt_lit(p, "TIMEOUT");
+    if (t->ostatus == 0 && t->status == 502 && t->oreq_len)
+        return fmt_lit(p, "INTR");
+    return fmt_lit(p, "FIN");
+}
+
+/* {Name}cqh, psh, ssh: a named header's value, escaped; "-" when absent. */
+static char *
+alog_put_hdr(char *p, const struct alog_txn *t, unsigned hdr)
+{
+    if (t->hlen[hdr] == ALOG_HDR_NONE) {
+        *p++ = '-';
+        return p;
+    }
+    return alog_put_esc(p, t->harea + t->hoff[hdr], t->hlen[hdr], ALOG_FIELD_MAX);
+}
+
 static char *
 alog_put_op(char *p, const struct conf_log_op *op, const struct conf_log_format *f,
             const struct req *rq, const struct alog_txn *t, const struct alog_now *now)
 {
-    uint16_t port;
-    uint8_t a[17];
-
     switch ((enum conf_lf)op->kind) {
     case CONF_LF_LIT:
         return fmt_mem(p, f->lit + op->off, op->len);
@@ -715,52 +827,33 @@ alog_put_op(char *p, const struct conf_log_op *op, const struct conf_log_format 
     case CONF_LF_CQTH:
         return alog_put_hex(p, (uint64_t)t->start.tv_sec);
     case CONF_LF_CQTQ:
-        p = fmt_i64(p, t->start.tv_sec);
-        *p++ = '.';
-        return fmt_pad(p, t->start.tv_usec / 1000, 3, '0');
+        return alog_put_secms(p, t->start.tv_sec, t->start.tv_usec / 1000);
     case CONF_LF_CQTN:
-        alog_lclock_at(t->start.tv_sec);
-        return fmt_mem(p, alog_lclock.ncsa, alog_lclock.ncsa_len);
+        return alog_put_ltime(p, t->start.tv_sec, alog_lclock.ncsa, &alog_lclock.ncsa_len);
     case CONF_LF_CQTD:
-        alog_lclock_at(t->start.tv_sec);
-        return fmt_mem(p, alog_lclock.date, alog_lclock.date_len);
+        return alog_put_ltime(p, t->start.tv_sec, alog_lclock.date, &alog_lclock.date_len);
     case CONF_LF_CQTT:
-        alog_lclock_at(t->start.tv_sec);
-        return fmt_mem(p, alog_lclock.tod, alog_lclock.tod_len);
+        return alog_put_ltime(p, t->start.tv_sec, alog_lclock.tod, &alog_lclock.tod_len);
     case CONF_LF_TTMS:
         return fmt_i64(p, now->ms);
     case CONF_LF_TTMSH:
         return alog_put_hex(p, (uint64_t)now->ms);
     case CONF_LF_TTMSF:
-        p = fmt_i64(p, now->ms / 1000);
-        *p++ = '.';
-        return fmt_pad(p, now->ms % 1000, 3, '0');
+        return alog_put_secms(p, now->ms / 1000, now->ms % 1000);
     case CONF_LF_TTS:
         return fmt_i64(p, now->ms / 1000);
     case CONF_LF_CHI:
         return alog_put_peer(p, rq);
     case CONF_LF_CHIH:
-        alog_addr_of(a, rq->rq_peer);
-        if (a[0] == 0) {
-            *p++ = '0';
-            return p;
-        }
-        for (int i = 0; i < (a[0] == 4 ? 4 : 16); i++) {
-            p = alog_put_hex(p, (uint64_t)(a[1 + i] >> 4));
-            p = alog_put_hex(p, (uint64_t)(a[1 + i] & 0xf));
-        }
-        return p;
+        return alog_put_peer_hex(p, rq);
     case CONF_LF_CHP:
-        port = alog_addr_of(a, rq->rq_peer);
-        return fmt_i64(p, port);
+        return alog_put_peer_port(p, rq);
     case CONF_LF_CAUN:
-        *p++ = '-';
-        return p;
+        return fmt_lit(p, "-");
     case CONF_LF_CQHM:
         return fmt_str(p, t->method);
     case CONF_LF_CQPV:
-        p = fmt_lit(p, "http/1.");
-        return fmt_i64(p, t->minor);
+        return fmt_i64(fmt_lit(p, "http/1."), t->minor);
     case CONF_LF_CQU:
     case CONF_LF_CQUC:
     case CONF_LF_CLUC:
@@ -770,26 +863,13 @@ alog_put_op(char *p, const struct conf_log_op *op, const struct conf_log_format 
     case CONF_LF_CQUS:
         return t->tls ? fmt_lit(p, "https") : fmt_lit(p, "http");
     case CONF_LF_CQUUC:
-        if (t->target_len && t->target[0] == '/' && t->uhost_len) {
-            p = t->tls ? fmt_lit(p, "https://") : fmt_lit(p, "http://");
-            p = alog_put_esc(p, t->uhost, t->uhost_len, ALOG_FIELD_MAX);
-        }
-        return alog_put_str(p, t->target, t->target_len, ALOG_TARGET_MAX);
-    case CONF_LF_CQUUP: {
-        struct alog_txn u = { 0 };
-        /* (only target and murl_len are read: a path of the target) */
-        memcpy(u.target, t->target, t->target_len);
-        u.target_len = t->target_len;
-        return alog_put_path(p, &u);
-    }
+        return alog_put_client_url(p, t);
+    case CONF_LF_CQUUP:
+        return alog_put_client_path(p, t);
     case CONF_LF_CQUUH:
         return alog_put_str(p, t->uhost, t->uhost_len, ALOG_FIELD_MAX);
     case CONF_LF_CQTX:
-        p = fmt_str(p, t->method);
-        *p++ = ' ';
-        p = alog_put_url(p, t);
-        p = fmt_lit(p, " HTTP/1.");
-        return fmt_i64(p, t->minor);
+        return alog_put_reqline(p, t);
     case CONF_LF_CQHL:
         return fmt_u64(p, t->head_len);
     case CONF_LF_CQCL:
@@ -797,8 +877,7 @@ alog_put_op(char *p, const struct conf_log_op *op, const struct conf_log_format 
     case CONF_LF_CQQL:
         return fmt_u64(p, t->head_len + alog_cl(t));
     case CONF_LF_CQSSL:
-        *p++ = t->tls ? '1' : '0';
-        return p;
+        return t->tls ? fmt_lit(p, "1") : fmt_lit(p, "0");
     case CONF_LF_CFSC:
         return t->intr ? fmt_lit(p, "INTR") : fmt_lit(p, "FIN");
     case CONF_LF_CRC:
@@ -816,9 +895,7 @@ alog_put_op(char *p, const struct conf_log_op *op, const struct conf_log_format 
     case CONF_LF_PRRP:
         return alog_put_str(p, t->phrase, t->phrase_len, sizeof(t->phrase));
     case CONF_LF_PHR:
-        if (t->ostatus && t->parent)
-            return fmt_lit(p, "PARENT_HIT");
-        return t->ostatus ? fmt_lit(p, "DIRECT") : fmt_lit(p, "NONE");
+        return alog_put_hier(p, t);
     case CONF_LF_PHN:
         return fmt_str(p, alog_custom->hostname);
     case CONF_LF_SSSC:
@@ -842,21 +919,11 @@ alog_put_op(char *p, const struct conf_log_op *op, const struct conf_log_format 
     case CONF_LF_PQSI:
         return alog_put_addr(p, t->laddr);
     case CONF_LF_PFSC:
-        /* an answer of ours for a failed fetch: 504 timed out, 502 failed */
-        if (t->ostatus == 0 && t->status == 504 && t->oreq_len)
-            return fmt_lit(p, "TIMEOUT");
-        if (t->ostatus == 0 && t->status == 502 && t->oreq_len)
-            return fmt_lit(p, "INTR");
-        return fmt_lit(p, "FIN");
+        return alog_put_fetch_end(p, t);
     case CONF_LF_CQH:
     case CONF_LF_PSH:
     case CONF_LF_SSH:
-        if (t->hlen[op->hdr] == ALOG_HDR_NONE) {
-            *p++ = '-';
-            return p;
-        }
-        return alog_put_esc(p, t->harea + t->hoff[op->hdr], t->hlen[op->hdr],
-                            ALOG_FIELD_MAX);
+        return alog_put_hdr(p, t, op->hdr);
     case CONF_LF_N:
         break;
     }

@@ -2992,21 +2992,33 @@ START_TEST(test_logging_yaml_errors)
 }
 END_TEST
 
-static Suite *
-conf_suite(void)
+/* The suite's test cases, one function each (as parent_tcase above),
+ * every one with the setup/teardown fixture. */
+static TCase *
+fixture_tcase(const char *name)
 {
-    Suite *s = suite_create("conf");
-    TCase *tc;
+    TCase *tc = tcase_create(name);
 
-    tc = tcase_create("common");
     tcase_add_checked_fixture(tc, setup, teardown);
+    return tc;
+}
+
+static TCase *
+common_tcase(void)
+{
+    TCase *tc = fixture_tcase("common");
+
     tcase_add_test(tc, test_errors_format);
     tcase_add_test(tc, test_parse_size);
     tcase_add_test(tc, test_path);
-    suite_add_tcase(s, tc);
+    return tc;
+}
 
-    tc = tcase_create("records");
-    tcase_add_checked_fixture(tc, setup, teardown);
+static TCase *
+records_tcase(void)
+{
+    TCase *tc = fixture_tcase("records");
+
     tcase_add_test(tc, test_records_defaults);
     tcase_add_test(tc, test_records_good);
     tcase_add_test(tc, test_records_unknown_key_warns);
@@ -3016,10 +3028,14 @@ conf_suite(void)
     tcase_add_test(tc, test_records_missing_file);
     tcase_add_test(tc, test_records_ports_ats);
     tcase_add_test(tc, test_records_ports_ats_errors);
-    suite_add_tcase(s, tc);
+    return tc;
+}
 
-    tc = tcase_create("remap");
-    tcase_add_checked_fixture(tc, setup, teardown);
+static TCase *
+remap_tcase(void)
+{
+    TCase *tc = fixture_tcase("remap");
+
     tcase_add_test(tc, test_remap_parse_urls);
     tcase_add_test(tc, test_remap_options_fail_closed);
     tcase_add_test(tc, test_remap_errors);
@@ -3033,45 +3049,65 @@ conf_suite(void)
     tcase_add_test(tc, test_remap_include_errors);
     tcase_add_test(tc, test_remap_include_depth);
     tcase_add_test(tc, test_remap_reverse);
-    suite_add_tcase(s, tc);
+    return tc;
+}
 
-    tc = tcase_create("ip_allow");
-    tcase_add_checked_fixture(tc, setup, teardown);
+static TCase *
+ip_allow_tcase(void)
+{
+    TCase *tc = fixture_tcase("ip_allow");
+
     tcase_add_test(tc, test_method_bit);
     tcase_add_test(tc, test_ip_allow_first_match);
     tcase_add_test(tc, test_ip_allow_cidr_edges);
     tcase_add_test(tc, test_ip_allow_errors);
     tcase_add_test(tc, test_ip_allow_defaults);
     tcase_add_test(tc, test_ip_allow_shipped_file);
-    suite_add_tcase(s, tc);
+    return tc;
+}
 
-    tc = tcase_create("storage");
-    tcase_add_checked_fixture(tc, setup, teardown);
+static TCase *
+storage_tcase(void)
+{
+    TCase *tc = fixture_tcase("storage");
+
     tcase_add_test(tc, test_storage_good);
     tcase_add_test(tc, test_storage_errors);
-    suite_add_tcase(s, tc);
+    return tc;
+}
 
-    tc = tcase_create("load");
-    tcase_add_checked_fixture(tc, setup, teardown);
+static TCase *
+load_tcase(void)
+{
+    TCase *tc = fixture_tcase("load");
+
     tcase_add_test(tc, test_load_minimal);
     tcase_add_test(tc, test_load_relative_dir);
     tcase_add_test(tc, test_load_errors_collected);
     tcase_add_test(tc, test_load_missing_required);
     tcase_add_test(tc, test_load_warnings_do_not_fail);
     tcase_add_test(tc, test_load_shipped_files);
-    suite_add_tcase(s, tc);
+    return tc;
+}
 
-    tc = tcase_create("atskeys");
-    tcase_add_checked_fixture(tc, setup, teardown);
+static TCase *
+atskeys_tcase(void)
+{
+    TCase *tc = fixture_tcase("atskeys");
+
     tcase_add_test(tc, test_records_matches_keys);
     tcase_add_test(tc, test_records_matches_other_value_is_error);
     tcase_add_test(tc, test_records_internal_one_warning);
     tcase_add_test(tc, test_ats_key_table);
     tcase_add_test(tc, test_ats_files);
-    suite_add_tcase(s, tc);
+    return tc;
+}
 
-    tc = tcase_create("issue18_ip_allow");
-    tcase_add_checked_fixture(tc, setup, teardown);
+static TCase *
+issue18_ip_allow_tcase(void)
+{
+    TCase *tc = fixture_tcase("issue18_ip_allow");
+
     tcase_add_test(tc, test_ip_allow_ats_order);
     tcase_add_test(tc, test_ip_allow_dest_ip);
     tcase_add_test(tc, test_yaml_tree);
@@ -3080,42 +3116,75 @@ conf_suite(void)
     tcase_add_test(tc, test_ip_allow_yaml_forms);
     tcase_add_test(tc, test_ip_allow_yaml_errors);
     tcase_add_test(tc, test_load_ip_allow_yaml);
-    suite_add_tcase(s, tc);
+    return tc;
+}
 
-    tc = tcase_create("remap_acl");
-    tcase_add_checked_fixture(tc, setup, teardown);
+static TCase *
+remap_acl_tcase(void)
+{
+    TCase *tc = fixture_tcase("remap_acl");
+
     tcase_add_test(tc, test_remap_acl_legacy);
     tcase_add_test(tc, test_remap_named_filters);
     tcase_add_test(tc, test_remap_filter_errors);
     tcase_add_test(tc, test_remap_acl_modern);
     tcase_add_test(tc, test_remap_recv_port_and_regex_redirect);
     tcase_add_test(tc, test_load_acl_policy);
-    suite_add_tcase(s, tc);
+    return tc;
+}
 
-    tc = tcase_create("cache_config");
-    tcase_add_checked_fixture(tc, setup, teardown);
+static TCase *
+cache_config_tcase(void)
+{
+    TCase *tc = fixture_tcase("cache_config");
+
     tcase_add_test(tc, test_cache_duration);
     tcase_add_test(tc, test_cache_config_good);
     tcase_add_test(tc, test_cache_config_errors);
     tcase_add_test(tc, test_cache_config_match);
     tcase_add_test(tc, test_cache_negative_list);
-    suite_add_tcase(s, tc);
+    return tc;
+}
 
-    suite_add_tcase(s, parent_tcase());
+static TCase *
+issue25_logging_tcase(void)
+{
+    TCase *tc = fixture_tcase("issue25-logging");
 
-    tc = tcase_create("issue25-logging");
-    tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_logging_compile);
     tcase_add_test(tc, test_logging_yaml);
     tcase_add_test(tc, test_logging_yaml_errors);
-    suite_add_tcase(s, tc);
+    return tc;
+}
 
-    tc = tcase_create("issue18-headers");
-    tcase_add_checked_fixture(tc, setup, teardown);
+static TCase *
+issue18_headers_tcase(void)
+{
+    TCase *tc = fixture_tcase("issue18-headers");
+
     tcase_add_test(tc, test_records_header_keys);
     tcase_add_test(tc, test_dns_servers);
-    suite_add_tcase(s, tc);
+    return tc;
+}
 
+static Suite *
+conf_suite(void)
+{
+    Suite *s = suite_create("conf");
+
+    suite_add_tcase(s, common_tcase());
+    suite_add_tcase(s, records_tcase());
+    suite_add_tcase(s, remap_tcase());
+    suite_add_tcase(s, ip_allow_tcase());
+    suite_add_tcase(s, storage_tcase());
+    suite_add_tcase(s, load_tcase());
+    suite_add_tcase(s, atskeys_tcase());
+    suite_add_tcase(s, issue18_ip_allow_tcase());
+    suite_add_tcase(s, remap_acl_tcase());
+    suite_add_tcase(s, cache_config_tcase());
+    suite_add_tcase(s, parent_tcase());
+    suite_add_tcase(s, issue25_logging_tcase());
+    suite_add_tcase(s, issue18_headers_tcase());
     return s;
 }
 
