@@ -111,49 +111,6 @@ struct cc_parse {
     struct conf_errors *e;
 };
 
-/* The next label=value pair of *cur (value unquoted in place).  Returns 1,
- * 0 at the end, -1 when malformed (*why). */
-static int
-cc_pair(char **cur, char **label, char **value, const char **why)
-{
-    char *p = *cur;
-
-    while (*p == ' ' || *p == '\t')
-        p++;
-    if (*p == '\0' || *p == '#')
-        return 0;
-    *label = p;
-    while (*p && *p != '=' && *p != ' ' && *p != '\t')
-        p++;
-    if (*p != '=') {
-        *why = "expected label=value";
-        return -1;
-    }
-    *p++ = '\0';
-    if (*p == '"') {
-        *value = ++p;
-        while (*p && *p != '"')
-            p++;
-        if (*p != '"') {
-            *why = "unterminated quoted value";
-            return -1;
-        }
-        *p++ = '\0';
-    } else {
-        *value = p;
-        while (*p && *p != ' ' && *p != '\t')
-            p++;
-        if (*p)
-            *p++ = '\0';
-    }
-    *cur = p;
-    if (**value == '\0') {
-        *why = "empty value";
-        return -1;
-    }
-    return 1;
-}
-
 /* A primary destination; 0 or -1 (error recorded). */
 static int
 cc_primary(struct cc_parse *ps, struct conf_cache_rule *r, const char *label,
@@ -393,7 +350,7 @@ cc_line(void *arg, char *line, int lineno)
     r.internal = -1;
     r.cookies = -1;
     r.line = lineno;
-    while (!bad && (rc = cc_pair(&cur, &label, &value, &why)) != 0) {
+    while (!bad && (rc = conf_pair(&cur, &label, &value, &why)) != 0) {
         if (rc < 0) {
             conf_error(ps->e, ps->file, lineno, "%s", why);
             bad = 1;

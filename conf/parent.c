@@ -106,49 +106,6 @@ conf_parent_code(const uint8_t *bits, int status)
     return status >= 0 && status < 1000 && (bits[status / 8] >> (status % 8)) & 1;
 }
 
-/* The next label=value pair of *cur (value unquoted in place).  Returns 1,
- * 0 at the end, -1 when malformed (*why). */
-static int
-pp_pair(char **cur, char **label, char **value, const char **why)
-{
-    char *p = *cur;
-
-    while (*p == ' ' || *p == '\t')
-        p++;
-    if (*p == '\0' || *p == '#')
-        return 0;
-    *label = p;
-    while (*p && *p != '=' && *p != ' ' && *p != '\t')
-        p++;
-    if (*p != '=') {
-        *why = "expected label=value";
-        return -1;
-    }
-    *p++ = '\0';
-    if (*p == '"') {
-        *value = ++p;
-        while (*p && *p != '"')
-            p++;
-        if (*p != '"') {
-            *why = "unterminated quoted value";
-            return -1;
-        }
-        *p++ = '\0';
-    } else {
-        *value = p;
-        while (*p && *p != ' ' && *p != '\t')
-            p++;
-        if (*p)
-            *p++ = '\0';
-    }
-    *cur = p;
-    if (**value == '\0') {
-        *why = "empty value";
-        return -1;
-    }
-    return 1;
-}
-
 static int
 pp_bool(const char *v, int *out)
 {
@@ -547,7 +504,7 @@ pp_fields(struct pp_parse *ps, struct conf_parent_rule *r, char *line, int linen
     const char *why = NULL;
     int rc, flags = 0;
 
-    while ((rc = pp_pair(&cur, &label, &value, &why)) != 0) {
+    while ((rc = conf_pair(&cur, &label, &value, &why)) != 0) {
         if (rc < 0) {
             conf_error(ps->e, ps->file, lineno, "%s", why);
             return -1;

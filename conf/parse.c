@@ -281,3 +281,44 @@ conf_parse_size(const char *s, int64_t *out)
     *out = (int64_t)(v << shift);
     return 0;
 }
+
+int
+conf_pair(char **cur, char **label, char **value, const char **why)
+{
+    char *p = *cur;
+
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (*p == '\0' || *p == '#')
+        return 0;
+    *label = p;
+    while (*p && *p != '=' && *p != ' ' && *p != '\t')
+        p++;
+    if (*p != '=') {
+        *why = "expected label=value";
+        return -1;
+    }
+    *p++ = '\0';
+    if (*p == '"') {
+        *value = ++p;
+        while (*p && *p != '"')
+            p++;
+        if (*p != '"') {
+            *why = "unterminated quoted value";
+            return -1;
+        }
+        *p++ = '\0';
+    } else {
+        *value = p;
+        while (*p && *p != ' ' && *p != '\t')
+            p++;
+        if (*p)
+            *p++ = '\0';
+    }
+    *cur = p;
+    if (**value == '\0') {
+        *why = "empty value";
+        return -1;
+    }
+    return 1;
+}

@@ -85,4 +85,9 @@ char *conf_trim(char *s);
  * in place.  Returns NULL at the end of the string. */
 char *conf_token(char **cursor);
 
+/* The next label=value pair of *cur, ATS's cache.config / parent.config
+ * syntax (a value may be "quoted"; unquoted in place).  Returns 1, 0 at
+ * the end of the line (or a '#'), -1 when malformed (*why). */
+int   conf_pair(char **cur, char **label, char **value, const char **why);
+
 #endif /* CISTERN_CONF_PARSE_H */
