@@ -7,6 +7,7 @@ mixed traffic (`promtool check metrics` clean, histogram counts equal to
 the requests made, per-rule counters adding up to the totals), and
 `ctl top` (one plain frame; the live screen in a tmux pane under a known
 ab load, captured and checked for the figures)."""
+import atexit
 import json
 import os
 import re
@@ -24,8 +25,26 @@ from harness import Cistern, Origin, curl, expect, expect_eq, wait_for  # noqa: 
 CACHEABLE = "/headers?Cache-Control=max-age%3D300"
 
 
+_bin_for_others = []
+
+
+def bin_for_others():
+    """The daemon binary copied where any user may run it (the build tree
+    may sit under a directory only root can enter, as a CI clone does)."""
+    if not _bin_for_others:
+        d = tempfile.mkdtemp(prefix="cistern-ctl-bin-")
+        atexit.register(shutil.rmtree, d, True)
+        os.chmod(d, 0o755)
+        dst = os.path.join(d, "cistern")
+        shutil.copy2(harness.cistern_bin(), dst)
+        os.chmod(dst, 0o755)
+        _bin_for_others.append(dst)
+    return _bin_for_others[0]
+
+
 def ctl(c, *args, confdir=None, user=None, timeout=40):
-    cmd = [harness.cistern_bin(), "ctl", "-c", confdir or c.confdir] + list(args)
+    binary = bin_for_others() if user else harness.cistern_bin()
+    cmd = [binary, "ctl", "-c", confdir or c.confdir] + list(args)
     if user:
         cmd = ["runuser", "-u", user, "--"] + cmd
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
