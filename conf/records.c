@@ -44,6 +44,9 @@
 
 #include "conf/conf.h"
 
+#ifndef CST_PLUGINDIR           /* Makefile.am: $(libdir)/cistern/plugins */
+#define CST_PLUGINDIR "/usr/local/lib/cistern/plugins"
+#endif
 #ifndef CST_LOGDIR
 #define CST_LOGDIR "/var/log/cistern"
 #endif
