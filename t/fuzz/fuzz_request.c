@@ -112,7 +112,10 @@ check_parsed(const struct http_req *r, const char *head)
     FZ_CHECK((uint64_t)r->path + r->path_len <= r->head_len);
     FZ_CHECK(r->port >= 0 && r->port <= 65535);
     FZ_CHECK(r->f_host >= -1 && r->f_host < r->nfields);
-    FZ_CHECK(r->minor == 0 || r->f_host >= 0);
+    /* HTTP/1.1 needs Host, but for a target carrying its own authority
+     * (absolute form, CONNECT's authority form), as in ATS (issue 19) */
+    FZ_CHECK(r->minor == 0 || r->f_host >= 0 || r->absolute
+             || r->method == HTTP_CONNECT);
     FZ_CHECK(!r->absolute || r->host_len > 0);
     FZ_CHECK(r->method >= 0);
     FZ_CHECK(strcmp(http_method_name(r->method), "UNKNOWN") != 0);
