@@ -15,14 +15,16 @@
  *               server drain | server undrain
  *               cache lookup URL | cache purge URL
  *               host down NAME | host up NAME
+ *               url top [N] [requests|misses]
  *   answer    a status line "CODE TEXT": 0 ok, 1 not found / false,
  *             2 usage, 3 unreachable, 4 error; then "name<TAB>value"
  *             lines; then the server closes the connection.
  * The exit status of `cistern ctl` is CODE; 3 also when the socket cannot
  * be reached (no instance, or no permission).
  *
- * Who answers.  The master answers config, server and host itself (it
- * owns reloads, the header of the shared region and the parent table).
+ * Who answers.  The master answers config, server, host and url itself (it
+ * owns reloads, the header of the shared region and the parent table; the
+ * URL tables are in every slot, read from shm).
  * metric and cache go to a worker of the serving generation: the socket
  * is passed over the worker's SOCK_SEQPACKET pair with the line
  * (SCM_RIGHTS) and the worker answers on it (worker/ctl.c).  A worker
@@ -57,6 +59,7 @@
 #define CTL_LINE     4096
 #define CTL_READ_MS  5000
 #define CTL_RELOAD_MS 30000
+#define CTL_URLS_MAX 100            /* rows of `url top` (~25 KiB answer) */
 
 struct ctl_client {
     int      fd;                    /* -1: free */
@@ -196,6 +199,51 @@ ctl_status(struct ctl_client *c)
     ctl_answer(c, 0, body);
 }
 
+/* url top [N] [requests|misses]: the busiest URLs of every slot's table
+ * and the retired ones, merged (shm/urltop.h) */
+static void
+ctl_urls(struct ctl_client *c, const char *args)
+{
+    struct urltop_ent *e = NULL;
+    char *body = NULL, *end;
+    int max = 10, by_misses = 0, n;
+    size_t off = 0, cap;
+
+    while (*args) {
+        size_t k = strcspn(args, " ");
+        if (k == 6 && strncmp(args, "misses", 6) == 0)
+            by_misses = 1;
+        else if (!(k == 8 && strncmp(args, "requests", 8) == 0)) {
+            max = (int)strtol(args, &end, 10);
+            if (end != args + k || max < 1 || max > CTL_URLS_MAX) {
+                ctl_answer(c, 2, "error\turl top [N (1-100)] [requests|misses]\n");
+                return;
+            }
+        }
+        args += k;
+        args += strspn(args, " ");
+    }
+    cap = (size_t)max * (URLTOP_URL + 200) + 64;
+    if ((e = calloc((size_t)max, sizeof(*e))) == NULL || (body = malloc(cap)) == NULL
+        || (n = urltop_collect(C.ops->shm, by_misses, e, max)) < 0) {
+        ctl_answer(c, 4, "error\tout of memory\n");
+        goto out;
+    }
+    body[0] = '\0';
+    for (int i = 0; i < n; i++)
+        off += (size_t)snprintf(body + off, cap - off,
+                                "url.%d\t%s\nurl.%d.requests\t%llu\nurl.%d.hits\t%llu\n"
+                                "url.%d.misses\t%llu\nurl.%d.error\t%llu\n",
+                                i + 1, e[i].url, i + 1, (unsigned long long)e[i].requests,
+                                i + 1, (unsigned long long)e[i].hits, i + 1,
+                                (unsigned long long)e[i].misses, i + 1,
+                                (unsigned long long)e[i].err);
+    ctl_answer(c, 0, body);
+out:
+    free(body);
+    free(e);
+}
+
 /* metric and cache: the client's socket goes to a worker with the line */
 static void
 ctl_forward(struct ctl_client *c)
@@ -257,6 +305,8 @@ ctl_request(struct ctl_client *c)
         log_notice("ctl: server %s: answers %s", w[1],
                    d ? "close their connections (Connection: close)" : "keep connections alive again");
         ctl_answer(c, 0, d ? "draining\ttrue\n" : "draining\tfalse\n");
+    } else if (nw >= 2 && strcmp(w[0], "url") == 0 && strcmp(w[1], "top") == 0) {
+        ctl_urls(c, w[2]);
     } else if (nw == 3 && strcmp(w[0], "host") == 0
                && (strcmp(w[1], "down") == 0 || strcmp(w[1], "up") == 0)) {
         ctl_host(c, strcmp(w[1], "down") == 0, w[2]);

@@ -39,9 +39,11 @@ ctl_usage(FILE *out)
 "  config reload          reload; waits for the verdict and the errors\n"
 "  config status          generation, last reload, workers, drain state\n"
 "  server drain|undrain   answers close their connections (or not again)\n"
-"  cache lookup URL       is URL stored: key, size, age, TTL, Vary\n"
+"  cache lookup URL       is URL stored: key, size, age, TTL, Vary, hits\n"
 "  cache purge URL        remove URL's object\n"
 "  host down|up NAME      mark a parent.config parent down until up\n"
+"  url top [N] [misses]   the N busiest URLs (10; at most 100) by requests,\n"
+"                         or by misses, since the start (approximate)\n"
 "  top [-n FRAMES]        a live view, refreshed every second\n"
 "Exit status: 0 ok, 1 not found or false, 2 usage, 3 instance unreachable,\n"
 "4 error.  See cistern(8), CTL.\n");
@@ -154,6 +156,33 @@ ctl_json_str(const char *s, size_t n)
     putchar('"');
 }
 
+/* `url top` as text: one row per URL (the answer's url.N lines). */
+static void
+ctl_print_urls(const char *ans)
+{
+    const char *p = strchr(ans, '\n');
+    unsigned long long v[4] = { 0, 0, 0, 0 };
+    static const char *const f[4] = { ".requests\t", ".hits\t", ".misses\t", ".error\t" };
+    char url[512] = "";
+
+    printf("%10s %10s %10s %10s  %s\n", "REQUESTS", "HITS", "MISSES", "+-ERROR", "URL");
+    for (p = p ? p + 1 : ans; *p;) {
+        const char *e = strchr(p, '\n'), *t = strchr(p, '\t');
+        size_t ll = e ? (size_t)(e - p) : strlen(p);
+        if (t && t < p + ll && strncmp(p, "url.", 4) == 0) {
+            const char *d = p + 4 + strspn(p + 4, "0123456789");
+            if (d == t)
+                snprintf(url, sizeof(url), "%.*s", (int)(ll - (size_t)(t + 1 - p)), t + 1);
+            for (int k = 0; k < 4; k++)
+                if (strncmp(d, f[k], strlen(f[k])) == 0)
+                    v[k] = strtoull(t + 1, NULL, 10);
+            if (strncmp(d, f[3], strlen(f[3])) == 0)
+                printf("%10llu %10llu %10llu %10llu  %s\n", v[0], v[1], v[2], v[3], url);
+        }
+        p += ll + (e != NULL);
+    }
+}
+
 /* The answer's "name\tvalue" lines: as text, or one JSON object. */
 static void
 ctl_print(int code, const char *ans, int json)
@@ -240,7 +269,9 @@ ctl_main(int argc, char **argv)
         off += (size_t)snprintf(line + off, sizeof(line) - off, "%s%s", off ? " " : "", argv[i]);
     }
     code = ctl_call(sock, line, &ans);
-    if (ans) {
+    if (ans && code == 0 && !json && strncmp(line, "url top", 7) == 0) {
+        ctl_print_urls(ans);
+    } else if (ans) {
         ctl_print(code, ans, json);
         if (code == 2)
             ctl_usage(stderr);

@@ -10,10 +10,9 @@
  * (`ctl top -n 1` prints one frame, a second after it starts, and exits).
  * No curses library is needed: the screen is one block of text.
  *
- * Top URLs are not shown: counting per URL needs a hash of every URL and
- * a shared (or per-worker, merged) top-K table updated on every request,
- * hits included; Cistern keeps the hit path free of that.  The access log
- * has every URL.
+ * The busiest URLs come from "url top N requests" and "url top N misses"
+ * (the master merges every worker's table, shm/urltop.h): counts since the
+ * start, and requests per second where the previous frame had the URL.
  */
 #include "config.h"
 
@@ -32,16 +31,24 @@
 
 #define TOP_MAX   4096
 #define TOP_RULES 10
+#define TOP_URLS  5
 
 struct top_m {
     char   name[160];
     double v;
 };
 
+struct top_url {
+    char   url[URLTOP_URL];
+    double req, hits, misses;
+};
+
 struct top_snap {
     struct top_m m[TOP_MAX];
     int          n;
     double       t;           /* seconds, monotonic */
+    struct top_url u[2][TOP_URLS];  /* by requests, by misses */
+    int          nu[2];
 };
 
 static volatile sig_atomic_t top_stop;
@@ -60,6 +67,46 @@ top_now(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The rows of "url top TOP_URLS requests|misses" into s->u[by]. */
+static void
+top_urls(const char *sock, struct top_snap *s, int by)
+{
+    char *ans = NULL, *p, *e;
+
+    s->nu[by] = 0;
+    if (ctl_call_top(sock, by ? "url top 5 misses" : "url top 5 requests", &ans) != 0 || !ans) {
+        free(ans);
+        return;
+    }
+    p = strchr(ans, '\n');
+    for (p = p ? p + 1 : ans; *p; p = e + 1) {
+        char *t, *dot;
+        int i;
+        if ((e = strchr(p, '\n')) == NULL)
+            break;
+        *e = '\0';
+        if (strncmp(p, "url.", 4) != 0 || (t = strchr(p, '\t')) == NULL)
+            continue;
+        *t = '\0';
+        i = (int)strtol(p + 4, &dot, 10) - 1;
+        if (i < 0 || i >= TOP_URLS)
+            continue;
+        struct top_url *u = &s->u[by][i];
+        if (*dot == '\0') {
+            snprintf(u->url, sizeof(u->url), "%s", t + 1);
+            if (i + 1 > s->nu[by])
+                s->nu[by] = i + 1;
+        } else if (strcmp(dot, ".requests") == 0) {
+            u->req = strtod(t + 1, NULL);
+        } else if (strcmp(dot, ".hits") == 0) {
+            u->hits = strtod(t + 1, NULL);
+        } else if (strcmp(dot, ".misses") == 0) {
+            u->misses = strtod(t + 1, NULL);
+        }
+    }
+    free(ans);
 }
 
 static int
@@ -88,6 +135,8 @@ top_sample(const char *sock, struct top_snap *s)
         s->n++;
     }
     free(ans);
+    top_urls(sock, s, 0);
+    top_urls(sock, s, 1);
     return 0;
 }
 
@@ -200,6 +249,33 @@ top_rules(const struct top_snap *a, const struct top_snap *b, struct top_rule *o
     return n;
 }
 
+/* The URL rows of b (by requests or by misses), with rates where a had
+ * the URL. */
+static void
+top_url_rows(FILE *o, const struct top_snap *a, const struct top_snap *b, int by, double dt)
+{
+    fprintf(o, "\n%9s %7s %10s %8s %8s  %s\n", by ? "miss/s" : "req/s", "hit%", "requests",
+            "hits", "misses", by ? "URL (by misses)" : "URL (by requests)");
+    for (int i = 0; i < b->nu[by]; i++) {
+        const struct top_url *u = &b->u[by][i];
+        double prev = -1;
+        char rate[16];
+        for (int k = 0; k < 2 && prev < 0; k++)
+            for (int j = 0; j < a->nu[k]; j++)
+                if (strcmp(a->u[k][j].url, u->url) == 0) {
+                    prev = by ? a->u[k][j].misses : a->u[k][j].req;
+                    break;
+                }
+        if (prev >= 0)
+            snprintf(rate, sizeof(rate), "%.1f", ((by ? u->misses : u->req) - prev) / dt);
+        else
+            snprintf(rate, sizeof(rate), "-");
+        fprintf(o, "%9s %6.1f%% %10.0f %8.0f %8.0f  %s\n", rate,
+                u->hits + u->misses > 0 ? 100.0 * u->hits / (u->hits + u->misses) : 0.0,
+                u->req, u->hits, u->misses, u->url);
+    }
+}
+
 static void
 top_frame(FILE *o, const struct top_snap *a, const struct top_snap *b)
 {
@@ -253,6 +329,8 @@ top_frame(FILE *o, const struct top_snap *a, const struct top_snap *b)
                 r->errors / dt, r->total);
     }
     free(rules);
+    top_url_rows(o, a, b, 0, dt);
+    top_url_rows(o, a, b, 1, dt);
 }
 
 int

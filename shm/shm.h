@@ -7,7 +7,8 @@
  *     struct shm_hdr    magic, layout version, sizes, reload status,
  *                       counters retired from dead slots
  *     struct shm_slot   [nslots]: one per process slot (workers of every
- *                       live generation, and the cache manager)
+ *                       live generation, and the cache manager): its
+ *                       counters and its busiest URLs (urltop.h)
  *     fill table        in-flight misses, for collapsed forwarding
  *     parent table      parent proxies' health (parenttab.h, issue 20)
  *     label table       the names of the per-rule and per-origin series
@@ -28,8 +29,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "shm/urltop.h"
+
 #define SHM_MAGIC          0x43535348u    /* "CSSH" */
-#define SHM_VERSION        3u
+#define SHM_VERSION        4u
 #define SHM_PANIC_LEN      256
 #define SHM_RELOAD_MSG_LEN 512
 
@@ -111,6 +114,7 @@ struct shm_slot {
     volatile int32_t  index;       /* worker index = listener index */
     volatile uint64_t heartbeat;   /* seconds, bumped by the worker's timer */
     struct shm_counters c;
+    struct urltop     urls;        /* its busiest URLs (urltop.h) */
     char              panic[SHM_PANIC_LEN];   /* last words before abort */
 } __attribute__((aligned(64)));
 
@@ -131,6 +135,7 @@ struct shm_hdr {
     volatile uint32_t ctl_drain;          /* `cistern ctl server drain`: every
                                              answer closes its connection */
     struct shm_counters retired;          /* folded from reaped slots */
+    struct urltop     retired_urls;       /* merged from reaped slots */
 };
 
 struct filltab;
@@ -160,8 +165,8 @@ int  shm_check(const struct shm *s);
 /* Sum counters over the retired totals and every live slot. */
 void shm_sum(const struct shm *s, struct shm_counters *out);
 
-/* Fold slot i's counters into retired and clear the slot (master, after
- * reaping its process). */
+/* Fold slot i's counters into retired (its URL table into retired_urls)
+ * and clear the slot (master, after reaping its process). */
 void shm_slot_retire(struct shm *s, unsigned i);
 
 /* Record the last words of this process in its slot (async-signal-safe). */

@@ -6,8 +6,11 @@ codes, a user without access to the socket refused), /_metrics after
 mixed traffic (`promtool check metrics` clean, histogram counts equal to
 the requests made, per-rule counters adding up to the totals), and
 `ctl top` (one plain frame; the live screen in a tmux pane under a known
-ab load, captured and checked for the figures)."""
+ab load, captured and checked for the figures), and the busiest URLs
+(`ctl url top`, the URL rows of `ctl top` in tmux, `cache lookup`'s
+"hits") under a known load, across a reload and past the table's bound."""
 import atexit
+import http.client
 import json
 import os
 import re
@@ -333,6 +336,141 @@ def test_top_in_tmux_under_ab():
             m = re.search(r"^site_a\s+([\d.]+)\s+100\.0%", screen, re.M)
             expect(m and float(m.group(1)) > 0, "site_a row:\n" + screen)
             expect(re.search(r"latency ms\s+p50 [\d.]+\s+p90 [\d.]+\s+p99 [\d.]+", screen), screen)
+            # the URL's own row: its rate, and every request but the first a hit
+            m = re.search(r"^\s+([\d.]+)\s+([\d.]+)%%\s+(\d+)\s+(\d+)\s+1  a\.test%s$"
+                          % re.escape(CACHEABLE), screen, re.M)
+            expect(m, "URL row:\n" + screen)
+            expect(rps / 3 <= float(m.group(1)) <= rps * 3, "URL row %s req/s, ab %.0f" % (m.group(1), rps))
+            expect_eq(int(m.group(3)), int(m.group(4)) + 1, "URL requests = hits + the one miss")
+            subprocess.run(tm + ["send-keys", "q"])
+            wait_for(lambda: subprocess.run(tm + ["has-session"], capture_output=True).returncode != 0,
+                     10, what="top to quit on q")
+        finally:
+            subprocess.run(tm + ["kill-server"], capture_output=True)
+
+
+URL_A = CACHEABLE + "&u=a"
+URL_B = CACHEABLE + "&u=b"
+URL_C = "/headers?Cache-Control=no-store&u=c"
+
+
+def get_many(c, path, n, per_conn=10):
+    """n GETs of path on keep-alive connections of per_conn requests each
+    (so more than one worker serves them); the statuses."""
+    got = []
+    while len(got) < n:
+        h = http.client.HTTPConnection("127.0.0.1", c.port, timeout=20)
+        for _ in range(min(per_conn, n - len(got))):
+            h.request("GET", path, headers={"Host": "a.test"})
+            r = h.getresponse()
+            r.read()
+            got.append(r.status)
+        h.close()
+    return got
+
+
+def known_load(c):
+    """/a: 1 miss then 50 hits; /b: 1 miss then 10 hits; /c: 5 misses."""
+    for path, n in ((URL_A, 51), (URL_B, 11), (URL_C, 5)):
+        expect_eq(get_many(c, path, 1), [200], path + " first")
+        expect_eq(get_many(c, path, n - 1), [200] * (n - 1), path)
+
+
+def url_rows(c, *args):
+    rc, j = ctl_json(c, "url", "top", *args)
+    expect_eq(rc, 0, "url top exit: %r" % j)
+    rows, i = [], 1
+    while "url.%d" % i in j:
+        rows.append((j["url.%d" % i], j["url.%d.requests" % i], j["url.%d.hits" % i],
+                     j["url.%d.misses" % i]))
+        i += 1
+    return rows
+
+
+def lookup_counts(c, path):
+    rc, j = ctl_json(c, "cache", "lookup", "http://a.test" + path)
+    expect("hits" in j and "hits_note" in j, "lookup has hits: %r" % j)
+    return j["hits"], j["misses"], j["requests"], j["hits_tracked"]
+
+
+@harness.timeout(150)
+def test_url_top_and_lookup_hits():
+    with Origin() as o, Cistern(remap=remap(o), storage=["cache 64M"]) as c:
+        known_load(c)
+        a, b, cc = ("a.test" + p for p in (URL_A, URL_B, URL_C))
+        expect_eq(url_rows(c), [(a, 51, 50, 1), (b, 11, 10, 1), (cc, 5, 0, 5)], "by requests")
+        expect_eq(url_rows(c, "2"), [(a, 51, 50, 1), (b, 11, 10, 1)], "two rows")
+        expect_eq(url_rows(c, "misses"), [(cc, 5, 0, 5), (a, 51, 50, 1), (b, 11, 10, 1)], "by misses")
+        expect_eq(lookup_counts(c, URL_A), (50, 1, 51, True), "lookup /a")
+        expect_eq(lookup_counts(c, URL_B), (10, 1, 11, True), "lookup /b")
+        expect_eq(lookup_counts(c, URL_C), (0, 5, 5, True), "lookup /c (not stored)")
+        expect_eq(lookup_counts(c, CACHEABLE + "&u=never"), (0, 0, 0, False), "never asked")
+        p = ctl(c, "url", "top")
+        expect_eq(p.returncode, 0, "text exit")
+        lines = p.stdout.splitlines()
+        expect(re.match(r"\s*REQUESTS\s+HITS\s+MISSES\s+\+-ERROR\s+URL$", lines[0]), p.stdout)
+        expect(re.match(r"\s*51\s+50\s+1\s+0\s+" + re.escape(a) + "$", lines[1]), p.stdout)
+        expect_eq(ctl(c, "url", "top", "0").returncode, 2, "N out of range")
+        expect_eq(ctl(c, "url", "top", "x").returncode, 2, "not a number")
+        # a reload retires the workers: their tables are merged, not lost
+        expect_eq(ctl(c, "config", "reload").returncode, 0, "reload")
+        wait_for(lambda: ctl_json(c, "config", "status")[1].get("workers_ready") == 2, 10,
+                 what="the new workers")
+        expect_eq(url_rows(c)[0], (a, 51, 50, 1), "after the reload")
+        expect_eq(get_many(c, URL_A, 5), [200] * 5, "5 more hits")
+        expect_eq(lookup_counts(c, URL_A), (55, 1, 56, True), "old and new generations add up")
+        # the bound: 600 URLs seen once each leave /a's figures exact
+        for i in range(0, 600, 100):
+            expect_eq(get_many(c, URL_C + "&n=%d" % i, 1), [200], "one-off")
+            h = http.client.HTTPConnection("127.0.0.1", c.port, timeout=20)
+            for k in range(i, i + 100):
+                h.request("GET", URL_C + "&n=%d" % k, headers={"Host": "a.test"})
+                h.getresponse().read()
+            h.close()
+        rows = url_rows(c, "100")
+        expect(len(rows) <= 100, "at most 100 rows")
+        expect_eq(rows[0], (a, 56, 55, 1), "/a still first, exact")
+        expect_eq(lookup_counts(c, URL_A), (55, 1, 56, True), "/a's lookup past the bound")
+        rc, j = ctl_json(c, "url", "top", "100")
+        expect(all(j["url.%d.requests" % i] - j["url.%d.error" % i] >= 1 for i in range(1, len(rows) + 1)),
+               "requests - error is a lower bound of at least one")
+
+
+@harness.timeout(150)
+def test_top_url_rows_in_tmux():
+    if shutil.which("tmux") is None:
+        raise harness.SkipTest("tmux needed")
+    with Origin() as o, Cistern(remap=remap(o), storage=["cache 64M"]) as c:
+        known_load(c)
+        p = ctl(c, "top", "-n", "1")
+        expect_eq(p.returncode, 0, "plain frame")
+        expect(re.search(r"misses  URL \(by requests\)$", p.stdout, re.M), p.stdout)
+        sock = os.path.join(tempfile.mkdtemp(prefix="cistern-tmux-"), "tmux.sock")
+        tm = ["tmux", "-S", sock]
+        cmd = "%s ctl -c %s top" % (harness.cistern_bin(), c.confdir)
+        subprocess.run(tm + ["new-session", "-d", "-x", "110", "-y", "40", cmd], check=True)
+        try:
+            def screen():
+                return subprocess.run(tm + ["capture-pane", "-p"], capture_output=True, text=True).stdout
+            wait_for(lambda: "URL (by misses)" in screen(), 10, what="the URL rows")
+            time.sleep(1.5)     # a second frame: rates known
+            s = screen()
+            print("---- top after the known load ----\n%s----" % s.rstrip())
+            row = lambda p: r"^\s+([\d.]+|-)\s+([\d.]+)%%\s+(\d+)\s+(\d+)\s+(\d+)  a\.test%s$" % re.escape(p)
+            byreq = s[s.index("URL (by requests)"):s.index("URL (by misses)")]
+            bymiss = s[s.index("URL (by misses)"):]
+            # a second frame after the load: no requests in between
+            expect(re.search(r"^\s+0\.0\s+98\.0%", byreq, re.M), "rate of /a:\n" + s)
+            found = [(m.start(), m.groups()[1:]) for p in (URL_A, URL_B, URL_C)
+                     for m in [re.search(row(p), byreq, re.M)] if m]
+            expect_eq([g for _, g in sorted(found)],
+                      [("98.0", "51", "50", "1"), ("90.9", "11", "10", "1"), ("0.0", "5", "0", "5")],
+                      "rows by requests, in order:\n" + s)
+            found = [(m.start(), m.groups()[1:]) for p in (URL_C, URL_A, URL_B)
+                     for m in [re.search(row(p), bymiss, re.M)] if m]
+            expect_eq([g for _, g in sorted(found)],
+                      [("0.0", "5", "0", "5"), ("98.0", "51", "50", "1"), ("90.9", "11", "10", "1")],
+                      "rows by misses, in order:\n" + s)
             subprocess.run(tm + ["send-keys", "q"])
             wait_for(lambda: subprocess.run(tm + ["has-session"], capture_output=True).returncode != 0,
                      10, what="top to quit on q")

@@ -147,6 +147,15 @@ metrics_done(struct req *rq)
         rc[SHM_RULE_BYTES] += rq->rq_sent;
         rc[SHM_RULE_ERR] += rq->counted >= 500 || rq->rq_abort;
     }
+    if (rq->rq_topkey) {
+        int taken;
+        struct urltop_ent *e = urltop_count(wk->urls, rq->rq_topkey, &taken);
+        if (taken)
+            urltop_take(e, rq->rq_topkey, rq->r.base + rq->r.host, rq->r.host_len,
+                        rq->r.base + rq->r.path, rq->r.path_len);
+        e->hits += res == SHM_RES_HIT;
+        e->misses += res == SHM_RES_MISS;
+    }
     rq->rq_t0 = 0;      /* counted once */
 }
 

@@ -132,6 +132,7 @@ req_reset(struct req *rq)
     rq->rq_result = NULL;
     rq->rq_sent = 0;
     rq->rq_rule = -1;
+    rq->rq_topkey = 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -446,8 +447,24 @@ step_route(struct req *rq, struct req_route *rt)
     return REQ_LOOKUP;
 }
 
+/* The request's key in the busiest-URL table (shm/urltop.h): from the
+ * hash the lookup made when a hit has the key itself (no Vary), else
+ * hashed here (a miss, off the hit path). */
+static void
+req_topkey(struct req *rq, const struct req_route *rt, enum req_step s)
+{
+    uint8_t h[16];
+
+    if (s == REQ_HIT && rq->obj_keylen == rt->keylen) {
+        rq->rq_topkey = urltop_key(rq->obj.key_hash);
+        return;
+    }
+    cache_key_hash(wk->cache, rt->key, rt->keylen, h);
+    rq->rq_topkey = urltop_key(h);
+}
+
 static enum req_step
-step_lookup(struct req *rq, struct req_route *rt)
+req_lookup(struct req *rq, struct req_route *rt)
 {
     const struct http_req *r = &rq->r;
     int cacheable_method = r->method == HTTP_GET || r->method == HTTP_HEAD;
@@ -504,6 +521,16 @@ step_lookup(struct req *rq, struct req_route *rt)
         }
     }
     return REQ_FETCH;
+}
+
+static enum req_step
+step_lookup(struct req *rq, struct req_route *rt)
+{
+    enum req_step s = req_lookup(rq, rt);
+
+    if (rt->keylen && wk->cache)
+        req_topkey(rq, rt, s);
+    return s;
 }
 
 /* Collapsed forwarding: wait for another worker's fill.  The request sits
@@ -750,6 +777,29 @@ req_ctl_local(struct req *rq)
 
 static const struct req_owner_ops req_ctl_ops = { .local = req_ctl_local };
 
+/* The key's figures in the busiest-URL tables (shm/urltop.h), and what
+ * they mean. */
+static void
+req_ctl_hits(const struct req_route *rt, struct buf *out)
+{
+    struct urltop_ent e;
+    uint8_t h[16];
+    int n;
+
+    if (wk->cache == NULL)
+        return;
+    cache_key_hash(wk->cache, rt->key, rt->keylen, h);
+    n = urltop_lookup(wk->shm, urltop_key(h), &e);
+    buf_printf(out, "hits\t%llu\nmisses\t%llu\nrequests\t%llu\nrequests_error\t%llu\n"
+               "hits_tracked\t%s\nhits_note\t%s\n",
+               (unsigned long long)e.hits, (unsigned long long)e.misses,
+               (unsigned long long)e.requests, (unsigned long long)e.err, n ? "true" : "false",
+               n ? "requests for this key since the master started, all workers (approximate: "
+                   "a busiest-URL table of 256 entries per worker; hits and misses count from "
+                   "when the key took its entry; requests may overcount by requests_error)"
+                 : "not among the busiest URLs of any worker (0 or few requests)");
+}
+
 /* Route URL as a GET from 127.0.0.1 without other fields would be, and
  * look up or purge its key.  Writes "name\tvalue" lines into out; returns
  * 0 (stored / purged), 1 (not stored, no rule maps it), or 4 (error). */
@@ -800,6 +850,7 @@ req_ctl_cache(int purge, const char *url, struct buf *out)
         if (rq->rq_rule >= 0)
             buf_printf(out, "rule\t%s\n", labeltab_name(wk->shm->labeltab, LT_RULE, rq->rq_rule));
         rc = store_ctl_lookup(rt.key, rt.keylen, &rq->r, out) ? 0 : 1;
+        req_ctl_hits(&rt, out);
     } else {
         int r1 = wk->cache ? cache_remove(wk->cache, rt.key, rt.keylen) : CACHE_MISS;
         if (wk->cache && rt.rule == NULL && rt.keylen > sizeof(FORWARD_SUFFIX) - 1) {

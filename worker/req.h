@@ -208,6 +208,8 @@ struct req {
     const char      *rq_result;       /* TCP_HIT, ... as the access log's */
     uint64_t         rq_sent;         /* answer bytes, as the access log's */
     int              rq_rule;         /* label index of the rule, -1: none */
+    uint64_t         rq_topkey;       /* its key in the URL table
+                                         (shm/urltop.h), 0: no key */
 };
 
 /* From the worker's pool (NULL: out of memory), and back. */

@@ -284,6 +284,7 @@ worker_init(struct worker *w, const struct worker_args *a)
     w->shm = a->shm;
     w->slot = &a->shm->slots[a->slot];
     w->ctr = &w->slot->c;
+    w->urls = &w->slot->urls;
     w->index = a->index;
     w->generation = a->generation;
     w->nlisten = a->nlisten;

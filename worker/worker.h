@@ -257,6 +257,7 @@ struct worker {
     struct shm          *shm;
     struct shm_slot     *slot;
     struct shm_counters *ctr;
+    struct urltop       *urls;       /* the slot's busiest URLs */
     unsigned             index;
     uint32_t             generation;
     struct event        *listen_ev[CONF_MAX_PORTS];
