@@ -436,6 +436,26 @@ def test_url_top_and_lookup_hits():
                "requests - error is a lower bound of at least one")
 
 
+def test_url_label_of_a_large_hit():
+    """A URL whose every request is a hit (pushed, never fetched) and whose
+    body goes out after its head (2 MiB, the request parks before DONE):
+    labelled and counted like the others."""
+    with Origin() as o, Cistern(remap=remap(o), storage=["cache 64M"],
+                                records={"proxy.config.http.push_method_enabled": 1}) as c:
+        body = os.urandom(2 << 20)
+        head = b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nContent-Length: %d\r\n\r\n" % len(body)
+        r = harness.one_request(c.port, "PUSH", "/big", head + body, (), "a.test", None, 30.0)
+        expect(r is not None and r.status in (200, 201), "PUSH: %r" % (r and r.status))
+        for _ in range(3):
+            h = http.client.HTTPConnection("127.0.0.1", c.port, timeout=20)
+            h.request("GET", "/big", headers={"Host": "a.test"})
+            g = h.getresponse()
+            expect_eq(g.read(), body, "the pushed body")
+            h.close()
+        expect_eq(url_rows(c), [("a.test/big", 3, 3, 0)], "rows")
+        expect_eq(lookup_counts(c, "/big"), (3, 0, 3, True), "lookup")
+
+
 @harness.timeout(150)
 def test_top_url_rows_in_tmux():
     if shutil.which("tmux") is None:

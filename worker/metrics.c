@@ -12,6 +12,10 @@
  *     response head);
  *   - its remap rule's requests, hits, misses, bytes sent and errors
  *     (a 5xx, or an answer cut short).
+ * A request with a cache key counts in the worker's busiest-URL table
+ * (shm/urltop.h) at LOOKUP (metrics_url: the head is there to label a new
+ * entry), and its hit or miss at DONE, unless another key took the entry
+ * meanwhile.
  * Origin hosts count requests and errors where the counters of every
  * origin do (proxy.c), and connect time when a new connection is up
  * (origin.c).
@@ -147,16 +151,25 @@ metrics_done(struct req *rq)
         rc[SHM_RULE_BYTES] += rq->rq_sent;
         rc[SHM_RULE_ERR] += rq->counted >= 500 || rq->rq_abort;
     }
-    if (rq->rq_topkey) {
-        int taken;
-        struct urltop_ent *e = urltop_count(wk->urls, rq->rq_topkey, &taken);
-        if (taken)
-            urltop_take(e, rq->rq_topkey, rq->r.base + rq->r.host, rq->r.host_len,
-                        rq->r.base + rq->r.path, rq->r.path_len);
-        e->hits += res == SHM_RES_HIT;
-        e->misses += res == SHM_RES_MISS;
+    if (rq->rq_topkey && rq->rq_topent->hash == rq->rq_topkey) {
+        rq->rq_topent->hits += res == SHM_RES_HIT;
+        rq->rq_topent->misses += res == SHM_RES_MISS;
     }
     rq->rq_t0 = 0;      /* counted once */
+}
+
+void
+metrics_url(struct req *rq, const uint8_t hash[16])
+{
+    uint64_t k = urltop_key(hash);
+    int taken;
+    struct urltop_ent *e = urltop_count(wk->urls, k, &taken);
+
+    if (taken)
+        urltop_take(e, k, rq->r.base + rq->r.host, rq->r.host_len, rq->r.base + rq->r.path,
+                    rq->r.path_len);
+    rq->rq_topkey = k;
+    rq->rq_topent = e;
 }
 
 void

@@ -455,12 +455,14 @@ req_topkey(struct req *rq, const struct req_route *rt, enum req_step s)
 {
     uint8_t h[16];
 
+    if (rq->rq_topkey || rq->rq_bg)
+        return;     /* counted before a WAIT; a background revalidation */
     if (s == REQ_HIT && rq->obj_keylen == rt->keylen) {
-        rq->rq_topkey = urltop_key(rq->obj.key_hash);
+        metrics_url(rq, rq->obj.key_hash);
         return;
     }
     cache_key_hash(wk->cache, rt->key, rt->keylen, h);
-    rq->rq_topkey = urltop_key(h);
+    metrics_url(rq, h);
 }
 
 static enum req_step

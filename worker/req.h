@@ -209,7 +209,8 @@ struct req {
     uint64_t         rq_sent;         /* answer bytes, as the access log's */
     int              rq_rule;         /* label index of the rule, -1: none */
     uint64_t         rq_topkey;       /* its key in the URL table
-                                         (shm/urltop.h), 0: no key */
+                                         (shm/urltop.h), 0: not counted */
+    struct urltop_ent *rq_topent;     /* its entry there (unless retaken) */
 };
 
 /* From the worker's pool (NULL: out of memory), and back. */

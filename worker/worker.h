@@ -568,6 +568,10 @@ void metrics_init(struct worker *w);
 int64_t metrics_now(void);
 void metrics_route(struct req *rq, const struct conf_remap_rule *rule);
 void metrics_done(struct req *rq);
+/* LOOKUP: rq's cache key (its 16-byte hash) counts one request in the
+ * worker's busiest-URL table, labelled from the head (valid now, maybe
+ * not at DONE); DONE adds its hit or miss.  Once per request. */
+void metrics_url(struct req *rq, const uint8_t hash[16]);
 int  metrics_ohost(const char *host, int port);
 /* count SHM_OH_REQ or SHM_OH_ERR for up's host */
 void metrics_ohost_count(struct upstream *up, int what);
