@@ -186,14 +186,16 @@ urltop_by_misses(const void *a, const void *b)
 int
 urltop_collect(const struct shm *s, int by_misses, struct urltop_ent *out, int max)
 {
-    size_t cap = ((size_t)s->hdr->nslots + 1) * URLTOP_K, n = 0, m = 0;
-    struct urltop_ent *all = malloc(cap * sizeof(*all));
+    size_t cap = 0, n = 0, m = 0;
+    struct urltop_ent *all;
 
-    if (all == NULL)
+    for (unsigned i = 0; i <= s->hdr->nslots; i++)
+        cap += urltop_table(s, i) ? URLTOP_K : 0;   /* live slots: the few of one generation */
+    if ((all = malloc(cap * sizeof(*all))) == NULL)
         return -1;
     for (unsigned i = 0; i <= s->hdr->nslots; i++) {
         const struct urltop *t = urltop_table(s, i);
-        for (int j = 0; t && j < URLTOP_K; j++)
+        for (int j = 0; t && j < URLTOP_K && n < cap; j++)
             if (urltop_copy(&t->e[j], &all[n]) == 0)
                 n++;
     }

@@ -14,9 +14,11 @@
  * least-counted entry and starts at that entry's count plus one, the
  * count it inherits being its `err` (so requests - err <= the key's true
  * requests <= requests).  Hits and misses count from the entry's taking
- * (exact while the key keeps its entry).  A key that stays in the
- * URLTOP_WAYS busiest of its set is never displaced; a long tail shares
- * the table's least-counted entries.  Cost per request: the set's address
+ * (exact while the key keeps its entry).  The bound, space-saving's: a
+ * set's least count is at most its requests / URLTOP_WAYS, so a key with
+ * more than a quarter of its set's requests (about 1/256 of all, hashes
+ * spreading keys evenly) is never displaced; a long tail shares the
+ * least-counted entries, whose err grows with it.  Cost per request: the set's address
  * and up to URLTOP_WAYS compares; a take (a key new to its set) writes
  * the label too.
  *

@@ -1,6 +1,8 @@
 /*
  * t/unit/check_filltab.c: the shm/ layer's unit tests: the fill table
- * (shm/filltab.c) on its own, and the abort hook (shm/panic.c).
+ * (shm/filltab.c) on its own, the abort hook (shm/panic.c), and the
+ * busiest-URL tables (shm/urltop.c: counting, the bound, merging a
+ * retired slot, the readers' sums).
  *
  * The table lives in shared memory in the daemon; here it sits in an
  * anonymous shared mapping so one test can also fork and contend for it.
@@ -316,6 +318,180 @@ START_TEST(test_panic_sent_and_abort)
 }
 END_TEST
 
+
+/* ------------------------------------------------------------------ */
+/* shm/urltop.c */
+
+/* A key in set `set`, told apart by n. */
+static uint64_t
+ukey(unsigned set, unsigned n)
+{
+    return ((uint64_t)set << 40) | ((uint64_t)n + 1);
+}
+
+/* One request for k, a hit or a miss, as a worker counts it. */
+static void
+ucount(struct urltop *t, uint64_t k, int hit)
+{
+    int taken;
+    struct urltop_ent *e = urltop_count(t, k, &taken);
+    char label[32];
+
+    snprintf(label, sizeof(label), "/k%llx", (unsigned long long)k);
+    if (taken)
+        urltop_take(e, k, "h.test", 6, label, strlen(label));
+    e->hits += hit;
+    e->misses += !hit;
+}
+
+static const struct urltop_ent *
+ufind(const struct urltop *t, uint64_t k)
+{
+    for (int i = 0; i < URLTOP_K; i++)
+        if (t->e[i].hash == k)
+            return &t->e[i];
+    return NULL;
+}
+
+START_TEST(test_urltop_counts_and_labels)
+{
+    static struct urltop t;
+    const struct urltop_ent *e;
+
+    memset(&t, 0, sizeof(t));
+    for (int i = 0; i < 7; i++)
+        ucount(&t, ukey(3, 1), i > 0);
+    ucount(&t, ukey(9, 1), 0);
+    e = ufind(&t, ukey(3, 1));
+    ck_assert_ptr_nonnull(e);
+    ck_assert_uint_eq(e->requests, 7);
+    ck_assert_uint_eq(e->err, 0);
+    ck_assert_uint_eq(e->hits, 6);
+    ck_assert_uint_eq(e->misses, 1);
+    ck_assert_uint_eq(e->ver % 2, 0);
+    ck_assert_ptr_eq(e, &t.e[3 * URLTOP_WAYS]);     /* in its set */
+    ck_assert_str_eq(e->url, "h.test/k30000000002");
+    ck_assert_ptr_nonnull(ufind(&t, ukey(9, 1)));
+    /* a label longer than the entry is cut, and ends */
+    {
+        char longp[300];
+        int taken;
+        memset(longp, 'x', sizeof(longp));
+        struct urltop_ent *x = urltop_count(&t, ukey(5, 1), &taken);
+        ck_assert_int_eq(taken, 1);
+        urltop_take(x, ukey(5, 1), "h.test", 6, longp, sizeof(longp));
+        ck_assert_uint_eq(strlen(x->url), sizeof(x->url) - 1);
+    }
+}
+END_TEST
+
+/* Space-saving's bound: a key with more than 1/URLTOP_WAYS of its set's
+ * requests keeps its entry and its exact count; the tail shares one. */
+START_TEST(test_urltop_bound)
+{
+    static struct urltop t;
+    const struct urltop_ent *e;
+
+    memset(&t, 0, sizeof(t));
+    for (int r = 0; r < 50; r++)
+        for (unsigned h = 0; h < 3; h++)
+            ucount(&t, ukey(7, h), 1);
+    for (unsigned n = 100; n < 140; n++)     /* 40 keys once each */
+        ucount(&t, ukey(7, n), 0);
+    for (unsigned h = 0; h < 3; h++) {
+        e = ufind(&t, ukey(7, h));
+        ck_assert_ptr_nonnull(e);
+        ck_assert_uint_eq(e->requests, 50);
+        ck_assert_uint_eq(e->err, 0);
+        ck_assert_uint_eq(e->hits, 50);
+    }
+    e = ufind(&t, ukey(7, 139));                /* the last one-off holds the 4th */
+    ck_assert_ptr_nonnull(e);
+    ck_assert_uint_eq(e->requests, 40);
+    ck_assert_uint_eq(e->err, 39);
+    ck_assert_uint_eq(e->misses, 1);
+    ck_assert_ptr_null(ufind(&t, ukey(7, 100)));
+    /* other sets untouched */
+    for (int i = 0; i < URLTOP_K; i++)
+        if (i / URLTOP_WAYS != 7)
+            ck_assert_uint_eq(t.e[i].hash, 0);
+}
+END_TEST
+
+START_TEST(test_urltop_merge)
+{
+    static struct urltop to, from;
+
+    memset(&to, 0, sizeof(to));
+    memset(&from, 0, sizeof(from));
+    for (unsigned h = 0; h < 4; h++)            /* set 2: 10, 20, 30, 40 */
+        for (unsigned r = 0; r < 10 * (h + 1); r++)
+            ucount(&to, ukey(2, h), 1);
+    for (unsigned r = 0; r < 5; r++)
+        ucount(&from, ukey(2, 3), 0);           /* 40 + 5 */
+    for (unsigned r = 0; r < 25; r++)
+        ucount(&from, ukey(2, 9), 1);           /* new, 25: pushes out the 10 */
+    ucount(&from, ukey(2, 8), 1);               /* new, 1: dropped */
+    ucount(&from, ukey(60, 1), 1);              /* another set */
+    urltop_merge(&to, &from);
+    ck_assert_ptr_null(ufind(&to, ukey(2, 0)));
+    ck_assert_ptr_null(ufind(&to, ukey(2, 8)));
+    ck_assert_uint_eq(ufind(&to, ukey(2, 1))->requests, 20);
+    ck_assert_uint_eq(ufind(&to, ukey(2, 2))->requests, 30);
+    const struct urltop_ent *e = ufind(&to, ukey(2, 3));
+    ck_assert_uint_eq(e->requests, 45);
+    ck_assert_uint_eq(e->hits, 40);
+    ck_assert_uint_eq(e->misses, 5);
+    ck_assert_str_eq(e->url, "h.test/k20000000004");
+    ck_assert_uint_eq(ufind(&to, ukey(2, 9))->requests, 25);
+    ck_assert_uint_eq(ufind(&to, ukey(60, 1))->requests, 1);
+    ck_assert_uint_eq(e->ver % 2, 0);
+}
+END_TEST
+
+/* The readers: sums over the header and the live slots; a retired slot
+ * merged, its figures kept. */
+START_TEST(test_urltop_readers)
+{
+    struct shm s;
+    struct urltop_ent e, out[8];
+    int n;
+
+    memset(&s, 0, sizeof(s));
+    ck_assert_int_eq(shm_create(&s, 3, 0), 0);
+    s.slots[0].pid = 100;
+    s.slots[1].pid = 101;
+    for (int r = 0; r < 9; r++)
+        ucount(&s.slots[0].urls, ukey(4, 1), r > 0);    /* 9: 8 hits, 1 miss */
+    for (int r = 0; r < 3; r++)
+        ucount(&s.slots[1].urls, ukey(4, 1), 1);        /* 3 more hits */
+    for (int r = 0; r < 6; r++)
+        ucount(&s.slots[1].urls, ukey(11, 2), 0);       /* 6 misses */
+    ucount(&s.slots[2].urls, ukey(4, 1), 1);            /* a free slot: not read */
+    ck_assert_int_eq(urltop_lookup(&s, ukey(4, 1), &e), 2);
+    ck_assert_uint_eq(e.requests, 12);
+    ck_assert_uint_eq(e.hits, 11);
+    ck_assert_uint_eq(e.misses, 1);
+    ck_assert_int_eq(urltop_lookup(&s, ukey(4, 77), &e), 0);
+    ck_assert_uint_eq(e.requests, 0);
+    n = urltop_collect(&s, 0, out, 8);
+    ck_assert_int_eq(n, 2);
+    ck_assert_uint_eq(out[0].hash, ukey(4, 1));
+    ck_assert_uint_eq(out[0].requests, 12);
+    ck_assert_uint_eq(out[1].hash, ukey(11, 2));
+    n = urltop_collect(&s, 1, out, 1);
+    ck_assert_int_eq(n, 1);
+    ck_assert_uint_eq(out[0].hash, ukey(11, 2));
+    ck_assert_uint_eq(out[0].misses, 6);
+    /* slot 0's worker exits: its table moves to the header */
+    shm_slot_retire(&s, 0);
+    ck_assert_int_eq(urltop_lookup(&s, ukey(4, 1), &e), 2);
+    ck_assert_uint_eq(e.requests, 12);
+    ck_assert_ptr_null(ufind(&s.slots[0].urls, ukey(4, 1)));
+    shm_destroy(&s);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -337,6 +513,12 @@ main(void)
     tcase_add_test(tc, test_panic_own_reason);
     tcase_add_test(tc, test_panic_fault);
     tcase_add_test(tc, test_panic_sent_and_abort);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("urltop");
+    tcase_add_test(tc, test_urltop_counts_and_labels);
+    tcase_add_test(tc, test_urltop_bound);
+    tcase_add_test(tc, test_urltop_merge);
+    tcase_add_test(tc, test_urltop_readers);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
