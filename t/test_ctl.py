@@ -341,7 +341,9 @@ def test_top_in_tmux_under_ab():
                           % re.escape(CACHEABLE), screen, re.M)
             expect(m, "URL row:\n" + screen)
             expect(rps / 3 <= float(m.group(1)) <= rps * 3, "URL row %s req/s, ab %.0f" % (m.group(1), rps))
-            expect_eq(int(m.group(3)), int(m.group(4)) + 1, "URL requests = hits + the one miss")
+            # requests count at the lookup, hits at the answer: ab's 4 in flight
+            inflight = int(m.group(3)) - int(m.group(4)) - 1
+            expect(0 <= inflight <= 8, "URL requests - hits - the one miss: %d" % inflight)
             subprocess.run(tm + ["send-keys", "q"])
             wait_for(lambda: subprocess.run(tm + ["has-session"], capture_output=True).returncode != 0,
                      10, what="top to quit on q")
