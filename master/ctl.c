@@ -46,6 +46,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -136,6 +137,22 @@ ctl_close(int remove)
     }
 }
 
+static int
+ctl_write_all(int fd, const char *p, size_t len)
+{
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1; /* the client went away, or stopped reading for 1 s */
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
 static void
 ctl_answer(struct ctl_client *c, int code, const char *body)
 {
@@ -143,10 +160,18 @@ ctl_answer(struct ctl_client *c, int code, const char *body)
     char head[64];
     int n = snprintf(head, sizeof(head), "%d %s\n", code, codes[code]);
 
-    /* small answers into an empty socket buffer: one write each */
-    if (write(c->fd, head, (size_t)n) < 0 || (body && write(c->fd, body, strlen(body)) < 0)) {
-        /* the client went away */
-    }
+    /* answers are small (tens of KiB) and go into an empty socket buffer;
+     * should one ever not fit, the rest is written blocking with a 1 s
+     * send timeout (the caller is an operator allowed on the socket), so
+     * an answer is whole or visibly cut, never silently short */
+    struct timeval tv = { 1, 0 };
+    int fl = fcntl(c->fd, F_GETFL);
+
+    if (fl >= 0)
+        (void)fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK);
+    (void)setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    if (ctl_write_all(c->fd, head, (size_t)n) == 0 && body)
+        (void)ctl_write_all(c->fd, body, strlen(body));
     close(c->fd);
     c->fd = -1;
 }
