@@ -87,6 +87,13 @@ Issue 20, parent.config (91e63d4):
   reloads naming 256 parents in all, a new parent is untracked (never
   marked down, absent from /_stats) and round_robin=strict stops
   rotating (not fixed).
+
+Issue 16 review on today's main (69b3632), after issues 17-25:
+
+- a `cistern ctl` line that reached a worker without its socket (the
+  worker at its descriptor limit: MSG_CTRUNC) was read as the master's
+  orders, and any 'q' in it drained the worker (it closed its
+  connections, exited and was respawned).
 """
 import os
 import pwd
@@ -1104,6 +1111,46 @@ def test_parent_url_regex_sees_the_url_as_written():
             got = [q["target"] for q in fake_parent.requests()]
             expect_eq(got, ["http://u.test/static/x"], "what the parent got")
             expect(r is not None and r.status == 200, "the parent's answer")
+
+
+def test_ctl_line_at_the_fd_limit_is_not_a_drain_order():
+    """A `cistern ctl` request reaches a worker as "c" + the line with the
+    client's socket (SCM_RIGHTS).  A worker at its descriptor limit gets
+    the line without the socket (MSG_CTRUNC), and worker_on_master then
+    read the line's bytes as the master's orders: any 'q' in it
+    ("cache lookup http://m.test/q", "metric get ...requests") was the
+    drain order, so the worker closed its connections, exited and was
+    respawned ("[error] worker 0 ... exited with status 0"), just when an
+    operator looks at a worker short of descriptors."""
+    import resource
+    with Origin() as o, Cistern(remap=["map http://m.test/ http://%s/" % o.authority],
+                                workers=1) as c:
+        pid = c.worker_pids()[0]
+        nfd = len(os.listdir("/proc/%d/fd" % pid))
+        try:
+            old = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, (nfd + 2, old[1]))
+        except (OSError, AttributeError) as e:
+            raise harness.SkipTest("prlimit on the worker: %s" % e)
+        socks = [socket.create_connection(("127.0.0.1", c.port)) for _ in range(4)]
+        try:
+            harness.wait_for(lambda: len(os.listdir("/proc/%d/fd" % pid)) >= nfd + 2,
+                             what="the worker at its descriptor limit")
+            since = c.log_size()
+            subprocess.run([harness.cistern_bin(), "ctl", "-c", c.confdir, "cache",
+                            "lookup", "http://m.test/q"], capture_output=True, timeout=30)
+            time.sleep(1.5)
+            with open(os.path.join(c.log_dir, "error.log"), errors="replace") as f:
+                f.seek(since)
+                tail = f.read()
+            expect("draining" not in tail, "the ctl line drained the worker:\n" + tail)
+            expect_eq(c.worker_pids(), [pid], "the worker (same process)")
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, old)
+        finally:
+            for s in socks:
+                s.close()
+        r = harness.one_request(c.port, "GET", "/bytes/3", host="m.test")
+        expect_eq(r.status if r else None, 200, "a request afterwards")
 
 
 if __name__ == "__main__":
