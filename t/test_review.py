@@ -87,6 +87,17 @@ Issue 20, parent.config (91e63d4):
   reloads naming 256 parents in all, a new parent is untracked (never
   marked down, absent from /_stats) and round_robin=strict stops
   rotating (not fixed).
+
+Issue 16 review on today's main (69b3632), after issues 17-25:
+
+- a `cistern ctl` line that reached a worker without its socket (the
+  worker at its descriptor limit: MSG_CTRUNC) was read as the master's
+  orders, and any 'q' in it drained the worker (it closed its
+  connections, exited and was respawned);
+- a worker short of descriptors at its first lookup of an origin name
+  kept an empty hosts file (marked loaded) and a resolver with no
+  nameserver (evdns queues with no timer) for good: that request and
+  every later one for a named origin waited forever, no timer armed.
 """
 import os
 import pwd
@@ -1104,6 +1115,90 @@ def test_parent_url_regex_sees_the_url_as_written():
             got = [q["target"] for q in fake_parent.requests()]
             expect_eq(got, ["http://u.test/static/x"], "what the parent got")
             expect(r is not None and r.status == 200, "the parent's answer")
+
+
+def test_ctl_line_at_the_fd_limit_is_not_a_drain_order():
+    """A `cistern ctl` request reaches a worker as "c" + the line with the
+    client's socket (SCM_RIGHTS).  A worker at its descriptor limit gets
+    the line without the socket (MSG_CTRUNC), and worker_on_master then
+    read the line's bytes as the master's orders: any 'q' in it
+    ("cache lookup http://m.test/q", "metric get ...requests") was the
+    drain order, so the worker closed its connections, exited and was
+    respawned ("[error] worker 0 ... exited with status 0"), just when an
+    operator looks at a worker short of descriptors."""
+    import resource
+    with Origin() as o, Cistern(remap=["map http://m.test/ http://%s/" % o.authority],
+                                workers=1) as c:
+        pid = c.worker_pids()[0]
+        nfd = len(os.listdir("/proc/%d/fd" % pid))
+        try:
+            old = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, (nfd + 2, old[1]))
+        except (OSError, AttributeError) as e:
+            raise harness.SkipTest("prlimit on the worker: %s" % e)
+        socks = [socket.create_connection(("127.0.0.1", c.port)) for _ in range(4)]
+        try:
+            harness.wait_for(lambda: len(os.listdir("/proc/%d/fd" % pid)) >= nfd + 2,
+                             what="the worker at its descriptor limit")
+            since = c.log_size()
+            subprocess.run([harness.cistern_bin(), "ctl", "-c", c.confdir, "cache",
+                            "lookup", "http://m.test/q"], capture_output=True, timeout=30)
+            time.sleep(1.5)
+            with open(os.path.join(c.log_dir, "error.log"), errors="replace") as f:
+                f.seek(since)
+                tail = f.read()
+            expect("draining" not in tail, "the ctl line drained the worker:\n" + tail)
+            expect_eq(c.worker_pids(), [pid], "the worker (same process)")
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, old)
+        finally:
+            for s in socks:
+                s.close()
+        r = harness.one_request(c.port, "GET", "/bytes/3", host="m.test")
+        expect_eq(r.status if r else None, 200, "a request afterwards")
+
+
+def test_fd_shortage_at_first_lookup_does_not_wedge_name_resolution():
+    """A worker short of descriptors at its first lookup of an origin name
+    could open neither the hosts file nor resolv.conf nor evdns's socket
+    for the 127.0.0.1 fallback: the hosts file was marked loaded (empty)
+    until it changed, and the resolver was kept with no nameserver, where
+    evdns queues requests with no timer.  The request then waited forever
+    (no answer, no timeout armed while resolving), and so did every later
+    request for a named origin on that worker, long after the shortage
+    had passed.  Now the shortage is a quick 502 and both are retried."""
+    import resource
+    with Origin() as o, Cistern(remap=["map http://n.test/ http://localhost:%d/" % o.port],
+                                workers=1) as c:
+        c.expect_log(r"resolver|resolv\.conf")
+        pid = c.worker_pids()[0]
+        nfd = len(os.listdir("/proc/%d/fd" % pid))
+        try:
+            old = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, (nfd + 1, old[1]))
+        except (OSError, AttributeError) as e:
+            raise harness.SkipTest("prlimit on the worker: %s" % e)
+        k = harness.Conn(c.port, timeout=5)
+        try:
+            k.send(b"GET /bytes/10 HTTP/1.1\r\nHost: n.test\r\n\r\n")
+            try:
+                r = k.response(timeout=10)
+            except harness.TestFailure as e:
+                r = None
+                harness.fail("no answer while the worker is short of descriptors: %s" % e)
+            expect(r.status in (502, 503, 504), "status %d at the fd limit" % r.status)
+        finally:
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, old)
+            k.close()
+        got = []
+
+        def served():
+            r = harness.one_request(c.port, "GET", "/bytes/10", host="n.test", timeout=5)
+            got.append(r.status if r else None)
+            return r is not None and r.status == 200
+        try:
+            harness.wait_for(served, timeout=15, interval=0.5, what="a 200 for n.test")
+        except harness.TestFailure:
+            harness.fail("named origin still unresolved after the shortage: %r" % got)
 
 
 if __name__ == "__main__":

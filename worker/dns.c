@@ -181,8 +181,12 @@ hosts_load(const char *path, const struct stat *st)
     hosts_free();
     hosts.loaded = 1;
     hosts.st = *st;
-    if ((f = fopen(path, "re")) == NULL)
+    if ((f = fopen(path, "re")) == NULL) {
+        /* there but not opened (EMFILE...): a second later it differs
+         * from this zeroed stat, so it is tried again */
+        memset(&hosts.st, 0, sizeof(hosts.st));
         return;
+    }
     while (getline(&line, &cap, f) > 0) {
         struct dns_addr a;
 
@@ -278,6 +282,14 @@ dns_base(void)
             log_warn("%s: %s; origin names are sent to 127.0.0.1",
                      rec->dns_resolv_conf,
                      rc == 6 ? "no nameserver in it" : "cannot be read");
+    }
+    if (evdns_base_count_nameservers(w->dns) == 0) {
+        /* no socket could be made (out of descriptors): evdns would queue
+         * every query, with no timer, for good.  The lookup fails now
+         * (kept DNS_TTL_MIN) and the next one makes the base again. */
+        log_warn("cannot initialise the resolver: no nameserver could be added");
+        evdns_base_free(w->dns, 0);
+        w->dns = NULL;
     }
     return w->dns;
 }

@@ -210,7 +210,15 @@ worker_on_master(evutil_socket_t fd, short what, void *arg)
     /* Messages (a SOCK_SEQPACKET pair): 'q' orders a drain (a newer
      * generation is up); 'c' LINE with a socket is a `cistern ctl`
      * request to answer on it (worker/ctl.c). */
-    if (n > 0 && b[0] == 'c' && cfd >= 0) {
+    if (n > 0 && b[0] == 'c') {
+        /* A ctl line is never orders, even when its socket did not come
+         * (MSG_CTRUNC: we are at the descriptor limit); its client then
+         * sees the master's close, "no answer". */
+        if (cfd < 0) {
+            log_warn("worker %u: a ctl request came without its socket (%s); not answered",
+                     w->index, (mh.msg_flags & MSG_CTRUNC) ? "out of descriptors" : "none sent");
+            return;
+        }
         b[n] = '\0';
         worker_ctl(cfd, b + 1);
         return;
