@@ -180,10 +180,12 @@ static const struct rec_directive rec_table[] = {
     { "proxy.config.net.connections_throttle", REC_INT, rec_set_int,
       REC_FIELD(connections_throttle), "30000", 1, 1000000,
       "client connections per worker; beyond, 503 and close" },
-    /* ATS: 0 = no limit. */
+    /* ATS: 0 = no limit.  Here objects span segments and a fill pins
+     * what it wrote until it commits, so 0 = a quarter of the store and
+     * no value goes past half of it. */
     { "proxy.config.cache.max_doc_size", REC_INT, rec_set_int64,
-      REC_FIELD(max_doc_size), "64M", 0, INT64_MAX,
-      "largest object stored; 0 = no limit" },
+      REC_FIELD(max_doc_size), "0", 0, INT64_MAX,
+      "largest object stored; 0 = a quarter of the store's content (at most half)" },
     { "proxy.config.cistern.debug_headers", REC_INT, rec_set_int,
       REC_FIELD(debug_headers), "0", 0, 1,
       "1: add `X-Cistern-Worker` to responses" },

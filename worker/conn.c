@@ -975,6 +975,8 @@ conn_send(struct conn *c, int *progress)
             rq->rq_body_len -= (size_t)k;
             if (rq->rq_up)
                 proxy_client_sent(rq, (size_t)k);
+            else if (rq->rq_body_len == 0)
+                store_body_more(rq);    /* a large hit's next extent */
         }
     }
     return 0;

@@ -398,6 +398,9 @@ int  store_ctl_lookup(const char *key, size_t keylen, const struct http_req *r,
 int  store_lookup(struct req *rq, const char *key, size_t keylen, const char **why,
                   char *cs, size_t cslen);
 void store_release(struct req *rq);
+/* A hit's body spans extents (cache_obj_span): lend the next span as
+ * rq_body once the last one went out.  Returns 1 if one was lent. */
+int  store_body_more(struct req *rq);
 void store_cond_from(struct store_cond *sc, const struct http_req *r);
 /* Queue the answer for the held object (conditionals, Range honoured);
  * hdr/hdrlen replace its stored header block when not NULL. */
