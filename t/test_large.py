@@ -257,5 +257,80 @@ def test_slow_reader_keeps_extents():
         expect(is_hit(r), "a recent object hits")
 
 
+def _read_then_close(port, path, frac, n, host=HOST):
+    """GET path, read until frac of the n body bytes came, then close.
+    Returns the bytes read (head included)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (path, host)).encode())
+    data = b""
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        data += d
+        if b"\r\n\r\n" in data and len(data.split(b"\r\n\r\n", 1)[1]) >= n * frac:
+            break
+    s.close()
+    return data
+
+
+@harness.timeout(120)
+def test_background_fill():
+    """The filling client leaves at 70% of a 4 MiB spanning object coming
+    at 2 MiB/s: the fill goes on (background_fill_completed_threshold 0.5)
+    and the next GET is a byte-exact hit with one origin request; leaving
+    at 20% aborts the fill (a miss, a second origin request); with
+    background_fill_active_timeout 1 a fill still 1.8 s from its end when
+    the client leaves (1 MiB/s, left at 55%) is dropped."""
+    n = 4 * MiB
+    rate = 2 * MiB
+    with Origin() as o, Cistern(storage=["cache 64M"], workers=2,
+                                remap=remap_for(o)) as c:
+        for name, frac, stored in (("bg70", 0.7, True), ("bg20", 0.2, False)):
+            p = "/seed/%s/stream/%d/rate/%d/%s" % (name, n, rate, LONG)
+            data = _read_then_close(c.port, p, frac, n)
+            expect(b" 200 " in data.split(b"\r\n", 1)[0], name + ": 200")
+
+            def origin_done():
+                return any(q["target"] == p for q in o.requests())
+            harness.wait_for(origin_done, 10, what=name + " at the origin")
+            time.sleep(n / rate * (1 - frac) + 1.0)
+            r = get(c.port, p)
+            expect_body(r.body, seeded(name, n), name + " body")
+            expect_eq(is_hit(r), stored, "%s: a hit (%r)" % (
+                name, r.header("Cache-Status")))
+            expect_eq(len([q for q in o.requests() if q["target"] == p]),
+                      1 if stored else 2, name + ": origin requests")
+    with Origin() as o, Cistern(storage=["cache 64M"], workers=1,
+                                remap=remap_for(o), records={
+                                    "proxy.config.http.background_fill_active_timeout": 1}) as c:
+        p = "/seed/bgto/stream/%d/rate/%d/%s" % (n, MiB, LONG)
+        _read_then_close(c.port, p, 0.55, n)
+        time.sleep(n / MiB * 0.45 + 1.5)
+        r = get(c.port, p)
+        expect(not is_hit(r), "active timeout: the fill was dropped (%r)"
+               % r.header("Cache-Status"))
+        expect_body(r.body, seeded("bgto", n), "bgto body")
+
+
+def test_origin_dies_mid_large_object():
+    """The origin closes a 6 MiB spanning object at half: the client's
+    response is visibly short of its Content-Length, and nothing is
+    stored (the next GET goes to the origin again)."""
+    n = 6 * MiB
+    with Origin() as o, Cistern(storage=["cache 64M"], workers=1,
+                                remap=remap_for(o)) as c:
+        p = "/close-mid-body/%d/%s" % (n, LONG)
+        st, h, got, sha, whole = stream_get(c.port, p)
+        expect_eq(st, 200, "status")
+        expect_eq(h.get("content-length"), str(n), "Content-Length")
+        expect(not whole and got < n, "a truncated body looked complete: %d" % got)
+        st, h, got, sha, whole = stream_get(c.port, p)
+        expect(not re.search(r"cistern; hit", h.get("cache-status", "")),
+               "the truncated object was stored")
+        expect_eq(len([q for q in o.requests() if q["target"] == p]), 2,
+                  "origin requests")
+
+
 if __name__ == "__main__":
     harness.main()

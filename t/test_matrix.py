@@ -70,7 +70,7 @@ RECORDS = {
     "proxy.config.http.keep_alive_no_activity_timeout_in": T_KA_IN,
     "proxy.config.http.keep_alive_no_activity_timeout_out": T_KA_OUT,
     "proxy.config.http.push_method_enabled": 1,
-    "proxy.config.cache.max_doc_size": ("INT", "0"),
+    "proxy.config.cache.max_doc_size": ("INT", "64M"),
     # P0: a second port that takes the PROXY protocol (c.ports[1])
     "proxy.config.http.server_ports": "0 0:pp",
     "proxy.config.http.proxy_protocol_allowlist": "127.0.0.1",
