@@ -257,6 +257,45 @@ def test_slow_reader_keeps_extents():
         expect(is_hit(r), "a recent object hits")
 
 
+def test_memory_per_slow_reader():
+    """100 clients each holding an 8 MiB spanning hit and reading nothing
+    after its first bytes: the worker's RssAnon grows by a few KiB per
+    reader (the body goes out from the mapping; nothing is buffered per
+    reader).  Prints the figure."""
+    n = 8 * MiB
+    with Origin() as o, Cistern(storage=["cache 64M"], workers=1,
+                                remap=remap_for(o)) as c:
+        p = "/seed/mem/bytes/%d/%s" % (n, LONG)
+        get(c.port, p)
+        r = get(c.port, p)
+        expect(is_hit(r), "a hit")
+        wpid = c.worker_pids()[0]
+        time.sleep(0.3)
+        before = harness.rss_anon(wpid)
+        socks = []
+        try:
+            for _ in range(100):
+                s = socket.socket()
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                s.connect(("127.0.0.1", c.port))
+                s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n"
+                           % (p, HOST)).encode())
+                socks.append(s)
+            for s in socks:
+                s.settimeout(10)
+                expect(b"cistern; hit" in s.recv(4096), "a slow reader's hit")
+            time.sleep(1.0)
+            after = harness.rss_anon(wpid)
+            per = (after - before) / 100.0
+            print("  RssAnon %d -> %d KiB with 100 slow readers of an 8 MiB "
+                  "hit: %.1f KiB per reader" % (before // 1024, after // 1024,
+                                                per / 1024))
+            expect(per < 32 * 1024, "%.1f KiB per slow reader" % (per / 1024))
+        finally:
+            for s in socks:
+                s.close()
+
+
 def _read_then_close(port, path, frac, n, host=HOST):
     """GET path, read until frac of the n body bytes came, then close.
     Returns the bytes read (head included)."""
