@@ -219,6 +219,32 @@ def test_ranges_across_extents():
                   "origin requests")
 
 
+def test_large_refreshed_by_304():
+    """A 3 MiB spanning object gone stale is revalidated: the origin's 304
+    gives it new headers (a new CHAIN record over the same extents), and
+    it is a byte-exact hit again with the new Cache-Control."""
+    n = 3 * MiB
+    body = seeded("r304", n)
+    with Origin() as o, Cistern(storage=["cache 16M"], workers=1,
+                                remap=remap_for(o)) as c:
+        o.script("/r304", [
+            {"status": 200, "body": body,
+             "headers": [["ETag", '"e1"'], ["Cache-Control", "max-age=1"]]},
+            {"status": 304, "headers": [["ETag", '"e1"'],
+                                        ["Cache-Control", "max-age=3600"],
+                                        ["X-Refreshed", "yes"]]}])
+        r = get(c.port, "/r304")
+        expect_body(r.body, body, "miss")
+        time.sleep(2.1)
+        r = get(c.port, "/r304")
+        expect_body(r.body, body, "revalidated")
+        r = get(c.port, "/r304")
+        expect(is_hit(r), "hit after the 304: %r" % r.header("Cache-Status"))
+        expect_eq(r.header("Cache-Control"), "max-age=3600", "refreshed header")
+        expect_body(r.body, body, "hit after the 304")
+        expect_eq(len(o.requests()), 2, "origin requests")
+
+
 @harness.timeout(180)
 def test_slow_reader_keeps_extents():
     """A client reading a 12 MiB spanning object slowly holds every
