@@ -110,7 +110,8 @@ def test_upgrade_v1_store():
     tmp = store_dir()
     try:
         with tarfile.open(os.path.join(DATA, "store-v1.tar.gz")) as t:
-            t.extractall(tmp)
+            kw = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            t.extractall(tmp, **kw)
         with open(os.path.join(tmp, "manifest.json")) as f:
             man = json.load(f)
         store = os.path.join(tmp, "store")
