@@ -34,9 +34,9 @@
 #define CACHE_HDR_SIZE     4096u        /* store header page at content offset 0 */
 #define CACHE_REC_ALIGN    64u          /* record starts: scan resync step */
 #define CACHE_BODY_SEED    0x62646f79ull /* body_sum seed: fixed, records stand alone */
-#define CACHE_SEG_MAX      (64u << 20)  /* 64 MiB: an object never spans segments, so
-                                           this caps the largest object; stores
-                                           under 512 MiB get smaller ones (>= 8) */
+#define CACHE_SEG_MAX      (64u << 20)  /* 64 MiB; stores under 512 MiB get smaller
+                                           ones (>= 8).  Larger objects span
+                                           segments (EXTENT + CHAIN records) */
 #define CACHE_SEG_MIN      (64u << 10)
 #define CACHE_NSEG_MIN     4u
 #define CACHE_MAP_MIN      (1u << 20)
@@ -44,7 +44,10 @@
 /* ------------------------------------------------------------------ */
 /* Store header (content file, offset 0) */
 #define CACHE_STORE_MAGIC   0x43535452u /* "CSTR" */
-#define CACHE_STORE_VERSION 1u
+#define CACHE_STORE_VERSION 2u          /* 2: EXTENT and CHAIN records (objects span
+                                           segments); a version 1 store is a valid
+                                           version 2 store and is upgraded in place */
+#define CACHE_STORE_VERSION_MIN 1u
 
 struct cache_store_hdr {
     uint32_t magic;
@@ -69,6 +72,11 @@ enum cache_rec_type {
     CACHE_REC_HEADERS = 2,      /* header block only; body in another record (304 refresh) */
     CACHE_REC_VARIANTS = 3,     /* list of variant key hashes (Vary) */
     CACHE_REC_HOLE = 4,         /* dead space left by a fill; skip rec_len */
+    CACHE_REC_EXTENT = 5,       /* one piece of a large object's body (pad = its index);
+                                 * extent 0 also carries the key and header block */
+    CACHE_REC_CHAIN = 6,        /* a large object's head: key, header block, then the
+                                 * table of its extents (pad = how many); newest of its
+                                 * records, written at commit */
 };
 
 struct cache_rec {
@@ -111,12 +119,33 @@ cache_rec_link_get(const struct cache_rec *r, struct cache_rec_link *l)
     memcpy(l, (const uint8_t *)(r + 1) + r->key_len + r->hdr_len, sizeof(*l));
 }
 
+/* One entry of a CHAIN record's extent table (unaligned: read it with
+ * cache_chain_ext).  Extents are listed in body order, oldest first. */
+struct cache_ext {
+    uint64_t off;               /* absolute offset of the EXTENT record */
+    uint64_t body_len;          /* body bytes it holds */
+    uint64_t body_sum;          /* and their checksum (== the record's) */
+    uint32_t rec_len;           /* the record's rec_len */
+    uint32_t skip;              /* its key_len + hdr_len: body at off + 88 + skip */
+};
+#define CACHE_EXT_SIZE sizeof(struct cache_ext)
+#define CACHE_EXT_MAX  65535u   /* extents per object (the count lives in pad) */
+
+/* The i-th entry of CHAIN record r's table. */
+static inline void
+cache_chain_ext(const struct cache_rec *r, uint32_t i, struct cache_ext *x)
+{
+    memcpy(x, (const uint8_t *)(r + 1) + r->key_len + r->hdr_len + (size_t)i * CACHE_EXT_SIZE,
+           sizeof(*x));
+}
+
 /* Bytes after struct cache_rec that head_sum covers. */
 static inline size_t
 cache_rec_sumlen(const struct cache_rec *r)
 {
     return (size_t)r->key_len + r->hdr_len
-           + (r->type == CACHE_REC_HEADERS ? CACHE_LINK_SIZE : 0);
+           + (r->type == CACHE_REC_HEADERS ? CACHE_LINK_SIZE : 0)
+           + (r->type == CACHE_REC_CHAIN ? (size_t)r->pad * CACHE_EXT_SIZE : 0);
 }
 
 /* ------------------------------------------------------------------ */
@@ -234,6 +263,14 @@ struct cache_fill {
     uint64_t       ext_len;     /* bytes reserved at off */
     uint32_t       seg;         /* pinned segment (slot number) */
     int            pinned;
+    /* An object larger than a segment: off/ext_len/seg are the extent
+     * being written; the sealed ones (still pinned) are in ext[0..next). */
+    uint64_t       xbody;       /* body bytes in the current extent */
+    uint32_t       xskip;       /* key + header bytes in it (extent 0 only) */
+    uint32_t       next;        /* sealed extents */
+    uint32_t       next_cap;
+    int            chain;       /* 1 once the body left its first extent */
+    struct cache_ext *ext;      /* malloc'd; freed when the slot is released */
 };
 
 struct cache {
@@ -362,6 +399,7 @@ int      cache_ent_pinned_ok(struct cache *c, const struct cache_ent *e,
                              const uint8_t hash[16], const char *key, size_t keylen,
                              const struct cache_rec **h, const struct cache_rec **b);
 int      cache_ent_pin(struct cache *c, const struct cache_ent *e);
+const struct cache_rec *cache_ent_chain(const struct cache *c, const struct cache_ent *e);
 void     cache_ent_unpin(struct cache *c, const struct cache_ent *e);
 
 /* ---- logging: through the callback of cache_set_log() (cache/log.c) ---- */

@@ -32,7 +32,7 @@ enum cache_rc {
 struct cache_conf {
     const char *dir;             /* store directory (created if missing) */
     int64_t     size;            /* bytes for index + content together */
-    int64_t     max_doc_size;    /* proxy.config.cache.max_doc_size; 0 = what a segment holds */
+    int64_t     max_doc_size;    /* proxy.config.cache.max_doc_size; 0 = a quarter of the store */
     size_t      index_mapsize;   /* LMDB map size; 0 = size / 32, at least 1 MiB */
     int         verify;          /* 1 = verify the body checksum on every hit (debug) */
     int         max_fills;       /* concurrent fills per process; 0 = 256 */
@@ -64,7 +64,9 @@ struct cache_meta {
 /* A hit.  While it is held (between cache_lookup() == CACHE_OK and
  * cache_obj_release()) the segments holding the bytes are pinned: no writer
  * enters them, so iov[] may be handed to writev() across event-loop turns.
- * iov[0] is the stored header block, iov[1] the body.  After a header
+ * iov[0] is the stored header block, iov[1] the body (for an object larger
+ * than a segment, only its first extent: cache_obj_span() gives the rest).
+ * After a header
  * refresh (cache_update_headers) the two live in different records, and
  * possibly different segments: both are pinned. */
 struct cache_obj {
@@ -77,8 +79,10 @@ struct cache_obj {
     /* private to cache/ */
     uint32_t          co_seg;       /* segment of the header record */
     uint32_t          co_body_seg;  /* segment of the body record */
-    int               co_pinned;    /* pins held: 0, 1 (one record), 2 */
+    int               co_pinned;    /* pins held: 0, 1 (one record), 2, 3 (a chain) */
     uint64_t          co_body_off;  /* body record: which body a refresh applies to */
+    uint64_t          co_off;       /* header record */
+    const void       *co_chain;     /* a large object's CHAIN record (pinned), or NULL */
 };
 
 /* Per-slot counters, written only by the process in the slot. */

@@ -83,6 +83,14 @@ int64_t cache_max_doc_size(const struct cache *c);
 int cache_lookup(struct cache *c, const char *key, size_t keylen,
                  struct cache_obj *obj);
 
+/* Body bytes of held object o from byte pos on: *p points into the
+ * mapping (pinned while o is held) and the return value says how many
+ * bytes from there are contiguous (up to the end of the extent holding
+ * pos; the whole rest for an object within one segment).  0 (and *p
+ * NULL) when pos is past the body.  Never copies. */
+size_t cache_obj_span(struct cache *c, const struct cache_obj *o, uint64_t pos,
+                      const void **p);
+
 /* Unpin an object returned by cache_lookup().  Idempotent. */
 void cache_obj_release(struct cache *c, struct cache_obj *obj);
 

@@ -19,29 +19,98 @@
 #include "cache/cache-int.h"
 
 /*
- * Pin the segments of e's records (one or two), then check both are alive
- * (in that order: Dekker with the writers, ring.c).  Returns 0 with the
- * pins held, or -1 (lapped; nothing held).
+ * The CHAIN record e->off names, when it is one (a large object), else
+ * NULL.  Only the shape is looked at (magic, type, place, the table inside
+ * the record's segment): the caller holds the pin on e->off, so the bytes
+ * cannot change between cache_ent_pin and cache_ent_unpin, and both see
+ * the same table; cache_ent_verify checks the checksums.
+ */
+const struct cache_rec *
+cache_ent_chain(const struct cache *c, const struct cache_ent *e)
+{
+    const struct cache_rec *r;
+    uint64_t so = e->off % c->g.seg_size;
+
+    if (e->body_off == e->off || so % CACHE_REC_ALIGN || so + CACHE_REC_SIZE > c->g.seg_size)
+        return NULL;
+    r = (const struct cache_rec *)cache_ring_ptr(c, e->off);
+    if (r->magic != CACHE_REC_MAGIC || r->type != CACHE_REC_CHAIN || r->abs_off != e->off
+        || r->pad == 0
+        || so + cache_rec_total(r->key_len, r->hdr_len, (uint64_t)r->pad * CACHE_EXT_SIZE)
+           > c->g.seg_size)
+        return NULL;
+    return r;
+}
+
+/* Pin or unpin (pin = 1 / 0) the segments of a chain's extents. */
+static void
+chain_pins(struct cache *c, const struct cache_rec *h, int pin)
+{
+    struct cache_ext x;
+
+    for (uint32_t i = 0; i < h->pad; i++) {
+        cache_chain_ext(h, i, &x);
+        if (pin)
+            cache_pin(c, cache_seg_of(c->shm, x.off));
+        else
+            cache_unpin(c, cache_seg_of(c->shm, x.off));
+    }
+}
+
+static int
+ent_alive(const struct cache *c, const struct cache_ent *e)
+{
+    return cache_ring_alive(c->shm, e->off)
+           && (e->body_off == e->off || cache_ring_alive(c->shm, e->body_off));
+}
+
+static void
+ent_unpin2(struct cache *c, const struct cache_ent *e)
+{
+    if (e->body_off != e->off)
+        cache_unpin(c, cache_seg_of(c->shm, e->body_off));
+    cache_unpin(c, cache_seg_of(c->shm, e->off));
+}
+
+/*
+ * Pin the segments of e's records (one or two; for a large object also
+ * every extent's), then check them alive (in that order: Dekker with the
+ * writers, ring.c).  A large object's extents all lie between body_off
+ * (extent 0, the oldest) and off (the CHAIN record, the newest), so those
+ * two alive means all alive.  Returns 0 with the pins held, or -1
+ * (lapped; nothing held).
  */
 int
 cache_ent_pin(struct cache *c, const struct cache_ent *e)
 {
+    const struct cache_rec *h;
+
     cache_pin(c, cache_seg_of(c->shm, e->off));
     if (e->body_off != e->off)
         cache_pin(c, cache_seg_of(c->shm, e->body_off));
-    if (cache_ring_alive(c->shm, e->off)
-        && (e->body_off == e->off || cache_ring_alive(c->shm, e->body_off)))
-        return 0;
-    cache_ent_unpin(c, e);
-    return -1;
+    if (!ent_alive(c, e)) {
+        ent_unpin2(c, e);
+        return -1;
+    }
+    if ((h = cache_ent_chain(c, e)) != NULL) {
+        chain_pins(c, h, 1);
+        if (!ent_alive(c, e)) {
+            chain_pins(c, h, 0);
+            ent_unpin2(c, e);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 void
 cache_ent_unpin(struct cache *c, const struct cache_ent *e)
 {
-    if (e->body_off != e->off)
-        cache_unpin(c, cache_seg_of(c->shm, e->body_off));
-    cache_unpin(c, cache_seg_of(c->shm, e->off));
+    const struct cache_rec *h = cache_ent_chain(c, e);
+
+    if (h != NULL)
+        chain_pins(c, h, 0);
+    ent_unpin2(c, e);
 }
 
 /* Check the record at off (inside its segment) and that it belongs to key
@@ -79,6 +148,42 @@ body_sum_ok(const struct cache_rec *b)
 }
 
 /*
+ * Check a large object's extents against the table of its CHAIN record h
+ * (head_sum already checked, so the table is the one written): in body
+ * order, oldest first, extent 0 at body_off, all older than h, each a valid
+ * EXTENT record of this key with the listed number, lengths and body_sum
+ * (and body bytes, with want_sum), the lengths adding up to the body.
+ * Returns NULL, or why not.
+ */
+static const char *
+chain_check(struct cache *c, const struct cache_ent *e, const struct cache_rec *h,
+            const uint8_t hash[16], int want_sum)
+{
+    struct cache_ext x;
+    uint64_t total = 0, prev = 0;
+    const char *why = NULL;
+
+    for (uint32_t i = 0; i < h->pad; i++) {
+        const struct cache_rec *r;
+
+        cache_chain_ext(h, i, &x);
+        if ((i == 0 ? x.off != e->body_off : x.off <= prev) || x.off >= e->off)
+            return "extent table out of order";
+        if ((r = rec_at(c, x.off, CACHE_REC_EXTENT, hash, NULL, 0, &why)) == NULL)
+            return why;
+        if (r->pad != i || r->body_len != x.body_len || r->body_sum != x.body_sum
+            || r->rec_len != x.rec_len || (uint64_t)r->key_len + r->hdr_len != x.skip
+            || x.body_len == 0)
+            return "extent differs from its table entry";
+        if (want_sum && !body_sum_ok(r))
+            return "extent body checksum";
+        total += x.body_len;
+        prev = x.off;
+    }
+    return total == h->body_len ? NULL : "extents do not add up to the body";
+}
+
+/*
  * Validate the records e points at against e itself (and key / hash): the
  * header record at off (served: header block and meta) and the body
  * record at body_off (served: body), which are one OBJECT record until a
@@ -111,6 +216,8 @@ cache_ent_verify(struct cache *c, const struct cache_ent *e, const uint8_t hash[
     }
     h = rec_at(c, e->off, e->body_off == e->off ? CACHE_REC_OBJECT : CACHE_REC_HEADERS,
                hash, key, keylen, &why);
+    if (h == NULL && e->body_off != e->off && cache_ent_chain(c, e) != NULL)
+        h = rec_at(c, e->off, CACHE_REC_CHAIN, hash, key, keylen, &why);
     if (h == NULL)
         goto bad;
     if (h->hdr_len != e->hdr_len || h->body_len != e->body_len || h->rec_len != e->rec_len
@@ -119,7 +226,11 @@ cache_ent_verify(struct cache *c, const struct cache_ent *e, const uint8_t hash[
         goto bad;
     }
     b = h;
-    if (e->body_off != e->off) {
+    if (h->type == CACHE_REC_CHAIN) {
+        if ((why = chain_check(c, e, h, hash, want_body_sum)) != NULL)
+            goto bad;
+        want_body_sum = 0;      /* chain_check did it, extent by extent */
+    } else if (e->body_off != e->off) {
         cache_rec_link_get(h, &l);
         if (l.body_off != e->body_off) {
             why = "header record links another body";
@@ -219,8 +330,18 @@ cache_lookup(struct cache *c, const char *key, size_t keylen, struct cache_obj *
     obj->magic = CACHE_OBJ_MAGIC;
     obj->iov[0].iov_base = (uint8_t *)(uintptr_t)(h + 1) + h->key_len;
     obj->iov[0].iov_len = h->hdr_len;
-    obj->iov[1].iov_base = (uint8_t *)(uintptr_t)(b + 1) + b->key_len + b->hdr_len;
-    obj->iov[1].iov_len = b->body_len;
+    obj->co_chain = NULL;
+    if (h->type == CACHE_REC_CHAIN) {
+        struct cache_ext x;
+
+        cache_chain_ext(h, 0, &x);
+        obj->co_chain = h;
+        obj->iov[1].iov_base = cache_ring_ptr(c, x.off) + CACHE_REC_SIZE + x.skip;
+        obj->iov[1].iov_len = x.body_len;
+    } else {
+        obj->iov[1].iov_base = (uint8_t *)(uintptr_t)(b + 1) + b->key_len + b->hdr_len;
+        obj->iov[1].iov_len = b->body_len;
+    }
     obj->meta.status = h->status;
     obj->meta.flags = h->flags;
     obj->meta.stored = h->stored;
@@ -231,7 +352,8 @@ cache_lookup(struct cache *c, const char *key, size_t keylen, struct cache_obj *
     obj->co_seg = cache_seg_of(c->shm, e.off);
     obj->co_body_seg = cache_seg_of(c->shm, e.body_off);
     obj->co_body_off = e.body_off;
-    obj->co_pinned = e.body_off == e.off ? 1 : 2;
+    obj->co_off = e.off;
+    obj->co_pinned = obj->co_chain ? 3 : e.body_off == e.off ? 1 : 2;
     CTR_ADD(c, hits, 1);
     CTR_ADD(c, bytes_served, h->hdr_len + b->body_len);
     if (c->shm->eviction == CACHE_EVICT_S3FIFO)
@@ -250,11 +372,50 @@ cache_obj_release(struct cache *c, struct cache_obj *obj)
 {
     if (obj->magic != CACHE_OBJ_MAGIC || !obj->co_pinned)
         return;
+    if (obj->co_pinned == 3) {
+        struct cache_ent e;
+
+        memset(&e, 0, sizeof(e));
+        e.off = obj->co_off;
+        e.body_off = obj->co_body_off;
+        cache_ent_unpin(c, &e);     /* the chain, still pinned, names the extents */
+        obj->co_pinned = 0;
+        obj->magic = 0;
+        return;
+    }
     if (obj->co_pinned == 2)
         cache_unpin(c, obj->co_body_seg);
     cache_unpin(c, obj->co_seg);
     obj->co_pinned = 0;
     obj->magic = 0;
+}
+
+/*
+ * See cache.h.  A large object's table is read from its CHAIN record
+ * (pinned while o is held): one small copy per extent passed over.
+ */
+size_t
+cache_obj_span(struct cache *c, const struct cache_obj *o, uint64_t pos, const void **p)
+{
+    const struct cache_rec *h = o->co_chain;
+    struct cache_ext x;
+    uint64_t at = 0;
+
+    *p = NULL;
+    if (o->magic != CACHE_OBJ_MAGIC || pos >= o->body_len)
+        return 0;
+    if (h == NULL) {
+        *p = (const uint8_t *)o->iov[1].iov_base + pos;
+        return (size_t)(o->body_len - pos);
+    }
+    for (uint32_t i = 0; i < h->pad; i++, at += x.body_len) {
+        cache_chain_ext(h, i, &x);
+        if (pos < at + x.body_len) {
+            *p = cache_ring_ptr(c, x.off) + CACHE_REC_SIZE + x.skip + (pos - at);
+            return (size_t)(at + x.body_len - pos);
+        }
+    }
+    return 0;
 }
 
 /*

@@ -6,6 +6,9 @@
  * CACHE_REC_ALIGN.  A HEADERS record (a header refresh after a 304) has a
  * struct cache_rec_link in place of the body, naming the older OBJECT
  * record whose body it serves; its body_len and body_sum are that body's.
+ * An object larger than what a segment holds is several EXTENT records
+ * (pieces of the body, each inside one segment) and a CHAIN record written
+ * last: key, header block and the table of extents (struct cache_ext).
  * Two checksums guard a record:
  *   head_sum  covers the fixed header, the key and the header block.  It is
  *             verified on every hit: a few hundred bytes, cheap, and it
@@ -154,8 +157,17 @@ cache_rec_check(const struct cache_rec *r, uint64_t abs_off, uint64_t room,
         }
         break;
     }
+    case CACHE_REC_CHAIN:
+        if (r->pad == 0 || r->body_len == 0
+            || cache_rec_total(r->key_len, r->hdr_len, (uint64_t)r->pad * CACHE_EXT_SIZE)
+               != r->rec_len) {
+            *why = "record lengths disagree";
+            return -1;
+        }
+        break;
     case CACHE_REC_OBJECT:
     case CACHE_REC_VARIANTS:
+    case CACHE_REC_EXTENT:
         if (r->body_len > room
             || cache_rec_total(r->key_len, r->hdr_len, r->body_len) != r->rec_len) {
             *why = "record lengths disagree";

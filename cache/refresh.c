@@ -4,7 +4,8 @@
  *
  * A HEADERS record written at the head like a fill, checked, then an index
  * put that is a compare-and-swap on the body record; the body is never
- * copied (update_headers).
+ * copied (update_headers).  A large object gets a new CHAIN record instead
+ * (refresh_chain), naming the same extents.
  */
 #include "config.h"
 
@@ -12,6 +13,73 @@
 #include <string.h>
 
 #include "cache/cache-int.h"
+
+/*
+ * A large object's refresh: a new CHAIN record at the head with the new
+ * header block and meta and the same extent table (the extents stay where
+ * they are), put by compare-and-swap on body_off like a HEADERS record.
+ * e and its extents are pinned by the caller, h is its checked CHAIN
+ * record.
+ */
+static int
+refresh_chain(struct cache *c, const struct cache_ent *e, const struct cache_rec *h,
+              const uint8_t hash[16], const struct cache_meta *meta, const void *hdr,
+              size_t hdrlen)
+{
+    size_t tab = (size_t)h->pad * CACHE_EXT_SIZE;
+    uint64_t len = cache_rec_total(h->key_len, (uint32_t)hdrlen, tab), off;
+    const uint8_t *src = (const uint8_t *)(h + 1);
+    struct cache_rec r;
+    struct cache_ent ne;
+    const char *why = NULL;
+    uint8_t *p;
+    int rc;
+
+    if (len > c->g.seg_size)
+        return CACHE_TOOBIG;
+    if ((rc = cache_reserve(c, len, &off)) != CACHE_OK)
+        return rc;
+    p = cache_ring_ptr(c, off);
+    memset(p, 0, CACHE_REC_SIZE);
+    memcpy(p + CACHE_REC_SIZE, src, h->key_len);
+    if (hdrlen)
+        memcpy(p + CACHE_REC_SIZE + h->key_len, hdr, hdrlen);
+    memcpy(p + CACHE_REC_SIZE + h->key_len + hdrlen, src + h->key_len + h->hdr_len, tab);
+    r = *h;
+    r.flags = meta->flags & (uint16_t)~CACHE_F_STORE_MASK;
+    r.status = meta->status;
+    r.hdr_len = (uint32_t)hdrlen;
+    r.rec_len = (uint32_t)len;
+    r.abs_off = off;
+    r.stored = meta->stored;
+    r.expires = meta->expires;
+    cache_rec_seal(&r, p + CACHE_REC_SIZE, h->key_len + hdrlen + tab);
+    memcpy(p, &r, sizeof(r));
+    rc = CACHE_MISS;
+    if (!cache_ring_alive(c->shm, e->body_off))
+        goto drop;                      /* lapped meanwhile (maybe by us) */
+    if (cache_rec_check((const struct cache_rec *)p, off,
+                        c->g.seg_size - off % c->g.seg_size, &why) < 0) {
+        cache_log_error("cache: chain record failed its own check after writing: %s", why);
+        rc = CACHE_ERROR;
+        goto drop;
+    }
+    cache_ent_for_rec(c, &ne, &r, off, e->body_off);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if ((rc = cache_index_put_if(c, hash, &ne, e->body_off)) != CACHE_OK)
+        goto drop;
+    CTR_ADD(c, bytes_written, r.rec_len);
+    cache_unpin(c, cache_seg_of(c->shm, off));
+    return CACHE_OK;
+drop:
+    memset(p, 0, CACHE_REC_SIZE);
+    if (!cache_ring_trim(c, off, len, 0))
+        cache_write_hole(c, off, len);
+    cache_unpin(c, cache_seg_of(c->shm, off));
+    if (rc != CACHE_MISS)
+        CTR_ADD(c, fill_failures, 1);
+    return rc;
+}
 
 /*
  * Write a HEADERS record at the head that links to the body record of the
@@ -64,6 +132,11 @@ update_headers(struct cache *c, const char *key, size_t keylen, const uint64_t *
      * it into a trusted entry. */
     if (cache_ent_pinned_ok(c, &e, hash, key, keylen, &h, &b) < 0)
         return CACHE_MISS;
+    if (h->type == CACHE_REC_CHAIN) {
+        rc = refresh_chain(c, &e, h, hash, meta, hdr, hdrlen);
+        cache_ent_unpin(c, &e);
+        return rc;
+    }
     memset(&l, 0, sizeof(l));
     l.body_off = e.body_off;
     l.body_rec_len = b->rec_len;

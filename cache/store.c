@@ -58,7 +58,7 @@ hdr_mismatch(const struct cache_store_hdr *h, const struct cache_geom *g)
 {
     if (h->magic != CACHE_STORE_MAGIC)
         return "no store header";
-    if (h->version != CACHE_STORE_VERSION)
+    if (h->version < CACHE_STORE_VERSION_MIN || h->version > CACHE_STORE_VERSION)
         return "another layout version";
     if (h->hsum != cache_store_hdr_sum(h))
         return "damaged store header";
@@ -224,6 +224,14 @@ cache_store_prepare(const struct cache_conf *cf, char *err, size_t errlen)
             goto fail;
         }
     }
+    if (!fresh && h.version < CACHE_STORE_VERSION) {
+        /* Layout 1 is layout 2 without EXTENT and CHAIN records: every
+         * record, entry and the ring meta read the same.  Only the header
+         * says so (written below); nothing is wiped. */
+        cache_log_info("cache: %s: layout version %u upgraded in place to %u", path,
+                       h.version, CACHE_STORE_VERSION);
+        h.version = CACHE_STORE_VERSION;
+    }
     /* Always: cheap when already allocated, and it fills holes left by a
      * truncation (they read as zeros, which no record validates as). */
     rc = posix_fallocate(fd, 0, (off_t)c.g.file_size);
@@ -376,9 +384,13 @@ cache_open(const struct cache_conf *cf, void *shm_area, int slot, char *err,
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
-    c->max_doc = c->g.seg_size - cache_rec_total(0, 0, 0);
-    if (cf->max_doc_size > 0 && (uint64_t)cf->max_doc_size < c->max_doc)
-        c->max_doc = (uint64_t)cf->max_doc_size;
+    /* Objects span segments, and a fill keeps what it wrote pinned until
+     * it commits: 0 means a quarter of the ring, and no setting goes past
+     * half of it. */
+    c->max_doc = (uint64_t)c->g.nseg * c->g.seg_size / 4;
+    if (cf->max_doc_size > 0)
+        c->max_doc = (uint64_t)cf->max_doc_size < (uint64_t)c->g.nseg * c->g.seg_size / 2
+                     ? (uint64_t)cf->max_doc_size : (uint64_t)c->g.nseg * c->g.seg_size / 2;
     if (cache_index_open(c, 0, err, errlen) != CACHE_OK)
         goto fail;
     if (ring_load(c, &h) != CACHE_OK) {

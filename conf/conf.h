@@ -72,6 +72,8 @@ struct conf_records {
     int      origin_max_idle;         /* proxy.config.http.per_server.connection.max_idle (per worker) */
     int      connections_throttle;    /* proxy.config.net.connections_throttle (per worker) */
     int64_t  max_doc_size;            /* proxy.config.cache.max_doc_size */
+    int      bg_fill_milli;           /* ...http.background_fill_completed_threshold, thousandths */
+    int      bg_fill_timeout;         /* ...http.background_fill_active_timeout, s (0: none) */
     int      debug_headers;           /* proxy.config.cistern.debug_headers */
     int      heuristic_min_lifetime;  /* proxy.config.http.cache.heuristic_min_lifetime */
     int      heuristic_max_lifetime;  /* proxy.config.http.cache.heuristic_max_lifetime */

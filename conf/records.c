@@ -180,10 +180,22 @@ static const struct rec_directive rec_table[] = {
     { "proxy.config.net.connections_throttle", REC_INT, rec_set_int,
       REC_FIELD(connections_throttle), "30000", 1, 1000000,
       "client connections per worker; beyond, 503 and close" },
-    /* ATS: 0 = no limit. */
+    /* ATS: 0 = no limit.  Here objects span segments and a fill pins
+     * what it wrote until it commits, so 0 = a quarter of the store and
+     * no value goes past half of it. */
     { "proxy.config.cache.max_doc_size", REC_INT, rec_set_int64,
-      REC_FIELD(max_doc_size), "64M", 0, INT64_MAX,
-      "largest object stored; 0 = no limit" },
+      REC_FIELD(max_doc_size), "0", 0, INT64_MAX,
+      "largest object stored; 0 = a quarter of the store's content (at most half)" },
+    /* ATS semantics: a client that goes away during a fill leaves it
+     * running when at least this share of a known length has arrived. */
+    { "proxy.config.http.background_fill_completed_threshold", REC_FLOAT, rec_set_milli,
+      REC_FIELD(bg_fill_milli), "0.5", 0, 1000000,
+      "a miss whose client leaves goes on filling once this share (0 to 1) of its "
+      "Content-Length has arrived (0: always, even without a length; over 1: never)" },
+    { "proxy.config.http.background_fill_active_timeout", REC_INT, rec_set_int,
+      REC_FIELD(bg_fill_timeout), "0", 0, ONE_DAY,
+      "seconds a background fill may run after its client left (0: no limit but "
+      "the origin inactivity timeout)" },
     { "proxy.config.cistern.debug_headers", REC_INT, rec_set_int,
       REC_FIELD(debug_headers), "0", 0, 1,
       "1: add `X-Cistern-Worker` to responses" },

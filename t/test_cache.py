@@ -265,19 +265,22 @@ def test_over_max_doc_size_never_stored():
                 expect_eq(is_hit(r), stored, "second is a hit")
                 expect_eq(len(origin_hits(o, p)), 1 if stored else 2,
                           "origin requests")
-    # An object larger than a segment (16M store: 1 MiB segments) with no
-    # max_doc_size of ours: the store must refuse it, not wrap it.
+    # An object larger than a segment (16M store: 14 segments of 1 MiB)
+    # with no max_doc_size of ours: it spans segments and is a hit; one over
+    # a quarter of the store (the default max_doc_size 0) is refused.
     with Origin() as o, Cistern(storage=["cache 16M"], remap=remap_for(o),
                                 workers=1) as c:
         for chunked in (False, True):
-            n = 1500000
-            p = seeded_path("seg%d" % chunked, n, chunked=chunked)
-            for i in range(2):
-                r = get_ok(c.port, p)
-                expect_body(r.body, seeded("seg%d" % chunked, n),
-                          "over a segment: body %d" % i)
-            expect(not is_hit(r), "object larger than a segment was a hit")
-            expect_eq(len(origin_hits(o, p)), 2, "origin requests")
+            for n, stored in ((1500000, True), (3700000, False)):
+                p = seeded_path("seg%d-%d" % (chunked, n), n, chunked=chunked)
+                for i in range(2):
+                    r = get_ok(c.port, p)
+                    expect_body(r.body, seeded("seg%d-%d" % (chunked, n), n),
+                                "%d bytes: body %d" % (n, i))
+                expect_eq(is_hit(r), stored, "%d bytes (chunked %d) a hit"
+                          % (n, chunked))
+                expect_eq(len(origin_hits(o, p)), 1 if stored else 2,
+                          "origin requests")
 
 
 def test_failed_fill_never_visible():

@@ -312,23 +312,24 @@ def test_push_10mb():
 
 
 def test_push_segment_limit_boundary():
-    """What the store can hold (objects never span a segment; a 64M store
-    has 4 MiB segments, cache/FORMAT.md): the largest object that fits is
-    stored, a larger one is refused with 400 and nothing changes."""
+    """What the store can hold: objects span segments (a 64M store has 15
+    segments of 4 MiB, cache/FORMAT.md), up to max_doc_size, by default a
+    quarter of the ring (15 MiB here): a 5 MiB object (over a segment) is
+    stored, one over the quarter is refused with 400 and nothing changes."""
     with Origin() as o, Cistern(storage=["cache 64M"], remap=remap_for(o),
                                 records=PUSH_ON) as c:
-        n = 4 * 1024 * 1024 - 4096
-        big = seeded("four", n)
-        r = req_ok(c.port, "PUSH", "/four", body=response_bytes(big),
+        n = 5 * 1024 * 1024
+        big = seeded("five", n)
+        r = req_ok(c.port, "PUSH", "/five", body=response_bytes(big),
                    timeout=60)
-        expect_eq(r.status, 201, "4 MiB - 4 KiB PUSH")
-        g = get(c.port, "/four", timeout=60)
-        expect_body(g.body, big, "4 MiB - 4 KiB body")
-        r = req_ok(c.port, "PUSH", "/four",
-                   body=response_bytes(seeded("five", 5 << 20)), timeout=60)
-        expect_eq(r.status, 400, "5 MiB PUSH (over a segment)")
-        g = get(c.port, "/four", timeout=60)
-        expect_body(g.body, big, "after the refused 5 MiB PUSH")
+        expect_eq(r.status, 201, "5 MiB PUSH (over a segment)")
+        g = get(c.port, "/five", timeout=60)
+        expect_body(g.body, big, "5 MiB body")
+        r = req_ok(c.port, "PUSH", "/five",
+                   body=response_bytes(seeded("sixteen", 16 << 20)), timeout=60)
+        expect_eq(r.status, 400, "16 MiB PUSH (over a quarter of the store)")
+        g = get(c.port, "/five", timeout=60)
+        expect_body(g.body, big, "after the refused 16 MiB PUSH")
         expect_eq(o.requests(), [], "origin requests")
 
 

@@ -96,6 +96,7 @@ conn_body_len(const struct conn *c)
     return c->cn_req ? c->cn_req->rq_body_len : 0;
 }
 static void conn_on_write(evutil_socket_t fd, short what, void *arg);
+static void conn_bg_detach(struct conn *c);
 static int conn_process(struct conn *c);
 static struct conn *conn_new(struct worker *w, int fd, const struct sockaddr *sa,
                              socklen_t salen);
@@ -171,6 +172,11 @@ conn_close(struct conn *c)
     struct worker *w = wk;
 
     magic_check(c->cn_magic, CONN_MAGIC);
+    if (c->cn_fd >= 0 && c->cn_req && c->cn_state == CONN_PROXY && !c->cn_abort
+        && proxy_bg_fill(c->cn_req)) {
+        conn_bg_detach(c);
+        return;
+    }
     if (c->cn_req)
         req_abort(c->cn_req);   /* a transaction cut short is still logged */
     event_del(&c->cn_rev);
@@ -195,6 +201,56 @@ conn_close(struct conn *c)
     pool_put(&w->conn_pool, c);
     if (w->draining && w->nconns == 0)
         event_base_loopbreak(w->base);
+}
+
+/* A background fill's timer: its first turn (the transaction goes on at
+ * once, from the event loop), then background_fill_active_timeout. */
+static void
+conn_on_bg(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn *c = arg;
+    struct timeval tv = { wk->conf->rec.bg_fill_timeout, 0 };
+
+    (void)fd;
+    (void)what;
+    magic_check(c->cn_magic, CONN_MAGIC);
+    if (c->cn_bgkick) {
+        c->cn_bgkick = 0;
+        if (tv.tv_sec > 0)
+            event_add(&c->cn_rev, &tv);
+        conn_flush(c);
+        return;
+    }
+    wk->ctr->timeouts++;
+    conn_close(c);              /* the active timeout: the fill is dropped */
+}
+
+/* The client of a fill went away with enough of it done (proxy_bg_fill):
+ * the connection becomes an internal one (no socket: what it would send
+ * is dropped, as for a background revalidation) and the transaction goes
+ * on from the event loop; it closes itself when the fill is over.
+ * Callers treat c as closed: the first turn runs from a timer. */
+static void
+conn_bg_detach(struct conn *c)
+{
+    struct timeval now0 = { 0, 0 };
+
+    event_del(&c->cn_rev);
+    conn_unwant_write(c);
+    if (c->cn_tls)
+        tls_conn_free(c);
+    close(c->cn_fd);
+    c->cn_fd = -1;
+    wk->ctr->conns_open--;
+    c->cn_bg = 1;
+    c->cn_in_eof = 1;
+    c->cn_close = 1;
+    c->cn_in_process = 0;
+    c->cn_in_flush = 0;
+    c->cn_out.start = c->cn_out.end = 0;
+    c->cn_bgkick = 1;
+    event_assign(&c->cn_rev, wk->base, -1, 0, conn_on_bg, c);
+    event_add(&c->cn_rev, &now0);
 }
 
 /* Close with a reset: the response we were sending is incomplete, and an
@@ -975,6 +1031,8 @@ conn_send(struct conn *c, int *progress)
             rq->rq_body_len -= (size_t)k;
             if (rq->rq_up)
                 proxy_client_sent(rq, (size_t)k);
+            else if (rq->rq_body_len == 0)
+                store_body_more(rq);    /* a large hit's next extent */
         }
     }
     return 0;

@@ -929,6 +929,7 @@ proxy_sink_client(void *arg, const char *p, size_t n)
     buf_append(rq->rq_out, p, n);
     alog_bytes(rq, n);
     alog_obody(rq, n);
+    rq->rq_up->up_fill_got += n;
     store_fill_data(&rq->rq_up->up_fill, p, n);
 }
 
@@ -938,6 +939,7 @@ proxy_sink_fill(void *arg, const char *p, size_t n)
 {
     struct upstream *up = arg;
 
+    up->up_fill_got += n;
     store_fill_data(&up->up_fill, p, n);
 }
 
@@ -1379,6 +1381,25 @@ proxy_client_sent(struct req *rq, size_t n)
     struct upstream *up = rq->rq_up;
 
     up->up_in.start += n;
+}
+
+/* ATS's background fill: a fill whose client leaves goes on if at least
+ * background_fill_completed_threshold of its Content-Length came (a
+ * threshold of 0: always, a length or not). */
+int
+proxy_bg_fill(const struct req *rq)
+{
+    const struct upstream *up = rq->rq_up;
+    int64_t cl;
+    int milli = wk->conf->rec.bg_fill_milli;
+
+    if (up == NULL || up->up_fill == NULL || up->up_state != UP_BODY || rq->rq_abort
+        || milli > 1000)
+        return 0;
+    cl = up->up_resp ? up->up_resp->content_length : -1;
+    if (cl > 0)
+        return up->up_fill_got * 1000 >= (uint64_t)cl * (uint64_t)milli;
+    return milli == 0;
 }
 
 void

@@ -88,6 +88,7 @@ req_new(void *owner, const struct req_owner_ops *ops)
     /* (rq_in, rq_out, rq_id, rq_peer, rq_tls: the owner's to set) */
     rq->rq_body = NULL;
     rq->rq_body_len = 0;
+    rq->rq_hit_pos = rq->rq_hit_end = 0;
     rq->rq_up = NULL;
     rq->rq_push = NULL;
     rq->rq_tunnel = NULL;

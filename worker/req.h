@@ -190,6 +190,8 @@ struct req {
                                          rq_out (a hit's mapping, or the
                                          origin's input buffer) */
     size_t           rq_body_len;
+    uint64_t         rq_hit_pos;      /* a hit's body: next byte to lend */
+    uint64_t         rq_hit_end;      /* and the end of what is sent */
     struct upstream *rq_up;           /* FETCH's origin transaction */
     struct push     *rq_push;         /* PUSH's body being stored */
     struct tunnel   *rq_tunnel;       /* a tunnel connecting, or waiting

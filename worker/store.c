@@ -78,7 +78,27 @@ store_release(struct req *rq)
         q->obj_held = 0;
         rq->rq_body = NULL;
         rq->rq_body_len = 0;
+        rq->rq_hit_pos = rq->rq_hit_end = 0;
     }
+}
+
+int
+store_body_more(struct req *rq)
+{
+    const void *p;
+    size_t n;
+
+    if (!rq->obj_held || rq->rq_hit_pos >= rq->rq_hit_end)
+        return 0;
+    n = cache_obj_span(wk->cache, &rq->obj, rq->rq_hit_pos, &p);
+    if (n == 0)
+        return 0;
+    if (n > rq->rq_hit_end - rq->rq_hit_pos)
+        n = (size_t)(rq->rq_hit_end - rq->rq_hit_pos);
+    rq->rq_body = p;
+    rq->rq_body_len = n;
+    rq->rq_hit_pos += n;
+    return 1;
 }
 
 /* ------------------------------------------------------------------ */
@@ -364,14 +384,14 @@ store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
     alog_head(rq, b->data + mark, b->end - mark);
     if (sc->method == HTTP_HEAD || status == 304 || o->body_len == 0) {
         /* no body: the object is released at DONE, next */
-    } else if (status == 206) {
-        rq->rq_body = (const char *)o->iov[1].iov_base + from;
-        rq->rq_body_len = (size_t)(to - from + 1);
     } else {
-        rq->rq_body = o->iov[1].iov_base;
-        rq->rq_body_len = o->iov[1].iov_len;
+        /* the body goes out span by span (one per extent of a large
+         * object), each lent straight from the mapping */
+        rq->rq_hit_pos = status == 206 ? from : 0;
+        rq->rq_hit_end = status == 206 ? to + 1 : o->body_len;
+        alog_bytes(rq, rq->rq_hit_end - rq->rq_hit_pos);
+        store_body_more(rq);
     }
-    alog_bytes(rq, rq->rq_body_len);
     return 0;
 }
 

@@ -125,7 +125,9 @@ struct conn {
     unsigned         cn_in_process:1; /* inside conn_process(): no re-entry */
     unsigned         cn_hold:1;       /* cn_out waits until the request body
                                          we are discarding has ended */
-    unsigned         cn_bg:1;         /* internal: a background revalidation */
+    unsigned         cn_bg:1;         /* internal: a background revalidation
+                                         or fill (no client) */
+    unsigned         cn_bgkick:1;     /* a background fill's first turn is due */
     unsigned         cn_tls_up:1;     /* TLS handshake done */
     unsigned         cn_tls_rw:1;     /* SSL_read waits for writability */
     unsigned         cn_tls_wr:1;     /* SSL_write waits for readability */
@@ -246,6 +248,7 @@ struct upstream {
     char             up_ohost[256];
     struct store_cond up_cond;        /* the client's conditions */
     struct cache_fill *up_fill;
+    uint64_t         up_fill_got;     /* body bytes given to up_fill */
     size_t           up_keylen;
     char             up_key[STORE_KEY_MAX];
 };
@@ -386,6 +389,9 @@ void proxy_client_sent(struct req *rq, size_t n);
 /* Feed the client's request body; returns HTTP_OK / HTTP_AGAIN / status. */
 int  proxy_client_body(struct req *rq);
 void proxy_abort(struct req *rq);
+/* Should rq's origin transaction go on without its client (a background
+ * fill: the client left, a fill runs, enough of it arrived)? */
+int  proxy_bg_fill(const struct req *rq);
 
 /* store.c: hits and fills (the pure key, Vary and Range rules: variant.h) */
 /* Look key up for the current request of c.  A verdict of STORE_HIT
@@ -399,6 +405,9 @@ int  store_ctl_lookup(const char *key, size_t keylen, const struct http_req *r,
 int  store_lookup(struct req *rq, const char *key, size_t keylen, const char **why,
                   char *cs, size_t cslen);
 void store_release(struct req *rq);
+/* A hit's body spans extents (cache_obj_span): lend the next span as
+ * rq_body once the last one went out.  Returns 1 if one was lent. */
+int  store_body_more(struct req *rq);
 void store_cond_from(struct store_cond *sc, const struct http_req *r);
 /* Queue the answer for the held object (conditionals, Range honoured);
  * hdr/hdrlen replace its stored header block when not NULL. */

@@ -135,7 +135,7 @@ fill_pat(uint8_t *buf, size_t len, unsigned seed)
 static int
 put_obj(struct cache *c, const char *key, size_t len, unsigned seed, int known)
 {
-    static uint8_t buf[2 * MiB];
+    static uint8_t buf[8 * MiB];
     struct cache_meta m = { 200, 0, 1000, 2000 };
     struct cache_fill *f;
     char hdr[64];
@@ -171,10 +171,20 @@ get_obj(struct cache *c, const char *key, size_t len, unsigned seed)
         return rc;
     ck_assert_uint_eq(o.iov[0].iov_len, (size_t)n);
     ck_assert(memcmp(o.iov[0].iov_base, hdr, (size_t)n) == 0);
-    ck_assert_uint_eq(o.iov[1].iov_len, len);
-    for (size_t i = 0; i < len; i++)
-        if (((uint8_t *)o.iov[1].iov_base)[i] != pat(seed, i))
-            ck_abort_msg("%s: byte %zu differs", key, i);
+    ck_assert_uint_eq(o.body_len, len);
+    /* span by span: a large object's body is in several extents */
+    for (size_t i = 0; i < len;) {
+        const void *p;
+        size_t k = cache_obj_span(c, &o, i, &p);
+
+        ck_assert_uint_gt(k, 0);
+        if (i == 0)
+            ck_assert(p == o.iov[1].iov_base && k == o.iov[1].iov_len);
+        for (size_t j = 0; j < k; j++)
+            if (((const uint8_t *)p)[j] != pat(seed, i + j))
+                ck_abort_msg("%s: byte %zu differs", key, i + j);
+        i += k;
+    }
     ck_assert_int_eq(o.meta.status, 200);
     ck_assert_int_eq(o.meta.stored, 1000);
     ck_assert_int_eq(o.meta.expires, 2000);
@@ -285,7 +295,8 @@ START_TEST(test_geometry)
     cf.size = 1 * MiB;
     ck_assert_int_lt(cache_geom_compute(&cf, &g), 0);
     ck_assert_uint_eq(cache_shm_size(&cf, 4), 0);
-    ck_assert_int_eq(cache_max_doc_size(E.c), (int64_t)(MiB - CACHE_REC_ALIGN * 2));
+    /* objects span segments: a quarter of the ring (14 segments of 1 MiB) */
+    ck_assert_int_eq(cache_max_doc_size(E.c), (int64_t)(14 * MiB / 4));
 }
 END_TEST
 
@@ -743,6 +754,137 @@ START_TEST(test_restart_persistence)
     env_open();
     ck_assert_int_eq(get_obj(E.c, "after", 50000, 99), CACHE_OK);
     ck_assert_int_eq(get_obj(E.c, "r0", 50000, 0), CACHE_OK);
+}
+END_TEST
+
+/* Objects larger than a segment (issue 21): extents in several segments
+ * and a CHAIN record; pins on every extent; refresh; abort; restart;
+ * a version 1 store header upgraded in place. */
+START_TEST(test_large_objects)
+{
+    struct cache_obj o;
+    struct cache_meta m = { 203, 0, 1000, 3000 };
+    struct cache_fill *f;
+    uint64_t ring = (uint64_t)E.c->g.nseg * E.c->g.seg_size;
+    const void *p;
+    char key[32];
+    int n;
+
+    /* 16M store: 14 segments of 1 MiB; a quarter is 3.5 MiB */
+    ck_assert_int_eq(put_obj(E.c, "L1", 3 * MiB, 11, 1), CACHE_OK);
+    ck_assert_int_eq(put_obj(E.c, "L2", 3 * MiB + 12345, 12, 0), CACHE_OK);
+    ck_assert_int_eq(get_obj(E.c, "L1", 3 * MiB, 11), CACHE_OK);
+    ck_assert_int_eq(get_obj(E.c, "L2", 3 * MiB + 12345, 12), CACHE_OK);
+    ck_assert_int_eq(cache_lookup(E.c, "L1", 2, &o), CACHE_OK);
+    ck_assert_ptr_nonnull(o.co_chain);
+    ck_assert_uint_lt(o.iov[1].iov_len, o.body_len);
+    ck_assert_uint_eq(cache_obj_span(E.c, &o, 3 * MiB, &p), 0);
+    ck_assert_uint_eq(cache_obj_span(E.c, &o, 3 * MiB - 1, &p), 1);
+    ck_assert_uint_eq(*(const uint8_t *)p, pat(11, 3 * MiB - 1));
+
+    /* a refresh writes a new CHAIN record over the same extents */
+    ck_assert_int_eq(cache_obj_update_headers(E.c, &o, "L1", 2, &m, "X-Seed: 11\r\n", 12),
+                     CACHE_OK);
+    cache_obj_release(E.c, &o);
+    ck_assert_int_eq(cache_lookup(E.c, "L1", 2, &o), CACHE_OK);
+    ck_assert_int_eq(o.meta.status, 203);
+    ck_assert_int_eq(o.meta.expires, 3000);
+    cache_obj_release(E.c, &o);
+
+    /* an aborted or short large fill is never visible */
+    ck_assert_int_eq(cache_fill_begin(E.c, "L3", 2, &m, NULL, 0, 3 * MiB, &f), CACHE_OK);
+    for (int i = 0; i < 200; i++)
+        ck_assert_int_eq(cache_fill_write(f, "0123456789abcdef", 16) == CACHE_OK ? 0 : 1, 0);
+    {
+        static uint8_t big[2 * MiB];
+        ck_assert_int_eq(cache_fill_write(f, big, sizeof(big)), CACHE_OK);
+    }
+    ck_assert_int_eq(cache_fill_commit(f, NULL), CACHE_ABORTED);
+    ck_assert_int_eq(cache_lookup(E.c, "L3", 2, &o), CACHE_MISS);
+    ck_assert_int_eq(put_obj(E.c, "L4", 2 * MiB, 4, 0), CACHE_OK);
+    ck_assert_int_eq(cache_fill_begin(E.c, "L5", 2, &m, NULL, 0, -1, &f), CACHE_OK);
+    {
+        static uint8_t big[2 * MiB];
+        ck_assert_int_eq(cache_fill_write(f, big, sizeof(big)), CACHE_OK);
+    }
+    cache_fill_abort(f);
+    ck_assert_int_eq(cache_lookup(E.c, "L5", 2, &o), CACHE_MISS);
+    ck_assert_int_eq(get_obj(E.c, "L4", 2 * MiB, 4), CACHE_OK);
+
+    /* survives a restart (clean and not) */
+    env_restart(1);
+    ck_assert_int_eq(get_obj(E.c, "L2", 3 * MiB + 12345, 12), CACHE_OK);
+    ck_assert_int_eq(get_obj(E.c, "L4", 2 * MiB, 4), CACHE_OK);
+    env_restart(0);
+    ck_assert_int_eq(get_obj(E.c, "L2", 3 * MiB + 12345, 12), CACHE_OK);
+
+    /* a damaged extent (not the first) makes the object a miss */
+    ck_assert_int_eq(cache_lookup(E.c, "L2", 2, &o), CACHE_OK);
+    {
+        const struct cache_rec *h = o.co_chain;
+        struct cache_ext x;
+        uint8_t *r;
+
+        ck_assert_uint_ge(h->pad, 3);
+        cache_chain_ext(h, 2, &x);
+        r = cache_ring_ptr(E.c, x.off);
+        cache_obj_release(E.c, &o);
+        r[CACHE_REC_SIZE - 1] ^= 1;     /* in head_sum */
+        ck_assert_int_eq(cache_lookup(E.c, "L2", 2, &o), CACHE_MISS);
+    }
+
+    /* every extent of a held object is pinned: two laps later, its bytes
+     * are intact; released, it is gone */
+    ck_assert_int_eq(put_obj(E.c, "L6", 3 * MiB, 6, 1), CACHE_OK);
+    ck_assert_int_eq(cache_lookup(E.c, "L6", 2, &o), CACHE_OK);
+    for (n = 0; (uint64_t)n * 300000 < ring * 2; n++) {
+        snprintf(key, sizeof(key), "q%d", n);
+        ck_assert_int_eq(put_obj(E.c, key, 300000, (unsigned)n, n & 1), CACHE_OK);
+    }
+    for (uint64_t i = 0; i < 3 * MiB;) {
+        size_t k = cache_obj_span(E.c, &o, i, &p);
+
+        ck_assert_uint_gt(k, 0);
+        for (size_t j = 0; j < k; j += 4099)
+            ck_assert_uint_eq(((const uint8_t *)p)[j], pat(6, i + j));
+        i += k;
+    }
+    cache_obj_release(E.c, &o);
+    ck_assert_int_eq(cache_lookup(E.c, "L6", 2, &o), CACHE_MISS);
+    for (uint32_t s = 0; s < E.c->g.nseg; s++)
+        ck_assert_uint_eq(E.c->pincount[s], 0);
+
+    /* over the limit: refused */
+    ck_assert_int_eq(put_obj(E.c, "L7", 4 * MiB, 7, 1), CACHE_TOOBIG);
+}
+END_TEST
+
+/* A store written with layout version 1 (the release before objects
+ * spanned segments) is read as it is, and its header says 2 afterwards. */
+START_TEST(test_layout_v1_upgraded)
+{
+    struct cache_store_hdr h;
+    char path[128];
+    int fd;
+
+    ck_assert_int_eq(put_obj(E.c, "old", 100000, 3, 1), CACHE_OK);
+    ck_assert_int_eq(cache_mark_clean_shutdown(E.c), CACHE_OK);
+    cache_close(E.c);
+    E.c = NULL;
+    snprintf(path, sizeof(path), "%s/content", E.dir);
+    fd = open(path, O_RDWR);
+    ck_assert_int_eq(pread(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
+    ck_assert_uint_eq(h.version, CACHE_STORE_VERSION);
+    h.version = 1;
+    h.hsum = cache_store_hdr_sum(&h);
+    ck_assert_int_eq(pwrite(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
+    munmap(E.area, E.arealen);
+    env_shm();
+    env_open();
+    ck_assert_int_eq(get_obj(E.c, "old", 100000, 3), CACHE_OK);
+    ck_assert_int_eq(pread(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
+    ck_assert_uint_eq(h.version, CACHE_STORE_VERSION);
+    close(fd);
 }
 END_TEST
 
@@ -1509,10 +1651,20 @@ get_fresh(struct cache *c, const char *key, size_t len, unsigned seed, const cha
     }
     ck_assert_uint_eq(o.iov[0].iov_len, strlen(hdr));
     ck_assert(memcmp(o.iov[0].iov_base, hdr, strlen(hdr)) == 0);
-    ck_assert_uint_eq(o.iov[1].iov_len, len);
-    for (size_t i = 0; i < len; i++)
-        if (((uint8_t *)o.iov[1].iov_base)[i] != pat(seed, i))
-            ck_abort_msg("%s: byte %zu differs", key, i);
+    ck_assert_uint_eq(o.body_len, len);
+    /* span by span: a large object's body is in several extents */
+    for (size_t i = 0; i < len;) {
+        const void *p;
+        size_t k = cache_obj_span(c, &o, i, &p);
+
+        ck_assert_uint_gt(k, 0);
+        if (i == 0)
+            ck_assert(p == o.iov[1].iov_base && k == o.iov[1].iov_len);
+        for (size_t j = 0; j < k; j++)
+            if (((const uint8_t *)p)[j] != pat(seed, i + j))
+                ck_abort_msg("%s: byte %zu differs", key, i + j);
+        i += k;
+    }
     if (where)
         *where = o.iov[1].iov_base;
     cache_obj_release(c, &o);
@@ -1939,6 +2091,8 @@ cache_suite(void)
     tcase_add_test(tc, test_unclean_shutdown);
     tcase_add_test(tc, test_restart_persistence);
     tcase_add_test(tc, test_layout_version_reinit);
+    tcase_add_test(tc, test_large_objects);
+    tcase_add_test(tc, test_layout_v1_upgraded);
     tcase_add_test(tc, test_wrong_size_content);
     tcase_add_test(tc, test_map_full);
     tcase_add_test(tc, test_damaged_index_rebuilt);

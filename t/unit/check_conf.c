@@ -204,7 +204,7 @@ START_TEST(test_records_defaults)
     ck_assert_int_eq(rec.shutdown_timeout, 30);
     ck_assert_int_eq(rec.origin_max_idle, 64);
     ck_assert_int_eq(rec.connections_throttle, 30000);
-    ck_assert_int_eq(rec.max_doc_size, 64LL << 20);
+    ck_assert_int_eq(rec.max_doc_size, 0);
     ck_assert_int_eq(rec.debug_headers, 0);
     ck_assert_str_eq(rec.proxy_name, "cistern");
     ck_assert_str_eq(rec.error_log_level, "info");
