@@ -41,6 +41,9 @@ Response selection, first match wins:
       last-modified/T   send Last-Modified for epoch T; answer 304 when
                         If-Modified-Since >= T
       echo              body: JSON of the request as recorded
+      ranges            a single Range (`bytes=a-b`, `a-`, `-n`) of a
+                        `bytes/N` body gets a 206 of that slice with its
+                        Content-Range; anything else the whole 200
       100-continue      (no-op directive; 100-continue is always honoured)
       seed/S            body bytes come from seeded(S, N) instead of
                         pattern(N) (for bytes/, chunked/, no-length/,
@@ -162,6 +165,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import socket
 import sys
 import threading
@@ -766,6 +770,24 @@ class Origin:
         reps = n // len(EXTRA_RESPONSE) + 1
         return (EXTRA_RESPONSE * reps)[:n]
 
+    @staticmethod
+    def _range(rg, body, extra):
+        """`ranges`: one `bytes=a-b`, `a-` or `-n` range gets a 206 of
+        that slice with its Content-Range; anything else the whole 200."""
+        m = re.match(r"bytes=(\d*)-(\d*)$", (rg or "").strip())
+        n = len(body)
+        if m is None or not (m.group(1) or m.group(2)):
+            return 200, body
+        if m.group(1):
+            a = int(m.group(1))
+            b = min(int(m.group(2)), n - 1) if m.group(2) else n - 1
+        else:
+            a, b = max(0, n - int(m.group(2))), n - 1
+        if a >= n or b < a:
+            return 200, body
+        extra.append(["Content-Range", "bytes %d-%d/%d" % (a, b, n)])
+        return 206, body[a:b + 1]
+
     def send_conventional(self, s, method, segs, query, req_headers, rec,
                           base, keep, reader=None):
         status = 200
@@ -784,6 +806,7 @@ class Origin:
         extra_n = 0
         smuggle = False
         rate = 0
+        ranges = False
         i = 0
         while i < len(segs):
             d = segs[i]
@@ -906,6 +929,8 @@ class Origin:
             elif d == "echo":
                 body = json.dumps(rec).encode()
                 mode = "length"
+            elif d == "ranges":
+                ranges = True
             i += 1
         if body is None:
             body = ("%s %s\n" % (rec["method"], rec["target"])).encode(
@@ -915,6 +940,8 @@ class Origin:
                                            "rmid") \
                 and body == pattern(len(body)):
             body = seeded(seed, len(body))
+        if ranges and mode == "length" and status == 200:
+            status, body = self._range(hget(req_headers, "Range"), body, extra)
         bodyless = status in (204, 304) or 100 <= status < 200
         headers = base + [["Content-Type", "text/plain"]]
         names = {k.lower() for k, v in extra}

@@ -647,7 +647,7 @@ cachectl_storable_resp(const struct http_req *resp, const struct cc_resp *cc,
     }
     if (cc->private_)
         return "private";
-    if (resp->status < 200 || resp->status == 206 || resp->status == 304)
+    if (resp->status < 200 || (resp->status == 206 && !cc->part_ok) || resp->status == 304)
         return "status";
     if (req_auth && !cc->public_ && cc->s_maxage < 0 && !cc->must_revalidate)
         return "authorization";

@@ -24,7 +24,8 @@
 struct cc_resp {
     unsigned no_store:1, no_cache:1, private_:1, public_:1,
              must_revalidate:1, proxy_revalidate:1, immutable:1,
-             no_transform:1, invalid:1, must_understand:1;
+             no_transform:1, invalid:1, must_understand:1,
+             part_ok:1;    /* set by the caller: a 206 may be stored (a part) */
     int64_t  max_age, s_maxage;
     /* fields listed by no-cache="..." and private="...": never stored */
     const char *omit_fields, *omit_fields2;

@@ -236,6 +236,24 @@ proxy_pristine_host(const struct http_req *r, char *out, size_t outlen)
     return n;
 }
 
+/* A Range miss the whole object will not be fetched for (range.write 0):
+ * the range goes to the origin and its 206 is stored as a part under the
+ * part key (RFC 9111 3.3), a 200 as the whole object. */
+static void
+proxy_part_begin(struct upstream *up, const struct http_req *r, const char *key, size_t keylen)
+{
+    if (!key || up->up_store || r->method != HTTP_GET || r->has_body || !up->up_req->rq_pol.cache
+        || http_field_find_id(r, HTTP_F_RANGE, 0) < 0
+        || http_field_find_id(r, HTTP_F_IF_RANGE, 0) >= 0
+        || keylen + STORE_PART_SUFFIX_LEN > sizeof(up->up_key)
+        || (http_req_no_store(r) && !up->up_req->rq_pol.ign_client_nc))
+        return;
+    memcpy(up->up_key + keylen, STORE_PART_SUFFIX, STORE_PART_SUFFIX_LEN);
+    up->up_keylen = keylen + STORE_PART_SUFFIX_LEN;
+    up->up_store = up->up_part = 1;
+    up->up_req_auth = http_field_find_id(r, HTTP_F_AUTHORIZATION, 0) >= 0;
+}
+
 /* The transaction's fields, from the request and its route. */
 static void
 up_setup(struct upstream *up, struct req *rq, const struct conf_remap_result *res,
@@ -288,6 +306,7 @@ up_setup(struct upstream *up, struct req *rq, const struct conf_remap_result *re
     } else if (key && r->has_body && (r->method == HTTP_GET || r->method == HTTP_HEAD)) {
         up->up_cdetail = "request-body";
     }
+    proxy_part_begin(up, r, key, keylen);
     up->up_safe = !r->has_body
                   && (r->method == HTTP_GET || r->method == HTTP_HEAD
                       || r->method == HTTP_OPTIONS || r->method == HTTP_TRACE
@@ -339,7 +358,7 @@ proxy_put_field(struct buf *o, const struct upstream *up, const struct http_req 
     case HTTP_F_RANGE:
     case HTTP_F_IF_RANGE:
         /* A range we will store whole is asked for whole. */
-        if (up->up_store)
+        if (up->up_store && !up->up_part)
             return 0;
         break;
     case HTTP_F_ACCEPT_ENCODING:
@@ -1141,11 +1160,18 @@ proxy_cache_response(struct upstream *up, const struct http_req *resp)
          * added), the variant is unknown: not stored, never stored as the
          * variant of a request without those fields. */
         const struct http_req *fwd = NULL;
-        if (http_field_find_id(resp, HTTP_F_VARY, 0) >= 0
+        size_t kl = up->up_keylen - (up->up_part ? STORE_PART_SUFFIX_LEN : 0);
+        if (up->up_part && resp->status == 206)
+            up->up_cdetail = store_fill_begin_part(up->up_key, up->up_keylen, resp,
+                                                   up->up_req_auth, up->up_req_time,
+                                                   &up->up_req->rq_pol, &up->up_fill);
+        else if (up->up_part && resp->status != 200)
+            up->up_cdetail = "range-status";    /* never under the object's key */
+        else if (http_field_find_id(resp, HTTP_F_VARY, 0) >= 0
             && (fwd = proxy_forwarded_req(up)) == NULL)
             up->up_cdetail = "vary-key";
         else
-            up->up_cdetail = store_fill_begin(up->up_key, up->up_keylen, resp, fwd,
+            up->up_cdetail = store_fill_begin(up->up_key, kl, resp, fwd,
                                               up->up_req_auth, up->up_req_time,
                                               &up->up_req->rq_pol, &up->up_fill);
     }

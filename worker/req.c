@@ -466,6 +466,32 @@ req_topkey(struct req *rq, const struct req_route *rt, enum req_step s)
     metrics_url(rq, h);
 }
 
+/* A Range request the object's key does not answer: a stored part (a
+ * 206, RFC 9111 3.3) under the part key may, when it is fresh and holds
+ * every byte asked for.  1: a hit (held, rt->verdict STORE_HIT). */
+static int
+req_lookup_part(struct req *rq, struct req_route *rt)
+{
+    char pkey[STORE_KEY_MAX], cs[sizeof(rt->cs)];
+    const char *why;
+    int v;
+
+    if (rq->r.method != HTTP_GET || http_field_find_id(&rq->r, HTTP_F_RANGE, 0) < 0
+        || http_field_find_id(&rq->r, HTTP_F_IF_RANGE, 0) >= 0
+        || rt->keylen + STORE_PART_SUFFIX_LEN >= sizeof(pkey))
+        return 0;
+    memcpy(pkey, rt->key, rt->keylen);
+    memcpy(pkey + rt->keylen, STORE_PART_SUFFIX, STORE_PART_SUFFIX_LEN);
+    v = store_lookup(rq, pkey, rt->keylen + STORE_PART_SUFFIX_LEN, &why, cs, sizeof(cs));
+    if (v == STORE_HIT && store_part_covers(rq)) {
+        rt->verdict = STORE_HIT;
+        memcpy(rt->cs, cs, sizeof(cs));
+        return 1;
+    }
+    store_release(rq);
+    return 0;
+}
+
 static enum req_step
 req_lookup(struct req *rq, struct req_route *rt)
 {
@@ -488,6 +514,8 @@ req_lookup(struct req *rq, struct req_route *rt)
             rt->verdict = store_lookup(rq, rt->key, rt->keylen, &rt->fwd, rt->cs,
                                        sizeof(rt->cs));
             if (rt->verdict == STORE_HIT || rt->verdict == STORE_HIT_STALE)
+                return REQ_HIT;
+            if (rt->verdict == STORE_MISS && req_lookup_part(rq, rt))
                 return REQ_HIT;
             if (rt->verdict == STORE_ONLY_CACHED) {
                 rq->syn.extra = "Cache-Status: cistern; fwd=miss; detail=only-if-cached\r\n";

@@ -291,6 +291,52 @@ store_answer_status(const char *hdr, size_t hdrlen, const struct cache_obj *o,
     return status;
 }
 
+/* A stored part (a 206, RFC 9111 3.3): its Content-Range [*a, b] of *n
+ * bytes; 1 with [*from, *to] when the single range asked for lies within
+ * it, else 0 (then the request goes to the origin). */
+static int
+store_part_span(const char *hdr, size_t hdrlen, const char *range, uint64_t *from,
+                uint64_t *to, uint64_t *a, uint64_t *n)
+{
+    size_t crl = 0;
+    const char *cr = store_hdr_get(hdr, hdrlen, "content-range", &crl);
+    uint64_t b;
+
+    if (cr == NULL || !store_content_range(cr, crl, a, &b, n) || range[0] == '\0')
+        return 0;
+    return store_range(range, *n, from, to) == 1 && *from >= *a && *to <= b;
+}
+
+int
+store_part_covers(const struct req *rq)
+{
+    struct store_cond sc;
+    uint64_t from, to, a, n;
+
+    store_cond_from(&sc, &rq->r);
+    return rq->obj_held && rq->obj.meta.status == 206 && !sc.if_range[0]
+           && store_part_span(rq->obj.iov[0].iov_base, rq->obj.hdr_len, sc.range, &from, &to,
+                              &a, &n);
+}
+
+/* The head of a part's answer: the stored block minus its status line
+ * and its Content-Range (ours says which bytes go out). */
+static void
+store_copy_part_head(struct buf *b, const char *hdr, size_t len)
+{
+    const char *p = memchr(hdr, '\n', len), *end = hdr + len;
+
+    while (p && ++p < end) {
+        const char *e = memchr(p, '\n', (size_t)(end - p));
+        size_t ll = e ? (size_t)(e - p) + 1 : (size_t)(end - p);
+        if (!(ll > 13 && p[13] == ':' && strncasecmp(p, "content-range", 13) == 0)) {
+            memcpy(b->data + b->end, p, ll);
+            b->end += ll;
+        }
+        p = e;
+    }
+}
+
 int
 store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
            const char *cstatus, const char *hdr, size_t hdrlen)
@@ -299,19 +345,26 @@ store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
     struct buf *b = rq->rq_out;
     struct timeval now;
     int64_t age;
-    uint64_t from = 0, to = 0;
+    uint64_t from = 0, to = 0, base = 0, total = o->body_len;
     int status, part = 0, n;
 
     if (hdr == NULL) {
         hdr = o->iov[0].iov_base;
         hdrlen = o->hdr_len;
     }
+    if (o->meta.status == 206
+        && (sc->method != HTTP_GET || sc->if_range[0]
+            || !store_part_span(hdr, hdrlen, sc->range, &from, &to, &base, &total)))
+        return -1;      /* a part answers only the ranges it covers */
     event_base_gettimeofday_cached(wk->base, &now);
     age = (int64_t)now.tv_sec - o->meta.stored;
     if (age < 0)
         age = 0;
 
-    status = store_answer_status(hdr, hdrlen, o, sc, now.tv_sec, &part, &from, &to);
+    if (o->meta.status == 206)
+        status = part = 206;    /* conditionals: the origin's (not a 200 we hold) */
+    else
+        status = store_answer_status(hdr, hdrlen, o, sc, now.tv_sec, &part, &from, &to);
     if (buf_alloc(b) < 0 || buf_grow(b, hdrlen + 640 + VIA_MAX + wk->server_hdr_len) < 0)
         return -1;
     /* The origin's Server lines end the block (store_server_last):
@@ -332,14 +385,11 @@ store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
     if (part > 0) {
         n = snprintf(b->data + b->end, b->size - b->end, "HTTP/1.1 206 Partial Content\r\n");
         b->end += (size_t)n;
-        const char *nl = memchr(hdr, '\n', hdrlen);
-        size_t skip = nl ? (size_t)(nl - hdr) + 1 : hdrlen;
-        memcpy(b->data + b->end, hdr + skip, copylen - skip);
-        b->end += copylen - skip;
+        store_copy_part_head(b, hdr, copylen);
         n = snprintf(b->data + b->end, b->size - b->end,
                      "Content-Range: bytes %llu-%llu/%llu\r\nContent-Length: %llu\r\n",
                      (unsigned long long)from, (unsigned long long)to,
-                     (unsigned long long)o->body_len,
+                     (unsigned long long)total,
                      (unsigned long long)(to - from + 1));
         b->end += (size_t)n;
         status = 206;
@@ -387,8 +437,8 @@ store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
     } else {
         /* the body goes out span by span (one per extent of a large
          * object), each lent straight from the mapping */
-        rq->rq_hit_pos = status == 206 ? from : 0;
-        rq->rq_hit_end = status == 206 ? to + 1 : o->body_len;
+        rq->rq_hit_pos = status == 206 ? from - base : 0;
+        rq->rq_hit_end = status == 206 ? to + 1 - base : o->body_len;
         alog_bytes(rq, rq->rq_hit_end - rq->rq_hit_pos);
         store_body_more(rq);
     }
@@ -833,12 +883,13 @@ store_marker(const char *key, size_t keylen, const char *vary, size_t vlen,
  * request's part (a GET without no-store) is proxy.c's up_store. */
 static const char *
 store_decide(const struct http_req *resp, struct cc_resp *cc, const struct req_policy *pol,
-             int req_auth, time_t now, int64_t *lifetime, int *heur, int *set_cookie)
+             int req_auth, time_t now, int64_t *lifetime, int *heur, int *set_cookie, int part)
 {
     const struct conf_records *rec = &wk->conf->rec;
     int negative;
 
     cachectl_parse_resp(resp, cc, rec->cdn_cache_control);
+    cc->part_ok = part != 0;
     if (pol->ign_server_nc)
         cc->no_store = cc->no_cache = 0;        /* ignore_server_no_cache */
     negative = rec->negative_caching_enabled
@@ -880,10 +931,10 @@ store_decide(const struct http_req *resp, struct cc_resp *cc, const struct req_p
     return NULL;
 }
 
-const char *
-store_fill_begin(const char *key, size_t keylen, const struct http_req *resp,
-                 const struct http_req *req, int req_auth, int64_t req_time,
-                 const struct req_policy *pol, struct cache_fill **out)
+static const char *
+store_fill_begin_as(const char *key, size_t keylen, const struct http_req *resp,
+                    const struct http_req *req, int req_auth, int64_t req_time,
+                    const struct req_policy *pol, struct cache_fill **out, int part)
 {
     static char hdr[STORE_HDR_MAX];
     struct cc_resp cc;
@@ -902,9 +953,11 @@ store_fill_begin(const char *key, size_t keylen, const struct http_req *resp,
     }
     event_base_gettimeofday_cached(wk->base, &now);
     const char *why = store_decide(resp, &cc, pol, req_auth, now.tv_sec, &lifetime, &heur,
-                                   &set_cookie);
+                                   &set_cookie, part);
     if (why)
         return why;
+    if (part && http_field_find_id(resp, HTTP_F_VARY, 0) >= 0)
+        return "part-vary";     /* a part is stored for the plain key only */
 
     /* Vary: store under the variant's key, behind a marker. */
     int vi = http_field_find_id(resp, HTTP_F_VARY, 0);
@@ -981,6 +1034,32 @@ store_fill_begin(const char *key, size_t keylen, const struct http_req *resp,
         return rc == CACHE_TOOBIG ? "too-big" : "store-busy";
     }
     return NULL;
+}
+
+const char *
+store_fill_begin(const char *key, size_t keylen, const struct http_req *resp,
+                 const struct http_req *req, int req_auth, int64_t req_time,
+                 const struct req_policy *pol, struct cache_fill **out)
+{
+    return store_fill_begin_as(key, keylen, resp, req, req_auth, req_time, pol, out, 0);
+}
+
+const char *
+store_fill_begin_part(const char *key, size_t keylen, const struct http_req *resp,
+                      int req_auth, int64_t req_time, const struct req_policy *pol,
+                      struct cache_fill **out)
+{
+    uint64_t a, b, n;
+    int ci = http_field_find_id(resp, HTTP_F_CONTENT_RANGE, 0);
+
+    *out = NULL;
+    if (resp->status != 206 || ci < 0 || http_field_find_id(resp, HTTP_F_CONTENT_RANGE, ci + 1) >= 0
+        || !store_content_range(resp->base + resp->fields[ci].value, resp->fields[ci].value_len,
+                                &a, &b, &n))
+        return "part-range";    /* multipart, or no complete length */
+    if (resp->chunked || resp->until_close || resp->content_length != (int64_t)(b - a + 1))
+        return "part-length";
+    return store_fill_begin_as(key, keylen, resp, NULL, req_auth, req_time, pol, out, 1);
 }
 
 int

@@ -74,5 +74,9 @@ size_t store_variant_key(const char *key, size_t keylen, const char *vary,
  * [*from, *to] inclusive, 0 when it is not a single byte range we serve
  * (the whole object is the answer), -1 when unsatisfiable (416). */
 int store_range(const char *v, uint64_t len, uint64_t *from, uint64_t *to);
+/* Parse a Content-Range value "bytes a-b/n" (v[0..vl), RFC 9110 14.4)
+ * with a complete length and a <= b < n.  Returns 1 with them, else 0
+ * ("bytes * /n", "bytes a-b/ *", malformed). */
+int store_content_range(const char *v, size_t vl, uint64_t *a, uint64_t *b, uint64_t *n);
 
 #endif /* CISTERN_VARIANT_H */

@@ -217,6 +217,8 @@ struct upstream {
     const struct conf_remap_rule *up_rule;
     /* caching */
     unsigned         up_store:1;      /* GET with a key: may fill */
+    unsigned         up_part:1;       /* a Range miss: a 206 fills the part
+                                         key (up_key ends STORE_PART_SUFFIX) */
     unsigned         up_req_auth:1;   /* the request had Authorization */
     int64_t          up_req_time;     /* when we sent the request */
     struct timeval   up_deadline;     /* transaction_active_timeout_out, or 0 */
@@ -431,6 +433,20 @@ const char *store_fill_begin(const char *key, size_t keylen,
                              const struct http_req *req, int req_auth,
                              int64_t req_time, const struct req_policy *pol,
                              struct cache_fill **out);
+/* The same for a 206 answering a Range miss (key: the part key, the
+ * object's key + STORE_PART_SUFFIX): stored as the byte range it is when
+ * it has one Content-Range with a complete length. */
+const char *store_fill_begin_part(const char *key, size_t keylen,
+                                  const struct http_req *resp, int req_auth,
+                                  int64_t req_time, const struct req_policy *pol,
+                                  struct cache_fill **out);
+/* The key of the stored byte range of an object (RFC 9111 3.3): a tab
+ * never appears in a URL key. */
+#define STORE_PART_SUFFIX "\tpart"
+#define STORE_PART_SUFFIX_LEN 5
+/* Does the held object (a stored 206) hold every byte the request's
+ * single Range asks for? */
+int  store_part_covers(const struct req *rq);
 /* Resolve rq->rq_pol for the routed request (res: its origin's URL, after
  * remap or, forward proxying, the target's). */
 void store_policy(struct req *rq, const struct conf_remap_result *res);

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Partial content (issue 21 stage 5, RFC 9111 3.3): a 206 from the origin
+is stored as the byte range it is (a part, under the object's key plus a
+suffix), and later Range requests that part covers are hits.
+
+- a stored part answers the ranges inside it (a-b, a-, -n), byte-exact,
+  with its complete length in Content-Range; one outside goes to the origin;
+- a request without Range, or with If-Range, never gets a part;
+- a 200 answering a Range request is stored as the whole object;
+- no-store and multipart 206s are not stored.
+"""
+import harness
+from harness import Cistern, Origin, expect, expect_body, expect_eq, is_hit, pattern
+
+HOST = "p.test"
+CC = "headers?Cache-Control=max-age%3D3600"
+
+
+def remap_for(o):
+    return ["map http://%s/ http://%s/" % (HOST, o.authority)]
+
+
+def get(port, path, rng=None, headers=()):
+    h = list(headers) + ([("Range", rng)] if rng else [])
+    r = harness.one_request(port, "GET", path, None, h, HOST, None, 30,
+                            close_delimited_ok=False)
+    expect(r is not None, "GET %s %s: no complete response" % (path, rng))
+    return r
+
+
+def expect_part(r, a, b, n, what):
+    expect_eq(r.status, 206, what + ": status")
+    expect_eq(r.header("Content-Range"), "bytes %d-%d/%d" % (a, b, n),
+              what + ": Content-Range")
+    expect_eq(r.header("Content-Length"), str(b - a + 1), what + ": Content-Length")
+    expect_body(r.body, pattern(n)[a:b + 1], what)
+
+
+def test_part_stored_and_reused():
+    """bytes=100-599 of 1000 from the origin, then ranges inside it as
+    hits; one outside it goes to the origin (and is stored in its place)."""
+    with Origin() as o, Cistern(storage=["cache 64M"], remap=remap_for(o)) as c:
+        p = "/ranges/etag/v1/bytes/1000/" + CC
+        r = get(c.port, p, "bytes=100-599")
+        expect_part(r, 100, 599, 1000, "miss")
+        expect(not is_hit(r), "the first is a miss")
+        expect_eq(harness.header_of(o.requests()[-1], "Range"), "bytes=100-599",
+                  "the range went to the origin")
+        for rng, a, b in (("bytes=100-599", 100, 599), ("bytes=200-299", 200, 299),
+                          ("bytes=599-599", 599, 599), ("bytes=450-", None, None)):
+            n0 = len(o.requests())
+            r = get(c.port, p, rng)
+            if a is None:   # 450- is 450-999: not covered
+                expect_part(r, 450, 999, 1000, rng)
+                expect_eq(len(o.requests()), n0 + 1, rng + " goes to the origin")
+                continue
+            expect_part(r, a, b, 1000, rng)
+            expect(is_hit(r), "%s: a hit (Cache-Status %r)" % (rng, r.header("Cache-Status")))
+            expect_eq(len(o.requests()), n0, rng + ": no origin request")
+        # the last fetch (450-999) replaced the part: its ranges are hits now
+        n0 = len(o.requests())
+        r = get(c.port, p, "bytes=-100")
+        expect_part(r, 900, 999, 1000, "suffix")
+        expect(is_hit(r), "suffix of the new part: a hit")
+        expect_eq(len(o.requests()), n0, "no origin request")
+
+
+def test_part_never_answers_whole():
+    """A stored part never answers a request without Range, nor one with
+    If-Range (the origin decides), and its ETag stays the origin's."""
+    with Origin() as o, Cistern(storage=["cache 64M"], remap=remap_for(o)) as c:
+        p = "/ranges/etag/v1/bytes/500/" + CC
+        expect_part(get(c.port, p, "bytes=0-99"), 0, 99, 500, "miss")
+        n0 = len(o.requests())
+        r = get(c.port, p)
+        expect_eq(r.status, 200, "no Range: status")
+        expect_body(r.body, pattern(500), "no Range: the whole body")
+        expect_eq(len(o.requests()), n0 + 1, "no Range: from the origin")
+        r = get(c.port, p, "bytes=0-9", [("If-Range", '"v1"')])
+        expect_eq(len(o.requests()), n0 + 1, "If-Range: the whole object is stored now")
+        expect_part(r, 0, 9, 500, "If-Range from the whole object")
+        expect_eq(r.header("ETag"), '"v1"', "ETag")
+
+
+def test_range_answered_200_is_whole():
+    """An origin that ignores Range answers 200: stored as the object."""
+    with Origin() as o, Cistern(storage=["cache 64M"], remap=remap_for(o)) as c:
+        p = "/bytes/800/" + CC
+        r = get(c.port, p, "bytes=10-19")
+        expect_eq(r.status, 200, "the origin's 200 is passed on")
+        n0 = len(o.requests())
+        r = get(c.port, p, "bytes=10-19")
+        expect_part(r, 10, 19, 800, "from the stored whole object")
+        expect(is_hit(r), "a hit")
+        r = get(c.port, p)
+        expect_body(r.body, pattern(800), "the whole object")
+        expect_eq(len(o.requests()), n0, "no origin request")
+
+
+def test_part_not_stored():
+    """no-store, and a 206 without a complete length, are not stored."""
+    with Origin() as o, Cistern(storage=["cache 64M"], remap=remap_for(o)) as c:
+        for p in ("/ranges/bytes/300/headers?Cache-Control=no-store",
+                  "/status/206/bytes/10/headers?Cache-Control=max-age%3D60"
+                  "&Content-Range=bytes%200-9/*"):
+            get(c.port, p, "bytes=0-9")
+            n0 = len(o.requests())
+            r = get(c.port, p, "bytes=0-9")
+            expect(not is_hit(r), p + ": not a hit")
+            expect_eq(len(o.requests()), n0 + 1, p + ": from the origin again")
+
+
+if __name__ == "__main__":
+    harness.main()
