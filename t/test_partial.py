@@ -110,5 +110,65 @@ def test_part_not_stored():
             expect_eq(len(o.requests()), n0 + 1, p + ": from the origin again")
 
 
+def test_parts_combined():
+    """Parts with the same strong ETag that overlap or adjoin are combined
+    (RFC 9111 3.4): the bytes of the stored one before and after the new
+    one are kept; combined up to the whole, it is a 200 under the object's
+    key (a request without Range is a hit)."""
+    with Origin() as o, Cistern(storage=["cache 64M"], remap=remap_for(o)) as c:
+        p = "/ranges/etag/v1/bytes/1000/" + CC
+        for rng, a, b in (("bytes=300-599", 300, 599),     # stored
+                          ("bytes=100-399", 100, 399),     # 100-599: new + old tail
+                          ("bytes=600-699", 600, 699)):    # 100-699: old + new (adjoining)
+            expect_part(get(c.port, p, rng), a, b, 1000, rng + " (miss)")
+        n0 = len(o.requests())
+        for a, b in ((100, 699), (100, 100), (699, 699), (250, 650)):
+            r = get(c.port, p, "bytes=%d-%d" % (a, b))
+            expect_part(r, a, b, 1000, "combined %d-%d" % (a, b))
+            expect(is_hit(r), "combined %d-%d: a hit" % (a, b))
+        expect_eq(len(o.requests()), n0, "the combined ranges: no origin request")
+        r = get(c.port, p)
+        expect(not is_hit(r), "no Range before the part is whole: from the origin")
+        # the whole object is stored now; start again with a new URL
+        p = "/ranges/etag/v2/bytes/1000/" + CC
+        get(c.port, p, "bytes=0-499")
+        get(c.port, p, "bytes=500-")
+        n0 = len(o.requests())
+        r = get(c.port, p)
+        expect_eq(r.status, 200, "whole: status")
+        expect_body(r.body, pattern(1000), "whole")
+        expect(is_hit(r), "combined to the whole: a hit without Range")
+        expect_eq(r.header("Content-Range"), None, "whole: no Content-Range")
+        expect_part(get(c.port, p, "bytes=-10"), 990, 999, 1000, "whole: suffix")
+        expect_eq(len(o.requests()), n0, "no origin request")
+
+
+def part(body, a, b, n, etag):
+    return {"status": 206, "reason": "Partial Content", "body": body,
+            "headers": [["Content-Range", "bytes %d-%d/%d" % (a, b, n)],
+                        ["ETag", etag], ["Cache-Control", "max-age=3600"]]}
+
+
+def test_validator_change_drops_part():
+    """A part with another ETag is not combined: it replaces the stored
+    one, whose bytes are never served again; a weak ETag never combines."""
+    with Origin() as o, Cistern(storage=["cache 64M"], remap=remap_for(o)) as c:
+        o.script("/v", [part("a" * 10, 0, 9, 20, '"one"'), part("B" * 10, 10, 19, 20, '"two"'),
+                        part("C" * 10, 0, 9, 20, '"two"')])
+        expect_eq(get(c.port, "/v", "bytes=0-9").body, b"a" * 10, "first part")
+        expect_eq(get(c.port, "/v", "bytes=10-19").body, b"B" * 10, "second part")
+        r = get(c.port, "/v", "bytes=0-9")
+        expect(not is_hit(r), "the old part is gone")
+        expect_eq(r.body, b"C" * 10, "0-9 from the origin again")
+        r = get(c.port, "/v", "bytes=0-19")     # C's part and B's: one ETag now
+        expect(is_hit(r), "0-19 combined under \"two\"")
+        expect_eq(r.body, b"C" * 10 + b"B" * 10, "combined body")
+        o.script("/w", [part("x" * 10, 0, 9, 20, 'W/"w"'), part("y" * 10, 10, 19, 20, 'W/"w"')])
+        get(c.port, "/w", "bytes=0-9")
+        get(c.port, "/w", "bytes=10-19")
+        r = get(c.port, "/w", "bytes=0-19")
+        expect(not is_hit(r), "weak ETags: not combined")
+
+
 if __name__ == "__main__":
     harness.main()

@@ -157,7 +157,7 @@ up_free(struct req *rq)
     if (up == NULL)
         return;
     origin_release(up);
-    store_fill_end(&up->up_fill, 0, NULL);
+    store_fill_end_part(&up->up_fill, &up->up_old, 0);
     proxy_release_claim(up, 0);
     buf_release(&up->up_in);
     buf_release(&up->up_out);
@@ -1164,7 +1164,8 @@ proxy_cache_response(struct upstream *up, const struct http_req *resp)
         if (up->up_part && resp->status == 206)
             up->up_cdetail = store_fill_begin_part(up->up_key, up->up_keylen, resp,
                                                    up->up_req_auth, up->up_req_time,
-                                                   &up->up_req->rq_pol, &up->up_fill);
+                                                   &up->up_req->rq_pol, &up->up_fill,
+                                                   &up->up_old);
         else if (up->up_part && resp->status != 200)
             up->up_cdetail = "range-status";    /* never under the object's key */
         else if (http_field_find_id(resp, HTTP_F_VARY, 0) >= 0
@@ -1361,7 +1362,7 @@ proxy_pump_body(struct req *rq, struct upstream *up)
     int client_ka = up->up_client_ka && !resp->until_close && !up->up_decode
                     && !worker_closing();
     if (up->up_fill) {
-        int frc = store_fill_end(&up->up_fill, 1, NULL);
+        int frc = store_fill_end_part(&up->up_fill, &up->up_old, 1);
         if (frc != CACHE_OK)
             log_debug("conn %llu: %.*s not stored: %s", (unsigned long long)rq->rq_id,
                       (int)up->up_keylen, up->up_key, cache_strerror(frc));

@@ -931,10 +931,16 @@ store_decide(const struct http_req *resp, struct cc_resp *cc, const struct req_p
     return NULL;
 }
 
+/* What a part's fill stores: bytes [ca, cb] of a representation of n. */
+struct store_part_plan {
+    uint64_t ca, cb, n;
+};
+
 static const char *
 store_fill_begin_as(const char *key, size_t keylen, const struct http_req *resp,
                     const struct http_req *req, int req_auth, int64_t req_time,
-                    const struct req_policy *pol, struct cache_fill **out, int part)
+                    const struct req_policy *pol, struct cache_fill **out,
+                    const struct store_part_plan *pp)
 {
     static char hdr[STORE_HDR_MAX];
     struct cc_resp cc;
@@ -953,11 +959,15 @@ store_fill_begin_as(const char *key, size_t keylen, const struct http_req *resp,
     }
     event_base_gettimeofday_cached(wk->base, &now);
     const char *why = store_decide(resp, &cc, pol, req_auth, now.tv_sec, &lifetime, &heur,
-                                   &set_cookie, part);
+                                   &set_cookie, pp != NULL);
     if (why)
         return why;
-    if (part && http_field_find_id(resp, HTTP_F_VARY, 0) >= 0)
+    if (pp && http_field_find_id(resp, HTTP_F_VARY, 0) >= 0)
         return "part-vary";     /* a part is stored for the plain key only */
+    /* combined up to the whole representation: a 200, the object's key */
+    int whole = pp && pp->ca == 0 && pp->cb + 1 == pp->n;
+    if (whole)
+        keylen -= STORE_PART_SUFFIX_LEN;
 
     /* Vary: store under the variant's key, behind a marker. */
     int vi = http_field_find_id(resp, HTTP_F_VARY, 0);
@@ -979,14 +989,21 @@ store_fill_begin_as(const char *key, size_t keylen, const struct http_req *resp,
         keylen = kl;
     }
 
-    n = snprintf(hdr, sizeof(hdr), "HTTP/1.1 %d %.*s\r\n", resp->status,
-                 (int)resp->phrase_len, resp->base + resp->phrase);
+    if (whole)
+        n = snprintf(hdr, sizeof(hdr), "HTTP/1.1 200 OK\r\n");
+    else if (pp)
+        n = snprintf(hdr, sizeof(hdr), "HTTP/1.1 206 Partial Content\r\n"
+                     "Content-Range: bytes %llu-%llu/%llu\r\n", (unsigned long long)pp->ca,
+                     (unsigned long long)pp->cb, (unsigned long long)pp->n);
+    else
+        n = snprintf(hdr, sizeof(hdr), "HTTP/1.1 %d %.*s\r\n", resp->status,
+                     (int)resp->phrase_len, resp->base + resp->phrase);
     len = (size_t)n;
     for (int i = 0; i < resp->nfields; i++) {
         const struct http_field *f = &resp->fields[i];
         size_t fl = f->value + f->value_len - f->name;
 
-        if (store_skip_field(resp, i))
+        if (store_skip_field(resp, i) || (pp && f->id == HTTP_F_CONTENT_RANGE))
             continue;
         if (cc.omit_fields || cc.omit_fields2) {
             char nm[128];
@@ -1017,7 +1034,7 @@ store_fill_begin_as(const char *key, size_t keylen, const struct http_req *resp,
 
     initial_age = cachectl_initial_age(resp, req_time, now.tv_sec);
     memset(&meta, 0, sizeof(meta));
-    meta.status = (uint16_t)resp->status;
+    meta.status = (uint16_t)(whole ? 200 : resp->status);
     meta.flags = (cc.no_cache ? STORE_F_NO_CACHE : 0)
                  | (cc.must_revalidate || cc.proxy_revalidate || cc.s_maxage >= 0
                     ? STORE_F_MUST_REVALIDATE : 0)
@@ -1028,6 +1045,8 @@ store_fill_begin_as(const char *key, size_t keylen, const struct http_req *resp,
              : (resp->chunked || resp->until_close) ? -1 : resp->content_length;
     if (body_len < -1)
         body_len = -1;
+    if (pp)
+        body_len = (int64_t)(pp->cb - pp->ca + 1);     /* checked at commit */
     rc = cache_fill_begin(wk->cache, key, keylen, &meta, hdr, len, body_len, out);
     if (rc != CACHE_OK) {
         *out = NULL;
@@ -1041,25 +1060,119 @@ store_fill_begin(const char *key, size_t keylen, const struct http_req *resp,
                  const struct http_req *req, int req_auth, int64_t req_time,
                  const struct req_policy *pol, struct cache_fill **out)
 {
-    return store_fill_begin_as(key, keylen, resp, req, req_auth, req_time, pol, out, 0);
+    return store_fill_begin_as(key, keylen, resp, req, req_auth, req_time, pol, out, NULL);
+}
+
+static void
+store_part_release(struct store_part_old *old)
+{
+    if (old->held)
+        cache_obj_release(wk->cache, &old->obj);
+    old->held = 0;
+    old->tail = old->end = 0;
+}
+
+/* The strong ETag of header block h, or NULL (none, or weak). */
+static const char *
+store_strong_etag(const char *h, size_t hl, size_t *len)
+{
+    const char *e = store_hdr_get(h, hl, "etag", len);
+
+    return e && *len >= 2 && e[0] == '"' ? e : NULL;
+}
+
+/* Write body bytes [from, to) of held object o into fill *f. */
+static int
+store_fill_copy(struct cache_fill **f, const struct cache_obj *o, uint64_t from, uint64_t to)
+{
+    const void *p;
+
+    while (*f && from < to) {
+        size_t n = cache_obj_span(wk->cache, o, from, &p);
+        if (n == 0)
+            return CACHE_ERROR;
+        if (n > to - from)
+            n = (size_t)(to - from);
+        if (store_fill_data(f, p, n) != CACHE_OK)
+            return CACHE_ERROR;
+        from += n;
+    }
+    return *f ? CACHE_OK : CACHE_ERROR;
+}
+
+/* May the stored part under key combine with the new one [a, b] of n
+ * (RFC 9111 3.4: the same strong validator, the same complete length,
+ * overlapping or adjoining)?  1 with old->obj held and [*oa, *ob]. */
+static int
+store_part_old(const char *key, size_t keylen, const struct http_req *resp, uint64_t a,
+               uint64_t b, uint64_t n, struct store_part_old *old, uint64_t *oa, uint64_t *ob)
+{
+    struct cache_obj *o = &old->obj;
+    int ei = http_field_find_id(resp, HTTP_F_ETAG, 0);
+    size_t el = 0, crl = 0;
+    uint64_t on;
+
+    if (ei < 0 || resp->fields[ei].value_len < 2 || resp->base[resp->fields[ei].value] != '"'
+        || cache_lookup(wk->cache, key, keylen, o) != CACHE_OK)
+        return 0;
+    old->held = 1;
+    const char *h = o->iov[0].iov_base, *e = store_strong_etag(h, o->hdr_len, &el);
+    const char *cr = store_hdr_get(h, o->hdr_len, "content-range", &crl);
+    if (o->meta.status == 206 && e && el == resp->fields[ei].value_len
+        && memcmp(e, resp->base + resp->fields[ei].value, el) == 0 && cr
+        && store_content_range(cr, crl, oa, ob, &on) && on == n && o->body_len == *ob - *oa + 1
+        && a <= *ob + 1 && *oa <= b + 1)
+        return 1;
+    cache_obj_release(wk->cache, o);
+    old->held = 0;
+    return 0;
 }
 
 const char *
 store_fill_begin_part(const char *key, size_t keylen, const struct http_req *resp,
                       int req_auth, int64_t req_time, const struct req_policy *pol,
-                      struct cache_fill **out)
+                      struct cache_fill **out, struct store_part_old *old)
 {
-    uint64_t a, b, n;
+    struct store_part_plan pp;
+    uint64_t a, b, oa = 0, ob = 0;
     int ci = http_field_find_id(resp, HTTP_F_CONTENT_RANGE, 0);
 
     *out = NULL;
     if (resp->status != 206 || ci < 0 || http_field_find_id(resp, HTTP_F_CONTENT_RANGE, ci + 1) >= 0
         || !store_content_range(resp->base + resp->fields[ci].value, resp->fields[ci].value_len,
-                                &a, &b, &n))
+                                &a, &b, &pp.n))
         return "part-range";    /* multipart, or no complete length */
-    if (resp->chunked || resp->until_close || resp->content_length != (int64_t)(b - a + 1))
+    if (b - a + 1 > (uint64_t)INT64_MAX
+        || (resp->content_length >= 0 && resp->content_length != (int64_t)(b - a + 1)))
         return "part-length";
-    return store_fill_begin_as(key, keylen, resp, NULL, req_auth, req_time, pol, out, 1);
+    pp.ca = a;
+    pp.cb = b;
+    if (store_part_old(key, keylen, resp, a, b, pp.n, old, &oa, &ob)) {
+        pp.ca = oa < a ? oa : a;
+        pp.cb = ob > b ? ob : b;
+        old->tail = ob > b ? b + 1 - oa : 0;
+        old->end = ob > b ? ob + 1 - oa : 0;
+    }
+    const char *why = store_fill_begin_as(key, keylen, resp, NULL, req_auth, req_time, pol,
+                                          out, &pp);
+    /* the stored bytes before ours go first */
+    if (why == NULL && oa < a && old->held && store_fill_copy(out, &old->obj, 0, a - oa) != CACHE_OK)
+        why = "part-combine";
+    if (why)
+        store_fill_end_part(out, old, 0);       /* drops the fill, releases old */
+    else if (old->tail == old->end)
+        store_part_release(old);                /* nothing of it after ours */
+    return why;
+}
+
+int
+store_fill_end_part(struct cache_fill **f, struct store_part_old *old, int complete)
+{
+    if (*f && complete && old->held && old->tail < old->end
+        && store_fill_copy(f, &old->obj, old->tail, old->end) != CACHE_OK)
+        complete = 0;
+    store_part_release(old);
+    return store_fill_end(f, complete, NULL);
 }
 
 int

@@ -23,6 +23,7 @@
 #include <event2/event_struct.h>
 #include <sys/socket.h>
 
+#include "cache/cache.h"
 #include "conf/conf.h"
 #include "shm/shm.h"
 #include "worker/buf.h"
@@ -174,6 +175,13 @@ typedef void (*origin_ready_fn)(struct upstream *up, int err);
 typedef void (*origin_attach_fn)(struct upstream *up);
 
 /* One origin transaction, owned by its request (rq_up). */
+/* A stored part held while a fill combines with it (store.c). */
+struct store_part_old {
+    struct cache_obj obj;
+    uint64_t         tail, end;       /* its body bytes [tail, end) follow ours */
+    int              held;
+};
+
 struct upstream {
     uint32_t         up_magic;
     enum up_state    up_state;
@@ -251,6 +259,7 @@ struct upstream {
     struct store_cond up_cond;        /* the client's conditions */
     struct cache_fill *up_fill;
     uint64_t         up_fill_got;     /* body bytes given to up_fill */
+    struct store_part_old up_old;     /* a stored part this fill combines with */
     size_t           up_keylen;
     char             up_key[STORE_KEY_MAX];
 };
@@ -435,11 +444,17 @@ const char *store_fill_begin(const char *key, size_t keylen,
                              struct cache_fill **out);
 /* The same for a 206 answering a Range miss (key: the part key, the
  * object's key + STORE_PART_SUFFIX): stored as the byte range it is when
- * it has one Content-Range with a complete length. */
+ * it has one Content-Range with a complete length.  A stored part with the
+ * same strong ETag that overlaps or adjoins it is combined with it (RFC
+ * 9111 3.4): its bytes before ours are written now, those after ours at
+ * store_fill_end_part (*old holds it meanwhile); combined up to the whole
+ * representation, it is stored as a 200 under the object's key. */
 const char *store_fill_begin_part(const char *key, size_t keylen,
                                   const struct http_req *resp, int req_auth,
                                   int64_t req_time, const struct req_policy *pol,
-                                  struct cache_fill **out);
+                                  struct cache_fill **out, struct store_part_old *old);
+/* store_fill_end() after the held part's tail; releases it. */
+int  store_fill_end_part(struct cache_fill **f, struct store_part_old *old, int complete);
 /* The key of the stored byte range of an object (RFC 9111 3.3): a tab
  * never appears in a URL key. */
 #define STORE_PART_SUFFIX "\tpart"
