@@ -80,6 +80,7 @@ struct conf_records {
     int      heuristic_lm_milli;      /* ...cache.heuristic_lm_factor, in thousandths */
     int      normalize_ae;            /* proxy.config.http.normalize_ae */
     int      range_write;             /* proxy.config.http.cache.range.write */
+    int      slice_blockbytes;        /* proxy.config.cistern.slice.blockbytes */
     int      cdn_cache_control;       /* proxy.config.cistern.cdn_cache_control */
     int      cache_set_cookie;        /* proxy.config.cistern.cache.set_cookie:
                                          0 a response with Set-Cookie is not

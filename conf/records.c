@@ -216,6 +216,11 @@ static const struct rec_directive rec_table[] = {
     { "proxy.config.http.cache.range.write", REC_INT, rec_set_int,
       REC_FIELD(range_write), "0", 0, 1,
       "1: a Range miss fetches and stores the whole object" },
+    { "proxy.config.cistern.slice.blockbytes", REC_INT, rec_set_int,
+      REC_FIELD(slice_blockbytes), "0", 0, 1073741824,
+      "ATS slice's --blockbytes: a `bytes=a-b` miss fetches the blocks of "
+      "this many bytes that hold it (aligned), stores them as a part and "
+      "answers from it; 0 = off" },
     { "proxy.config.cistern.cache.set_cookie", REC_INT, rec_set_int,
       REC_FIELD(cache_set_cookie), "0", 0, 1,
       "0: a response with Set-Cookie is not stored; 1: stored without its "

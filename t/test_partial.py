@@ -173,6 +173,39 @@ def test_validator_change_drops_part():
         expect(not is_hit(r), "weak ETags: not combined")
 
 
+def test_slices():
+    """proxy.config.cistern.slice.blockbytes (ATS slice): Range misses on a
+    large object fetch the aligned blocks that hold them (the origin sees
+    only aligned ranges, never the whole object), byte-exact across block
+    boundaries; the blocks fetched combine, and a range inside them is a
+    hit."""
+    mib, n = 1 << 20, int(os.environ.get("CISTERN_PARTIAL_MB", "256")) << 20
+    blk = 4 * mib
+    with Origin() as o, Cistern(storage=["cache 256M"], remap=remap_for(o),
+                                records={"proxy.config.cistern.slice.blockbytes": blk}) as c:
+        p = "/ranges/etag/big/bytes/%d/%s" % (n, CC)
+        want = pattern(n)
+        cases = [(blk - 100, blk + 100), (2 * blk - 1, 2 * blk), (0, 0),
+                 (3 * blk + 5, 3 * blk + 5), (n - blk - 7, n - 1), (n // 2, n // 2 + blk + 1)]
+        for a, b in cases:
+            r = get(c.port, p, "bytes=%d-%d" % (a, b))
+            expect_eq(r.status, 206, "%d-%d: status" % (a, b))
+            expect_eq(r.header("Content-Range"), "bytes %d-%d/%d" % (a, b, n),
+                      "%d-%d: Content-Range" % (a, b))
+            expect_body(r.body, want[a:b + 1], "%d-%d" % (a, b))
+        seen = [harness.header_of(q, "Range") for q in o.requests()]
+        expect(len(seen) <= len(cases), "one origin request per miss at most: %r" % seen)
+        for rg in seen:
+            expect(rg is not None and rg.startswith("bytes="), "origin Range %r" % rg)
+            a, b = (int(x) for x in rg[6:].split("-"))
+            expect(a % blk == 0 and (b + 1) % blk == 0, "origin range %r not aligned" % rg)
+        n0 = len(o.requests())
+        r = get(c.port, p, "bytes=%d-%d" % (n // 2 + 10, n // 2 + 2 * blk - 10))
+        expect(is_hit(r), "inside the last blocks fetched: a hit")
+        expect_body(r.body, want[n // 2 + 10:n // 2 + 2 * blk - 9], "hit across a block boundary")
+        expect_eq(len(o.requests()), n0, "no origin request")
+
+
 # The http-cache-tests suite's partial-* cases (npm package
 # http-cache-tests; .ci/run installs it and sets CISTERN_CACHE_TESTS to its
 # folder).  Four of them answer "bytes=-5" with Content-Range "bytes 4-9/10"

@@ -95,6 +95,7 @@ req_new(void *owner, const struct req_owner_ops *ops)
     rq->obj_held = 0;
     rq->rq_claim = 0;
     rq->rq_bg = 0;
+    rq->rq_sliced = 0;
     rq->wnext = NULL;
     rq->log.active = 0;
     rq->rq_plugged = 0;
@@ -492,6 +493,53 @@ req_lookup_part(struct req *rq, struct req_route *rt)
     return 0;
 }
 
+/* ATS slice (proxy.config.cistern.slice.blockbytes): a `bytes=a-b` miss
+ * fetches the aligned blocks that hold it, [a / S * S, (b / S + 1) * S - 1],
+ * on an internal request of its own (stored as a part, combined with the
+ * parts stored before), and waits for it like a collapsed miss: woken,
+ * the part lookup answers it.  Once per request (a failed slice fetch
+ * leaves it to go to the origin with its own range).  1: wait on
+ * rt->hash. */
+static int
+req_slice(struct req *rq, struct req_route *rt)
+{
+    uint64_t s = (uint64_t)wk->conf->rec.slice_blockbytes, a, b;
+    char pkey[STORE_KEY_MAX], rng[64];
+    struct timeval now;
+    int i;
+
+    if (s == 0 || rq->rq_bg || rq->rq_sliced || rq->rq_ops->slice == NULL
+        || rq->r.method != HTTP_GET || rq->r.has_body || !rq->rq_pol.cache
+        || (i = http_field_find_id(&rq->r, HTTP_F_RANGE, 0)) < 0
+        || http_field_find_id(&rq->r, HTTP_F_RANGE, i + 1) >= 0
+        || http_field_find_id(&rq->r, HTTP_F_IF_RANGE, 0) >= 0
+        || rt->keylen + STORE_PART_SUFFIX_LEN >= sizeof(pkey)
+        || http_req_no_store(&rq->r)
+        || store_range_closed(rq->r.base + rq->r.fields[i].value, rq->r.fields[i].value_len,
+                              &a, &b) != 1)
+        return 0;
+    snprintf(rng, sizeof(rng), "bytes=%llu-%llu", (unsigned long long)(a / s * s),
+             (unsigned long long)((b / s + 1) * s - 1));
+    memcpy(pkey, rt->key, rt->keylen);
+    memcpy(pkey + rt->keylen, STORE_PART_SUFFIX, STORE_PART_SUFFIX_LEN);
+    cache_key_hash(wk->cache, pkey, rt->keylen + STORE_PART_SUFFIX_LEN, rt->hash);
+    event_base_gettimeofday_cached(wk->base, &now);
+    switch (filltab_claim(wk->shm->filltab, rt->hash, (int)wk->slotno,
+                          (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000,
+                          (int64_t)wk->conf->rec.txn_no_activity_out * 1000 + 5000)) {
+    case FT_CLAIMED:
+        rq->rq_sliced = 1;
+        if (rq->rq_ops->slice(rq, rt->hash, rng) == 0)
+            return 1;
+        fill_release(rt->hash, 0);
+        return 0;
+    case FT_WAIT:
+        return 1;       /* another slice of this object is being fetched */
+    default:
+        return 0;
+    }
+}
+
 static enum req_step
 req_lookup(struct req *rq, struct req_route *rt)
 {
@@ -517,6 +565,8 @@ req_lookup(struct req *rq, struct req_route *rt)
                 return REQ_HIT;
             if (rt->verdict == STORE_MISS && req_lookup_part(rq, rt))
                 return REQ_HIT;
+            if (rt->verdict == STORE_MISS && req_slice(rq, rt))
+                return REQ_WAIT;        /* for the slice fetch (rt->hash) */
             if (rt->verdict == STORE_ONLY_CACHED) {
                 rq->syn.extra = "Cache-Status: cistern; fwd=miss; detail=only-if-cached\r\n";
                 rq->syn.status = 504;

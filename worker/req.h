@@ -144,6 +144,11 @@ struct req_owner_ops {
     /* Start a background revalidation of key, replaying rq's head, on an
      * owner of its own whose answer goes nowhere. */
     void (*revalidate)(struct req *rq, const char *key, size_t keylen);
+    /* Start a fetch of rq with its Range replaced by range (a slice-aligned
+     * one), on an owner of its own, carrying the fill claim on hash.
+     * Returns 0 when started (the claim is its), -1 (the claim is ours).
+     * NULL: the owner cannot (then no slicing). */
+    int (*slice)(struct req *rq, const uint8_t hash[16], const char *range);
     /* The local address the request arrived on (remap's @in_ip= and
      * map_with_recv_port), or NULL when unknown.  Asked only when a rule
      * needs it: the owner may look it up then (one getsockname per
@@ -164,6 +169,7 @@ struct req {
     unsigned         rq_nowait:1;     /* waited already: fetch uncollapsed */
     unsigned         rq_collapsed:1;  /* answered by another's fill */
     unsigned         rq_bg:1;         /* a background revalidation */
+    unsigned         rq_sliced:1;     /* started its slice fetch already */
     unsigned         rq_claim:1;      /* holds the fill claim whash (a
                                          background revalidation's, until
                                          its fetch takes it over) */

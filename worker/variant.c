@@ -358,6 +358,28 @@ store_content_range(const char *v, size_t vl, uint64_t *a, uint64_t *b, uint64_t
     return *a <= *b && *b < *n && *n != UINT64_MAX;
 }
 
+int
+store_range_closed(const char *v, size_t vl, uint64_t *a, uint64_t *b)
+{
+    char t[72];
+    const char *e;
+
+    while (vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t'))
+        vl--;
+    if (vl >= sizeof(t) || vl < 6 || strncasecmp(v, "bytes=", 6) != 0)
+        return 0;
+    memcpy(t, v, vl);
+    t[vl] = '\0';
+    e = t + 6;
+    while (*e == ' ')
+        e++;
+    if ((e = range_pos(e, a)) == NULL || *e != '-')
+        return 0;
+    if ((e = range_pos(e + 1, b)) == NULL || *e != '\0')
+        return 0;
+    return *a <= *b && *b < UINT64_MAX / 2;
+}
+
 /* Parse "bytes=a-b" (one range) against a body of len bytes.  Returns 1
  * with [*from, *to] inclusive, 0 when the field is not a single byte range
  * we serve (answer with the whole object), -1 when unsatisfiable. */
