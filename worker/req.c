@@ -508,7 +508,8 @@ req_slice(struct req *rq, struct req_route *rt)
     struct timeval now;
     int i;
 
-    if (s == 0 || rq->rq_bg || rq->rq_sliced || rq->rq_ops->slice == NULL
+    if (s == 0 || wk->conf->rec.collapse_timeout <= 0   /* (nothing to wait with) */
+        || rq->rq_bg || rq->rq_sliced || rq->rq_ops->slice == NULL
         || rq->r.method != HTTP_GET || rq->r.has_body || !rq->rq_pol.cache
         || (i = http_field_find_id(&rq->r, HTTP_F_RANGE, 0)) < 0
         || http_field_find_id(&rq->r, HTTP_F_RANGE, i + 1) >= 0
