@@ -42,7 +42,7 @@ Response selection, first match wins:
                         If-Modified-Since >= T
       echo              body: JSON of the request as recorded
       ranges            a single Range (`bytes=a-b`, `a-`, `-n`) of a
-                        `bytes/N` body gets a 206 of that slice with its
+                        `bytes/N` (or `slow-body`) body gets a 206 of that slice with its
                         Content-Range; anything else the whole 200
       100-continue      (no-op directive; 100-continue is always honoured)
       seed/S            body bytes come from seeded(S, N) instead of
@@ -940,7 +940,7 @@ class Origin:
                                            "rmid") \
                 and body == pattern(len(body)):
             body = seeded(seed, len(body))
-        if ranges and mode == "length" and status == 200:
+        if ranges and mode in ("length", "slow") and status == 200:
             status, body = self._range(hget(req_headers, "Range"), body, extra)
         bodyless = status in (204, 304) or 100 <= status < 200
         headers = base + [["Content-Type", "text/plain"]]

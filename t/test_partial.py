@@ -194,6 +194,7 @@ def test_slices():
                       "%d-%d: Content-Range" % (a, b))
             expect_body(r.body, want[a:b + 1], "%d-%d" % (a, b))
         seen = [harness.header_of(q, "Range") for q in o.requests()]
+        os.environ.get("CISTERN_TEST_VERBOSE") and print(seen)
         expect(len(seen) <= len(cases), "one origin request per miss at most: %r" % seen)
         for rg in seen:
             expect(rg is not None and rg.startswith("bytes="), "origin Range %r" % rg)
@@ -204,6 +205,20 @@ def test_slices():
         expect(is_hit(r), "inside the last blocks fetched: a hit")
         expect_body(r.body, want[n // 2 + 10:n // 2 + 2 * blk - 9], "hit across a block boundary")
         expect_eq(len(o.requests()), n0, "no origin request")
+
+
+def test_slice_slow_origin():
+    """A slice over 1 MiB from a slow origin (3 s): the client waits for
+    the whole slice (it is not released to the origin with its own range
+    when the head comes, as a joiner of a large miss is)."""
+    mib = 1 << 20
+    with Origin() as o, Cistern(storage=["cache 64M"], remap=remap_for(o),
+                                records={"proxy.config.cistern.slice.blockbytes": 2 * mib}) as c:
+        p = "/ranges/etag/s/slow-body/%d/300/%s" % (4 * mib, CC)
+        r = get(c.port, p, "bytes=%d-%d" % (mib, 3 * mib))
+        expect_part(r, mib, 3 * mib, 4 * mib, "across the block boundary")
+        seen = [harness.header_of(q, "Range") for q in o.requests()]
+        expect_eq(seen, ["bytes=0-4194303"], "the origin's ranges")
 
 
 # The http-cache-tests suite's partial-* cases (npm package

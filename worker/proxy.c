@@ -1180,8 +1180,9 @@ proxy_cache_response(struct upstream *up, const struct http_req *resp)
         if (up->up_fill == NULL)
             proxy_release_claim(up, up->up_cdetail && strcmp(up->up_cdetail, "store-busy")
                                     ? PASS_MS : 0);
-        else if (resp->content_length > COLLAPSE_LARGE)
-            proxy_release_claim(up, 0);
+        else if (resp->content_length > COLLAPSE_LARGE
+                 && !(up->up_part && up->up_req->rq_bg))
+            proxy_release_claim(up, 0);     /* (a slice's client waits for all of it) */
     }
 }
 

@@ -530,10 +530,16 @@ req_slice(struct req *rq, struct req_route *rt)
                           (int64_t)wk->conf->rec.txn_no_activity_out * 1000 + 5000)) {
     case FT_CLAIMED:
         rq->rq_sliced = 1;
-        if (rq->rq_ops->slice(rq, rt->hash, rng) == 0)
-            return 1;
-        fill_release(rt->hash, 0);
-        return 0;
+        if (rq->rq_ops->slice(rq, rt->hash, rng) != 0) {
+            fill_release(rt->hash, 0);
+            return 0;
+        }
+        /* the claim is the slice's now: wait on it as a waiter, woken by
+         * its release (else only by the worker's tick) */
+        if (filltab_claim(wk->shm->filltab, rt->hash, (int)wk->slotno,
+                          (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000, 1000) == FT_CLAIMED)
+            fill_release(rt->hash, 0);      /* it ended already */
+        return 1;
     case FT_WAIT:
         return 1;       /* another slice of this object is being fetched */
     default:
