@@ -1320,6 +1320,13 @@ http_resp_parse(struct http_req *r, char *head, int req_method)
     }
     r->skip_body = req_method == HTTP_HEAD || r->status < 200
                    || r->status == 204 || r->status == 304;
+    if (r->status < 200 || r->status == 204) {
+        /* RFC 9110 8.6, RFC 9112 6.1: no Content-Length or
+         * Transfer-Encoding in a 1xx or 204; an origin's is not passed on */
+        for (int i = 0; i < r->nfields; i++)
+            if (r->fields[i].id == HTTP_F_CONTENT_LENGTH || r->fields[i].id == HTTP_F_TRANSFER_ENCODING)
+                http_hop_set(r, i);
+    }
     if (!r->skip_body) {
         /* Same smuggling rules as requests, except that a response without
          * chunked last is read until close (RFC 9112 6.3 item 4). */

@@ -345,7 +345,7 @@ store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
         status = 206;
     } else {
         store_copy_head(b, hdr, copylen, status == 304);
-        if (status != 304) {
+        if (status != 304 && status != 204) { /* RFC 9110 8.6: none on a 204 */
             char *q = store_put(b->data + b->end, "Content-Length: ", 16);
             q = fmt_u64(q, o->body_len);
             q = store_put(q, "\r\n", 2);
