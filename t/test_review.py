@@ -98,6 +98,8 @@ Issue 16 review on today's main (69b3632), after issues 17-25:
   kept an empty hosts file (marked loaded) and a resolver with no
   nameserver (evdns queues with no timer) for good: that request and
   every later one for a named origin waited forever, no timer armed.
+- a request trailer of Content-Length, Transfer-Encoding or Host was
+  passed on to the origin (RFC 9110 6.5.1: never allowed there);
 - an origin's Content-Length on a 204 was passed on, and the stored 204
   was served with a Content-Length of its own (RFC 9110 8.6 forbids both).
 """
@@ -1219,6 +1221,28 @@ def test_204_passes_on_no_content_length():
                    "%s: Content-Length %r on a 204" % (what, r.header("Content-Length")))
             expect(r.header("Transfer-Encoding") is None, "%s: Transfer-Encoding on a 204" % what)
         expect(harness.is_hit(r), "the second 204 was not a hit: %r" % r.header("Cache-Status"))
+
+
+def test_framing_fields_refused_in_trailers():
+    """A request's chunked trailer section carrying Content-Length,
+    Transfer-Encoding or Host was passed on to the origin as a trailer
+    (found by the issue 16 review on today's main): RFC 9110 6.5.1 never
+    allows them there, and a recipient that merges trailers into the head
+    would frame or route the message its own way.  Now it is a 400 and a
+    close, like a malformed trailer line; an allowed trailer still passes."""
+    with Origin() as o, Cistern(remap=["map http://a.test/ http://%s/" % o.authority],
+                                workers=1) as c:
+        for bad in (b"Content-Length: 5", b"transfer-encoding: chunked", b"HOST: b.test"):
+            req = (b"POST /echo HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: "
+                   b"chunked\r\n\r\n5\r\nhello\r\n0\r\n" + bad + b"\r\n\r\n"
+                   b"GET /smuggled HTTP/1.1\r\nHost: a.test\r\n\r\n")
+            data, closed = raw(c.port, req, timeout=3)
+            expect_eq([r.status for r in parse_responses(data)], [400], "trailer %r" % bad)
+            expect(closed, "closed after %r" % bad)
+        req = (b"POST /echo HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n"
+               b"\r\n5\r\nhello\r\n0\r\nContent-Lengthy: 1\r\n\r\n")
+        expect_eq([r.status for r in parse_responses(raw(c.port, req, timeout=3)[0])], [200],
+                  "an allowed trailer")
 
 
 if __name__ == "__main__":
