@@ -27,6 +27,11 @@ def get(c, path, host, *extra):
     return curl([c.url(path), "-H", "Host: " + host] + list(extra))
 
 
+def named(r, name):
+    """Every value of field name (any case) in r's head, in order."""
+    return [v for k, v in r.headers if k.lower() == name.lower()]
+
+
 def test_generator_is_a_cached_origin():
     with Cistern(records=REC, storage=["cache 64M"], remap=[GEN]) as c:
         r1 = get(c, "/cache/1024/a", "gen.test")
@@ -80,6 +85,37 @@ def test_headers_plugin():
         expect_eq(r.header("X-Debugged"), "1", "if-field=X-Debug=on")
         r = get(c, "/status/404", "h.test")
         expect_eq((r.status, r.header("X-Missing")), (404, "1"), "if-status=404")
+
+
+def test_headers_edit_the_client_head_in_place():
+    """send_response's changes are made in the client's head where it is:
+    set over a field named in another case, rm of a field the head has
+    twice (and of one it has not), two adds, add then rm of the same name
+    in one hook; the same on the miss and on the hit, and the head still
+    frames the body."""
+    with Origin() as o, Cistern(records=REC, storage=["cache 64M"], remap=[
+            "map http://e.test/ http://%s/ @plugin=headers.so "
+            "@pparam=set-resp:x-kept:new @pparam=rm-resp:X-Twice @pparam=rm-resp:X-None "
+            "@pparam=add-resp:X-A:1 @pparam=add-resp:X-A:2 "
+            "@pparam=add-resp:X-Tmp:t @pparam=rm-resp:x-tmp "
+            "@pparam=set-resp:Cache-Control:private" % o.authority]) as c:
+        path = ("/headers?Cache-Control=max-age%3D60&X-Kept=old&X-Twice=1"
+                "&X-Other=o&x-twice=2")
+        for what in ("miss", "hit"):
+            r = get(c, path, "e.test")
+            expect_eq(r.status, 200, what + " status")
+            if what == "hit":
+                expect_in("hit", r.header("Cache-Status", ""), "second is a hit")
+            expect_eq(named(r, "X-Kept"), ["new"], what + ": set over X-Kept")
+            expect_eq(named(r, "X-Twice"), [], what + ": rm of a field given twice")
+            expect_eq(named(r, "X-A"), ["1", "2"], what + ": two adds, in order")
+            expect_eq(named(r, "X-Tmp"), [], what + ": add then rm in one hook")
+            expect_eq(named(r, "X-Other"), ["o"], what + ": others kept")
+            expect_eq(named(r, "Cache-Control"), ["private"],
+                      what + ": set over the origin's Cache-Control")
+            expect_eq(len(r.body), int(r.header("Content-Length")), what + ": framing")
+        expect_eq(len(o.requests()), 1, "stored once (set-resp is the client's, "
+                  "not the stored copy's)")
 
 
 def test_cachekey_plugin():

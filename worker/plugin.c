@@ -126,18 +126,15 @@ plug_added_get(const struct plug_edits *ed, const char *name, size_t nlen, int *
     return 0;
 }
 
+static int plug_field_ok(const char *name, size_t nlen, const char *val, size_t vlen);
+
 static int
 plug_edit_add(struct plug_edits *ed, const char *name, size_t nlen, const char *val,
               size_t vlen)
 {
-    if ((size_t)ed->addlen + nlen + vlen + 4 > sizeof(ed->add) || nlen == 0)
+    if ((size_t)ed->addlen + nlen + vlen + 4 > sizeof(ed->add)
+        || !plug_field_ok(name, nlen, val, vlen))
         return -1;
-    for (size_t i = 0; i < nlen; i++)
-        if (name[i] <= ' ' || name[i] == ':' || name[i] >= 127)
-            return -1;
-    for (size_t i = 0; i < vlen; i++)
-        if (val[i] == '\r' || val[i] == '\n' || val[i] == '\0')
-            return -1;
     char *p = ed->add + ed->addlen;
     memcpy(p, name, nlen);
     p += nlen;
@@ -183,8 +180,7 @@ plug_edits_for(struct cst_txn *t, int head, int write)
 {
     if (head == CST_REQUEST)
         return !write || t->hook <= PLUG_H_SEND_REQUEST ? &t->req : NULL;
-    if (t->hook == PLUG_H_READ_RESPONSE || t->hook == PLUG_H_SEND_RESPONSE
-        || t->hook == PLUG_H_INTERCEPT)
+    if (t->hook == PLUG_H_READ_RESPONSE || t->hook == PLUG_H_INTERCEPT)
         return &plug_redits;
     return NULL;
 }
@@ -238,31 +234,134 @@ api_field_get(struct cst_txn *t, int head, const char *name, size_t nlen, int nt
                 }
             }
     } else if (head == CST_RESPONSE && t->hook == PLUG_H_SEND_RESPONSE) {
-        if (!plug_deleted(ed, name, nlen)
-            && plug_text_get(t->out->data + t->mark, t->out->end - t->mark, name, nlen,
-                             &nth, val, vlen))
-            return 1;
+        /* the client's head is edited in place: its text is the truth */
+        return plug_text_get(t->out->data + t->mark, t->out->end - t->mark, name, nlen,
+                             &nth, val, vlen);
     }
     return ed ? plug_added_get(ed, name, nlen, &nth, val, vlen) : 0;
+}
+
+/* A field name or value a plugin gives: one a head can carry. */
+static int
+plug_field_ok(const char *name, size_t nlen, const char *val, size_t vlen)
+{
+    /* bit 1: not in a name (controls, space, ':', DEL and above); bit 2:
+     * not in a value (NUL, LF, CR).  Or'ed, not branched on: per request. */
+    static const uint8_t bad[256] = {
+        [0] = 3, [1 ... 9] = 1, ['\n'] = 3, [11 ... 12] = 1, ['\r'] = 3, [14 ... 32] = 1,
+        [':'] = 1, [127 ... 255] = 1,
+    };
+    unsigned b = nlen == 0;
+
+    for (size_t i = 0; i < nlen; i++)
+        b |= bad[(unsigned char)name[i]] & 1;
+    for (size_t i = 0; i < vlen; i++)
+        b |= bad[(unsigned char)val[i]] & 2;
+    return !b;
+}
+
+/* send_response: room for need more bytes at the end of the client's
+ * output.  buf_grow would move unsent bytes to the front when start > 0,
+ * and the caller's mark with them: with start taken as 0 it only ever
+ * reallocates, keeping every offset. */
+static int
+plug_out_room(struct buf *b, size_t need)
+{
+    size_t start = b->start;
+    int rc;
+
+    if (b->size - b->end >= need)
+        return 0;
+    b->start = 0;
+    rc = buf_grow(b, need);
+    b->start = start;
+    return rc;
+}
+
+/* send_response: a line added to the client's head where it is (before
+ * its blank line): no rebuilding. */
+static int
+plug_out_add(struct cst_txn *t, const char *name, size_t nlen, const char *val, size_t vlen)
+{
+    struct buf *b = t->out;
+    size_t need = nlen + vlen + 4;
+
+    if (!plug_field_ok(name, nlen, val, vlen) || b->end - t->mark < 4
+        || plug_out_room(b, need) < 0)
+        return -1;
+    char *p = b->data + b->end - 2;         /* the blank line's CRLF */
+    memcpy(p, name, nlen);
+    p += nlen;
+    *p++ = ':';
+    *p++ = ' ';
+    memcpy(p, val, vlen);
+    p += vlen;
+    memcpy(p, "\r\n\r\n", 4);
+    b->end += need;
+    return 0;
+}
+
+/* send_response: every line named name taken out of the client's head
+ * where it is: a scan of its lines, a move only for a line removed. */
+static int
+plug_out_remove(struct cst_txn *t, const char *name, size_t nlen)
+{
+    struct buf *b = t->out;
+    char *h = b->data + t->mark, *end = b->data + b->end - 2;   /* to the blank line */
+    char lc = (char)tolower((unsigned char)name[0]), uc = (char)toupper((unsigned char)name[0]);
+    char *p = memchr(h, '\n', (size_t)(end - h)), *pl = NULL, *pu = NULL;
+
+    if (nlen == 0 || p == NULL)
+        return nlen == 0 ? -1 : 0;
+    /* the lines starting with the name's first letter, either case: two
+     * scans of the head for it, not one per line */
+    for (;;) {
+        if (pl == NULL)
+            pl = memchr(p, lc, (size_t)(end - p));
+        if (pu == NULL)
+            pu = uc == lc ? pl : memchr(p, uc, (size_t)(end - p));
+        char *q = pl == NULL ? pu : pu == NULL || pl < pu ? pl : pu;
+        if (q == NULL)
+            return 0;
+        if (q == pl)
+            pl = NULL;
+        if (q == pu)
+            pu = NULL;
+        p = q + 1;
+        char *e;
+        if (q[-1] != '\n' || (size_t)(end - q) <= nlen || q[nlen] != ':'
+            || strncasecmp(q, name, nlen) != 0 || (e = memchr(q, '\n', (size_t)(end - q))) == NULL)
+            continue;
+        size_t l = (size_t)(e + 1 - q);
+        memmove(q, e + 1, (size_t)(b->data + b->end - e - 1));
+        end -= l;
+        b->end -= l;
+        p = q;
+        pl = pu = NULL;
+    }
 }
 
 static int
 api_field_add(struct cst_txn *t, int head, const char *name, size_t nlen, const char *val,
               size_t vlen)
 {
-    struct plug_edits *ed = plug_edits_for(t, head, 1);
+    struct plug_edits *ed;
 
+    if (head == CST_RESPONSE && t->hook == PLUG_H_SEND_RESPONSE)
+        return plug_out_add(t, name, nlen, val, vlen);
+    ed = plug_edits_for(t, head, 1);
     return ed ? plug_edit_add(ed, name, nlen, val, vlen) : -1;
 }
 
 static int
 api_field_remove(struct cst_txn *t, int head, const char *name, size_t nlen)
 {
-    struct plug_edits *ed = plug_edits_for(t, head, 1);
+    struct plug_edits *ed;
 
-    if (ed == NULL || t->hook == PLUG_H_INTERCEPT)
-        return ed ? plug_edit_remove(ed, name, nlen) : -1;
-    return plug_edit_remove(ed, name, nlen);
+    if (head == CST_RESPONSE && t->hook == PLUG_H_SEND_RESPONSE)
+        return plug_out_remove(t, name, nlen);
+    ed = plug_edits_for(t, head, 1);
+    return ed ? plug_edit_remove(ed, name, nlen) : -1;
 }
 
 static int
@@ -647,9 +746,9 @@ int
 plug_send_response(struct req *rq, struct buf *b, size_t mark, int status)
 {
     struct cst_txn *t = &rq->rq_plug;
-    int n = plug_count(rq), called = 0;
+    int n = plug_count(rq);
 
-    plug_redits.addlen = plug_redits.dellen = 0;
+    /* the hooks' field calls edit b[mark..end) in place */
     t->hook = PLUG_H_SEND_RESPONSE;
     t->out = b;
     t->mark = mark;
@@ -659,17 +758,10 @@ plug_send_response(struct req *rq, struct buf *b, size_t mark, int status)
         if (pl->p->send_response) {
             (void)PLUG_CALL(pl, send_response, t);
             PLUG_DONE();
-            called = 1;
         }
     }
     t->out = NULL;
-    if (!called || (plug_redits.addlen == 0 && plug_redits.dellen == 0))
-        return 0;
-    size_t nl = plug_head_text(b->data + mark, b->end - mark);
-    if (nl == 0)
-        return -1;
-    b->end = mark;
-    return buf_append(b, plug_scratch, nl);
+    return 0;
 }
 
 void
