@@ -596,10 +596,16 @@ plug_remap(struct req *rq, const struct conf_remap_rule *rule, struct conf_remap
            char *key, size_t *keylen, size_t keycap)
 {
     struct cst_txn *t = plug_begin(rq);
-    int rc = CST_CONTINUE, n;
+    int rc = CST_CONTINUE, n, k;
 
     if (rule != NULL && rule->nplugins > 0)
         rq->rq_prule = rule;
+    t->res = res;               /* url_get's, in the later hooks too */
+    n = plug_count(rq);
+    for (k = 0; k < n && plug_at(rq, k)->p->remap == NULL; k++)
+        ;
+    if (k == n)
+        return PLUG_OK;         /* no remap hook (a generator's rule) */
     if (t->remapped) {
         /* again after a WAIT: the remap hooks' own changes start over */
         t->req.addlen = t->mark_add;
@@ -610,15 +616,13 @@ plug_remap(struct req *rq, const struct conf_remap_rule *rule, struct conf_remap
         t->remapped = 1;
     }
     t->hook = PLUG_H_REMAP;
-    t->res = res;
     t->key = key;
     t->keylen = keylen;
     t->keycap = keycap;
     t->url_set = t->key_set = 0;
     t->deny_status = 0;
     t->deny_text[0] = '\0';
-    n = plug_count(rq);
-    for (int k = 0; k < n && rc == CST_CONTINUE; k++) {
+    for (; k < n && rc == CST_CONTINUE; k++) {
         const struct conf_plugin *pl = plug_at(rq, k);
         if (pl->p->remap) {
             rc = PLUG_CALL(pl, remap, t);
@@ -909,6 +913,8 @@ plug_icpt_head(struct cst_icpt *ic, struct cst_txn *t)
     size_t len = (size_t)snprintf(p, sizeof(ic->data), "HTTP/1.1 %d %s\r\n", t->status,
                                   http_status_text(t->status));
 
+    ic->arg = t->parg;
+    ic->done = t->pdone;        /* called at the end, this failure included */
     if (len + plug_redits.addlen + 64 > sizeof(ic->data))
         return -1;
     memcpy(p + len, plug_redits.add, plug_redits.addlen);
@@ -918,8 +924,6 @@ plug_icpt_head(struct cst_icpt *ic, struct cst_txn *t)
                                 (long long)t->plen);
     len += (size_t)snprintf(p + len, sizeof(ic->data) - len, "Connection: close\r\n\r\n");
     ic->produce = t->produce;
-    ic->arg = t->parg;
-    ic->done = t->pdone;
     ic->off = 0;
     ic->len = t->plen;
     ic->eof = t->plen == 0 || ic->rq->r.method == HTTP_HEAD;
@@ -1010,14 +1014,17 @@ plug_icpt_on(evutil_socket_t fd, short what, void *arg)
 
     magic_check(ic->magic, ICPT_MAGIC);
     /* the request (and any body) the transaction sends: not ours to read;
-     * its end: the transaction went away.  Read first, always: the
-     * request is known to be there only while this end is open. */
-    ssize_t r;
-    while ((r = read(fd, sink, sizeof(sink))) > 0)
-        ;
-    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
-        plug_icpt_end(ic);
-        return;
+     * its end: the transaction went away.  Before the hook is called
+     * again, read even without EV_READ: the request is known to be there
+     * only while this end is open. */
+    if ((what & EV_READ) || ic->state == ICPT_HEAD) {
+        ssize_t r;
+        while ((r = read(fd, sink, sizeof(sink))) > 0)
+            ;
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+            plug_icpt_end(ic);
+            return;
+        }
     }
     if (!(what & EV_WRITE))
         return;

@@ -337,6 +337,7 @@ plugin_suite(void)
     TCase *tc = tcase_create("conf");
 
     tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);      /* conf_load under a sanitizer, a busy machine */
     tcase_add_test(tc, test_opt_forms);
     tcase_add_test(tc, test_opt_errors);
     tcase_add_test(tc, test_remap_rules);
