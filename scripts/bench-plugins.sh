@@ -22,6 +22,8 @@ while (($#)); do
     esac
 done
 here=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/common.sh
+. "$here/scripts/common.sh"
 bin=${CISTERN_BIN:-$here/_build/plain/cistern}
 pdir=$(cd "$(dirname "$bin")" && pwd)/plugins
 command -v wrk >/dev/null || { echo "bench-plugins: wrk not installed" >&2; exit 1; }
@@ -90,27 +92,7 @@ run "cistern headers+cachekey (-c50)" "$cp" both.test /cache/1024/2 50 "$chit"
 # --- ATS -------------------------------------------------------------------
 if ((ats)) && command -v traffic_server >/dev/null && [[ -f /usr/lib/trafficserver/modules/generator.so ]]; then
     ap=$((base + 1)) d=$tmp/ats
-    mkdir -p "$d/etc" "$d/var" "$d/run" "$d/log" "$d/cache"
-    [[ -d /etc/trafficserver/body_factory ]] && cp -r /etc/trafficserver/body_factory "$d/etc/"
-    for f in plugin.config hosting.config volume.config cache.config parent.config \
-        socks.config splitdns.config ssl_multicert.config sni.yaml strategies.yaml; do
-        : >"$d/etc/$f"
-    done
-    cat >"$d/runroot.yaml" <<CONF
-prefix: $d
-exec_prefix: /usr
-bindir: /usr/bin
-sbindir: /usr/sbin
-sysconfdir: $d/etc
-datadir: $d/var
-includedir: /usr/include
-libdir: /usr/lib/trafficserver
-libexecdir: /usr/lib/trafficserver/modules
-localstatedir: $d/var
-runtimedir: $d/run
-logdir: $d/log
-cachedir: $d/cache
-CONF
+    cst_ats_runroot "$d"
     cat >"$d/etc/records.config" <<CONF
 CONFIG proxy.config.http.server_ports STRING $ap
 CONFIG proxy.config.exec_thread.autoconfig INT 0

@@ -699,7 +699,7 @@ CONF
 srv_ats_prepare() { peer_install ats trafficserver traffic_server; }
 
 srv_ats_start() { # DIR PORT SCEN
-    local dir=$1 port=$2 scen=$3 f kind ports remap_req=1 reverse=1 push=0 remap
+    local dir=$1 port=$2 scen=$3 kind ports remap_req=1 reverse=1 push=0 remap
     kind=$(scen_kind "$scen")
     ports=$port
     remap="map / http://127.0.0.1:$origin_port/"
@@ -712,27 +712,7 @@ srv_ats_start() { # DIR PORT SCEN
     forward) remap_req=0 reverse=0 remap='' ;;
     *) return 3 ;;
     esac
-    mkdir -p "$dir/etc" "$dir/var" "$dir/run" "$dir/log" "$dir/cache"
-    [[ -d /etc/trafficserver/body_factory ]] && cp -r /etc/trafficserver/body_factory "$dir/etc/"
-    for f in plugin.config hosting.config volume.config cache.config parent.config \
-        socks.config splitdns.config ssl_multicert.config sni.yaml strategies.yaml; do
-        : >"$dir/etc/$f"
-    done
-    cat >"$dir/runroot.yaml" <<CONF
-prefix: $dir
-exec_prefix: /usr
-bindir: /usr/bin
-sbindir: /usr/sbin
-sysconfdir: $dir/etc
-datadir: $dir/var
-includedir: /usr/include
-libdir: /usr/lib/trafficserver
-libexecdir: /usr/lib/trafficserver/modules
-localstatedir: $dir/var
-runtimedir: $dir/run
-logdir: $dir/log
-cachedir: $dir/cache
-CONF
+    cst_ats_runroot "$dir"
     cat >"$dir/etc/records.config" <<CONF
 CONFIG proxy.config.http.server_ports STRING $ports
 CONFIG proxy.config.exec_thread.autoconfig INT 0
