@@ -479,7 +479,8 @@ static const struct rec_directive rec_table[] = {
     { "proxy.config.http2.max_concurrent_streams_in", REC_INT, rec_set_int,
       REC_FIELD(h2_max_streams), "100", 1, 1000,
       "HTTP/2: streams a client may have open at once (SETTINGS); one "
-      "more is refused with REFUSED_STREAM" },
+      "more is REFUSED_STREAM before the client has our SETTINGS, and a "
+      "connection error (GOAWAY PROTOCOL_ERROR, nghttp2's rule) after" },
     { "proxy.config.http2.initial_window_size_in", REC_INT, rec_set_int,
       REC_FIELD(h2_window), "65535", 1024, 16777216,
       "HTTP/2: the flow-control window we give each client stream for "
@@ -501,8 +502,9 @@ static const struct rec_directive rec_table[] = {
       "and no DATA sent (a zero-window stall) before GOAWAY and close" },
     { "proxy.config.http2.stream_priority_enabled", REC_INT, rec_set_int,
       REC_FIELD(h2_priority), "0", 0, 1,
-      "HTTP/2: honour PRIORITY (1: nghttp2's scheduler orders DATA by it; "
-      "0: streams are served round-robin)" },
+      "HTTP/2: 1: RFC 7540 priorities (PRIORITY frames order DATA in "
+      "nghttp2's scheduler); 0: SETTINGS_NO_RFC7540_PRIORITIES, streams of "
+      "one urgency served round-robin" },
     { "proxy.config.http2.max_settings_per_frame", REC_INT, rec_set_int,
       REC_FIELD(h2_settings_per_frame), "7", 1, 1000,
       "HTTP/2: settings one SETTINGS frame may carry; more is "

@@ -881,16 +881,6 @@ conn_process(struct conn *c)
 
             if (avail == 0)
                 break;
-            if (c->cn_fresh && (c->cn_protos & CONF_PROTO_H2) && c->cn_tls == NULL
-                && c->cn_fd >= 0) {
-                int k = conn_h2_preface(c);
-                if (k < 0)
-                    break;
-                if (k > 0) {
-                    c->cn_in_process = 0;
-                    return conn_h2(c);
-                }
-            }
             conn_req_get(c);
             if (c->cn_req == NULL) {
                 conn_refuse(c, 503, "out of memory");
@@ -1396,6 +1386,15 @@ conn_on_read(evutil_socket_t fd, short what, void *arg)
         return;
     }
     in->end += (size_t)n;
+    if (c->cn_fresh && (c->cn_protos & CONF_PROTO_H2) && c->cn_tls == NULL) {
+        int k = conn_h2_preface(c);     /* h2c with prior knowledge? */
+        if (k < 0)
+            return;                     /* too few bytes to tell */
+        if (k > 0) {
+            conn_h2(c);
+            return;
+        }
+    }
     conn_process(c);
 }
 
