@@ -121,7 +121,8 @@ struct h2c {
     unsigned              calm:1;     /* a flood: closing */
     unsigned              lingering:1;
     unsigned              eof:1;      /* the client closed its side */
-    unsigned              draining:1; /* the shutdown notice is out */
+    unsigned              draining:1; /* the worker drains: GOAWAY once quiet */
+    unsigned              read_off:1; /* reading stopped: output backed up */
     int64_t               active;     /* last request, DATA in or out (ms) */
     int64_t               minute;     /* the counters' minute (ms) */
     unsigned              n_rst, n_settings, n_setvals, n_ping, n_prio;
@@ -807,6 +808,11 @@ h2_send(struct h2c *h)
         event_del(&h->wev);
         h->wev_on = 0;
     }
+    if (h->read_off && !h->eof) {
+        h->read_off = 0;
+        event_add(&c->cn_rev, NULL);
+        event_active(&c->cn_rev, EV_READ, 1);
+    }
     if (c->cn_out.end == c->cn_out.start)
         buf_release(&c->cn_out);
     if (!nghttp2_session_want_read(h->ss) && !nghttp2_session_want_write(h->ss))
@@ -1102,8 +1108,13 @@ h2_read(struct h2c *h)
     for (int i = 0; i < 8; i++) {
         ssize_t n;
 
-        if (c->cn_out.end - c->cn_out.start > H2_OUT_HIGH)
+        if (c->cn_out.end - c->cn_out.start > H2_OUT_HIGH) {
+            /* the client does not read: neither do we (a level-triggered
+             * read event would spin), until h2_send drains cn_out */
+            event_del(&c->cn_rev);
+            h->read_off = 1;
             break;
+        }
         c->cn_tls_rw = 0;
         n = c->cn_tls ? tls_conn_read(c, (char *)ib, sizeof(ib))
                       : read(c->cn_fd, ib, sizeof(ib));
@@ -1174,8 +1185,6 @@ h2_on_write(evutil_socket_t fd, short what, void *arg)
         return;
     }
     h2_send(h);
-    if (!h->lingering && c->cn_out.end - c->cn_out.start <= H2_OUT_HIGH)
-        event_active(&c->cn_rev, EV_READ, 1);   /* reading may have stopped */
 }
 
 /* Is some stream waiting on its origin (not on the client)?  Then the
@@ -1334,6 +1343,7 @@ h2_free(struct conn *c)
     magic_check(h->magic, H2C_MAGIC);
     while (h->streams) {
         struct h2s *s = h->streams;
+        nghttp2_session_set_stream_user_data(h->ss, s->id, NULL);
         h2s_free(h, s);
     }
     if (h->wev_on)
