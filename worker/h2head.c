@@ -166,7 +166,7 @@ h2_head_build(const struct h2_head *h, int body, struct buf *out,
         *why = "no :method";
         return 400;
     }
-    if (h2_fis(&ps.method, "CONNECT")) {
+    if (h2_is((const uint8_t *)ps.method.v, ps.method.vl, "CONNECT")) {
         *why = "CONNECT over HTTP/2 (no tunnels on a stream)";
         return 501;
     }
