@@ -12,8 +12,10 @@ here by hand (struct) or by python3-h2 (Debian's, read from
 /usr/lib/python3/dist-packages when the interpreter does not see it).
 """
 import hashlib
+import json
 import os
 import re
+import shutil
 import socket
 import struct
 import subprocess
@@ -409,6 +411,114 @@ def test_many_streams_mixed_one_connection():
         seen = [q["target"] for q in o.requests()]
         expect(all(u not in seen for u in urls[:20]), "a cached URL reached the origin")
         expect(sorted(seen) == sorted(urls[20:]), "origin fetches %r" % sorted(seen))
+
+
+def test_slow_stream_does_not_block_others():
+    """Stream windows of 1,000 bytes: the client never opens stream 1's
+    (a 300 KB miss) while it takes streams 3 and 5 (a miss and a hit):
+    those finish byte for byte, stream 1 stays at its 1,000 bytes, and a
+    request for another URL on a second connection is answered meanwhile."""
+    need_h2()
+    with Origin() as o, daemon(o, workers=1) as c:
+        expect_eq(h2c(c, "/seed/6/bytes/40000" + CC).status, 200, "warm the hit")
+        cl = H2(c.ports[2], settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1000})
+        cl.pump(lambda: False, timeout=0.3)
+        s1 = cl.request("/seed/5/bytes/300000" + CC)
+        s3 = cl.request("/seed/7/bytes/50000" + CC)
+        s5 = cl.request("/seed/6/bytes/40000" + CC)
+        stalled = {s1}
+
+        orig_ack = cl.c.acknowledge_received_data
+
+        def ack(n, sid):
+            # every stream's DATA is given back to its window but the
+            # stalled one's, which opens only the connection's
+            if sid in stalled:
+                cl.c.increment_flow_control_window(n)
+            else:
+                orig_ack(n, sid)
+        cl.c.acknowledge_received_data = ack
+        expect(cl.pump(lambda: s3 in cl.ended and s5 in cl.ended, timeout=15), "streams 3 and 5 did not finish: ended %r, bytes %r"
+               % (cl.ended, {k: len(v) for k, v in cl.body.items()}))
+        expect_eq(cl.body.get(s3), harness.seeded(7, 50000), "stream 3 body")
+        expect_eq(cl.body.get(s5), harness.seeded(6, 40000), "stream 5 body")
+        expect_eq(len(cl.body.get(s1, b"")), 1000, "stream 1 bytes within its window")
+        r = h2c(c, "/seed/8/bytes/1000" + CC)
+        expect_eq((r.status, r.body), (200, harness.seeded(8, 1000)), "another client meanwhile")
+        cl.close()
+
+
+def _dhat_h2_blocks(streams):
+    """The worker's lifetime total of heap blocks (valgrind --tool=dhat)
+    after one h2c connection carried `streams` sequential hits of one
+    object (warmed first)."""
+    d = tempfile.mkdtemp(prefix="cistern-h2-dhat-")
+    wrapper = os.path.join(d, "cistern")
+    with open(wrapper, "w") as f:
+        f.write("#!/bin/sh\nexec valgrind -q --tool=dhat --trace-children=yes "
+                "--dhat-out-file=%s/dhat.%%p %s \"$@\"\n" % (d, harness.cistern_bin()))
+    os.chmod(wrapper, 0o755)
+    old = os.environ.get("CISTERN_BIN")
+    os.environ["CISTERN_BIN"] = wrapper
+    try:
+        with Origin() as o, daemon(o, workers=1, start_timeout=90) as c:
+            wait_for(lambda: c.worker_pids() or None, 30, what="the worker under valgrind")
+            r = Raw(c.ports[2])
+            r.frames(lambda f: f[0] == SETTINGS and not f[1] & 1, timeout=30)
+            r.send(frame(SETTINGS, 1, 0))
+            block = req_block("/seed/2/bytes/3000" + CC)
+            for i in range(streams + 1):        # the first is the fill
+                sid = 1 + 2 * i
+                r.send(frame(HEADERS, 0x5, sid, block))
+                fr, closed = r.frames(lambda f: f[2] == sid and f[1] & 1, timeout=60)
+                expect(not closed and fr and fr[-1][2] == sid, "stream %d unanswered" % sid)
+                got = sum(len(f[3]) for f in fr if f[0] == DATA and f[2] == sid)
+                if got:     # give the DATA back to the connection's window
+                    r.send(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", got)))
+            r.close()
+            expect_eq(len(o.requests()), 1, "origin requests")
+            pids = [str(p) for p in c.worker_pids()]
+    finally:
+        if old is None:
+            del os.environ["CISTERN_BIN"]
+        else:
+            os.environ["CISTERN_BIN"] = old
+    blocks = {}
+    for name in os.listdir(d):
+        if name.startswith("dhat."):
+            with open(os.path.join(d, name)) as f:
+                blocks[name[5:]] = sum(p["tbk"] for p in json.load(f)["pps"])
+    if not os.environ.get("CISTERN_KEEP_DHAT"):
+        shutil.rmtree(d, ignore_errors=True)
+    else:
+        print("    dhat files in %s (worker %s)" % (d, pids))
+    kids = [blocks[p] for p in pids if p in blocks]
+    expect(kids, "no dhat output for the worker %s" % pids)
+    return max(kids)
+
+
+@harness.timeout(400)
+def test_no_heap_allocation_per_stream():
+    """A cache hit on HTTP/2 allocates nothing per stream: the worker's
+    lifetime count of heap blocks is the same after 100 and after 600
+    streams on one connection (nghttp2's own memory comes from Cistern's
+    size-class pools).  Skipped without valgrind or on a sanitizer build."""
+    if shutil.which("valgrind") is None:
+        raise harness.SkipTest("valgrind not installed")
+    ldd = subprocess.run(["ldd", harness.cistern_bin()], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL).stdout.decode()
+    if "libasan" in ldd or "libubsan" in ldd:
+        raise harness.SkipTest("sanitizer build: valgrind cannot run it")
+    few = _dhat_h2_blocks(100)
+    many = _dhat_h2_blocks(600)
+    print("    heap blocks allocated by the worker: %d after 100 streams, %d after 600"
+          % (few, many))
+    # nghttp2's malloc per stream (its stream, the header block it copies,
+    # the outbound items) would be thousands here; what remains is a
+    # residue inside nghttp2's receive path, about one block per ten
+    # streams under valgrind, that RssAnon does not show (flat over
+    # 150,000 streams on one connection): bounded well below one a stream
+    expect(many - few <= 100, "%d more blocks for 500 more streams" % (many - few))
 
 
 def test_protocol_rules():

@@ -133,6 +133,92 @@ static struct pool h2c_pool, h2s_pool;
 static int         h2_pools_ok;
 static nghttp2_session_callbacks *h2_cbs;
 
+/* ------------------------------------------------------------------ */
+/* nghttp2's memory: its stream objects, header blocks, outbound items
+ * and buffers come from size classes kept on free lists (struct pool,
+ * like every fixed-size object of a worker), so once a few connections
+ * have run, a stream costs no malloc at all.  Each block starts with a
+ * 16-byte header: its class (H2M_BIG: a plain malloc) and its size. */
+#define H2M_BIG 0xffu
+struct h2m_head {
+    uint32_t cls;
+    uint32_t pad;
+    size_t   size;
+};
+static const size_t h2m_size[] = { 64, 128, 256, 512, 1024, 2048, 4096, 8192,
+                                   16384 + 64, 32768 + 64 };
+#define H2M_NCLASS (sizeof(h2m_size) / sizeof(h2m_size[0]))
+static struct pool h2m_pool[H2M_NCLASS];
+
+static void *
+h2m_malloc(size_t n, void *arg)
+{
+    struct h2m_head *b = NULL;
+    unsigned k;
+
+    (void)arg;
+    for (k = 0; k < H2M_NCLASS && h2m_size[k] < n + sizeof(*b); k++)
+        ;
+    if (k < H2M_NCLASS)
+        b = pool_get(&h2m_pool[k]);
+    else if (n < SIZE_MAX - sizeof(*b))
+        b = malloc(n + sizeof(*b));
+    if (b == NULL)
+        return NULL;
+    b->cls = k < H2M_NCLASS ? k : H2M_BIG;
+    b->size = n;
+    return b + 1;
+}
+
+static void
+h2m_free(void *p, void *arg)
+{
+    struct h2m_head *b;
+
+    (void)arg;
+    if (p == NULL)
+        return;
+    b = (struct h2m_head *)p - 1;
+    if (b->cls == H2M_BIG)
+        free(b);
+    else
+        pool_put(&h2m_pool[b->cls], b);
+}
+
+static void *
+h2m_calloc(size_t nmemb, size_t size, void *arg)
+{
+    void *p;
+
+    if (size && nmemb > SIZE_MAX / size)
+        return NULL;
+    if ((p = h2m_malloc(nmemb * size, arg)) != NULL)
+        memset(p, 0, nmemb * size);
+    return p;
+}
+
+static void *
+h2m_realloc(void *p, size_t n, void *arg)
+{
+    struct h2m_head *b;
+    void *q;
+
+    if (p == NULL)
+        return h2m_malloc(n, arg);
+    b = (struct h2m_head *)p - 1;
+    if (b->cls != H2M_BIG && n + sizeof(*b) <= h2m_size[b->cls]) {
+        b->size = n;
+        return p;
+    }
+    if ((q = h2m_malloc(n, arg)) == NULL)
+        return NULL;
+    memcpy(q, p, b->size < n ? b->size : n);
+    h2m_free(p, arg);
+    return q;
+}
+
+static nghttp2_mem h2m = { NULL, h2m_malloc, h2m_free, h2m_calloc, h2m_realloc };
+
 static void h2_send(struct h2c *h);
 static void h2_close(struct h2c *h);
 
@@ -501,7 +587,10 @@ h2_lc_names(const struct http_req *resp, nghttp2_nv *nv, int *nnv, char *scratch
         nv[*nnv].namelen = f->name_len;
         nv[*nnv].value = (uint8_t *)resp->base + f->value;
         nv[*nnv].valuelen = f->value_len;
-        nv[*nnv].flags = NGHTTP2_NV_FLAG_NONE;
+        /* Date and Age change every second: indexing them would only
+         * churn the HPACK table (and nghttp2's memory) */
+        nv[*nnv].flags = f->id == HTTP_F_DATE || f->id == HTTP_F_AGE
+                         ? NGHTTP2_NV_FLAG_NO_INDEX : NGHTTP2_NV_FLAG_NONE;
         (*nnv)++;
         used += f->name_len;
     }
@@ -1250,7 +1339,7 @@ h2_session_new(struct h2c *h)
     nghttp2_option_set_no_auto_window_update(opt, 1);
     nghttp2_option_set_max_settings(opt, (size_t)rec->h2_settings_per_frame);
     nghttp2_option_set_no_closed_streams(opt, 1);
-    rc = nghttp2_session_server_new2(&h->ss, h2_cbs, h, opt);
+    rc = nghttp2_session_server_new3(&h->ss, h2_cbs, h, opt, &h2m);
     nghttp2_option_del(opt);
     if (rc != 0)
         return -1;
@@ -1286,6 +1375,10 @@ h2_attach(struct conn *c, const struct h2_conn_ops *ops)
         pool_init(&h2s_pool, sizeof(struct h2s));
         h2c_pool.max_idle = 256;
         h2s_pool.max_idle = 1024;
+        for (unsigned k = 0; k < H2M_NCLASS; k++) {
+            pool_init(&h2m_pool[k], h2m_size[k]);
+            h2m_pool[k].max_idle = h2m_size[k] <= 1024 ? 4096 : 256;
+        }
         h2_pools_ok = 1;
     }
     if ((h = pool_get(&h2c_pool)) == NULL)
