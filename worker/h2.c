@@ -145,7 +145,11 @@ struct h2m_head {
     uint32_t pad;
     size_t   size;
 };
-static const size_t h2m_size[] = { 64, 128, 256, 512, 1024, 2048, 4096, 8192,
+/* block sizes, header included: steps of 1.5 and 2 over the powers of
+ * two nghttp2 asks for (its HPACK rings are 1 KiB, its frame buffer 16 KiB
+ * and a few bytes), so an idle session is rounded up by little */
+static const size_t h2m_size[] = { 48, 80, 112, 144, 208, 272, 400, 528, 784, 1040,
+                                   1552, 2064, 3088, 4112, 6160, 8208, 12304,
                                    16384 + 64, 32768 + 64 };
 #define H2M_NCLASS (sizeof(h2m_size) / sizeof(h2m_size[0]))
 static struct pool h2m_pool[H2M_NCLASS];
