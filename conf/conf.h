@@ -43,10 +43,25 @@ struct conf_port {
                                          IPv6 only (IPV6_V6ONLY) */
     int      pp;                      /* "8080:pp": every connection starts
                                          with a PROXY protocol header */
+    int      proto;                   /* "proto=http;http2": CONF_PROTO_* bits;
+                                         0: the default (ssl: HTTP/1.1 and
+                                         h2 by ALPN; cleartext: HTTP/1.x) */
     int      has_addr;                /* "ip-in=ADDR": bind that address
                                          (else the family's any address) */
     uint8_t  addr[16];                /* network order; IPv4 in the first 4 */
 };
+
+#define CONF_PROTO_H1 0x1             /* HTTP/1.0 and 1.1 */
+#define CONF_PROTO_H2 0x2             /* HTTP/2: ALPN h2 on ssl, prior
+                                         knowledge (h2c) on cleartext */
+/* The protocols a port speaks (its proto=, or the default). */
+static inline int
+conf_port_protos(const struct conf_port *p)
+{
+    if (p->proto)
+        return p->proto;
+    return p->ssl ? CONF_PROTO_H1 | CONF_PROTO_H2 : CONF_PROTO_H1;
+}
 
 struct conf_records {
     struct conf_port ports[CONF_MAX_PORTS];
@@ -164,6 +179,23 @@ struct conf_records {
     int      parent_mark_down_hostdb; /* ...parent_proxy.mark_down_hostdb */
     int      proxy_auth_to_parent;    /* ...forward.proxy_auth_to_parent */
     int      uncacheable_bypass_parent;/* ...uncacheable_requests_bypass_parent */
+    /* issue 24, HTTP/2 to clients (worker/h2.c): proxy.config.http2.* */
+    int      h2_max_streams;          /* max_concurrent_streams_in */
+    int      h2_window;               /* initial_window_size_in */
+    int      h2_frame_size;           /* max_frame_size */
+    int      h2_table_size;           /* header_table_size */
+    int      h2_header_list;          /* max_header_list_size */
+    int      h2_idle_in;              /* no_activity_timeout_in */
+    int      h2_priority;             /* stream_priority_enabled (parsed) */
+    int      h2_settings_per_frame;   /* max_settings_per_frame */
+    int      h2_settings_min;         /* max_settings_per_minute */
+    int      h2_settings_frames_min;  /* max_settings_frames_per_minute */
+    int      h2_ping_min;             /* max_ping_frames_per_minute */
+    int      h2_priority_min;         /* max_priority_frames_per_minute */
+    int      h2_rst_min;              /* max_rst_stream_frames_per_minute */
+    int      h2_cont_min;             /* max_continuation_frames_per_minute */
+    int      h2_wu_min;               /* proxy.config.cistern.http2.
+                                         max_window_update_frames_per_minute */
 };
 
 /* proxy.config.http.insert_forwarded's parameters (RFC 7239 Forwarded) */
@@ -753,6 +785,12 @@ void conf_tls_free(struct conf_tls *t);
 /* The context a TLS listener starts every handshake with (the default
  * certificate; SNI switches to another), or NULL. */
 struct ssl_ctx_st *conf_tls_server_ctx(const struct conf_tls *t);
+/* ALPN for one client connection: the CONF_PROTO_* bits of its port
+ * (h2 is offered first when the port speaks it); after the handshake,
+ * did the client choose h2? */
+struct ssl_st;
+void conf_tls_set_protos(struct ssl_st *s, int protos);
+int  conf_tls_alpn_h2(const struct ssl_st *s);
 /* The context for connections to https origins, or NULL. */
 struct ssl_ctx_st *conf_tls_client_ctx(const struct conf_tls *t);
 /* The default of proxy.config.ssl.server.cipher_suite (records.c): TLS 1.2

@@ -27,7 +27,7 @@ CST_DEB_PACKAGES=(
     libssl-dev libhttp-parser-dev liblmdb-dev libevent-dev libyaml-dev check
     python3 curl apache2-utils wrk procps ca-certificates openssl valgrind
     iproute2 strace shellcheck clang libclang-rt-14-dev universal-ctags
-    netcat-openbsd prometheus tmux
+    netcat-openbsd prometheus tmux libnghttp2-dev nghttp2-client python3-h2
 )
 
 cst_say() { printf '==> %s\n' "$*" >&2; }

@@ -823,7 +823,8 @@ proxy_client_head(struct req *rq, struct upstream *up, struct http_req *resp)
     if (buf_alloc(o) < 0)
         return -1;
     size_t mark = o->end;
-    up->up_decode = resp->chunked && up->up_client_minor == 0 && !resp->skip_body;
+    up->up_decode = resp->chunked && (up->up_client_minor == 0 || rq->rq_h2)
+                    && !resp->skip_body;
     ka = up->up_client_ka && !resp->until_close && !up->up_decode && !worker_closing()
          && !(up->up_req_body && !up->up_req_done);
     err |= buf_put_status(o, resp);

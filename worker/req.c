@@ -95,6 +95,7 @@ req_new(void *owner, const struct req_owner_ops *ops)
     rq->obj_held = 0;
     rq->rq_claim = 0;
     rq->rq_bg = 0;
+    rq->rq_h2 = 0;
     rq->wnext = NULL;
     rq->log.active = 0;
     rq->rq_plugged = 0;

@@ -138,6 +138,9 @@ struct conn {
     unsigned         cn_local_ok:1;   /* cn_local is known (conn_local) */
     unsigned         cn_pp:1;         /* a pp port: the PROXY header is
                                          still to come (conn.c, pp.h) */
+    unsigned         cn_protos:2;     /* CONF_PROTO_* of its port */
+    void            *cn_h2;           /* HTTP/2 (h2.c's struct h2c), or
+                                         NULL: HTTP/1.x */
     uint64_t         cn_id;
     struct event     cn_rev;
     struct conn_wev *cn_wev;          /* write interest, from the worker's pool
@@ -267,6 +270,7 @@ struct worker {
     int                  listen_fd[CONF_MAX_PORTS];
     int                  listen_tls[CONF_MAX_PORTS]; /* a PORT:ssl listener */
     int                  listen_pp[CONF_MAX_PORTS];  /* a PORT:pp listener */
+    int                  listen_protos[CONF_MAX_PORTS]; /* CONF_PROTO_* */
     int                  nlisten;
     struct event        *sig_term, *sig_quit, *sig_int, *sig_hup, *sig_usr1;
     struct event        *master_ev;
@@ -316,7 +320,7 @@ worker_closing(void)
 /* Take an accepted socket; tls: the listener is PORT:ssl; pp: PORT:pp
  * (a PROXY protocol header comes first, from an allowed peer). */
 void conn_accept(struct worker *w, int fd, const struct sockaddr *sa,
-                 socklen_t salen, int tls, int pp);
+                 socklen_t salen, int tls, int pp, int protos);
 void conn_drain_all(struct worker *w);
 void conn_close_all(struct worker *w);
 
@@ -619,7 +623,7 @@ int admin_handle(struct req *rq, struct req_synth *syn);
  * proxy.c: it says which way it waits, and the caller waits. */
 enum tls_want { TLS_OK = 0, TLS_WANT_READ, TLS_WANT_WRITE, TLS_ERR };
 /* Set c up for a server handshake on its socket; 0, or -1 (c untouched). */
-int  tls_conn_new(struct conn *c);
+int  tls_conn_new(struct conn *c, int protos);
 /* Drive the handshake: TLS_OK done, TLS_WANT_READ / TLS_WANT_WRITE
  * waiting for that (the caller arms the event; the read timeout is the
  * head's), TLS_ERR failed (logged, counted). */
