@@ -736,5 +736,22 @@ def test_reload_under_h2load_drain_goaway():
         cl.close()
 
 
+def test_spanning_object_hit_over_h2():
+    """A hit on an object larger than a segment (issue 21: extents in
+    several segments; a 64 MiB store has 4 MiB segments) goes out whole
+    over HTTP/2 and TLS h2: the hit continues extent by extent, not only
+    the first one."""
+    n = 12 * 1024 * 1024
+    with Origin() as o, daemon(o, workers=1) as c:
+        p = "/seed/big/bytes/%d%s" % (n, CC)
+        want = harness.seeded("big", n)
+        r1 = h2c(c, p)
+        for name, r in (("h2c", h2c(c, p)), ("h2", h2tls(c, p))):
+            expect_eq(r.status, 200, "%s status" % name)
+            expect(r.body == want, "%s hit body: %d of %d bytes, byte-exact %s"
+                   % (name, len(r.body), n, r.body == want))
+            expect_eq(r.header("x-origin-seq"), r1.header("x-origin-seq"), "%s: a hit" % name)
+
+
 if __name__ == "__main__":
     harness.main()

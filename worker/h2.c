@@ -566,6 +566,8 @@ h2s_take(struct h2s *s, size_t n)
     rq->rq_body_len -= n;
     if (rq->rq_up)
         proxy_client_sent(rq, n);
+    else if (rq->rq_body_len == 0)
+        store_body_more(rq);    /* a large hit's next extent */
 }
 
 static int
@@ -820,14 +822,25 @@ h2_cb_send_data(nghttp2_session *ss, nghttp2_frame *frame, const uint8_t *hd,
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     if ((o->data == NULL && buf_alloc(o) < 0) || buf_append(o, (const char *)hd, 9) < 0)
         return NGHTTP2_ERR_CALLBACK_FAILURE;
+    if (c->cn_tls) {
+        /* TLS: the frame joins cn_out and goes out from there.  An
+         * SSL_write that wants to be retried must be given the same bytes
+         * again; written straight from (cn_out, the lent body), a retry
+         * from h2_flush_out with other frames queued behind cn_out's would
+         * have sent the encrypted DATA record as those frames' bytes. */
+        if (buf_append(o, p, len) < 0)
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        h2s_take(s, len);
+        h->n_data++;
+        h->active = h2_now_ms();
+        h2s_kick(s);
+        return h2_flush_out(h) < 0 ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
+    }
     pend = o->end - o->start;
     for (;;) {
-        if (c->cn_tls) {
-            k = tls_conn_write(c, o->data + o->start, pend, p, len);
-        } else {
-            struct iovec iov[2] = { { o->data + o->start, pend }, { (void *)p, len } };
-            k = writev(c->cn_fd, iov, 2);
-        }
+        struct iovec iov[2] = { { o->data + o->start, pend }, { (void *)p, len } };
+
+        k = writev(c->cn_fd, iov, 2);
         if (k >= 0 || errno != EINTR)
             break;
     }
@@ -873,6 +886,10 @@ h2_send(struct h2c *h)
                 if (s->kick)
                     h2s_pump(h, s);
         }
+        /* room first: a DATA frame refused (WOULDBLOCK) while cn_out
+         * was full is tried again only by a later session_send */
+        if ((k = h2_flush_out(h)) != 0)
+            break;
         if (nghttp2_session_send(h->ss) != 0) {
             h->in_send = 0;
             h2_close(h);
@@ -880,7 +897,7 @@ h2_send(struct h2c *h)
         }
         if ((k = h2_flush_out(h)) != 0)
             break;
-        if (!h->kicked)
+        if (!h->kicked && !nghttp2_session_want_write(h->ss))
             break;
     }
     h->in_send = 0;
