@@ -23,8 +23,8 @@
  * Names (shm/labeltab.h): a rule is its @name= or "file:line" (the file's
  * base name); an origin is "host:port".  A worker resolves its rules once
  * at start (metrics_init) into a local array indexed like the config's
- * rules; an origin on first use per transaction (a scan of at most
- * SHM_OHOSTS names, on the miss path only).
+ * rules; an origin on first use in the process (a scan of at most
+ * SHM_OHOSTS names, then a worker-local table by host and port).
  */
 #include "config.h"
 
@@ -78,13 +78,50 @@ metrics_route(struct req *rq, const struct conf_remap_rule *rule)
     rq->rq_rule = i >= 0 && i < rule_n ? rule_idx[i] : 0;
 }
 
+/* A worker's memory of the origin names it has resolved: a direct-mapped
+ * table by host and port.  Label indexes never change (labeltab.h), so an
+ * entry stays true for the life of the process; a collision only costs
+ * the next request one labeltab scan. */
+#define OH_CACHE 32
+static struct {
+    int  port;
+    int  idx1;          /* label index + 1; 0: an empty entry */
+    char host[80];
+} oh_cache[OH_CACHE];
+
+static unsigned
+oh_slot(const char *host, size_t n, int port)
+{
+    uint32_t h = 2166136261u;
+
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)host[i]) * 16777619u;
+    h ^= (uint32_t)port * 2654435761u;
+    return (h ^ h >> 15) % OH_CACHE;
+}
+
 int
 metrics_ohost(const char *host, int port)
 {
     char name[LT_NAME];
+    size_t n = strlen(host);
+    unsigned k = 0;
+    int i, keep = n < sizeof(oh_cache[0].host);
 
+    if (keep) {
+        k = oh_slot(host, n, port);
+        if (oh_cache[k].idx1 && oh_cache[k].port == port
+            && memcmp(oh_cache[k].host, host, n + 1) == 0)
+            return oh_cache[k].idx1 - 1;
+    }
     snprintf(name, sizeof(name), "%.64s:%d", host, port);
-    return labeltab_find(wk->shm->labeltab, LT_OHOST, name);
+    i = labeltab_find(wk->shm->labeltab, LT_OHOST, name);
+    if (keep) {
+        memcpy(oh_cache[k].host, host, n + 1);
+        oh_cache[k].port = port;
+        oh_cache[k].idx1 = i + 1;
+    }
+    return i;
 }
 
 int64_t
