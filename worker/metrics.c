@@ -87,7 +87,7 @@ static struct {
     int  port;
     int  idx1;          /* label index + 1; 0: an empty entry */
     char host[80];
-} oh_cache[OH_CACHE];
+} oh_cache[OH_CACHE], *oh_last;
 
 static unsigned
 oh_slot(const char *host, size_t n, int port)
@@ -104,15 +104,21 @@ int
 metrics_ohost(const char *host, int port)
 {
     char name[LT_NAME];
-    size_t n = strlen(host);
+    size_t n;
     unsigned k = 0;
-    int i, keep = n < sizeof(oh_cache[0].host);
+    int i, keep;
 
+    if (oh_last && oh_last->port == port && strcmp(oh_last->host, host) == 0)
+        return oh_last->idx1 - 1;       /* the origin of the request before */
+    n = strlen(host);
+    keep = n < sizeof(oh_cache[0].host);
     if (keep) {
         k = oh_slot(host, n, port);
         if (oh_cache[k].idx1 && oh_cache[k].port == port
-            && memcmp(oh_cache[k].host, host, n + 1) == 0)
+            && memcmp(oh_cache[k].host, host, n + 1) == 0) {
+            oh_last = &oh_cache[k];
             return oh_cache[k].idx1 - 1;
+        }
     }
     snprintf(name, sizeof(name), "%.64s:%d", host, port);
     i = labeltab_find(wk->shm->labeltab, LT_OHOST, name);
@@ -120,6 +126,7 @@ metrics_ohost(const char *host, int port)
         memcpy(oh_cache[k].host, host, n + 1);
         oh_cache[k].port = port;
         oh_cache[k].idx1 = i + 1;
+        oh_last = &oh_cache[k];
     }
     return i;
 }
@@ -146,17 +153,22 @@ metrics_lat(struct shm_counters *c, int kind, int res, uint64_t us)
     c->lat_sum_us[kind][res] += us;
 }
 
-/* hit, miss or other, from the result the access log writes */
+/* hit, miss or other, from the result the access log writes.  Every
+ * TCP_ result names its class last (TCP_HIT, TCP_IMS_HIT, TCP_REFRESH_HIT,
+ * TCP_REFRESH_FAIL_HIT; TCP_MISS, TCP_REFRESH_MISS; TCP_DENIED,
+ * TCP_TUNNEL), so the tail decides (no strstr on every request). */
 static int
 metrics_res(const struct req *rq)
 {
     const char *r = rq->rq_result;
+    size_t n;
 
     if (r == NULL || r[0] != 'T' || rq->r.method == HTTP_PURGE || rq->r.method == HTTP_M_PUSH)
         return SHM_RES_OTHER;
-    if (strstr(r, "HIT"))
+    n = strlen(r);
+    if (n > 4 && memcmp(r + n - 4, "_HIT", 4) == 0)
         return SHM_RES_HIT;
-    if (strstr(r, "MISS"))
+    if (n > 5 && memcmp(r + n - 5, "_MISS", 5) == 0)
         return SHM_RES_MISS;
     return SHM_RES_OTHER;
 }
