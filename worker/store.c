@@ -823,7 +823,14 @@ store_decide(const struct http_req *resp, struct cc_resp *cc, const struct req_p
         cc->no_store = cc->no_cache = 0;        /* ignore_server_no_cache */
     negative = rec->negative_caching_enabled
                && conf_cache_negative(&wk->conf->cache, resp->status);
-    *lifetime = store_lifetime(resp, cc, now, negative, heur);
+    /* no-store that ttl-in-cache does not override: cachectl_storable_resp
+     * refuses it before looking at the lifetime, so none is worked out */
+    if (cc->no_store && !cc->must_understand && !(pol->ttl_in_cache > 0 && !negative)) {
+        *lifetime = -1;
+        *heur = 0;
+    } else {
+        *lifetime = store_lifetime(resp, cc, now, negative, heur);
+    }
     if (pol->ttl_in_cache > 0 && !negative) {
         /* cache.config ttl-in-cache (ATS): stored whatever no-store or
          * private say, for a status ATS stores without explicit freshness */
