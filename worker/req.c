@@ -451,6 +451,7 @@ step_lookup(struct req *rq, struct req_route *rt)
 {
     const struct http_req *r = &rq->r;
     int cacheable_method = r->method == HTTP_GET || r->method == HTTP_HEAD;
+    int hashed = 0;
 
     rt->verdict = STORE_MISS;
     rt->claimed = 0;
@@ -465,7 +466,10 @@ step_lookup(struct req *rq, struct req_route *rt)
         rt->fwd = "bypass";     /* cache.http 0, or cache.config never-cache */
     } else if (wk->cache && cacheable_method && !r->has_body) {
         if (rt->keylen) {
-            rt->verdict = store_lookup(rq, rt->key, rt->keylen, &rt->fwd, rt->cs,
+            /* the key's hash, made once: the lookup's and the fill table's */
+            cache_key_hash(wk->cache, rt->key, rt->keylen, rt->hash);
+            hashed = 1;
+            rt->verdict = store_lookup(rq, rt->key, rt->keylen, rt->hash, &rt->fwd, rt->cs,
                                        sizeof(rt->cs));
             if (rt->verdict == STORE_HIT || rt->verdict == STORE_HIT_STALE)
                 return REQ_HIT;
@@ -487,7 +491,8 @@ step_lookup(struct req *rq, struct req_route *rt)
         && wk->conf->rec.collapse_timeout > 0 && !http_req_no_store(r)) {
         struct timeval now;
         event_base_gettimeofday_cached(wk->base, &now);
-        cache_key_hash(wk->cache, rt->key, rt->keylen, rt->hash);
+        if (!hashed)
+            cache_key_hash(wk->cache, rt->key, rt->keylen, rt->hash);
         switch (filltab_claim(wk->shm->filltab, rt->hash, (int)wk->slotno,
                               (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000,
                               (int64_t)wk->conf->rec.txn_no_activity_out * 1000 + 5000)) {

@@ -615,8 +615,8 @@ store_fresh(const struct cache_obj *o, const struct cc_req *rcc, const struct re
 /* ------------------------------------------------------------------ */
 
 int
-store_lookup(struct req *rq, const char *key, size_t keylen, const char **why,
-             char *cs, size_t cslen)
+store_lookup(struct req *rq, const char *key, size_t keylen, const uint8_t hash[16],
+             const char **why, char *cs, size_t cslen)
 {
     struct req *q = rq;
     struct http_req *r = &q->r;
@@ -632,7 +632,7 @@ store_lookup(struct req *rq, const char *key, size_t keylen, const char **why,
         rcc.no_cache = 0;       /* ignore_client_no_cache */
     if (q->rq_pol.ign_client_max_age)
         rcc.max_age = -1;       /* ignore_client_cc_max_age */
-    if (cache_lookup(wk->cache, key, keylen, o) != CACHE_OK)
+    if (cache_lookup_hashed(wk->cache, key, keylen, hash, o) != CACHE_OK)
         goto miss;
     if (o->meta.flags & STORE_F_VARY_MARKER) {
         if (store_follow_marker(key, keylen, r, o, q->obj_key, &q->obj_keylen) != CACHE_OK) {
