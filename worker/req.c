@@ -268,6 +268,38 @@ req_key_forward(struct req_route *rt)
 /* ------------------------------------------------------------------ */
 /* The steps */
 
+/* ip_allow.config's word on the client and method.  It depends on the
+ * address, the method and the configuration, which a worker keeps for
+ * life: the last answer is remembered, so the requests of a keep-alive
+ * connection (or of one client) ask ip_allow once. */
+static int
+req_ip_allowed(const struct sockaddr *sa, int method, const char *m)
+{
+    static const struct conf *mconf;
+    static int mmethod, mok;
+    static struct { sa_family_t fam; uint8_t a[16]; } mpeer;
+    const void *a = NULL;
+    size_t alen = 0;
+
+    if (sa->sa_family == AF_INET) {
+        a = &((const struct sockaddr_in *)sa)->sin_addr;
+        alen = 4;
+    } else if (sa->sa_family == AF_INET6) {
+        a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        alen = 16;
+    }
+    if (a && mconf == wk->conf && mmethod == method && mpeer.fam == sa->sa_family
+        && (alen == 4 ? memcmp(mpeer.a, a, 4) : memcmp(mpeer.a, a, 16)) == 0)
+        return mok;
+    mok = conf_ip_method_allowed(&wk->conf->ip_allow, sa, m, strlen(m));
+    mconf = a ? wk->conf : NULL;
+    mmethod = method;
+    mpeer.fam = sa->sa_family;
+    if (a)
+        memcpy(mpeer.a, a, alen);
+    return mok;
+}
+
 static enum req_step
 step_recv(struct req *rq, struct req_route *rt)
 {
@@ -277,8 +309,7 @@ step_recv(struct req *rq, struct req_route *rt)
     (void)rt;
     wk->ctr->requests++;
     alog_begin(rq);
-    if (!conf_ip_method_allowed(&wk->conf->ip_allow, rq->rq_peer, m,
-                                strlen(m))) {
+    if (!req_ip_allowed(rq->rq_peer, r->method, m)) {
         char peer[64];
         fmt_peer(rq->rq_peer, peer, sizeof(peer));
         log_notice("conn %llu from %s: %s denied by %s",
