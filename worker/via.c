@@ -145,7 +145,7 @@ via_server_tail(const char *blk, size_t len)
         if (nl == NULL)
             break;
         ll = (size_t)(blk + end - (nl + 1));
-        if (ll < 9 || strncasecmp(nl + 1, "server:", 7) != 0)
+        if (ll < 9 || (nl[1] | 0x20) != 's' || strncasecmp(nl + 1, "server:", 7) != 0)
             break;
         end -= ll;
     }
