@@ -82,6 +82,10 @@ int64_t cache_max_doc_size(const struct cache *c);
  * usable (absent, overwritten, damaged).  Never copies or allocates. */
 int cache_lookup(struct cache *c, const char *key, size_t keylen,
                  struct cache_obj *obj);
+/* The same with the key's hash (cache_key_hash) already made: a caller
+ * that needs the hash anyway (the fill table) makes it once. */
+int cache_lookup_hashed(struct cache *c, const char *key, size_t keylen,
+                        const uint8_t hash[16], struct cache_obj *obj);
 
 /* Body bytes of held object o from byte pos on: *p points into the
  * mapping (pinned while o is held) and the return value says how many

@@ -473,6 +473,9 @@ int conf_ip_out_decide(const struct conf_ip_allow *ia,
                        const struct sockaddr *sa, const char *method,
                        size_t mlen);
 
+/* ATS's selector grammar (cache.config, parent.config): conf/selector.h */
+#include "conf/selector.h"
+
 /* ---------------------------------------------------------------------
  * storage.config: "path size" lines, e.g. "var/cache 256M"
  */
@@ -490,7 +493,6 @@ struct conf_storages {
 /* ---------------------------------------------------------------------
  * cache.config (ATS syntax): per-URL caching policy (conf/cache_config.c)
  */
-enum conf_cc_primary { CONF_CC_DOMAIN = 1, CONF_CC_HOST_REGEX, CONF_CC_URL_REGEX };
 enum conf_cc_action {
     CONF_CC_NEVER_CACHE = 1, CONF_CC_STANDARD_CACHE, CONF_CC_IGNORE_NO_CACHE,
     CONF_CC_IGNORE_CLIENT_NO_CACHE, CONF_CC_IGNORE_SERVER_NO_CACHE,
@@ -498,23 +500,7 @@ enum conf_cc_action {
 };
 
 struct conf_cache_rule {
-    enum conf_cc_primary primary;
-    char    *domain;                  /* dest_domain / dest_host, lowercase,
-                                         without leading or trailing dots
-                                         ("" for dest_domain=.: every host) */
-    size_t   domainlen;
-    int      host_only;               /* dest_host: that host, no subdomain */
-    regex_t  re;                      /* host_regex / url_regex */
-    int      re_ok;
-    /* secondary specifiers: unset ones match everything */
-    char    *prefix;                  /* "/" + the value's path */
-    size_t   prefixlen;
-    char    *suffix;                  /* comma list, as written */
-    int      port_lo, port_hi;        /* 0: any */
-    char    *scheme, *method;
-    int      tod_lo, tod_hi;          /* time=: seconds of the day, -1: any */
-    struct conf_ip_allow src;         /* src_ip=: nrules 0: any */
-    int      internal;                /* internal=: -1 any, 0 false, 1 true */
+    struct conf_selector sel;         /* which requests (no dest_ip=) */
     /* the one directive of the line, and the cookies tweak */
     enum conf_cc_action action;
     int      secs;                    /* ttl-in-cache / revalidate */
@@ -578,13 +564,6 @@ conf_cache_negative(const struct conf_cache *cc, int status)
  * parent.config (ATS syntax): parent proxies and origin pools
  * (conf/parent.c; the selection at run time is worker/parent.c)
  */
-enum conf_pp_primary {
-    CONF_PP_DOMAIN = 1,               /* dest_domain= (and its subdomains; "." all) */
-    CONF_PP_HOST,                     /* dest_host= (that name only) */
-    CONF_PP_IP,                       /* dest_ip= (an IP literal host) */
-    CONF_PP_HOST_REGEX,               /* host_regex= */
-    CONF_PP_URL_REGEX,                /* url_regex= */
-};
 enum conf_pp_rr {
     CONF_PP_RR_FALSE = 0,             /* the first parent that is up */
     CONF_PP_RR_TRUE,                  /* by the client's address */
@@ -606,18 +585,7 @@ struct conf_parent_host {
 };
 
 struct conf_parent_rule {
-    enum conf_pp_primary primary;
-    char    *domain;                  /* dest_domain / dest_host, lowercase */
-    size_t   domainlen;               /* 0 with dest_domain=.: every host */
-    regex_t  re;
-    int      re_ok;
-    struct conf_ip_allow ip;          /* dest_ip= */
-    /* secondary specifiers: unset ones match everything */
-    char    *prefix, *suffix, *scheme, *method;
-    size_t   prefixlen;
-    int      port_lo, port_hi;
-    struct conf_ip_allow src;         /* src_ip= */
-    int      internal;                /* -1 any, 0, 1 (never: no plugins) */
+    struct conf_selector sel;         /* which requests (no time=) */
     /* actions */
     struct conf_parent_host *hosts;   /* parent= then secondary_parent= */
     int      nprimary, nsecondary;

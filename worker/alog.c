@@ -352,7 +352,7 @@ alog_begin(struct req *rq)
 {
     struct alog_txn *t;
     struct http_req *r;
-    int ref = 0, ua = 0;
+    int i;
 
     if (!alog_on || rq == NULL)
         return;
@@ -366,22 +366,13 @@ alog_begin(struct req *rq)
     t->minor = r->minor;
     t->h2 = rq->rq_h2;
     t->referer_len = t->ua_len = 0;
-    /* The first Referer and User-Agent, in one pass over the fields. */
-    for (int i = 0; i < r->nfields; i++) {
-        const struct http_field *f = &r->fields[i];
-
-        if (f->name_len == 7 && !ref
-            && strncasecmp(r->base + f->name, "referer", 7) == 0) {
-            t->referer_len = alog_keep(t->referer, sizeof(t->referer),
-                                       r->base + f->value, f->value_len);
-            ref = 1;
-        } else if (f->name_len == 10 && !ua
-                   && strncasecmp(r->base + f->name, "user-agent", 10) == 0) {
-            t->ua_len = alog_keep(t->ua, sizeof(t->ua), r->base + f->value,
-                                  f->value_len);
-            ua = 1;
-        }
-    }
+    /* The first Referer and User-Agent: known names, found by their ids */
+    if ((i = http_field_find_id(r, HTTP_F_REFERER, 0)) >= 0)
+        t->referer_len = alog_keep(t->referer, sizeof(t->referer),
+                                   r->base + r->fields[i].value, r->fields[i].value_len);
+    if ((i = http_field_find_id(r, HTTP_F_USER_AGENT, 0)) >= 0)
+        t->ua_len = alog_keep(t->ua, sizeof(t->ua), r->base + r->fields[i].value,
+                              r->fields[i].value_len);
     t->status = 0;
     t->ostatus = 0;
     t->bytes = 0;

@@ -271,6 +271,38 @@ req_key_forward(struct req_route *rt)
 /* ------------------------------------------------------------------ */
 /* The steps */
 
+/* ip_allow.config's word on the client and method.  It depends on the
+ * address, the method and the configuration, which a worker keeps for
+ * life: the last answer is remembered, so the requests of a keep-alive
+ * connection (or of one client) ask ip_allow once. */
+static int
+req_ip_allowed(const struct sockaddr *sa, int method, const char *m)
+{
+    static const struct conf *mconf;
+    static int mmethod, mok;
+    static struct { sa_family_t fam; uint8_t a[16]; } mpeer;
+    const void *a = NULL;
+    size_t alen = 0;
+
+    if (sa->sa_family == AF_INET) {
+        a = &((const struct sockaddr_in *)sa)->sin_addr;
+        alen = 4;
+    } else if (sa->sa_family == AF_INET6) {
+        a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        alen = 16;
+    }
+    if (a && mconf == wk->conf && mmethod == method && mpeer.fam == sa->sa_family
+        && (alen == 4 ? memcmp(mpeer.a, a, 4) : memcmp(mpeer.a, a, 16)) == 0)
+        return mok;
+    mok = conf_ip_method_allowed(&wk->conf->ip_allow, sa, m, strlen(m));
+    mconf = a ? wk->conf : NULL;
+    mmethod = method;
+    mpeer.fam = sa->sa_family;
+    if (a)
+        memcpy(mpeer.a, a, alen);
+    return mok;
+}
+
 static enum req_step
 step_recv(struct req *rq, struct req_route *rt)
 {
@@ -280,8 +312,7 @@ step_recv(struct req *rq, struct req_route *rt)
     (void)rt;
     wk->ctr->requests++;
     alog_begin(rq);
-    if (!conf_ip_method_allowed(&wk->conf->ip_allow, rq->rq_peer, m,
-                                strlen(m))) {
+    if (!req_ip_allowed(rq->rq_peer, r->method, m)) {
         char peer[64];
         fmt_peer(rq->rq_peer, peer, sizeof(peer));
         log_notice("conn %llu from %s: %s denied by %s",
@@ -472,6 +503,7 @@ req_lookup(struct req *rq, struct req_route *rt)
 {
     const struct http_req *r = &rq->r;
     int cacheable_method = r->method == HTTP_GET || r->method == HTTP_HEAD;
+    int hashed = 0;
 
     rt->verdict = STORE_MISS;
     rt->claimed = 0;
@@ -486,7 +518,10 @@ req_lookup(struct req *rq, struct req_route *rt)
         rt->fwd = "bypass";     /* cache.http 0, or cache.config never-cache */
     } else if (wk->cache && cacheable_method && !r->has_body) {
         if (rt->keylen) {
-            rt->verdict = store_lookup(rq, rt->key, rt->keylen, &rt->fwd, rt->cs,
+            /* the key's hash, made once: the lookup's and the fill table's */
+            cache_key_hash(wk->cache, rt->key, rt->keylen, rt->hash);
+            hashed = 1;
+            rt->verdict = store_lookup(rq, rt->key, rt->keylen, rt->hash, &rt->fwd, rt->cs,
                                        sizeof(rt->cs));
             if (rt->verdict == STORE_HIT || rt->verdict == STORE_HIT_STALE)
                 return REQ_HIT;
@@ -508,7 +543,8 @@ req_lookup(struct req *rq, struct req_route *rt)
         && wk->conf->rec.collapse_timeout > 0 && !http_req_no_store(r)) {
         struct timeval now;
         event_base_gettimeofday_cached(wk->base, &now);
-        cache_key_hash(wk->cache, rt->key, rt->keylen, rt->hash);
+        if (!hashed)
+            cache_key_hash(wk->cache, rt->key, rt->keylen, rt->hash);
         switch (filltab_claim(wk->shm->filltab, rt->hash, (int)wk->slotno,
                               (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000,
                               (int64_t)wk->conf->rec.txn_no_activity_out * 1000 + 5000)) {

@@ -635,8 +635,8 @@ store_fresh(const struct cache_obj *o, const struct cc_req *rcc, const struct re
 /* ------------------------------------------------------------------ */
 
 int
-store_lookup(struct req *rq, const char *key, size_t keylen, const char **why,
-             char *cs, size_t cslen)
+store_lookup(struct req *rq, const char *key, size_t keylen, const uint8_t hash[16],
+             const char **why, char *cs, size_t cslen)
 {
     struct req *q = rq;
     struct http_req *r = &q->r;
@@ -652,7 +652,7 @@ store_lookup(struct req *rq, const char *key, size_t keylen, const char **why,
         rcc.no_cache = 0;       /* ignore_client_no_cache */
     if (q->rq_pol.ign_client_max_age)
         rcc.max_age = -1;       /* ignore_client_cc_max_age */
-    if (cache_lookup(wk->cache, key, keylen, o) != CACHE_OK)
+    if (cache_lookup_hashed(wk->cache, key, keylen, hash, o) != CACHE_OK)
         goto miss;
     if (o->meta.flags & STORE_F_VARY_MARKER) {
         if (store_follow_marker(key, keylen, r, o, q->obj_key, &q->obj_keylen) != CACHE_OK) {
@@ -843,7 +843,14 @@ store_decide(const struct http_req *resp, struct cc_resp *cc, const struct req_p
         cc->no_store = cc->no_cache = 0;        /* ignore_server_no_cache */
     negative = rec->negative_caching_enabled
                && conf_cache_negative(&wk->conf->cache, resp->status);
-    *lifetime = store_lifetime(resp, cc, now, negative, heur);
+    /* no-store that ttl-in-cache does not override: cachectl_storable_resp
+     * refuses it before looking at the lifetime, so none is worked out */
+    if (cc->no_store && !cc->must_understand && !(pol->ttl_in_cache > 0 && !negative)) {
+        *lifetime = -1;
+        *heur = 0;
+    } else {
+        *lifetime = store_lifetime(resp, cc, now, negative, heur);
+    }
     if (pol->ttl_in_cache > 0 && !negative) {
         /* cache.config ttl-in-cache (ATS): stored whatever no-store or
          * private say, for a status ATS stores without explicit freshness */

@@ -398,16 +398,17 @@ void proxy_abort(struct req *rq);
 int  proxy_bg_fill(const struct req *rq);
 
 /* store.c: hits and fills (the pure key, Vary and Range rules: variant.h) */
-/* Look key up for the current request of c.  A verdict of STORE_HIT
- * or STORE_HIT_STALE holds the object (c->cn_req->obj) with its
+/* Look key (hash: its cache_key_hash) up for the current request of c.
+ * A verdict of STORE_HIT or STORE_HIT_STALE holds the object
+ * (c->cn_req->obj) with its
  * Cache-Status in cs; STORE_REVALIDATE may hold a stale one for a
  * conditional request.  *why: Cache-Status fwd= for the others. */
 /* req.c: `cistern ctl cache lookup|purge URL`; 0, 1 (not stored), 4 */
 int  req_ctl_cache(int purge, const char *url, struct buf *out);
 int  store_ctl_lookup(const char *key, size_t keylen, const struct http_req *r,
                       struct buf *out);
-int  store_lookup(struct req *rq, const char *key, size_t keylen, const char **why,
-                  char *cs, size_t cslen);
+int  store_lookup(struct req *rq, const char *key, size_t keylen, const uint8_t hash[16],
+                  const char **why, char *cs, size_t cslen);
 void store_release(struct req *rq);
 /* A hit's body spans extents (cache_obj_span): lend the next span as
  * rq_body once the last one went out.  Returns 1 if one was lent. */

@@ -2406,18 +2406,18 @@ START_TEST(test_cache_config_good)
     ck_assert_int_eq(errs.n, 0);
     ck_assert_int_eq(ccfg.nrules, 6);
     ck_assert_int_eq(ccfg.need_url, 1);
-    ck_assert_int_eq(ccfg.rules[0].primary, CONF_CC_DOMAIN);
+    ck_assert_int_eq(ccfg.rules[0].sel.primary, CONF_SEL_DOMAIN);
     ck_assert_int_eq(ccfg.rules[0].action, CONF_CC_NEVER_CACHE);
     ck_assert_int_eq(ccfg.rules[0].line, 2);
     ck_assert_int_eq(ccfg.rules[1].action, CONF_CC_TTL_IN_CACHE);
     ck_assert_int_eq(ccfg.rules[1].secs, 93600);
-    ck_assert_str_eq(ccfg.rules[1].prefix, "/img/");
-    ck_assert_int_eq(ccfg.rules[2].primary, CONF_CC_URL_REGEX);
+    ck_assert_str_eq(ccfg.rules[1].sel.prefix, "/img/");
+    ck_assert_int_eq(ccfg.rules[2].sel.primary, CONF_SEL_URL_REGEX);
     ck_assert_int_eq(ccfg.rules[2].secs, 1800);
-    ck_assert_int_eq(ccfg.rules[3].port_lo, 80);
-    ck_assert_int_eq(ccfg.rules[3].port_hi, 8080);
-    ck_assert_int_eq(ccfg.rules[3].tod_lo, 8 * 3600);
-    ck_assert_int_eq(ccfg.rules[3].tod_hi, 18 * 3600 + 1800);
+    ck_assert_int_eq(ccfg.rules[3].sel.port_lo, 80);
+    ck_assert_int_eq(ccfg.rules[3].sel.port_hi, 8080);
+    ck_assert_int_eq(ccfg.rules[3].sel.tod_lo, 8 * 3600);
+    ck_assert_int_eq(ccfg.rules[3].sel.tod_hi, 18 * 3600 + 1800);
     ck_assert_int_eq(ccfg.rules[5].cookies, 0);
     conf_cache_free(&ccfg);
 }
