@@ -848,6 +848,10 @@ proxy_client_head(struct req *rq, struct upstream *up, struct http_req *resp)
             }
             break;
         case HTTP_F_OTHER:
+            if (!rec->purge_forward_tags
+                && ((f->name_len == 13 && http_field_is(resp, i, "surrogate-key"))
+                    || (f->name_len == 9 && http_field_is(resp, i, "cache-tag"))))
+                continue;   /* purge tags: ours (stored, purged by), not the client's */
             if (f->name_len == 6 && http_field_is(resp, i, "server")) {
                 has_server = 1;     /* response_server_enabled 1: ours instead */
                 if (rec->server_enabled == 1 && wk->server_hdr_len)
