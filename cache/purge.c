@@ -86,8 +86,10 @@ static void
 pix_split(struct pix_set *s, const char *p, const char *end, int comma, size_t *total)
 {
     while (p < end && s->ntags < PIX_TAGS_MAX) {
-        while (p < end && (*p == ' ' || *p == '\t' || (comma && *p == ',')))
+        while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || (comma && *p == ',')))
             p++;
+        if (p == end)
+            break;
         const char *t = p;
         while (p < end && *p != ' ' && *p != '\t' && *p != '\r' && *p != '\n'
                && !(comma && *p == ','))

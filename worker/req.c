@@ -485,8 +485,13 @@ step_lookup(struct req *rq, struct req_route *rt)
     } else if (r->has_body && cacheable_method) {
         rt->fwd = "bypass";
     }
-    /* Collapsed forwarding: one fetch per missing object, all workers. */
-    if (wk->cache && rt->keylen && rt->verdict == STORE_MISS
+    /* Collapsed forwarding: one fetch per missing object, all workers; and
+     * one revalidation per object stale by itself (expired, or soft
+     * purged: a purge storm is no origin stampede).  A revalidation asked
+     * for by the request's own directives goes on alone. */
+    int stale = rt->verdict == STORE_REVALIDATE && !rq->rq_claim && rt->fwd
+                && strcmp(rt->fwd, "stale") == 0;     /* (a background one holds its claim) */
+    if (wk->cache && rt->keylen && (rt->verdict == STORE_MISS || stale)
         && rq->rq_pol.cache && r->method == HTTP_GET && !r->has_body && !rq->rq_nowait
         && wk->conf->rec.collapse_timeout > 0 && !http_req_no_store(r)) {
         struct timeval now;
@@ -499,6 +504,8 @@ step_lookup(struct req *rq, struct req_route *rt)
             rt->claimed = 1;
             break;
         case FT_WAIT:
+            if (stale)
+                store_release(rq);      /* looked up again once the wait ends */
             return REQ_WAIT;
         case FT_PASS:
             rt->fwd = "uri-miss";     /* hit-for-miss: straight to the origin */
