@@ -13,7 +13,9 @@
  *               metric get NAME | metric match REGEX
  *               config reload | config status
  *               server drain | server undrain
- *               cache lookup URL | cache purge URL
+ *               cache lookup URL | cache purge URL [--soft]
+ *               cache purge --tag T ... | --prefix URL ... | --host H ...
+ *                           | --all [--soft]
  *               host down NAME | host up NAME
  *   answer    a status line "CODE TEXT": 0 ok, 1 not found / false,
  *             2 usage, 3 unreachable, 4 error; then "name<TAB>value"
