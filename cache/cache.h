@@ -147,8 +147,9 @@ int cache_remove(struct cache *c, const char *key, size_t keylen);
  * and stale-if-error apply as to any stale object); a 304 or a new fill
  * makes them fresh again.  Entries with a flag in skip_flags (the
  * caller's Vary markers) are removed by a hard purge, left alone by a
- * soft one, and never counted.  One write txn, committed and synced
- * before the return: every process's next lookup sees it, and it
+ * soft one, and never counted.  Write txns of a few hundred entries,
+ * all committed and synced before the return: every process's next
+ * lookup sees it (a purge that fails midway may have applied part), and it
  * survives a crash.  Returns the number of stored objects it applied to
  * (usable ones: not lapped, not damaged), or CACHE_FULL, CACHE_ERROR,
  * CACHE_INVAL.  Cost: proportional to the objects touched (O(k log n));

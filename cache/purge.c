@@ -12,11 +12,13 @@
  * deleted (PURGE, sweep, eviction, damage) forgets them.  A relocation
  * copies a record unchanged, so it changes nothing here.
  *
- * A purge is one write txn: collect the hashes (a tag's dups, a range of
- * pkey, or all of obj), sort and dedupe them, then delete each entry (hard)
- * or lower its `expires` to the purge time (soft: the entry goes stale, the
- * next request revalidates; lookup.c serves the lower of the entry's and
- * the record's expiry).  It commits, then syncs, before it returns: every
+ * A purge collects the hashes from one read snapshot (a tag's dups, a
+ * range of pkey, or all of obj), sorts and dedupes them, then, in write
+ * txns of PIX_BATCH hashes, deletes each entry (hard) or lowers its
+ * `expires` to the purge time (soft: the entry goes stale, the next
+ * request revalidates; lookup.c serves the lower of the entry's and the
+ * record's expiry); a hard `all` is one txn that empties the tables.  The
+ * last batch commits, then the env syncs, before it returns: every
  * worker's next lookup (a new read txn each time) sees it, and a kill -9
  * or a power cut after the answer keeps it.  Cost: O(k log n) for k
  * objects touched out of n, O(n) for all; nothing is kept per purge, so
@@ -39,6 +41,7 @@
 #define PIX_TAGS_MAX  64            /* tags kept per object (the rest ignored) */
 #define PIX_TAG_MAX   255u          /* longer tags are ignored (rev stores a byte) */
 #define PIX_REV_MAX   (4 + PIX_KEYMAX + 2048)
+#define PIX_BATCH     512           /* candidates per write txn (pix_apply_all) */
 
 static const char pix_meta_key[] = "pix";
 
@@ -408,9 +411,10 @@ pix_apply_one(struct pix_run *pu, const struct pix_cand *pc)
     return 0;
 }
 
-/* Everything, soft or hard.  A hard one counts, then empties the tables. */
+/* Everything, hard: count the live entries, then empty the four tables
+ * (mdb_drop frees their pages without copying a leaf).  One txn. */
 static int
-pix_all(struct pix_run *pu)
+pix_all_hard(struct pix_run *pu)
 {
     struct cache *c = pu->c;
     MDB_cursor *cur;
@@ -418,50 +422,54 @@ pix_all(struct pix_run *pu)
     struct cache_ent e;
     int rc;
 
-    if ((rc = mdb_cursor_open(pu->txn, c->dbi_obj, &cur)) != 0)
+    if ((rc = mdb_txn_begin(c->env, NULL, 0, &pu->txn)) != 0)
         return rc;
+    if ((rc = mdb_cursor_open(pu->txn, c->dbi_obj, &cur)) != 0)
+        goto abort;
+    pu->count = 0;
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
          rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
         if (v.mv_size != sizeof(e))
             continue;
         memcpy(&e, v.mv_data, sizeof(e));
-        if (!pix_alive(c, &e) || (e.flags & pu->pr->skip_flags))
-            continue;
-        pu->count++;
-        if (pu->pr->soft && e.expires > pu->pr->now - 1) {
-            e.expires = pu->pr->now - 1;
-            v.mv_size = sizeof(e);
-            v.mv_data = &e;
-            if ((rc = mdb_cursor_put(cur, &k, &v, MDB_CURRENT)) != 0)
-                break;
-        }
+        pu->count += pix_alive(c, &e) && !(e.flags & pu->pr->skip_flags);
     }
     mdb_cursor_close(cur);
     if (rc != MDB_NOTFOUND)
-        return rc;
-    if (pu->pr->soft)
-        return 0;
+        goto abort;
     if ((rc = mdb_drop(pu->txn, c->dbi_obj, 0)) != 0 || (rc = mdb_drop(pu->txn, c->dbi_tag, 0)) != 0
-        || (rc = mdb_drop(pu->txn, c->dbi_key, 0)) != 0)
-        return rc;
-    return mdb_drop(pu->txn, c->dbi_rev, 0);
+        || (rc = mdb_drop(pu->txn, c->dbi_key, 0)) != 0 || (rc = mdb_drop(pu->txn, c->dbi_rev, 0)) != 0)
+        goto abort;
+    return mdb_txn_commit(pu->txn);
+abort:
+    mdb_txn_abort(pu->txn);
+    return rc;
 }
 
-/* One attempt in one write txn. */
+/* The candidates, from one read snapshot: a tag's dups, prefix ranges,
+ * the keys' hashes, or every entry (a soft all).  Sorted by hash. */
 static int
-pix_run_txn(struct pix_run *pu)
+pix_gather(struct pix_run *pu)
 {
     const struct cache_purge_req *pr = pu->pr;
     struct cache *c = pu->c;
+    MDB_cursor *cur;
+    MDB_val k, v;
     uint8_t hash[16];
     int rc = 0;
 
-    pu->n = 0;
-    pu->count = 0;
-    if ((rc = mdb_txn_begin(c->env, NULL, 0, &pu->txn)) != 0)
+    if ((rc = mdb_txn_renew(c->rtxn)) != 0)
         return rc;
+    pu->txn = c->rtxn;
     if (pr->kind == CACHE_PURGE_ALL) {
-        rc = pix_all(pu);
+        if ((rc = mdb_cursor_open(pu->txn, c->dbi_obj, &cur)) == 0) {
+            for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+                 rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+                if (k.mv_size == 16 && (rc = pix_cand_add(pu, k.mv_data, -1)) != 0)
+                    break;
+            mdb_cursor_close(cur);
+            rc = rc == MDB_NOTFOUND ? 0 : rc;
+        }
     } else {
         for (int i = 0; i < pr->nargs && rc == 0; i++) {
             if (pr->kind == CACHE_PURGE_KEY) {
@@ -472,21 +480,70 @@ pix_run_txn(struct pix_run *pu)
                                  pr->arg[i], pr->len[i], pr->kind == CACHE_PURGE_PREFIX, i);
             }
         }
-        if (rc == 0 && pu->n > 1)
-            qsort(pu->cand, pu->n, sizeof(*pu->cand), pix_cand_cmp);
-        for (size_t i = 0; i < pu->n && rc == 0; i++) {
-            /* after sorting, a hash's first candidate is its best one */
-            if (i > 0 && memcmp(pu->cand[i].hash, pu->cand[i - 1].hash, 16) == 0
-                && pu->cand[i - 1].check < 0)
-                continue;
-            rc = pix_apply_one(pu, &pu->cand[i]);
-        }
     }
-    if (rc != 0) {
-        mdb_txn_abort(pu->txn);
+    mdb_txn_reset(c->rtxn);
+    pu->txn = NULL;
+    if (rc == 0 && pu->n > 1)
+        qsort(pu->cand, pu->n, sizeof(*pu->cand), pix_cand_cmp);
+    return rc;
+}
+
+/* Apply candidates [from, to) in one write txn; adds to pu->count only
+ * once it committed. */
+static int
+pix_apply_batch(struct pix_run *pu, size_t from, size_t to)
+{
+    int64_t before = pu->count;
+    int rc;
+
+    if ((rc = mdb_txn_begin(pu->c->env, NULL, 0, &pu->txn)) != 0)
         return rc;
+    for (size_t i = from; i < to && rc == 0; i++) {
+        /* after sorting, a hash's first candidate is its best one */
+        if (i > 0 && memcmp(pu->cand[i].hash, pu->cand[i - 1].hash, 16) == 0
+            && pu->cand[i - 1].check < 0)
+            continue;
+        rc = pix_apply_one(pu, &pu->cand[i]);
     }
-    return mdb_txn_commit(pu->txn);
+    if (rc == 0)
+        rc = mdb_txn_commit(pu->txn);
+    else
+        mdb_txn_abort(pu->txn);
+    pu->txn = NULL;
+    if (rc != 0)
+        pu->count = before;
+    return rc;
+}
+
+/*
+ * The candidates in batches of PIX_BATCH write txns.  One txn for all
+ * would copy (LMDB copies on write) nearly every leaf of four trees for a
+ * purge of a tenth of the index, and run a map sized for the index out of
+ * pages; sorted by hash, a batch covers one stretch of obj and prev.
+ * A batch that finds the map full evicts, then is retried, smaller.
+ */
+static int
+pix_apply_all(struct pix_run *pu)
+{
+    size_t i = 0, batch = PIX_BATCH;
+    int rc = 0, full = 0;
+
+    while (i < pu->n) {
+        size_t to = i + batch < pu->n ? i + batch : pu->n;
+        /* a hash's candidates stay in one batch (the dedupe looks back) */
+        while (to < pu->n && memcmp(pu->cand[to].hash, pu->cand[to - 1].hash, 16) == 0)
+            to++;
+        rc = pix_apply_batch(pu, i, to);
+        if (rc == MDB_MAP_FULL && full++ < 8) {
+            cache_index_evict(pu->c);
+            batch = batch > 16 ? batch / 4 : batch;
+            continue;
+        }
+        if (rc != 0)
+            return rc;
+        i = to;
+    }
+    return 0;
 }
 
 /*
@@ -505,21 +562,22 @@ cache_purge(struct cache *c, const struct cache_purge_req *pr)
     memset(&pu, 0, sizeof(pu));
     pu.c = c;
     pu.pr = pr;
-    for (int attempt = 0; attempt < 3; attempt++) {
-        rc = pix_run_txn(&pu);
-        if (rc != MDB_MAP_FULL)
-            break;
-        cache_index_evict(c);   /* deleting needs pages too (copy on write) */
+    if (pr->kind == CACHE_PURGE_ALL && !pr->soft) {
+        for (int attempt = 0; attempt < 3; attempt++) {
+            if ((rc = pix_all_hard(&pu)) != MDB_MAP_FULL)
+                break;
+            cache_index_evict(c);   /* even a drop needs free-list pages */
+        }
+    } else if ((rc = pix_gather(&pu)) == 0) {
+        rc = pix_apply_all(&pu);
     }
     free(pu.cand);
     if (rc == 0 && (rc = mdb_env_sync(c->env, 1)) != 0)
         cache_log_error("cache: purge: sync: %s", mdb_strerror(rc));
     if (rc == 0)
         return pu.count;
-    if (rc == MDB_MAP_FULL)
-        return CACHE_FULL;
     cache_log_error("cache: purge: %s", mdb_strerror(rc));
-    return CACHE_ERROR;
+    return rc == MDB_MAP_FULL ? CACHE_FULL : CACHE_ERROR;
 }
 
 /* ------------------------------------------------------------------ */
