@@ -164,7 +164,7 @@ struct cache_ringmeta {
 /* ------------------------------------------------------------------ */
 /* Shared area */
 #define CACHE_SHM_MAGIC   0x4353484du   /* "CSHM" */
-#define CACHE_SHM_VERSION 2u
+#define CACHE_SHM_VERSION 3u
 
 /* Frequency table (S3-FIFO, FORMAT.md "Eviction"): one saturating byte
  * counter per hashed key, bumped on hits; a record is rewritten at the
@@ -205,6 +205,8 @@ struct cache_shm {
      * one process prepares each segment. */
     uint64_t evict_next;
     struct cache_counters retired;
+    /* Purges begun (purge.c): a fill open across one is stored stale. */
+    uint64_t purge_gen;
 };
 
 /* ------------------------------------------------------------------ */
@@ -234,6 +236,7 @@ struct cache_fill {
     uint64_t       ext_len;     /* bytes reserved at off */
     uint32_t       seg;         /* pinned segment (slot number) */
     int            pinned;
+    uint64_t       purge_gen;   /* cache_purge_gen() when the fill began */
 };
 
 struct cache {

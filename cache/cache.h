@@ -108,6 +108,14 @@ int cache_fill_write(struct cache_fill *f, const void *data, size_t len);
  * the fill slot is released too. */
 int cache_fill_commit(struct cache_fill *f, int *replaced);
 
+/* Purges begun so far, in every process (a counter).  A caller that
+ * fetched what it stores since generation gen says so with
+ * cache_fill_since(f, gen): if a purge began after gen, the object is
+ * stored stale (it may be what the purge meant to remove).  A fill
+ * counts from cache_fill_begin() otherwise. */
+uint64_t cache_purge_gen(const struct cache *c);
+void     cache_fill_since(struct cache_fill *f, uint64_t gen);
+
 /* Give up on a fill; nothing becomes visible.  Accepts a dead fill. */
 void cache_fill_abort(struct cache_fill *f);
 

@@ -281,6 +281,19 @@ cache_pix_set(struct cache *c, MDB_txn *txn, const uint8_t hash[16], const struc
 /* ------------------------------------------------------------------ */
 /* Purge */
 
+uint64_t
+cache_purge_gen(const struct cache *c)
+{
+    return __atomic_load_n(&c->shm->purge_gen, __ATOMIC_SEQ_CST);
+}
+
+void
+cache_fill_since(struct cache_fill *f, uint64_t gen)
+{
+    if (f && f->magic == CACHE_FILL_MAGIC && gen < f->purge_gen)
+        f->purge_gen = gen;
+}
+
 struct pix_run {
     struct cache *c;
     MDB_txn      *txn;
@@ -562,6 +575,8 @@ cache_purge(struct cache *c, const struct cache_purge_req *pr)
     memset(&pu, 0, sizeof(pu));
     pu.c = c;
     pu.pr = pr;
+    /* before the snapshot: a fill that commits after it is stored stale */
+    __atomic_add_fetch(&c->shm->purge_gen, 1, __ATOMIC_SEQ_CST);
     if (pr->kind == CACHE_PURGE_ALL && !pr->soft) {
         for (int attempt = 0; attempt < 3; attempt++) {
             if ((rc = pix_all_hard(&pu)) != MDB_MAP_FULL)

@@ -332,5 +332,29 @@ def test_all_ctl_metrics_forward_tags():
             expect_eq(pr.returncode, 0, "promtool: %s %s" % (pr.stdout, pr.stderr))
 
 
+def test_fill_across_purge_stored_stale():
+    """A miss whose origin fetch began before a purge and whose fill
+    commits after it may hold what the purge meant to remove: it is stored
+    stale, so the next request revalidates instead of getting it fresh
+    (the head late: the purge before the fill began; the body slow: during
+    the fill)."""
+    with Origin() as o, Cistern(storage=STORE, remap=remap_for(("a.test", o))) as c:
+        for k, pre in enumerate(("/delay/1500", "/slow-body/1000/150/etag/b")):
+            p = pre + obj_path(1, "race%d" % k)
+            o.reset()
+            t = threading.Thread(target=get, args=(c.port, p, "a.test"))
+            t.start()
+            time.sleep(0.5)
+            expect_eq(purged(c.port, "tag=race%d" % k)["purged"], 0, "N (nothing stored yet)")
+            t.join(30)
+            r = get(c.port, p, "a.test")
+            expect(not is_hit(r) or "stale" in r.header("Cache-Status", ""),
+                   "%s: the copy fetched across the purge served fresh: %r"
+                   % (pre, r.header("Cache-Status")))
+            expect_eq(len(o.requests()), 2, "%s: origin requests" % pre)
+            r = get(c.port, p, "a.test")
+            expect(is_hit(r), "%s: stored once revalidated: %r" % (pre, r.header("Cache-Status")))
+
+
 if __name__ == "__main__":
     harness.main()

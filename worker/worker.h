@@ -218,6 +218,8 @@ struct upstream {
     unsigned         up_store:1;      /* GET with a key: may fill */
     unsigned         up_req_auth:1;   /* the request had Authorization */
     int64_t          up_req_time;     /* when we sent the request */
+    uint64_t         up_purge_gen;    /* cache_purge_gen() then (a fill across a
+                                         purge is stored stale) */
     struct timeval   up_deadline;     /* transaction_active_timeout_out, or 0 */
     const char      *up_cstatus;      /* Cache-Status fwd= value */
     const char      *up_cdetail;      /* why not stored, or NULL */
