@@ -41,7 +41,7 @@
 #define PIX_TAGS_MAX  64            /* tags kept per object (the rest ignored) */
 #define PIX_TAG_MAX   255u          /* longer tags are ignored (rev stores a byte) */
 #define PIX_REV_MAX   (4 + PIX_KEYMAX + 2048)
-#define PIX_BATCH     512           /* candidates per write txn (pix_apply_all) */
+#define PIX_BATCH     2048          /* candidates per write txn (pix_apply_all) */
 
 static const char pix_meta_key[] = "pix";
 
