@@ -335,7 +335,7 @@ index_put(struct cache *c, const uint8_t hash[16], const struct cache_ent *e,
             c->idx_usage = index_usage(c);
         }
     }
-    for (int attempt = 0; attempt < 3; attempt++) {
+    for (int attempt = 0; attempt < 5; attempt++) {
         if ((rc = mdb_txn_begin(c->env, NULL, 0, &txn)) != 0)
             break;
         rc = mdb_get(txn, c->dbi_obj, &k, &old);
