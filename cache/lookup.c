@@ -353,7 +353,7 @@ cache_lookup_hashed(struct cache *c, const char *key, size_t keylen, const uint8
     obj->meta.status = h->status;
     obj->meta.flags = h->flags;
     obj->meta.stored = h->stored;
-    obj->meta.expires = h->expires;
+    obj->meta.expires = e.expires < h->expires ? e.expires : h->expires;  /* soft purge */
     obj->body_len = b->body_len;
     obj->hdr_len = h->hdr_len;
     memcpy(obj->key_hash, hash, 16);

@@ -96,6 +96,7 @@ struct conf_records {
     int      normalize_ae;            /* proxy.config.http.normalize_ae */
     int      range_write;             /* proxy.config.http.cache.range.write */
     int      cdn_cache_control;       /* proxy.config.cistern.cdn_cache_control */
+    int      purge_forward_tags;      /* proxy.config.cistern.purge.forward_tags */
     int      cache_set_cookie;        /* proxy.config.cistern.cache.set_cookie:
                                          0 a response with Set-Cookie is not
                                          stored, 1 stored without it */

@@ -217,6 +217,10 @@ static const struct rec_directive rec_table[] = {
     { "proxy.config.http.cache.range.write", REC_INT, rec_set_int,
       REC_FIELD(range_write), "0", 0, 1,
       "1: a Range miss fetches and stores the whole object" },
+    { "proxy.config.cistern.purge.forward_tags", REC_INT, rec_set_int,
+      REC_FIELD(purge_forward_tags), "0", 0, 1,
+      "1: send the Surrogate-Key and Cache-Tag fields (purge tags) to clients; "
+      "0: they are stored and purged by, never sent" },
     { "proxy.config.cistern.cache.set_cookie", REC_INT, rec_set_int,
       REC_FIELD(cache_set_cookie), "0", 0, 1,
       "0: a response with Set-Cookie is not stored; 1: stored without its "

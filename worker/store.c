@@ -198,13 +198,46 @@ store_ctl_lookup(const char *key, size_t keylen, const struct http_req *r, struc
 /* ------------------------------------------------------------------ */
 /* Answering from a held object */
 
-/* Copy the header block minus fields named in skip (NULL-terminated). */
+/* Is the header line p[0..ll) a purge tag field (Surrogate-Key,
+ * Cache-Tag)? */
 static int
-store_copy_head(struct buf *b, const char *blk, size_t len, int status304)
+store_tag_line(const char *p, size_t ll)
+{
+    return (ll > 14 && strncasecmp(p, "surrogate-key:", 14) == 0)
+           || (ll > 10 && strncasecmp(p, "cache-tag:", 10) == 0);
+}
+
+/* Copy len bytes of header lines, without the purge tag fields when strip
+ * (an object stored with them, proxy.config.cistern.purge.forward_tags 0):
+ * only tagged objects pay the scan. */
+static void
+store_copy_lines(struct buf *b, const char *p, size_t len, int strip)
+{
+    const char *end = p + len;
+
+    if (!strip) {
+        memcpy(b->data + b->end, p, len);
+        b->end += len;
+        return;
+    }
+    while (p < end) {
+        const char *e = memchr(p, '\n', (size_t)(end - p));
+        size_t ll = e ? (size_t)(e - p) + 1 : (size_t)(end - p);
+        if (!store_tag_line(p, ll)) {
+            memcpy(b->data + b->end, p, ll);
+            b->end += ll;
+        }
+        p += ll;
+    }
+}
+
+/* The header block for the answer: whole, or (status304) the status line
+ * of a 304 and the fields it keeps. */
+static int
+store_copy_head(struct buf *b, const char *blk, size_t len, int status304, int strip)
 {
     if (!status304) {
-        memcpy(b->data + b->end, blk, len);
-        b->end += len;
+        store_copy_lines(b, blk, len, strip);
         return 0;
     }
     /* A 304 carries the status line of its own and the fields a 200 would
@@ -320,6 +353,7 @@ store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
     int srv_ours = wk->conf->rec.server_enabled == 1 || srv == 0;
     size_t copylen = hdrlen - (wk->conf->rec.server_enabled == 1 && wk->server_hdr_len ? srv : 0);
     size_t mark = b->end;
+    int strip = (o->meta.flags & STORE_F_TAGS) && !wk->conf->rec.purge_forward_tags;
     if (part < 0) {
         /* 416 keeps the representation's validators out; say why. */
         char cr[64];
@@ -334,8 +368,7 @@ store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
         b->end += (size_t)n;
         const char *nl = memchr(hdr, '\n', hdrlen);
         size_t skip = nl ? (size_t)(nl - hdr) + 1 : hdrlen;
-        memcpy(b->data + b->end, hdr + skip, copylen - skip);
-        b->end += copylen - skip;
+        store_copy_lines(b, hdr + skip, copylen - skip, strip);
         n = snprintf(b->data + b->end, b->size - b->end,
                      "Content-Range: bytes %llu-%llu/%llu\r\nContent-Length: %llu\r\n",
                      (unsigned long long)from, (unsigned long long)to,
@@ -344,7 +377,7 @@ store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
         b->end += (size_t)n;
         status = 206;
     } else {
-        store_copy_head(b, hdr, copylen, status == 304);
+        store_copy_head(b, hdr, copylen, status == 304, strip);
         if (status != 304 && status != 204) { /* RFC 9110 8.6: none on a 204 */
             char *q = store_put(b->data + b->end, "Content-Length: ", 16);
             q = fmt_u64(q, o->body_len);
@@ -747,6 +780,15 @@ store_skip_field(const struct http_req *resp, int i)
     }
 }
 
+/* Does resp carry purge tags (kept in the header block, indexed by the
+ * store, stripped from answers unless purge.forward_tags)? */
+static int
+store_resp_tagged(const struct http_req *resp)
+{
+    return http_field_find(resp, "surrogate-key", 0) >= 0
+           || http_field_find(resp, "cache-tag", 0) >= 0;
+}
+
 /* Move the Server lines of header block blk to its end, where a hit
  * finds the origin's by its last lines (via_server_tail). */
 static void
@@ -975,7 +1017,8 @@ store_fill_begin(const char *key, size_t keylen, const struct http_req *resp,
     meta.flags = (cc.no_cache ? STORE_F_NO_CACHE : 0)
                  | (cc.must_revalidate || cc.proxy_revalidate || cc.s_maxage >= 0
                     ? STORE_F_MUST_REVALIDATE : 0)
-                 | (heur ? STORE_F_HEURISTIC : 0) | (set_cookie ? STORE_F_SET_COOKIE : 0);
+                 | (heur ? STORE_F_HEURISTIC : 0) | (set_cookie ? STORE_F_SET_COOKIE : 0)
+                 | (store_resp_tagged(resp) ? STORE_F_TAGS : 0);
     meta.stored = (int64_t)now.tv_sec - initial_age;
     meta.expires = meta.stored + (lifetime > 0 ? lifetime : 0);
     body_len = resp->skip_body ? 0
@@ -1147,7 +1190,9 @@ store_refresh(struct req *rq, const struct http_req *resp, int64_t req_time,
     struct cache_meta meta = o->meta;
     meta.stored = (int64_t)now.tv_sec - initial_age;
     meta.expires = meta.stored + (lifetime > 0 ? lifetime : 0);
-    meta.flags = (meta.flags & ~(STORE_F_NO_CACHE | STORE_F_MUST_REVALIDATE | STORE_F_HEURISTIC))
+    meta.flags = (meta.flags & ~(STORE_F_NO_CACHE | STORE_F_MUST_REVALIDATE | STORE_F_HEURISTIC
+                                 | STORE_F_TAGS))
+                 | (store_resp_tagged(&merged) ? STORE_F_TAGS : 0)
                  | (cc.no_cache ? STORE_F_NO_CACHE : 0)
                  | (heur ? STORE_F_HEURISTIC : 0)
                  | (cc.must_revalidate || cc.proxy_revalidate || cc.s_maxage >= 0
@@ -1157,6 +1202,7 @@ store_refresh(struct req *rq, const struct http_req *resp, int64_t req_time,
         && cache_obj_update_headers(wk->cache, o, key, keylen, &meta, out, len) != CACHE_OK)
         log_debug("conn %llu: refreshed headers of %.*s not stored",
                   (unsigned long long)rq->rq_id, (int)keylen, key);
+    o->meta.flags = (o->meta.flags & ~STORE_F_TAGS) | (meta.flags & STORE_F_TAGS);
     o->meta.stored = meta.stored;       /* what this answer reports as Age */
     o->meta.expires = meta.expires;
     return len;

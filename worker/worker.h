@@ -38,6 +38,7 @@
 #define STORE_F_VARY_MARKER     0x4   /* lists the Vary fields of a URL */
 #define STORE_F_HEURISTIC       0x8   /* its freshness was a heuristic */
 #define STORE_F_SET_COOKIE      0x10  /* came with Set-Cookie (not stored) */
+#define STORE_F_TAGS            0x20  /* holds Surrogate-Key / Cache-Tag lines */
 
 /* What an answer from the cache must honour, copied out of the request. */
 struct store_cond {
@@ -222,6 +223,8 @@ struct upstream {
     unsigned         up_store:1;      /* GET with a key: may fill */
     unsigned         up_req_auth:1;   /* the request had Authorization */
     int64_t          up_req_time;     /* when we sent the request */
+    uint64_t         up_purge_gen;    /* cache_purge_gen() then (a fill across a
+                                         purge is stored stale) */
     struct timeval   up_deadline;     /* transaction_active_timeout_out, or 0 */
     const char      *up_cstatus;      /* Cache-Status fwd= value */
     const char      *up_cdetail;      /* why not stored, or NULL */
@@ -618,6 +621,31 @@ int  admin_value(const struct admin_stat *st, char *out, size_t len, int prom);
 /* admin.c: /_stats and /_metrics; returns 1 (the answer described in
  * *syn) when the request is for them. */
 int admin_handle(struct req *rq, struct req_synth *syn);
+
+/* purge.c: purge by tag, prefix, host, all (POST /_purge, ctl) */
+#define PURGE_ARGS_MAX 64
+struct purge_ask {
+    int          kind;          /* enum shm_purge */
+    int          soft;
+    int          nargs;
+    const char  *arg[PURGE_ARGS_MAX];   /* decoded, NUL ended, in buf */
+    size_t       len[PURGE_ARGS_MAX];
+    size_t       used;
+    char         buf[16384];
+};
+/* Is r for /_purge (the path, any query)? */
+int  purge_is_path(const struct http_req *r);
+/* Parse /_purge's query q[0..n) into *pa: NULL, or why not (a 400). */
+const char *purge_parse_query(const char *q, size_t n, struct purge_ask *pa);
+/* Purge: kind (enum shm_purge) over nargs cache keys (URL), tags, or key
+ * prefixes (PREFIX, HOST: mapped already); counted.  Returns the objects
+ * purged, or a CACHE_* error (< 0). */
+int64_t purge_run(int kind, const char *const *arg, const size_t *len, int nargs, int soft);
+/* Count one purge of kind that touched n objects. */
+void purge_count(int kind, int soft, uint64_t n);
+const char *purge_kind_name(int kind);
+/* Length of key's "scheme://authority/" part, or 0. */
+size_t purge_key_origin(const char *key, size_t keylen);
 
 /* tls.c: TLS on client and origin connections (see its essay).  It arms
  * no event of the client connection and calls nothing in conn.c or
