@@ -3,7 +3,8 @@
 # -d10 on a cached 1 KiB generator URL (map ... @plugin=generator.so) and
 # on the same object served by a plain map hit (a rule without plugins
 # whose origin is the generator rule), then a rule with headers.so and
-# cachekey.so active vs the same rule without them (wrk -c50), for
+# cachekey.so active vs the same rule without them (wrk -c50, then ab -k
+# -c100 for as long), for
 # Cistern and, when traffic_server is installed, ATS with its own
 # generator.so, cachekey.so and header_rewrite.so.
 #
@@ -17,7 +18,7 @@ while (($#)); do
     -d) secs=$2; shift 2 ;;
     --no-ats) ats=0; shift ;;
     --port-base) base=$2; shift 2 ;;
-    -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-plugins: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -55,6 +56,13 @@ run() {
         "$(awk '/Requests\/sec/ { print $2 }' <<<"$out")" \
         "$(awk '$1 == "50%" { print $2 }' <<<"$out")" \
         "$(awk '$1 == "Latency" { print $2; exit }' <<<"$out")"
+    if ((c > 1)); then  # the issue's second client: ab -k -c100, as many requests as wrk made
+        out=$(ab -q -k -c100 -t"$secs" -n 5000000 -H "Host: $host" "$url" 2>&1)
+        printf '%-34s %10s req/s  p50 %8s  failed %s\n' "${name/-c50/ab -k -c100}" \
+            "$(awk '/Requests per second/ { print $4 }' <<<"$out")" \
+            "$(awk '$1 == "50%" { print $2 "ms" }' <<<"$out")" \
+            "$(awk '/Failed requests/ { print $3 }' <<<"$out")"
+    fi
 }
 
 # a hit: Cistern says so in Cache-Status. ATS's answers carry nothing
