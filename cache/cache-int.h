@@ -193,7 +193,7 @@ struct cache_ringmeta {
 /* ------------------------------------------------------------------ */
 /* Shared area */
 #define CACHE_SHM_MAGIC   0x4353484du   /* "CSHM" */
-#define CACHE_SHM_VERSION 2u
+#define CACHE_SHM_VERSION 3u
 
 /* Frequency table (S3-FIFO, FORMAT.md "Eviction"): one saturating byte
  * counter per hashed key, bumped on hits; a record is rewritten at the
@@ -234,6 +234,8 @@ struct cache_shm {
      * one process prepares each segment. */
     uint64_t evict_next;
     struct cache_counters retired;
+    /* Purges begun (purge.c): a fill open across one is stored stale. */
+    uint64_t purge_gen;
 };
 
 /* ------------------------------------------------------------------ */
@@ -271,6 +273,7 @@ struct cache_fill {
     uint32_t       next_cap;
     int            chain;       /* 1 once the body left its first extent */
     struct cache_ext *ext;      /* malloc'd; freed when the slot is released */
+    uint64_t       purge_gen;   /* cache_purge_gen() when the fill began */
 };
 
 struct cache {
@@ -293,6 +296,13 @@ struct cache {
     MDB_env        *env;
     MDB_dbi         dbi_obj;
     MDB_dbi         dbi_meta;
+    MDB_dbi         dbi_tag;    /* purge tables (purge.c) */
+    MDB_dbi         dbi_key;
+    MDB_dbi         dbi_rev;
+    int             idx_usage;  /* permille at this process's last check */
+    unsigned        pix_flip;   /* index_evict: which order the next run takes */
+    size_t          pix_resume_len;
+    uint8_t         pix_resume[512];    /* pkey key the next pkey-order run starts at */
     MDB_txn        *rtxn;       /* reset between uses */
     uint8_t         sweep_key[16];
     int             sweep_have_key;
@@ -387,6 +397,27 @@ int      cache_index_evict(struct cache *c);
 int      cache_index_highwater(struct cache *c);
 int      cache_index_wipe(const char *dir);
 int      cache_ent_valid(const struct cache_ent *e);
+
+/* ---- purge.c: the purge tables, kept in the txn that changes obj ---- */
+/* Open (create) ptag, pkey, prev in txn.  0 or an LMDB error. */
+int      cache_pix_open(struct cache *c, MDB_txn *txn);
+/* Entry e was put under hash: replace hash's rows by those of the record
+ * at e->off (its key; the tags of its header block).  0 or an LMDB error. */
+int      cache_pix_set(struct cache *c, MDB_txn *txn, const uint8_t hash[16],
+                       const struct cache_ent *e);
+/* hash's entry was deleted: drop its rows.  0 or an LMDB error. */
+int      cache_pix_forget(struct cache *c, MDB_txn *txn, const uint8_t hash[16]);
+/* Prepare: build the tables by a walk of the index (records read from fd)
+ * unless meta "pix" says they are of this version.  CACHE_OK/CACHE_ERROR. */
+int      cache_pix_upgrade(struct cache *c, int fd);
+/* Up to max live-or-not entries in pkey's order (index eviction's run):
+ * their hashes and offsets.  Returns how many. */
+int      cache_pix_run(struct cache *c, int max, uint8_t (*hash)[16], uint64_t *off);
+/* Pages the three tables use (index_usage). */
+uint64_t cache_pix_pages(struct cache *c, MDB_txn *txn);
+/* The tags of header block blk (at most max; pointers into blk). */
+int      cache_pix_tags(const char *blk, size_t len, const char **tag, uint8_t *taglen,
+                        int max);
 
 /* ---- lookup.c ---- */
 int      cache_ent_verify(struct cache *c, const struct cache_ent *e,

@@ -82,6 +82,10 @@ int64_t cache_max_doc_size(const struct cache *c);
  * usable (absent, overwritten, damaged).  Never copies or allocates. */
 int cache_lookup(struct cache *c, const char *key, size_t keylen,
                  struct cache_obj *obj);
+/* The same with the key's hash (cache_key_hash) already made: a caller
+ * that needs the hash anyway (the fill table) makes it once. */
+int cache_lookup_hashed(struct cache *c, const char *key, size_t keylen,
+                        const uint8_t hash[16], struct cache_obj *obj);
 
 /* Body bytes of held object o from byte pos on: *p points into the
  * mapping (pinned while o is held) and the return value says how many
@@ -116,6 +120,14 @@ int cache_fill_write(struct cache_fill *f, const void *data, size_t len);
  * the fill slot is released too. */
 int cache_fill_commit(struct cache_fill *f, int *replaced);
 
+/* Purges begun so far, in every process (a counter).  A caller that
+ * fetched what it stores since generation gen says so with
+ * cache_fill_since(f, gen): if a purge began after gen, the object is
+ * stored stale (it may be what the purge meant to remove).  A fill
+ * counts from cache_fill_begin() otherwise. */
+uint64_t cache_purge_gen(const struct cache *c);
+void     cache_fill_since(struct cache_fill *f, uint64_t gen);
+
 /* Give up on a fill; nothing becomes visible.  Accepts a dead fill. */
 void cache_fill_abort(struct cache_fill *f);
 
@@ -148,6 +160,36 @@ int cache_obj_update_headers(struct cache *c, const struct cache_obj *held,
 /* PURGE: remove key.  CACHE_OK if an entry was removed, CACHE_MISS if
  * there was none, CACHE_ERROR. */
 int cache_remove(struct cache *c, const char *key, size_t keylen);
+
+/* Purge by key (exact keys: a soft PURGE), tag, key prefix, or all.
+ * Hard: the objects' entries are removed.  Soft: their expiry becomes
+ * now - 1 (stale: the next request revalidates; stale-while-revalidate
+ * and stale-if-error apply as to any stale object); a 304 or a new fill
+ * makes them fresh again.  Entries with a flag in skip_flags (the
+ * caller's Vary markers) are removed by a hard purge, left alone by a
+ * soft one, and never counted.  Write txns of a few hundred entries,
+ * all committed and synced before the return: every process's next
+ * lookup sees it (a purge that fails midway may have applied part), and it
+ * survives a crash.  Returns the number of stored objects it applied to
+ * (usable ones: not lapped, not damaged), or CACHE_FULL, CACHE_ERROR,
+ * CACHE_INVAL.  Cost: proportional to the objects touched (O(k log n));
+ * nothing is kept per purge. */
+enum cache_purge_kind {
+    CACHE_PURGE_KEY = 1,         /* arg: cache keys */
+    CACHE_PURGE_TAG,             /* arg: tags (Surrogate-Key, Cache-Tag) */
+    CACHE_PURGE_PREFIX,          /* arg: key prefixes */
+    CACHE_PURGE_ALL,             /* no arg */
+};
+struct cache_purge_req {
+    int                kind;     /* enum cache_purge_kind */
+    int                nargs;    /* 1..1024 (ALL: ignored) */
+    const char *const *arg;
+    const size_t      *len;
+    int                soft;
+    int64_t            now;      /* unix seconds (soft) */
+    uint16_t           skip_flags;
+};
+int64_t cache_purge(struct cache *c, const struct cache_purge_req *pr);
 
 /* Cache manager housekeeping, call about once a second: sync LMDB to disk,
  * clear stale reader slots, evict at the index high-water mark, and sweep

@@ -31,6 +31,7 @@
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cache/cache-int.h"
 
@@ -144,6 +145,7 @@ cache_fill_begin(struct cache *c, const char *key, size_t keylen,
     f->want = body_len;
     f->meta = *meta;
     f->meta.flags &= (uint16_t)~CACHE_F_STORE_MASK;
+    f->purge_gen = cache_purge_gen(c);
     cache_key_hash(c, key, keylen, f->hash);
     p = cache_ring_ptr(c, f->off);
     /* No header yet: a crash now leaves bytes that validate as nothing. */
@@ -475,6 +477,10 @@ cache_fill_commit(struct cache_fill *f, int *replaced)
         goto out;
     }
     cache_ent_for_rec(c, &e, &r, f->off, f->off);
+    /* a purge ran while this fill was open: what it stores may be what the
+     * purge meant to remove, so it is stored stale (purge.c) */
+    if (cache_purge_gen(c) != f->purge_gen && e.expires > (int64_t)time(NULL) - 1)
+        e.expires = (int64_t)time(NULL) - 1;
     /* The record's bytes must be visible before the entry that points at them. */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     rc = cache_index_put(c, f->hash, &e, replaced);

@@ -6,9 +6,12 @@
  * thread), MDB_NOSYNC without MDB_WRITEMAP (a process crash loses nothing
  * committed; the cache manager syncs on a timer; a machine crash may lose
  * the last commits, which the unclean-shutdown check covers) and
- * MDB_NORDAHEAD (lookups are random).  Two named DBs:
+ * MDB_NORDAHEAD (lookups are random).  Named DBs:
  *     obj   16-byte key hash -> struct cache_ent
- *     meta  "ring" -> struct cache_ringmeta (cur_seg, head, floor, store id)
+ *     meta  "ring" -> struct cache_ringmeta (cur_seg, head, floor, store id),
+ *           "pix" -> the version of the purge tables
+ *     ptag, pkey, prev  the purge tables (purge.c), changed in the same
+ *           txn as every obj put and delete
  * The ring meta is rewritten in the same txn as every entry put, with the
  * shared head read inside the txn: LMDB serialises writers, the shared
  * head only grows, so the persisted head always covers every persisted
@@ -131,7 +134,7 @@ cache_index_open(struct cache *c, int create, char *err, size_t errlen)
     }
     if ((rc = mdb_env_create(&c->env)) != 0)
         goto fail;
-    if ((rc = mdb_env_set_maxdbs(c->env, 2)) != 0
+    if ((rc = mdb_env_set_maxdbs(c->env, 5)) != 0
         || (rc = mdb_env_set_mapsize(c->env, c->g.mapsize)) != 0
         || (rc = mdb_env_set_maxreaders(c->env, maxr)) != 0)
         goto fail;
@@ -141,7 +144,8 @@ cache_index_open(struct cache *c, int create, char *err, size_t errlen)
     if ((rc = mdb_txn_begin(c->env, NULL, 0, &txn)) != 0)
         goto fail;
     if ((rc = mdb_dbi_open(txn, "obj", MDB_CREATE, &c->dbi_obj)) != 0
-        || (rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &c->dbi_meta)) != 0)
+        || (rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &c->dbi_meta)) != 0
+        || (rc = cache_pix_open(c, txn)) != 0)
         goto fail;
     rc = mdb_txn_commit(txn);
     txn = NULL;
@@ -321,9 +325,17 @@ index_put(struct cache *c, const uint8_t hash[16], const struct cache_ent *e,
     /* Second line behind the manager's high-water eviction: a burst of
      * fills between two ticks must not run the map to its last page, where
      * even a delete cannot get the pages it copies (LMDB is copy-on-write). */
-    if (++c->puts % 16 == 0 && index_usage(c) >= CACHE_IDX_FULL_PERMILLE)
-        cache_index_evict(c);
-    for (int attempt = 0; attempt < 3; attempt++) {
+    /* Every put once the map is past the manager's mark: a put writes four
+     * trees (obj and the purge tables), and a map run to its last pages
+     * cannot even delete. */
+    if (++c->puts % 16 == 0 || c->idx_usage >= CACHE_IDX_HIGH_PERMILLE) {
+        c->idx_usage = index_usage(c);
+        if (c->idx_usage >= CACHE_IDX_FULL_PERMILLE) {
+            cache_index_evict(c);
+            c->idx_usage = index_usage(c);
+        }
+    }
+    for (int attempt = 0; attempt < 5; attempt++) {
         if ((rc = mdb_txn_begin(c->env, NULL, 0, &txn)) != 0)
             break;
         rc = mdb_get(txn, c->dbi_obj, &k, &old);
@@ -343,6 +355,8 @@ index_put(struct cache *c, const uint8_t hash[16], const struct cache_ent *e,
         v.mv_size = sizeof(*e);
         v.mv_data = (void *)(uintptr_t)e;
         rc = mdb_put(txn, c->dbi_obj, &k, &v, 0);
+        if (rc == 0)
+            rc = cache_pix_set(c, txn, hash, e);
         if (rc == 0)
             rc = put_ringmeta(c, txn);
         if (rc != 0) {
@@ -418,6 +432,9 @@ cache_index_swap(struct cache *c, struct cache_swap *sw, int n)
             if (!cache_ent_valid(&cur) || cur.type != CACHE_ENT_OBJECT
                 || cur.off != sw[i].old_off || cur.body_off != sw[i].old_body_off)
                 continue;
+            /* a soft purge lowered the entry's expiry: the copy keeps it */
+            if (cur.expires < sw[i].ne.expires)
+                sw[i].ne.expires = cur.expires;
             v.mv_size = sizeof(sw[i].ne);
             v.mv_data = &sw[i].ne;
             if ((rc = mdb_put(txn, c->dbi_obj, &k, &v, 0)) == 0) {
@@ -474,6 +491,8 @@ cache_index_del(struct cache *c, const uint8_t hash[16], const struct cache_ent 
     }
     if (rc == 0)
         rc = mdb_del(txn, c->dbi_obj, &k, NULL);
+    if (rc == 0)
+        rc = cache_pix_forget(c, txn, hash);
     if (rc != 0) {
         mdb_txn_abort(txn);
         goto fail;
@@ -513,6 +532,8 @@ sweep_apply(struct cache *c, const struct sweep_dec *d, int n)
         }
         if (d[i].act == ACT_DEL || v.mv_size != sizeof(e)) {
             rc = mdb_del(txn, c->dbi_obj, &k, NULL);
+            if (rc == 0)
+                rc = cache_pix_forget(c, txn, d[i].hash);
             if (rc == 0)
                 deleted++;
         } else {
@@ -630,13 +651,14 @@ cache_index_sweep(struct cache *c, int budget)
     return sweep_apply(c, d, n);
 }
 
-/* Permille of the map used by the obj DB's pages (and slack). */
+/* Permille of the map used by the obj DB's and the purge tables' pages
+ * (and slack). */
 static int
 index_usage(struct cache *c)
 {
     MDB_stat st;
     MDB_envinfo info;
-    uint64_t used, total;
+    uint64_t used, total, pix;
 
     if (rtxn_renew(c) != CACHE_OK)
         return 0;
@@ -644,13 +666,14 @@ index_usage(struct cache *c)
         mdb_txn_reset(c->rtxn);
         return 0;
     }
+    pix = cache_pix_pages(c, c->rtxn);
     mdb_txn_reset(c->rtxn);
     if (mdb_env_info(c->env, &info) != 0 || st.ms_psize == 0)
         return 0;
     /* Plus a fixed slack: LMDB's own trees and the pages of the last two
      * snapshots (not reusable yet) also live in the map, and matter in
      * small maps. */
-    used = st.ms_branch_pages + st.ms_leaf_pages + st.ms_overflow_pages + CACHE_IDX_SLACK;
+    used = st.ms_branch_pages + st.ms_leaf_pages + st.ms_overflow_pages + pix + CACHE_IDX_SLACK;
     total = info.me_mapsize / st.ms_psize;
     return total ? (int)(used * 1000 / total) : 0;
 }
@@ -692,6 +715,17 @@ cache_index_evict(struct cache *c)
 
     raise_floor(c);
     n = sweep_scan(c, SWEEP_MAX, 0, d);
+    if (n == 0 && (c->pix_flip++ & 1)) {
+        /* a run in the purge key table's order (purge.c: cache_pix_run) */
+        uint8_t h[SWEEP_MAX / 4][16];
+        uint64_t off[SWEEP_MAX / 4];
+        n = cache_pix_run(c, SWEEP_MAX / 4, h, off);
+        for (int i = 0; i < n; i++) {
+            memcpy(d[i].hash, h[i], 16);
+            d[i].off = off[i];
+            d[i].act = ACT_DEL;
+        }
+    }
     if (n == 0)
         n = sweep_scan(c, SWEEP_MAX, SWEEP_MAX / 4, d);
     /* A full map may not even have the pages to copy the leaves a big

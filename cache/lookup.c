@@ -309,15 +309,23 @@ cache_ent_pinned_ok(struct cache *c, const struct cache_ent *e, const uint8_t ha
 int
 cache_lookup(struct cache *c, const char *key, size_t keylen, struct cache_obj *obj)
 {
+    uint8_t hash[16];
+
+    cache_key_hash(c, key, keylen, hash);
+    return cache_lookup_hashed(c, key, keylen, hash, obj);
+}
+
+int
+cache_lookup_hashed(struct cache *c, const char *key, size_t keylen, const uint8_t hash[16],
+                    struct cache_obj *obj)
+{
     struct cache_ent e;
     const struct cache_rec *h, *b;
-    uint8_t hash[16];
     int rc;
 
     assert(c && c->magic == CACHE_MAGIC);
     obj->magic = 0;
     obj->co_pinned = 0;
-    cache_key_hash(c, key, keylen, hash);
     rc = cache_index_get(c, hash, &e);
     if (rc != CACHE_OK)
         goto miss;
@@ -345,7 +353,7 @@ cache_lookup(struct cache *c, const char *key, size_t keylen, struct cache_obj *
     obj->meta.status = h->status;
     obj->meta.flags = h->flags;
     obj->meta.stored = h->stored;
-    obj->meta.expires = h->expires;
+    obj->meta.expires = e.expires < h->expires ? e.expires : h->expires;  /* soft purge */
     obj->body_len = b->body_len;
     obj->hdr_len = h->hdr_len;
     memcpy(obj->key_hash, hash, 16);

@@ -255,6 +255,10 @@ cache_store_prepare(const struct cache_conf *cf, char *err, size_t errlen)
                 goto fail;
         }
     }
+    /* A store from before the purge tables gains them (empty, then filled
+     * from the index); a failure only makes tag and prefix purges miss
+     * the older objects, so it is not fatal. */
+    cache_pix_upgrade(&c, fd);
     /* Every start distrusts the bodies written before it, clean or not: a
      * content file can be damaged while we are stopped (disk, operator),
      * and only the body checksum would notice.  Hits verify an untrusted

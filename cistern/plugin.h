@@ -45,6 +45,8 @@ extern "C" {
 
 struct sockaddr;
 struct cst_txn;                 /* one request: valid only during a hook call */
+struct cst_icpt;                /* an intercept: valid until its done is called */
+struct cst_timer;               /* a timer of cst_api.timer_add */
 
 /* Which head a field call works on. */
 #define CST_REQUEST  0          /* the client's request (as sent to the origin) */
@@ -55,6 +57,9 @@ struct cst_txn;                 /* one request: valid only during a hook call */
 #define CST_CONTINUE 0
 #define CST_DENY     1          /* answer now with cst_api.deny's status
                                    (read_request, remap) */
+#define CST_AGAIN    (-2)       /* intercept, or a body producer: nothing
+                                   yet; called again after
+                                   cst_api.intercept_resume */
 
 /* Log levels of cst_api.log (the error log's). */
 #define CST_LOG_DEBUG 0
@@ -73,8 +78,9 @@ struct cst_url {
 
 /* An intercept's body producer: write up to cap bytes of the body at
  * offset off into buf and return how many (> 0), 0 at the end of the
- * body, or -1 to cut the answer short.  Called whenever the worker can
- * send more; it must return at once. */
+ * body, -1 to cut the answer short, or CST_AGAIN when it has nothing yet
+ * (it is called again after intercept_resume).  Called whenever the
+ * worker can send more; it must return at once. */
 typedef ssize_t (*cst_body_fn)(void *arg, uint64_t off, char *buf, size_t cap);
 
 /* The functions a plugin calls, given to create(). */
@@ -131,6 +137,29 @@ struct cst_api {
     /* A line in the error log, "plugin NAME: ..." (t may be NULL). */
     void (*log)(struct cst_txn *t, int level, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
+
+    /* Members after this line came after the first API: check that size
+     * covers them before calling one (an older daemon's table is shorter). */
+
+    /* intercept: the handle of this request's intercept (made at the
+     * first call; NULL outside intercept).  It stays valid, in and out of
+     * hooks, until the intercept ends (the answer is sent, the
+     * transaction gave up, or it failed): then done(arg) is called, if
+     * not NULL, and so is intercept_answer's done.  An intercept hook
+     * that returns CST_AGAIN must have taken a handle. */
+    struct cst_icpt *(*intercept_handle)(struct cst_txn *t, void (*done)(void *arg),
+                                         void *arg);
+    /* Go on with an intercept that said CST_AGAIN: its intercept hook is
+     * called again (with the request's transaction: it may answer, or
+     * say CST_AGAIN again; anything else fails the answer: 502), or its
+     * producer is.  The call is made from the event loop, never from
+     * within intercept_resume; resuming twice is resuming once. */
+    void (*intercept_resume)(struct cst_icpt *h);
+    /* A one-shot timer in this worker's event loop: fn(arg) once after ms
+     * milliseconds (from any hook, producer or timer; NULL in create or
+     * when out of memory).  timer_cancel only before it has fired. */
+    struct cst_timer *(*timer_add)(int ms, void (*fn)(void *arg), void *arg);
+    void (*timer_cancel)(struct cst_timer *tm);
 };
 
 /* What a plugin exports as `cistern_plugin`.  Hooks left NULL cost
@@ -149,7 +178,9 @@ struct cst_plugin {
     int   (*read_response)(void *inst, struct cst_txn *t);
     int   (*send_response)(void *inst, struct cst_txn *t);
     /* Return 1 after intercept_answer to take the request, 0 to let it
-     * go to the origin (called on a cache miss). */
+     * go to the origin, CST_AGAIN to take it and answer later (after
+     * intercept_handle; intercept_resume calls it again).  Called on a
+     * cache miss. */
     int   (*intercept)(void *inst, struct cst_txn *t);
     void  (*txn_end)(void *inst, struct cst_txn *t);
 };

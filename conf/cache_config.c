@@ -86,173 +86,40 @@ conf_parse_duration(const char *s, int *out)
     return 0;
 }
 
-/* "HH:MM[:SS]" as seconds of the day, or -1. */
-static int
-cc_time_of_day(const char *s)
-{
-    int h, m, sec = 0, n = 0;
-
-    if (sscanf(s, "%2d:%2d%n", &h, &m, &n) != 2)
-        return -1;
-    if (s[n] == ':') {
-        int n2 = 0;
-        if (sscanf(s + n + 1, "%2d%n", &sec, &n2) != 1)
-            return -1;
-        n += 1 + n2;
-    }
-    if (s[n] != '\0' || h < 0 || h > 23 || m < 0 || m > 59 || sec < 0 || sec > 59)
-        return -1;
-    return h * 3600 + m * 60 + sec;
-}
-
 struct cc_parse {
     struct conf_cache  *cc;
     const char         *file;
     struct conf_errors *e;
 };
 
-/* A primary destination; 0 or -1 (error recorded). */
+/* A selector label (conf/selector.c) or one cache.config refuses; 0 or -1
+ * (error recorded).  Unknown labels end here too. */
 static int
-cc_primary(struct cc_parse *ps, struct conf_cache_rule *r, const char *label,
-           const char *value, int line)
+cc_selector(struct cc_parse *ps, struct conf_cache_rule *r, const char *label,
+            const char *value, int line)
 {
-    if (r->primary) {
-        conf_error(ps->e, ps->file, line, "%s=: a line has one primary destination", label);
-        return -1;
-    }
-    if (strcasecmp(label, "dest_domain") == 0 || strcasecmp(label, "dest_host") == 0) {
-        /* ATS's HostMatcher: dest_domain is a domain record (the host and
-         * its subdomains; "." is the root, every host), dest_host a host
-         * record (that host only); trailing dots are optional on both
-         * sides. */
-        r->host_only = strcasecmp(label, "dest_host") == 0;
-        while (*value == '.')
-            value++;
-        r->domain = strdup(value);
-        if (r->domain == NULL)
-            return -1;
-        for (char *q = r->domain; *q; q++)
-            *q = (char)tolower((unsigned char)*q);
-        r->domainlen = strlen(r->domain);
-        while (r->domainlen > 0 && r->domain[r->domainlen - 1] == '.')
-            r->domain[--r->domainlen] = '\0';
-        r->primary = CONF_CC_DOMAIN;
-        if (r->host_only && r->domainlen == 0) {
-            conf_error(ps->e, ps->file, line, "%s=%s: not a host name", label, value);
-            return -1;
-        }
-        return 0;
-    }
-    int host = strcasecmp(label, "host_regex") == 0;
-    int rc = regcomp(&r->re, value, REG_EXTENDED | REG_NOSUB | (host ? REG_ICASE : 0));
-    if (rc != 0) {
-        char msg[128];
-        regerror(rc, &r->re, msg, sizeof(msg));
-        conf_error(ps->e, ps->file, line, "%s=%s: bad regular expression: %s", label, value, msg);
-        return -1;
-    }
-    r->re_ok = 1;
-    r->primary = host ? CONF_CC_HOST_REGEX : CONF_CC_URL_REGEX;
-    if (!host)
-        ps->cc->need_url = 1;
-    return 0;
-}
+    int rc;
 
-/* A secondary specifier; 0 or -1 (error recorded). */
-static int
-cc_secondary(struct cc_parse *ps, struct conf_cache_rule *r, const char *label,
-             const char *value, int line)
-{
-    const char *why = NULL;
-    char *end;
-
-    if (strcasecmp(label, "prefix") == 0) {
-        if (r->prefix)
-            goto twice;
-        while (*value == '/')
-            value++;
-        if (asprintf(&r->prefix, "/%s", value) < 0) {
-            r->prefix = NULL;
-            return -1;
-        }
-        r->prefixlen = strlen(r->prefix);
-    } else if (strcasecmp(label, "suffix") == 0) {
-        if (r->suffix)
-            goto twice;
-        r->suffix = strdup(value);
-    } else if (strcasecmp(label, "port") == 0) {
-        if (r->port_lo)
-            goto twice;
-        long lo = strtol(value, &end, 10), hi = lo;
-        if (*end == '-')
-            hi = strtol(end + 1, &end, 10);
-        if (*end != '\0' || lo < 1 || hi > 65535 || hi < lo) {
-            conf_error(ps->e, ps->file, line, "port=%s: expected a port or a range N-M", value);
-            return -1;
-        }
-        r->port_lo = (int)lo;
-        r->port_hi = (int)hi;
-    } else if (strcasecmp(label, "scheme") == 0) {
-        if (r->scheme)
-            goto twice;
-        if (strcasecmp(value, "http") != 0 && strcasecmp(value, "https") != 0) {
-            conf_error(ps->e, ps->file, line, "scheme=%s: expected http or https", value);
-            return -1;
-        }
-        r->scheme = strdup(value);
-    } else if (strcasecmp(label, "method") == 0) {
-        if (r->method)
-            goto twice;
-        r->method = strdup(value);
-    } else if (strcasecmp(label, "time") == 0) {
-        if (r->tod_lo >= 0)
-            goto twice;
-        char buf[32];
-        char *dash;
-        snprintf(buf, sizeof(buf), "%s", value);
-        dash = strchr(buf, '-');
-        if (dash)
-            *dash = '\0';
-        r->tod_lo = dash ? cc_time_of_day(buf) : -1;
-        r->tod_hi = dash ? cc_time_of_day(dash + 1) : -1;
-        if (r->tod_lo < 0 || r->tod_hi < 0) {
-            r->tod_lo = 0;
-            conf_error(ps->e, ps->file, line, "time=%s: expected HH:MM-HH:MM", value);
-            return -1;
-        }
-    } else if (strcasecmp(label, "src_ip") == 0) {
-        if (r->src.nrules)
-            goto twice;
-        if (conf_ip_list_parse(&r->src, value, &why) < 0 || r->src.nrules == 0) {
-            conf_error(ps->e, ps->file, line, "src_ip=%s: %s", value, why ? why : "no address");
-            return -1;
-        }
-    } else if (strcasecmp(label, "internal") == 0) {
-        if (r->internal >= 0)
-            goto twice;
-        if (strcasecmp(value, "true") != 0 && strcasecmp(value, "false") != 0) {
-            conf_error(ps->e, ps->file, line, "internal=%s: expected true or false", value);
-            return -1;
-        }
-        r->internal = strcasecmp(value, "true") == 0;
-    } else if (strcasecmp(label, "dest_ip") == 0) {
+    if (strcasecmp(label, "dest_ip") == 0) {
         conf_error(ps->e, ps->file, line, "dest_ip=%s: not supported: Cistern decides "
                    "what to cache before it resolves the origin; use dest_domain= or "
                    "host_regex=", value);
         return -1;
-    } else if (strcasecmp(label, "tag") == 0 || strcasecmp(label, "iport") == 0) {
+    }
+    if (strcasecmp(label, "tag") == 0 || strcasecmp(label, "iport") == 0) {
         conf_error(ps->e, ps->file, line, "%s=%s: not supported; this rule would "
                    "apply to more requests than it names", label, value);
         return -1;
-    } else {
-        conf_error(ps->e, ps->file, line, "unknown specifier \"%s\"", label);
-        return -1;
     }
-    return 0;
-twice:
-    conf_error(ps->e, ps->file, line, "%s= given twice (each secondary specifier "
-               "appears at most once)", label);
-    return -1;
+    rc = conf_sel_parse(&r->sel, &conf_sel_cache, label, value, ps->file, line, ps->e);
+    if (rc == 0)
+        conf_error(ps->e, ps->file, line, "unknown specifier \"%s\"", label);
+    else if (rc == -2)
+        conf_error(ps->e, ps->file, line, "%s= given twice (each secondary specifier "
+                   "appears at most once)", label);
+    if (rc == 1 && r->sel.primary == CONF_SEL_URL_REGEX)
+        ps->cc->need_url = 1;
+    return rc == 1 ? 0 : -1;
 }
 
 static const struct {
@@ -325,14 +192,7 @@ cc_directive(struct cc_parse *ps, struct conf_cache_rule *r, const char *label,
 static void
 cc_rule_free(struct conf_cache_rule *r)
 {
-    free(r->domain);
-    if (r->re_ok)
-        regfree(&r->re);
-    free(r->prefix);
-    free(r->suffix);
-    free(r->scheme);
-    free(r->method);
-    conf_ip_allow_free(&r->src);
+    conf_sel_free(&r->sel);
     memset(r, 0, sizeof(*r));
 }
 
@@ -346,25 +206,20 @@ cc_line(void *arg, char *line, int lineno)
     int rc, bad = 0;
 
     memset(&r, 0, sizeof(r));
-    r.tod_lo = r.tod_hi = -1;
-    r.internal = -1;
+    conf_sel_init(&r.sel);
     r.cookies = -1;
     r.line = lineno;
     while (!bad && (rc = conf_pair(&cur, &label, &value, &why)) != 0) {
         if (rc < 0) {
             conf_error(ps->e, ps->file, lineno, "%s", why);
             bad = 1;
-        } else if (strcasecmp(label, "dest_domain") == 0 || strcasecmp(label, "dest_host") == 0
-                   || strcasecmp(label, "host_regex") == 0
-                   || strcasecmp(label, "url_regex") == 0) {
-            bad = cc_primary(ps, &r, label, value, lineno) < 0;
         } else if ((rc = cc_directive(ps, &r, label, value, lineno)) != 0) {
             bad = rc < 0;
         } else {
-            bad = cc_secondary(ps, &r, label, value, lineno) < 0;
+            bad = cc_selector(ps, &r, label, value, lineno) < 0;
         }
     }
-    if (!bad && r.primary == 0) {
+    if (!bad && r.sel.primary == 0) {
         conf_error(ps->e, ps->file, lineno, "no primary destination (dest_domain=, "
                    "dest_host=, host_regex= or url_regex=)");
         bad = 1;
@@ -443,83 +298,6 @@ conf_cache_free(struct conf_cache *cc)
 /* ------------------------------------------------------------------ */
 /* Matching */
 
-static int
-cc_suffix_matches(const char *list, const char *path, size_t pathlen)
-{
-    const char *p = list;
-
-    if (strcmp(list, "*") == 0)
-        return 1;
-    while (*p) {
-        const char *c = strchr(p, ',');
-        size_t n = c ? (size_t)(c - p) : strlen(p);
-        if (n > 0 && n <= pathlen && strncasecmp(path + pathlen - n, p, n) == 0)
-            return 1;
-        p += n + (c != NULL);
-    }
-    return 0;
-}
-
-static int
-cc_rule_matches(const struct conf_cache_rule *r, const struct conf_cache_req *q)
-{
-    size_t plen = q->pathlen;     /* prefix= and suffix= see the path alone */
-    const char *qm = memchr(q->path, '?', q->pathlen);
-
-    if (qm)
-        plen = (size_t)(qm - q->path);
-    switch (r->primary) {
-    case CONF_CC_DOMAIN: {
-        size_t hl = q->hostlen;
-
-        while (hl > 0 && q->host[hl - 1] == '.')
-            hl--;       /* "example.com." is example.com */
-        if (hl == 0 || hl < r->domainlen
-            || strncasecmp(q->host + hl - r->domainlen, r->domain, r->domainlen) != 0)
-            return 0;
-        /* a longer host: a subdomain (at a label boundary) of a domain */
-        if (hl > r->domainlen
-            && (r->host_only
-                || (r->domainlen > 0 && q->host[hl - r->domainlen - 1] != '.')))
-            return 0;
-        break;
-    }
-    case CONF_CC_HOST_REGEX: {
-        char h[256];
-        if (q->hostlen >= sizeof(h))
-            return 0;
-        memcpy(h, q->host, q->hostlen);
-        h[q->hostlen] = '\0';
-        if (regexec(&r->re, h, 0, NULL, 0) != 0)
-            return 0;
-        break;
-    }
-    case CONF_CC_URL_REGEX:
-        if (q->url == NULL || regexec(&r->re, q->url, 0, NULL, 0) != 0)
-            return 0;
-        break;
-    default:
-        return 0;
-    }
-    if (r->prefix && (plen < r->prefixlen || memcmp(q->path, r->prefix, r->prefixlen) != 0))
-        return 0;
-    if (r->suffix && !cc_suffix_matches(r->suffix, q->path, plen))
-        return 0;
-    if (r->port_lo && (q->port < r->port_lo || q->port > r->port_hi))
-        return 0;
-    if (r->scheme && strcasecmp(r->scheme, q->scheme) != 0)
-        return 0;
-    if (r->method && (q->method == NULL || strcasecmp(r->method, q->method) != 0))
-        return 0;
-    if (r->tod_lo >= 0 && (q->tod < r->tod_lo || q->tod > r->tod_hi))
-        return 0;
-    if (r->src.nrules && (q->src == NULL || !conf_ip_allowed(&r->src, q->src, CONF_METHOD_GET)))
-        return 0;
-    if (r->internal == 1)
-        return 0;       /* no request of ours is internal (no plugins) */
-    return 1;
-}
-
 int
 conf_cache_match(const struct conf_cache *cc, const struct conf_cache_req *q,
                  struct conf_cache_result *res)
@@ -531,10 +309,15 @@ conf_cache_match(const struct conf_cache *cc, const struct conf_cache_req *q,
     res->ttl_in_cache = 0;
     res->revalidate = -1;
     res->cookies = -1;
+    const struct conf_sel_req sq = {
+        .scheme = q->scheme, .host = q->host, .hostlen = q->hostlen, .port = q->port,
+        .path = q->path, .pathlen = q->pathlen, .url = q->url, .method = q->method,
+        .src = q->src, .tod = q->tod,
+    };
     for (int i = 0; i < cc->nrules; i++) {
         const struct conf_cache_rule *r = &cc->rules[i];
 
-        if (!cc_rule_matches(r, q))
+        if (!conf_sel_match(&r->sel, &conf_sel_cache, &sq))
             continue;
         n++;
         if (r->cookies >= 0 && res->cookies < 0)

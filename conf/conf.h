@@ -43,10 +43,25 @@ struct conf_port {
                                          IPv6 only (IPV6_V6ONLY) */
     int      pp;                      /* "8080:pp": every connection starts
                                          with a PROXY protocol header */
+    int      proto;                   /* "proto=http;http2": CONF_PROTO_* bits;
+                                         0: the default (ssl: HTTP/1.1 and
+                                         h2 by ALPN; cleartext: HTTP/1.x) */
     int      has_addr;                /* "ip-in=ADDR": bind that address
                                          (else the family's any address) */
     uint8_t  addr[16];                /* network order; IPv4 in the first 4 */
 };
+
+#define CONF_PROTO_H1 0x1             /* HTTP/1.0 and 1.1 */
+#define CONF_PROTO_H2 0x2             /* HTTP/2: ALPN h2 on ssl, prior
+                                         knowledge (h2c) on cleartext */
+/* The protocols a port speaks (its proto=, or the default). */
+static inline int
+conf_port_protos(const struct conf_port *p)
+{
+    if (p->proto)
+        return p->proto;
+    return p->ssl ? CONF_PROTO_H1 | CONF_PROTO_H2 : CONF_PROTO_H1;
+}
 
 struct conf_records {
     struct conf_port ports[CONF_MAX_PORTS];
@@ -82,6 +97,7 @@ struct conf_records {
     int      range_write;             /* proxy.config.http.cache.range.write */
     int      slice_blockbytes;        /* proxy.config.cistern.slice.blockbytes */
     int      cdn_cache_control;       /* proxy.config.cistern.cdn_cache_control */
+    int      purge_forward_tags;      /* proxy.config.cistern.purge.forward_tags */
     int      cache_set_cookie;        /* proxy.config.cistern.cache.set_cookie:
                                          0 a response with Set-Cookie is not
                                          stored, 1 stored without it */
@@ -165,6 +181,23 @@ struct conf_records {
     int      parent_mark_down_hostdb; /* ...parent_proxy.mark_down_hostdb */
     int      proxy_auth_to_parent;    /* ...forward.proxy_auth_to_parent */
     int      uncacheable_bypass_parent;/* ...uncacheable_requests_bypass_parent */
+    /* issue 24, HTTP/2 to clients (worker/h2.c): proxy.config.http2.* */
+    int      h2_max_streams;          /* max_concurrent_streams_in */
+    int      h2_window;               /* initial_window_size_in */
+    int      h2_frame_size;           /* max_frame_size */
+    int      h2_table_size;           /* header_table_size */
+    int      h2_header_list;          /* max_header_list_size */
+    int      h2_idle_in;              /* no_activity_timeout_in */
+    int      h2_priority;             /* stream_priority_enabled (parsed) */
+    int      h2_settings_per_frame;   /* max_settings_per_frame */
+    int      h2_settings_min;         /* max_settings_per_minute */
+    int      h2_settings_frames_min;  /* max_settings_frames_per_minute */
+    int      h2_ping_min;             /* max_ping_frames_per_minute */
+    int      h2_priority_min;         /* max_priority_frames_per_minute */
+    int      h2_rst_min;              /* max_rst_stream_frames_per_minute */
+    int      h2_cont_min;             /* max_continuation_frames_per_minute */
+    int      h2_wu_min;               /* proxy.config.cistern.http2.
+                                         max_window_update_frames_per_minute */
 };
 
 /* proxy.config.http.insert_forwarded's parameters (RFC 7239 Forwarded) */
@@ -442,6 +475,9 @@ int conf_ip_out_decide(const struct conf_ip_allow *ia,
                        const struct sockaddr *sa, const char *method,
                        size_t mlen);
 
+/* ATS's selector grammar (cache.config, parent.config): conf/selector.h */
+#include "conf/selector.h"
+
 /* ---------------------------------------------------------------------
  * storage.config: "path size" lines, e.g. "var/cache 256M"
  */
@@ -459,7 +495,6 @@ struct conf_storages {
 /* ---------------------------------------------------------------------
  * cache.config (ATS syntax): per-URL caching policy (conf/cache_config.c)
  */
-enum conf_cc_primary { CONF_CC_DOMAIN = 1, CONF_CC_HOST_REGEX, CONF_CC_URL_REGEX };
 enum conf_cc_action {
     CONF_CC_NEVER_CACHE = 1, CONF_CC_STANDARD_CACHE, CONF_CC_IGNORE_NO_CACHE,
     CONF_CC_IGNORE_CLIENT_NO_CACHE, CONF_CC_IGNORE_SERVER_NO_CACHE,
@@ -467,23 +502,7 @@ enum conf_cc_action {
 };
 
 struct conf_cache_rule {
-    enum conf_cc_primary primary;
-    char    *domain;                  /* dest_domain / dest_host, lowercase,
-                                         without leading or trailing dots
-                                         ("" for dest_domain=.: every host) */
-    size_t   domainlen;
-    int      host_only;               /* dest_host: that host, no subdomain */
-    regex_t  re;                      /* host_regex / url_regex */
-    int      re_ok;
-    /* secondary specifiers: unset ones match everything */
-    char    *prefix;                  /* "/" + the value's path */
-    size_t   prefixlen;
-    char    *suffix;                  /* comma list, as written */
-    int      port_lo, port_hi;        /* 0: any */
-    char    *scheme, *method;
-    int      tod_lo, tod_hi;          /* time=: seconds of the day, -1: any */
-    struct conf_ip_allow src;         /* src_ip=: nrules 0: any */
-    int      internal;                /* internal=: -1 any, 0 false, 1 true */
+    struct conf_selector sel;         /* which requests (no dest_ip=) */
     /* the one directive of the line, and the cookies tweak */
     enum conf_cc_action action;
     int      secs;                    /* ttl-in-cache / revalidate */
@@ -547,13 +566,6 @@ conf_cache_negative(const struct conf_cache *cc, int status)
  * parent.config (ATS syntax): parent proxies and origin pools
  * (conf/parent.c; the selection at run time is worker/parent.c)
  */
-enum conf_pp_primary {
-    CONF_PP_DOMAIN = 1,               /* dest_domain= (and its subdomains; "." all) */
-    CONF_PP_HOST,                     /* dest_host= (that name only) */
-    CONF_PP_IP,                       /* dest_ip= (an IP literal host) */
-    CONF_PP_HOST_REGEX,               /* host_regex= */
-    CONF_PP_URL_REGEX,                /* url_regex= */
-};
 enum conf_pp_rr {
     CONF_PP_RR_FALSE = 0,             /* the first parent that is up */
     CONF_PP_RR_TRUE,                  /* by the client's address */
@@ -575,18 +587,7 @@ struct conf_parent_host {
 };
 
 struct conf_parent_rule {
-    enum conf_pp_primary primary;
-    char    *domain;                  /* dest_domain / dest_host, lowercase */
-    size_t   domainlen;               /* 0 with dest_domain=.: every host */
-    regex_t  re;
-    int      re_ok;
-    struct conf_ip_allow ip;          /* dest_ip= */
-    /* secondary specifiers: unset ones match everything */
-    char    *prefix, *suffix, *scheme, *method;
-    size_t   prefixlen;
-    int      port_lo, port_hi;
-    struct conf_ip_allow src;         /* src_ip= */
-    int      internal;                /* -1 any, 0, 1 (never: no plugins) */
+    struct conf_selector sel;         /* which requests (no time=) */
     /* actions */
     struct conf_parent_host *hosts;   /* parent= then secondary_parent= */
     int      nprimary, nsecondary;
@@ -754,6 +755,12 @@ void conf_tls_free(struct conf_tls *t);
 /* The context a TLS listener starts every handshake with (the default
  * certificate; SNI switches to another), or NULL. */
 struct ssl_ctx_st *conf_tls_server_ctx(const struct conf_tls *t);
+/* ALPN for one client connection: the CONF_PROTO_* bits of its port
+ * (h2 is offered first when the port speaks it); after the handshake,
+ * did the client choose h2? */
+struct ssl_st;
+void conf_tls_set_protos(struct ssl_st *s, int protos);
+int  conf_tls_alpn_h2(const struct ssl_st *s);
 /* The context for connections to https origins, or NULL. */
 struct ssl_ctx_st *conf_tls_client_ctx(const struct conf_tls *t);
 /* The default of proxy.config.ssl.server.cipher_suite (records.c): TLS 1.2

@@ -233,126 +233,24 @@ pp_codes(const char *list, uint8_t *bits, int lo)
     return n ? 0 : -1;
 }
 
+/* A selector label (conf/selector.c): 1 taken, 0 not one, -1 error
+ * recorded, -2 given twice.  time= is refused: a rule that holds only part
+ * of the day would route the rest elsewhere without saying. */
 static int
-pp_primary(struct pp_parse *ps, struct conf_parent_rule *r, const char *label,
-           const char *value, int line)
+pp_selector(struct pp_parse *ps, struct conf_parent_rule *r, const char *label,
+            const char *value, int line)
 {
-    const char *why = NULL;
+    int rc;
 
-    if (r->primary) {
-        conf_error(ps->e, ps->file, line, "%s=: a line has one primary destination", label);
-        return -1;
-    }
-    if (strcasecmp(label, "dest_domain") == 0 || strcasecmp(label, "dest_host") == 0) {
-        int dom = strcasecmp(label, "dest_domain") == 0;
-        if (dom)
-            while (*value == '.')
-                value++;
-        if ((r->domain = strdup(value)) == NULL)
-            return -1;
-        for (char *q = r->domain; *q; q++)
-            *q = (char)tolower((unsigned char)*q);
-        r->domainlen = strlen(r->domain);
-        while (r->domainlen > 0 && r->domain[r->domainlen - 1] == '.')
-            r->domain[--r->domainlen] = '\0';     /* trailing dots optional */
-        if (!dom && r->domainlen == 0) {
-            conf_error(ps->e, ps->file, line, "dest_host=%s: not a host name", value);
-            return -1;
-        }
-        r->primary = dom ? CONF_PP_DOMAIN : CONF_PP_HOST;
-        return 0;
-    }
-    if (strcasecmp(label, "dest_ip") == 0) {
-        if (conf_ip_list_parse(&r->ip, value, &why) < 0 || r->ip.nrules == 0) {
-            conf_error(ps->e, ps->file, line, "dest_ip=%s: %s", value, why ? why : "no address");
-            return -1;
-        }
-        r->primary = CONF_PP_IP;
-        return 0;
-    }
-    int host = strcasecmp(label, "host_regex") == 0;
-    int rc = regcomp(&r->re, value, REG_EXTENDED | REG_NOSUB | (host ? REG_ICASE : 0));
-    if (rc != 0) {
-        char msg[128];
-        regerror(rc, &r->re, msg, sizeof(msg));
-        conf_error(ps->e, ps->file, line, "%s=%s: bad regular expression: %s", label, value, msg);
-        return -1;
-    }
-    r->re_ok = 1;
-    r->primary = host ? CONF_PP_HOST_REGEX : CONF_PP_URL_REGEX;
-    if (!host)
-        ps->pp->need_url = 1;
-    return 0;
-}
-
-/* A secondary specifier: 1 taken, 0 not one, -1 error recorded. */
-static int
-pp_secondary(struct pp_parse *ps, struct conf_parent_rule *r, const char *label,
-             const char *value, int line)
-{
-    const char *why = NULL;
-    char *end;
-
-    if (strcasecmp(label, "prefix") == 0) {
-        if (r->prefix)
-            return -2;
-        while (*value == '/')
-            value++;
-        if (asprintf(&r->prefix, "/%s", value) < 0) {
-            r->prefix = NULL;
-            return -1;
-        }
-        r->prefixlen = strlen(r->prefix);
-    } else if (strcasecmp(label, "suffix") == 0) {
-        if (r->suffix)
-            return -2;
-        r->suffix = strdup(value);
-    } else if (strcasecmp(label, "port") == 0) {
-        if (r->port_lo)
-            return -2;
-        long lo = strtol(value, &end, 10), hi = lo;
-        if (*end == '-')
-            hi = strtol(end + 1, &end, 10);
-        if (*end != '\0' || lo < 1 || hi > 65535 || hi < lo) {
-            conf_error(ps->e, ps->file, line, "port=%s: expected a port or a range N-M", value);
-            return -1;
-        }
-        r->port_lo = (int)lo;
-        r->port_hi = (int)hi;
-    } else if (strcasecmp(label, "scheme") == 0) {
-        if (r->scheme)
-            return -2;
-        if (strcasecmp(value, "http") != 0 && strcasecmp(value, "https") != 0) {
-            conf_error(ps->e, ps->file, line, "scheme=%s: expected http or https", value);
-            return -1;
-        }
-        r->scheme = strdup(value);
-    } else if (strcasecmp(label, "method") == 0) {
-        if (r->method)
-            return -2;
-        r->method = strdup(value);
-    } else if (strcasecmp(label, "src_ip") == 0) {
-        if (r->src.nrules)
-            return -2;
-        if (conf_ip_list_parse(&r->src, value, &why) < 0 || r->src.nrules == 0) {
-            conf_error(ps->e, ps->file, line, "src_ip=%s: %s", value, why ? why : "no address");
-            return -1;
-        }
-    } else if (strcasecmp(label, "internal") == 0) {
-        if (r->internal >= 0)
-            return -2;
-        if (pp_bool(value, &r->internal) < 0) {
-            conf_error(ps->e, ps->file, line, "internal=%s: expected true or false", value);
-            return -1;
-        }
-    } else if (strcasecmp(label, "time") == 0) {
+    if (strcasecmp(label, "time") == 0) {
         conf_error(ps->e, ps->file, line, "time=%s: not supported: the rest of the "
                    "day's requests would take another route without a word", value);
         return -1;
-    } else {
-        return 0;
     }
-    return 1;
+    rc = conf_sel_parse(&r->sel, &conf_sel_parent, label, value, ps->file, line, ps->e);
+    if (rc == 1 && r->sel.primary == CONF_SEL_URL_REGEX)
+        ps->pp->need_url = 1;
+    return rc;
 }
 
 /* A small integer label.  1 taken, -1 error. */
@@ -483,15 +381,7 @@ pp_action(struct pp_parse *ps, struct conf_parent_rule *r, const char *label,
 static void
 pp_rule_free(struct conf_parent_rule *r)
 {
-    free(r->domain);
-    if (r->re_ok)
-        regfree(&r->re);
-    conf_ip_allow_free(&r->ip);
-    conf_ip_allow_free(&r->src);
-    free(r->prefix);
-    free(r->suffix);
-    free(r->scheme);
-    free(r->method);
+    conf_sel_free(&r->sel);
     free(r->hosts);
     memset(r, 0, sizeof(*r));
 }
@@ -509,12 +399,10 @@ pp_fields(struct pp_parse *ps, struct conf_parent_rule *r, char *line, int linen
             conf_error(ps->e, ps->file, lineno, "%s", why);
             return -1;
         }
-        if (strcasecmp(label, "dest_domain") == 0 || strcasecmp(label, "dest_host") == 0
-            || strcasecmp(label, "dest_ip") == 0 || strcasecmp(label, "host_regex") == 0
-            || strcasecmp(label, "url_regex") == 0) {
-            rc = pp_primary(ps, r, label, value, lineno) < 0 ? -1 : 1;
+        if (conf_sel_is_primary(label)) {
+            rc = pp_selector(ps, r, label, value, lineno);
         } else if ((rc = pp_action(ps, r, label, value, lineno, &flags)) == 0
-                   && (rc = pp_secondary(ps, r, label, value, lineno)) == 0) {
+                   && (rc = pp_selector(ps, r, label, value, lineno)) == 0) {
             conf_error(ps->e, ps->file, lineno, "unknown label \"%s\"", label);
             return -1;
         }
@@ -523,7 +411,7 @@ pp_fields(struct pp_parse *ps, struct conf_parent_rule *r, char *line, int linen
         if (rc < 0)
             return -1;
     }
-    if (r->primary == 0) {
+    if (r->sel.primary == 0) {
         conf_error(ps->e, ps->file, lineno, "no primary destination (dest_domain=, "
                    "dest_host=, dest_ip=, host_regex= or url_regex=)");
         return -1;
@@ -549,7 +437,7 @@ pp_line(void *arg, char *line, int lineno)
     struct conf_parent_rule r;
 
     memset(&r, 0, sizeof(r));
-    r.internal = -1;
+    conf_sel_init(&r.sel);
     r.go_direct = 1;
     r.is_proxy = 1;
     r.max_simple = r.max_unavail = 1;
@@ -561,7 +449,7 @@ pp_line(void *arg, char *line, int lineno)
         pp_rule_free(&r);
         return 0;
     }
-    if (r.internal == 1)
+    if (r.sel.internal == 1)
         conf_note(ps->e, CONF_NOTE_MATCHES, ps->file, lineno, "internal=true: "
                   "Cistern has no internal requests, the line never matches");
     else
@@ -604,109 +492,17 @@ conf_parent_free(struct conf_parents *pp)
 
 /* ------------------------------------------------------------------ */
 
-static int
-pp_suffix_matches(const char *list, const char *path, size_t pathlen)
-{
-    const char *p = list;
-
-    while (*p) {
-        const char *c = strchr(p, ',');
-        size_t n = c ? (size_t)(c - p) : strlen(p);
-        if (n > 0 && n <= pathlen && strncasecmp(path + pathlen - n, p, n) == 0)
-            return 1;
-        p += n + (c != NULL);
-    }
-    return 0;
-}
-
-static int
-pp_ip_matches(const struct conf_parent_rule *r, const char *host, size_t hostlen)
-{
-    char h[64];
-    struct sockaddr_storage ss;
-    struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
-    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
-
-    if (hostlen >= sizeof(h))
-        return 0;
-    if (hostlen > 2 && host[0] == '[') {
-        host++;
-        hostlen -= 2;
-    }
-    memcpy(h, host, hostlen);
-    h[hostlen] = '\0';
-    memset(&ss, 0, sizeof(ss));
-    if (inet_pton(AF_INET, h, &s4->sin_addr) == 1)
-        s4->sin_family = AF_INET;
-    else if (inet_pton(AF_INET6, h, &s6->sin6_addr) == 1)
-        s6->sin6_family = AF_INET6;
-    else
-        return 0;
-    return conf_ip_allowed(&r->ip, (struct sockaddr *)&ss, CONF_METHOD_GET);
-}
-
-static int
-pp_primary_matches(const struct conf_parent_rule *r, const struct conf_parent_req *q)
-{
-    size_t hl = q->hostlen;
-    char h[256];
-
-    if (r->primary == CONF_PP_DOMAIN || r->primary == CONF_PP_HOST)
-        while (hl > 0 && q->host[hl - 1] == '.')
-            hl--;       /* "example.com." is example.com (ATS's HostMatcher) */
-    switch (r->primary) {
-    case CONF_PP_DOMAIN:
-        if (r->domainlen == 0)
-            return 1;
-        return (hl == r->domainlen
-                || (hl > r->domainlen && q->host[hl - r->domainlen - 1] == '.'))
-               && strncasecmp(q->host + hl - r->domainlen, r->domain, r->domainlen) == 0;
-    case CONF_PP_HOST:
-        return hl == r->domainlen && strncasecmp(q->host, r->domain, hl) == 0;
-    case CONF_PP_IP:
-        return pp_ip_matches(r, q->host, hl);
-    case CONF_PP_HOST_REGEX:
-        if (hl >= sizeof(h))
-            return 0;
-        memcpy(h, q->host, hl);
-        h[hl] = '\0';
-        return regexec(&r->re, h, 0, NULL, 0) == 0;
-    case CONF_PP_URL_REGEX:
-        return q->url != NULL && regexec(&r->re, q->url, 0, NULL, 0) == 0;
-    }
-    return 0;
-}
-
-static int
-pp_matches(const struct conf_parent_rule *r, const struct conf_parent_req *q)
-{
-    size_t plen = q->pathlen;
-    const char *qm = memchr(q->path, '?', q->pathlen);
-
-    if (qm)
-        plen = (size_t)(qm - q->path);
-    if (!pp_primary_matches(r, q))
-        return 0;
-    if (r->prefix && (plen < r->prefixlen || memcmp(q->path, r->prefix, r->prefixlen) != 0))
-        return 0;
-    if (r->suffix && !pp_suffix_matches(r->suffix, q->path, plen))
-        return 0;
-    if (r->port_lo && (q->port < r->port_lo || q->port > r->port_hi))
-        return 0;
-    if (r->scheme && strcasecmp(r->scheme, q->scheme) != 0)
-        return 0;
-    if (r->method && (q->method == NULL || strcasecmp(r->method, q->method) != 0))
-        return 0;
-    if (r->src.nrules && (q->src == NULL || !conf_ip_allowed(&r->src, q->src, CONF_METHOD_GET)))
-        return 0;
-    return r->internal != 1;    /* no request of ours is internal */
-}
-
 const struct conf_parent_rule *
 conf_parent_find(const struct conf_parents *pp, const struct conf_parent_req *q)
 {
+    const struct conf_sel_req sq = {
+        .scheme = q->scheme, .host = q->host, .hostlen = q->hostlen, .port = q->port,
+        .path = q->path, .pathlen = q->pathlen, .url = q->url, .method = q->method,
+        .src = q->src, .tod = -1,
+    };
+
     for (int i = 0; i < pp->nrules; i++)
-        if (pp_matches(&pp->rules[i], q))
+        if (conf_sel_match(&pp->rules[i].sel, &conf_sel_parent, &sq))
             return &pp->rules[i];
     return NULL;
 }

@@ -116,8 +116,9 @@ static const struct rec_directive rec_table[] = {
       "listeners, ATS descriptors separated by spaces: `PORT`, `PORT:ipv6` "
       "(IPv6 only; `8080 8080:ipv6` is both families), `PORT:ssl`, "
       "`PORT:pp` (PROXY protocol), `ip-in=ADDR:PORT` (`[v6]`), "
-      "`proto=http`; `0` picks a free port; transparency, `blind`, "
-      "`ip-out`, `proto=http2`... are errors" },
+      "`proto=http;http2` (ssl: what ALPN offers, default both; "
+      "cleartext: http2 is h2c with prior knowledge, default http); "
+      "`0` picks a free port; transparency, `blind`, `ip-out`... are errors" },
     { "proxy.config.cistern.workers", REC_INT, rec_set_int,
       REC_FIELD(workers), "0", 0, 256,
       "worker processes; 0 = one per CPU" },
@@ -221,6 +222,10 @@ static const struct rec_directive rec_table[] = {
       "ATS slice's --blockbytes: a `bytes=a-b` miss fetches the blocks of "
       "this many bytes that hold it (aligned), stores them as a part and "
       "answers from it; 0 = off" },
+    { "proxy.config.cistern.purge.forward_tags", REC_INT, rec_set_int,
+      REC_FIELD(purge_forward_tags), "0", 0, 1,
+      "1: send the Surrogate-Key and Cache-Tag fields (purge tags) to clients; "
+      "0: they are stored and purged by, never sent" },
     { "proxy.config.cistern.cache.set_cookie", REC_INT, rec_set_int,
       REC_FIELD(cache_set_cookie), "0", 0, 1,
       "0: a response with Set-Cookie is not stored; 1: stored without its "
@@ -491,6 +496,65 @@ static const struct rec_directive rec_table[] = {
       REC_FIELD(uncacheable_bypass_parent), "1", 0, 1,
       "1: a request that is not a cache lookup (not GET/HEAD) goes to its "
       "origin, not to a parent proxy (parent_is_proxy=false pools still used)" },
+    /* issue 24: HTTP/2 to clients (worker/h2.c), ATS 9's names and defaults */
+    { "proxy.config.http2.max_concurrent_streams_in", REC_INT, rec_set_int,
+      REC_FIELD(h2_max_streams), "100", 1, 1000,
+      "HTTP/2: streams a client may have open at once (SETTINGS); one "
+      "more is REFUSED_STREAM before the client has our SETTINGS, and a "
+      "connection error (GOAWAY PROTOCOL_ERROR, nghttp2's rule) after" },
+    { "proxy.config.http2.initial_window_size_in", REC_INT, rec_set_int,
+      REC_FIELD(h2_window), "65535", 1024, 16777216,
+      "HTTP/2: the flow-control window we give each client stream for "
+      "request bodies (bytes)" },
+    { "proxy.config.http2.max_frame_size", REC_INT, rec_set_int,
+      REC_FIELD(h2_frame_size), "16384", 16384, 16777215,
+      "HTTP/2: the largest frame payload we accept (SETTINGS); DATA we send "
+      "is cut at 16 KiB whatever the client allows" },
+    { "proxy.config.http2.header_table_size", REC_INT, rec_set_int,
+      REC_FIELD(h2_table_size), "4096", 0, 65536,
+      "HTTP/2: the HPACK dynamic table the client may use toward us (bytes)" },
+    { "proxy.config.http2.max_header_list_size", REC_INT, rec_set_int,
+      REC_FIELD(h2_header_list), "131072", 1024, M16,
+      "HTTP/2: decoded header bytes (names, values, 32 each) one request "
+      "may carry; more is 431 (the HPACK bomb defence)" },
+    { "proxy.config.http2.no_activity_timeout_in", REC_INT, rec_set_int,
+      REC_FIELD(h2_idle_in), "120", 1, ONE_DAY,
+      "HTTP/2: seconds a connection may pass with no request or DATA read "
+      "and no DATA sent (a zero-window stall) before GOAWAY and close" },
+    { "proxy.config.http2.stream_priority_enabled", REC_INT, rec_set_int,
+      REC_FIELD(h2_priority), "0", 0, 1,
+      "HTTP/2: 1: RFC 7540 priorities (PRIORITY frames order DATA in "
+      "nghttp2's scheduler); 0: SETTINGS_NO_RFC7540_PRIORITIES, streams of "
+      "one urgency served round-robin" },
+    { "proxy.config.http2.max_settings_per_frame", REC_INT, rec_set_int,
+      REC_FIELD(h2_settings_per_frame), "7", 1, 1000,
+      "HTTP/2: settings one SETTINGS frame may carry; more is "
+      "ENHANCE_YOUR_CALM and close" },
+    { "proxy.config.http2.max_settings_per_minute", REC_INT, rec_set_int,
+      REC_FIELD(h2_settings_min), "14", 1, 1000000,
+      "HTTP/2: settings a client may send in a minute; more closes" },
+    { "proxy.config.http2.max_settings_frames_per_minute", REC_INT, rec_set_int,
+      REC_FIELD(h2_settings_frames_min), "14", 1, 1000000,
+      "HTTP/2: SETTINGS frames a client may send in a minute (the "
+      "SETTINGS flood); more closes with ENHANCE_YOUR_CALM" },
+    { "proxy.config.http2.max_ping_frames_per_minute", REC_INT, rec_set_int,
+      REC_FIELD(h2_ping_min), "60", 1, 1000000,
+      "HTTP/2: PING frames a client may send in a minute (the PING flood)" },
+    { "proxy.config.http2.max_priority_frames_per_minute", REC_INT, rec_set_int,
+      REC_FIELD(h2_priority_min), "120", 1, 1000000,
+      "HTTP/2: PRIORITY frames a client may send in a minute" },
+    { "proxy.config.http2.max_rst_stream_frames_per_minute", REC_INT, rec_set_int,
+      REC_FIELD(h2_rst_min), "200", 1, 1000000,
+      "HTTP/2: RST_STREAM frames a client may send in a minute (rapid "
+      "reset, CVE-2023-44487); more closes with ENHANCE_YOUR_CALM" },
+    { "proxy.config.http2.max_continuation_frames_per_minute", REC_INT, rec_set_int,
+      REC_FIELD(h2_cont_min), "120", 1, 1000000,
+      "HTTP/2: CONTINUATION frames a client may send in a minute (the "
+      "CONTINUATION flood of 2024)" },
+    { "proxy.config.cistern.http2.max_window_update_frames_per_minute", REC_INT,
+      rec_set_int, REC_FIELD(h2_wu_min), "1000", 1, 1000000,
+      "HTTP/2 (no ATS key): WINDOW_UPDATE frames in a minute beyond one per "
+      "DATA frame we sent (the WINDOW_UPDATE flood); more closes" },
 };
 
 #define REC_NKEYS (sizeof(rec_table) / sizeof(rec_table[0]))
@@ -854,11 +918,15 @@ rec_port_value(const char *item, const char *kw)
     return item[n] == '=' ? item + n + 1 : item + n;
 }
 
-/* proto=: ATS's session protocol list (';' or '|' separated).  Cistern
- * speaks HTTP/1.0 and 1.1 on every port, whatever the list says. */
+/* proto=: ATS's session protocol list (';' or '|' separated): http (and
+ * its spellings http/1.0, http/1.1) and http2 (h2, http/2; h2c for the
+ * cleartext prior-knowledge form).  On an ssl port the list is what ALPN
+ * offers (h2 first); on a cleartext port http2 means h2c with prior
+ * knowledge (a connection that starts with the HTTP/2 preface), alone
+ * or beside HTTP/1.x.  There is no h2c Upgrade (README says why). */
 static int
 rec_port_proto(const struct rec_directive *d, const char *orig,
-               const char *value, struct rec_ctx *ctx)
+               const char *value, struct rec_ctx *ctx, struct conf_port *out)
 {
     char  buf[128], *save = NULL, *t;
     int   n = 0;
@@ -870,16 +938,17 @@ rec_port_proto(const struct rec_directive *d, const char *orig,
     strcpy(buf, value);
     for (t = strtok_r(buf, ";|", &save); t; t = strtok_r(NULL, ";|", &save), n++) {
         if (strcasecmp(t, "http") == 0 || strcasecmp(t, "http/1.1") == 0
-            || strcasecmp(t, "http/1.0") == 0)
+            || strcasecmp(t, "http/1.0") == 0) {
+            out->proto |= CONF_PROTO_H1;
             continue;
+        }
         if (strcasecmp(t, "http2") == 0 || strcasecmp(t, "h2") == 0
             || strcasecmp(t, "http/2") == 0 || strcasecmp(t, "h2c") == 0) {
-            rec_fail(ctx, d, "\"%s\": proto=%s: HTTP/2 is not supported yet "
-                     "(use proto=http)", orig, t);
-            return -1;
+            out->proto |= CONF_PROTO_H2;
+            continue;
         }
         rec_fail(ctx, d, "\"%s\": proto=%s: protocol not supported (only "
-                 "http, http/1.0 and http/1.1)", orig, t);
+                 "http, http/1.0, http/1.1, http2, h2, h2c)", orig, t);
         return -1;
     }
     if (n == 0) {
@@ -1028,7 +1097,7 @@ rec_port_item(const struct rec_directive *d, const char *orig, char *item,
         *fam = f;
         *fam_set = 1;
     } else if ((v = rec_port_value(item, "proto")) != NULL) {
-        return rec_port_proto(d, orig, v, ctx);
+        return rec_port_proto(d, orig, v, ctx, out);
     } else {
         for (size_t i = 0; i < sizeof(rec_port_unsupported) / sizeof(rec_port_unsupported[0]); i++) {
             const char *u = rec_port_unsupported[i].item;

@@ -238,20 +238,50 @@ tls_sni_cb(SSL *s, int *al, void *arg)
     return SSL_TLSEXT_ERR_OK;
 }
 
-/* ALPN: we speak HTTP/1.1 only; say so when asked, never refuse. */
+/* ALPN: what the port speaks (the worker sets it on each connection with
+ * conf_tls_set_protos: CONF_PROTO_* in the SSL's app data, 0 meaning
+ * HTTP/1.1 alone), h2 first; never refuse a client that offers neither. */
 static int
 tls_alpn_cb(SSL *s, const unsigned char **out, unsigned char *outlen,
             const unsigned char *in, unsigned int inlen, void *arg)
 {
+    static const unsigned char both[] = "\x02h2\x08http/1.1";
+    static const unsigned char h2[] = "\x02h2";
     static const unsigned char h11[] = "\x08http/1.1";
+    uintptr_t protos = (uintptr_t)SSL_get_app_data(s);
+    const unsigned char *ours = h11;
+    unsigned ourlen = sizeof(h11) - 1;
     unsigned char *sel;
 
-    (void)s; (void)arg;
-    if (SSL_select_next_proto(&sel, outlen, h11, sizeof(h11) - 1, in, inlen)
+    (void)arg;
+    if ((protos & CONF_PROTO_H2) && (protos & CONF_PROTO_H1)) {
+        ours = both;
+        ourlen = sizeof(both) - 1;
+    } else if (protos & CONF_PROTO_H2) {
+        ours = h2;
+        ourlen = sizeof(h2) - 1;
+    }
+    if (SSL_select_next_proto(&sel, outlen, ours, ourlen, in, inlen)
         != OPENSSL_NPN_NEGOTIATED)
         return SSL_TLSEXT_ERR_NOACK;
     *out = sel;
     return SSL_TLSEXT_ERR_OK;
+}
+
+void
+conf_tls_set_protos(struct ssl_st *s, int protos)
+{
+    SSL_set_app_data(s, (void *)(uintptr_t)protos);
+}
+
+int
+conf_tls_alpn_h2(const struct ssl_st *s)
+{
+    const unsigned char *p = NULL;
+    unsigned n = 0;
+
+    SSL_get0_alpn_selected(s, &p, &n);
+    return n == 2 && memcmp(p, "h2", 2) == 0;
 }
 
 /* ------------------------------------------------------------------ */

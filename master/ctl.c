@@ -13,7 +13,9 @@
  *               metric get NAME | metric match REGEX
  *               config reload | config status
  *               server drain | server undrain
- *               cache lookup URL | cache purge URL
+ *               cache lookup URL | cache purge URL [--soft]
+ *               cache purge --tag T ... | --prefix URL ... | --host H ...
+ *                           | --all [--soft]
  *               host down NAME | host up NAME
  *               url top [N] [requests|misses]
  *   answer    a status line "CODE TEXT": 0 ok, 1 not found / false,

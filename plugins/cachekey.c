@@ -91,11 +91,15 @@ ck_remap(void *inst, struct cst_txn *t)
     char key[CK_KEY_MAX];
     size_t n = api->key_get(t, key, sizeof(key)), q;
     char *qm;
+    size_t n0;
 
     if (n == 0)
         return CST_CONTINUE;        /* not cacheable anyway */
     /* the key is "scheme://authority/path?query[ more]": the query */
     qm = memchr(key, '?', n);
+    if (qm == NULL && k->headers == NULL)
+        return CST_CONTINUE;        /* nothing to change: the key stays */
+    n0 = n;
     if (qm != NULL && (k->remove_all || k->exclude || k->include)) {
         char *w = qm, *p = qm + 1, *end = key + n, *sp = memchr(qm, ' ', n - (size_t)(qm - key));
         char tail[CK_KEY_MAX];
@@ -142,7 +146,9 @@ ck_remap(void *inst, struct cst_txn *t)
         }
         h = e ? e + 1 : NULL;
     }
-    if ((q = n) > 0)
+    /* the changes only ever take bytes out or add fields: the same
+     * length is the same key */
+    if ((q = n) > 0 && q != n0)
         api->key_set(t, key, q);
     return CST_CONTINUE;
 }

@@ -33,12 +33,14 @@ struct hcond {
     int      nstatus;
     int      status[8];
     char    *field, *fvalue;          /* NULL: no field condition */
+    size_t   flen, fvlen;
 };
 
 struct hrule {
     enum hop   op;
     enum where where;
     char      *name, *value;
+    size_t     nlen, vlen;
     int        cond;                  /* index into conds, -1: none */
 };
 
@@ -48,6 +50,7 @@ struct hdrs {
     int           nrules;
     struct hcond *conds;
     int           nconds;
+    int           has[3];             /* rules for W_REQ, W_ORIGIN, W_RESP */
 };
 
 static void
@@ -94,6 +97,13 @@ hdrs_cond(struct hdrs *h, const char *a, char *err, size_t errlen)
         }
         c.field = eq ? strndup(f, (size_t)(eq - f)) : strdup(f);
         c.fvalue = eq ? strdup(eq + 1) : NULL;
+        if (c.field == NULL || (eq && c.fvalue == NULL)) {
+            free(c.field);
+            free(c.fvalue);
+            return -1;
+        }
+        c.flen = strlen(c.field);
+        c.fvlen = c.fvalue ? strlen(c.fvalue) : 0;
     }
     if ((nc = realloc(h->conds, sizeof(*nc) * (size_t)(h->nconds + 1))) == NULL)
         return -1;
@@ -158,6 +168,11 @@ hdrs_create(const struct cst_api *api, int argc, char **argv, char *err, size_t 
         nr->cond = cond;
         nr->name = c2 ? strndup(c1, (size_t)(c2 - c1)) : strdup(c1);
         nr->value = c2 ? strdup(c2 + 1) : NULL;
+        if (nr->name == NULL || (c2 && nr->value == NULL))
+            goto fail;
+        nr->nlen = strlen(nr->name);
+        nr->vlen = nr->value ? strlen(nr->value) : 0;
+        h->has[nr->where] = 1;
     }
     if (h->nrules == 0) {
         snprintf(err, errlen, "no operation given (e.g. @pparam=set-resp:X-A:1)");
@@ -187,9 +202,9 @@ hdrs_cond_ok(struct hdrs *h, struct cst_txn *t, int ci, int status)
             return 0;
     }
     if (c->field != NULL) {
-        if (!h->api->field_get(t, CST_REQUEST, c->field, strlen(c->field), 0, &v, &vl))
+        if (!h->api->field_get(t, CST_REQUEST, c->field, c->flen, 0, &v, &vl))
             return 0;
-        if (c->fvalue && (vl != strlen(c->fvalue) || memcmp(v, c->fvalue, vl) != 0))
+        if (c->fvalue && (vl != c->fvlen || memcmp(v, c->fvalue, vl) != 0))
             return 0;
     }
     return 1;
@@ -198,22 +213,22 @@ hdrs_cond_ok(struct hdrs *h, struct cst_txn *t, int ci, int status)
 static int
 hdrs_apply(struct hdrs *h, struct cst_txn *t, enum where w, int head, int status)
 {
+    if (!h->has[w])
+        return CST_CONTINUE;
     for (int i = 0; i < h->nrules; i++) {
         const struct hrule *r = &h->rules[i];
-        size_t nl;
 
         if (r->where != w || !hdrs_cond_ok(h, t, r->cond, status))
             continue;
-        nl = strlen(r->name);
         switch (r->op) {
         case H_SET:
-            h->api->field_set(t, head, r->name, nl, r->value, strlen(r->value));
+            h->api->field_set(t, head, r->name, r->nlen, r->value, r->vlen);
             break;
         case H_ADD:
-            h->api->field_add(t, head, r->name, nl, r->value, strlen(r->value));
+            h->api->field_add(t, head, r->name, r->nlen, r->value, r->vlen);
             break;
         case H_RM:
-            h->api->field_remove(t, head, r->name, nl);
+            h->api->field_remove(t, head, r->name, r->nlen);
             break;
         }
     }
@@ -230,14 +245,16 @@ static int
 hdrs_read_response(void *inst, struct cst_txn *t)
 {
     struct hdrs *h = inst;
-    return hdrs_apply(h, t, W_ORIGIN, CST_RESPONSE, h->api->status(t));
+    return h->has[W_ORIGIN] ? hdrs_apply(h, t, W_ORIGIN, CST_RESPONSE, h->api->status(t))
+                            : CST_CONTINUE;
 }
 
 static int
 hdrs_send_response(void *inst, struct cst_txn *t)
 {
     struct hdrs *h = inst;
-    return hdrs_apply(h, t, W_RESP, CST_RESPONSE, h->api->status(t));
+    return h->has[W_RESP] ? hdrs_apply(h, t, W_RESP, CST_RESPONSE, h->api->status(t))
+                          : CST_CONTINUE;
 }
 
 CST_PLUGIN_EXPORT const struct cst_plugin cistern_plugin = {

@@ -3,7 +3,8 @@
 # -d10 on a cached 1 KiB generator URL (map ... @plugin=generator.so) and
 # on the same object served by a plain map hit (a rule without plugins
 # whose origin is the generator rule), then a rule with headers.so and
-# cachekey.so active vs the same rule without them (wrk -c50), for
+# cachekey.so active vs the same rule without them (wrk -c50, then ab -k
+# -c100 for as long), for
 # Cistern and, when traffic_server is installed, ATS with its own
 # generator.so, cachekey.so and header_rewrite.so.
 #
@@ -17,11 +18,13 @@ while (($#)); do
     -d) secs=$2; shift 2 ;;
     --no-ats) ats=0; shift ;;
     --port-base) base=$2; shift 2 ;;
-    -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-plugins: unknown argument $1" >&2; exit 2 ;;
     esac
 done
 here=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/common.sh
+. "$here/scripts/common.sh"
 bin=${CISTERN_BIN:-$here/_build/plain/cistern}
 pdir=$(cd "$(dirname "$bin")" && pwd)/plugins
 command -v wrk >/dev/null || { echo "bench-plugins: wrk not installed" >&2; exit 1; }
@@ -53,6 +56,13 @@ run() {
         "$(awk '/Requests\/sec/ { print $2 }' <<<"$out")" \
         "$(awk '$1 == "50%" { print $2 }' <<<"$out")" \
         "$(awk '$1 == "Latency" { print $2; exit }' <<<"$out")"
+    if ((c > 1)); then  # the issue's second client: ab -k -c100, as many requests as wrk made
+        out=$(ab -q -k -c100 -t"$secs" -n 5000000 -H "Host: $host" "$url" 2>&1)
+        printf '%-34s %10s req/s  p50 %8s  failed %s\n' "${name/-c50/ab -k -c100}" \
+            "$(awk '/Requests per second/ { print $4 }' <<<"$out")" \
+            "$(awk '$1 == "50%" { print $2 "ms" }' <<<"$out")" \
+            "$(awk '/Failed requests/ { print $3 }' <<<"$out")"
+    fi
 }
 
 # a hit: Cistern says so in Cache-Status. ATS's answers carry nothing
@@ -90,27 +100,7 @@ run "cistern headers+cachekey (-c50)" "$cp" both.test /cache/1024/2 50 "$chit"
 # --- ATS -------------------------------------------------------------------
 if ((ats)) && command -v traffic_server >/dev/null && [[ -f /usr/lib/trafficserver/modules/generator.so ]]; then
     ap=$((base + 1)) d=$tmp/ats
-    mkdir -p "$d/etc" "$d/var" "$d/run" "$d/log" "$d/cache"
-    [[ -d /etc/trafficserver/body_factory ]] && cp -r /etc/trafficserver/body_factory "$d/etc/"
-    for f in plugin.config hosting.config volume.config cache.config parent.config \
-        socks.config splitdns.config ssl_multicert.config sni.yaml strategies.yaml; do
-        : >"$d/etc/$f"
-    done
-    cat >"$d/runroot.yaml" <<CONF
-prefix: $d
-exec_prefix: /usr
-bindir: /usr/bin
-sbindir: /usr/sbin
-sysconfdir: $d/etc
-datadir: $d/var
-includedir: /usr/include
-libdir: /usr/lib/trafficserver
-libexecdir: /usr/lib/trafficserver/modules
-localstatedir: $d/var
-runtimedir: $d/run
-logdir: $d/log
-cachedir: $d/cache
-CONF
+    cst_ats_runroot "$d"
     cat >"$d/etc/records.config" <<CONF
 CONFIG proxy.config.http.server_ports STRING $ap
 CONFIG proxy.config.exec_thread.autoconfig INT 0

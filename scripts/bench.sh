@@ -58,7 +58,8 @@
 #     proxy, the load sent to the origin's URL through it), scen_NAME_hit
 #     (1: the warm-up must give a cache hit), scen_NAME_size (the limit
 #     server's body bytes), scen_NAME_tools ("TOOL:CONNECTIONS ..."; tools:
-#     ab, wrk, h2load (--h1), idle), scen_NAME_setup (shared backends) and
+#     ab, wrk, h2load (--h1), h2 (h2load in HTTP/2, 10 streams per
+#     connection), idle), scen_NAME_setup (shared backends) and
 #     optionally scen_NAME_servers (the servers it applies to; default all),
 #     scen_NAME_scheme (https: the servers listen with TLS, with the
 #     self-signed certificate tls_cert makes; default http) and
@@ -73,10 +74,10 @@
 # Function names use '_' where scenario names use '-'.
 set -euo pipefail
 
-ALL_SCENARIOS=(hit-1k hit-64k hit-1m hit-64m proxy-1k conn-1 hit-1k-log idle-conn redirect https-hit-1k push-64k forward-1k)
+ALL_SCENARIOS=(hit-1k hit-64k hit-1m hit-64m proxy-1k conn-1 hit-1k-log idle-conn redirect https-hit-1k push-64k forward-1k h2-hit-1k h2-hit-64k)
 DEFAULT_SCENARIOS=(hit-1k hit-64k proxy-1k conn-1 hit-1k-log idle-conn push-64k forward-1k)
 ALL_SERVERS=(limit cistern nginx varnish squid ats)
-ALL_TOOLS=(ab wrk h2load idle)
+ALL_TOOLS=(ab wrk h2load h2 idle)
 
 rounds=3
 duration=10
@@ -277,6 +278,30 @@ scen_https_hit_1k_tools() { echo "ab:100 wrk:50"; }
 scen_https_hit_1k_servers() { echo "cistern nginx"; }
 scen_https_hit_1k_scheme() { echo https; }
 scen_https_hit_1k_setup() { origin_start; tls_cert; }
+
+# h2-hit-1k, h2-hit-64k (issue 24): cache hits over HTTP/2 on TLS, "h2load
+# -c40 -m10" (ALPN h2): Cistern's ":ssl" port (h2 by default), nginx's
+# "listen ssl http2", ATS's ":ssl" port (h2 by default); one worker each.
+scen_h2_hit_1k_desc() { echo "HTTP/2 over TLS, cache hits of 1 KiB (h2load -c40 -m10; no limit)"; }
+scen_h2_hit_1k_path() { echo "/cache/1k"; }
+scen_h2_hit_1k_expect() { echo 200; }
+scen_h2_hit_1k_kind() { echo proxy; }
+scen_h2_hit_1k_hit() { echo 1; }
+scen_h2_hit_1k_size() { echo 1024; }
+scen_h2_hit_1k_tools() { echo "h2:40"; }
+scen_h2_hit_1k_servers() { echo "cistern nginx ats"; }
+scen_h2_hit_1k_scheme() { echo https; }
+scen_h2_hit_1k_setup() { origin_start; tls_cert; }
+scen_h2_hit_64k_desc() { echo "HTTP/2 over TLS, cache hits of 64 KiB (h2load -c40 -m10; no limit)"; }
+scen_h2_hit_64k_path() { echo "/cache/64k"; }
+scen_h2_hit_64k_expect() { echo 200; }
+scen_h2_hit_64k_kind() { echo proxy; }
+scen_h2_hit_64k_hit() { echo 1; }
+scen_h2_hit_64k_size() { echo 65536; }
+scen_h2_hit_64k_tools() { echo "h2:40"; }
+scen_h2_hit_64k_servers() { echo "cistern nginx ats"; }
+scen_h2_hit_64k_scheme() { echo https; }
+scen_h2_hit_64k_setup() { origin_start; tls_cert; }
 
 # push-64k: the PUSH benchmark of ATS PR 7382 (see the head comment).  The
 # limit server answers the GETs with 64 KiB as for hit-64k.
@@ -524,7 +549,9 @@ srv_nginx_start() { # DIR PORT SCEN
     # server's choice (else nginx takes the client's AES-256 while Cistern
     # picks AES-128: the same suite for both).
     if [[ $(scen_scheme "$scen") == https ]]; then
-        tls=" ssl;
+        tls=" ssl"
+        [[ $scen == h2-* ]] && tls=" ssl http2"
+        tls="$tls;
     ssl_certificate $work/tls/cert.pem;
     ssl_certificate_key $work/tls/key.pem;
     ssl_protocols TLSv1.2 TLSv1.3;
@@ -699,12 +726,12 @@ CONF
 srv_ats_prepare() { peer_install ats trafficserver traffic_server; }
 
 srv_ats_start() { # DIR PORT SCEN
-    local dir=$1 port=$2 scen=$3 f kind ports remap_req=1 reverse=1 push=0 remap
+    local dir=$1 port=$2 scen=$3 kind ports remap_req=1 reverse=1 push=0 remap
     kind=$(scen_kind "$scen")
     ports=$port
     remap="map / http://127.0.0.1:$origin_port/"
     case $kind in
-    proxy) ;;
+    proxy) [[ $(scen_scheme "$scen") == https ]] && ports=$port:ssl ;;
     push)
         ports="$(push_port "$port") $port" remap_req=0 push=1
         remap="map http://localhost:$port http://fakehost"
@@ -712,27 +739,12 @@ srv_ats_start() { # DIR PORT SCEN
     forward) remap_req=0 reverse=0 remap='' ;;
     *) return 3 ;;
     esac
-    mkdir -p "$dir/etc" "$dir/var" "$dir/run" "$dir/log" "$dir/cache"
-    [[ -d /etc/trafficserver/body_factory ]] && cp -r /etc/trafficserver/body_factory "$dir/etc/"
-    for f in plugin.config hosting.config volume.config cache.config parent.config \
-        socks.config splitdns.config ssl_multicert.config sni.yaml strategies.yaml; do
-        : >"$dir/etc/$f"
-    done
-    cat >"$dir/runroot.yaml" <<CONF
-prefix: $dir
-exec_prefix: /usr
-bindir: /usr/bin
-sbindir: /usr/sbin
-sysconfdir: $dir/etc
-datadir: $dir/var
-includedir: /usr/include
-libdir: /usr/lib/trafficserver
-libexecdir: /usr/lib/trafficserver/modules
-localstatedir: $dir/var
-runtimedir: $dir/run
-logdir: $dir/log
-cachedir: $dir/cache
-CONF
+    cst_ats_runroot "$dir"
+    # https: the run's certificate (ATS 9 speaks h2 and http/1.1 on an ssl
+    # port by default)
+    [[ $(scen_scheme "$scen") == https ]] &&
+        echo "dest_ip=* ssl_cert_name=$work/tls/cert.pem ssl_key_name=$work/tls/key.pem" \
+            >"$dir/etc/ssl_multicert.config"
     cat >"$dir/etc/records.config" <<CONF
 CONFIG proxy.config.http.server_ports STRING $ports
 CONFIG proxy.config.exec_thread.autoconfig INT 0
@@ -1015,12 +1027,14 @@ run_load() {
                    /Non-2xx or 3xx responses:/ { n = $5 }
                    END { print s + n }' "$log")
         ;;
-    h2load)
+    h2load | h2)
         # "finished in 3.00s, 31700.00 req/s, 1.94GB/s"; "requests: T
         # total, S started, D done, OK succeeded, F failed, E errored, X
         # timeout"; "status codes: A 2xx, B 3xx, C 4xx, D 5xx".
-        "${cli_pin[@]}" h2load --h1 -t 1 -c "$conns" -D "$duration" "$url" \
-            >"$log" 2>&1 || true
+        local mode=(--h1)
+        [[ $tool == h2 ]] && mode=(-m 10)
+        timeout $((duration + 60)) "${cli_pin[@]}" h2load "${mode[@]}" -t 1 -c "$conns" \
+            -D "$duration" "$url" >"$log" 2>&1 || true
         rps=$(awk '/^finished in/ { print $4 }' "$log")
         p50='?' p99='?'
         err=$(awk '/^requests:/ { gsub(",", ""); t = $2; ok = $8; bad = $10 + $12 + $14 }
@@ -1310,6 +1324,13 @@ for scen in "${scenarios[@]}"; do
             "${cli_pin[@]}" h2load --h1 -t 1 -c 40 -D "$warmup" "$(load_url "$port")" \
                 >/dev/null 2>&1 || true
             ;;
+        h2)
+            # a count, not -D, and a time limit: h2load 1.52 over TLS was
+            # seen to wait forever after -D on connections the server had
+            # not accepted yet (nginx and ATS both)
+            timeout 60 "${cli_pin[@]}" h2load -m 10 -t 1 -c 40 -n 4000 "$(load_url "$port")" \
+                >/dev/null 2>&1 || true
+            ;;
         *)
             if [[ $kind == forward ]]; then
                 "${cli_pin[@]}" ab -q -k -c 10 -n 2000 -X "$(load_proxy "$port")" \
@@ -1352,7 +1373,7 @@ for scen in "${scenarios[@]}"; do
                 res_p99[$key]+="$p99 "
                 ((rss > ${res_rss[$key]:-0})) && res_rss[$key]=$rss
                 # h2load: a run with failures is no figure (n/a, and why).
-                if [[ $tool == h2load && $err != 0 ]]; then
+                if [[ ($tool == h2load || $tool == h2) && $err != 0 ]]; then
                     failed_run[$key]="h2load: ${err//_/ }"
                 elif [[ $err != 0 ]]; then
                     res_err[$key]="${res_err[$key]:-}$err "
@@ -1447,7 +1468,7 @@ for s in "${servers[@]}"; do printf ' %15s' "$s"; done
 printf '\n'
 for row in "${rows[@]}"; do
     IFS='|' read -r scen tool conns <<<"$row"
-    [[ $tool == idle || $tool == h2load ]] && continue
+    [[ $tool == idle || $tool == h2load || $tool == h2 ]] && continue
     k="$scen|$tool|$conns"
     printf '%-*s' "$w" "$(row_label "$scen" "$tool" "$conns")"
     for s in "${servers[@]}"; do

@@ -12,6 +12,8 @@
 #   cst_make DIR [TARGET...]     make -j$(nproc) in DIR
 #   cst_callgrind_start BIN DIR WORKERS LOGGING ORIGIN   a daemon under
 #                      callgrind, for scripts/profile.sh and bench-scaling.sh
+#   cst_ats_runroot DIR   a private ATS runroot in DIR (bench.sh,
+#                      bench-plugins.sh)
 
 CST_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
@@ -25,7 +27,7 @@ CST_DEB_PACKAGES=(
     libssl-dev libhttp-parser-dev liblmdb-dev libevent-dev libyaml-dev check
     python3 curl apache2-utils wrk procps ca-certificates openssl valgrind
     iproute2 strace shellcheck clang libclang-rt-14-dev universal-ctags
-    netcat-openbsd prometheus tmux
+    netcat-openbsd prometheus tmux libnghttp2-dev nghttp2-client python3-h2
 )
 
 cst_say() { printf '==> %s\n' "$*" >&2; }
@@ -111,7 +113,9 @@ cst_make() {
 # a configuration in DIR: WORKERS workers, logging_enabled LOGGING, PUSH
 # on, a 64M cache, http://m.test/ mapped to ORIGIN (host:port).  Returns
 # once every child is ready; the master's pid is in DIR/run/cistern.pid,
-# its port in DIR/run/ports.  CST_LOGGING_YAML: a logging.yaml to add.
+# its port in DIR/run/ports.  CST_LOGGING_YAML: a logging.yaml to add;
+# CST_REMAP_OPTS: options after the map line (e.g. @plugin=...), with
+# CST_PLUGIN_DIR as proxy.config.plugin.plugin_dir.
 cst_callgrind_start() {
     local bin=$1 d=$2 workers=$3 logging=$4 origin=$5
     mkdir -p "$d"
@@ -124,12 +128,46 @@ CONFIG proxy.config.admin.user_id STRING #-1
 CONFIG proxy.config.log.logging_enabled INT $logging
 CONFIG proxy.config.http.push_method_enabled INT 1
 EOF
+    if [ -n "${CST_PLUGIN_DIR:-}" ]; then
+        echo "CONFIG proxy.config.plugin.plugin_dir STRING $CST_PLUGIN_DIR" >>"$d/records.config"
+    fi
     echo "cache 64M" >"$d/storage.config"
-    echo "map http://m.test/ http://$origin/" >"$d/remap.config"
+    echo "map http://m.test/ http://$origin/ ${CST_REMAP_OPTS:-}" >"$d/remap.config"
     # CST_LOGGING_YAML names a logging.yaml to profile with (custom logs)
     if [ -n "${CST_LOGGING_YAML:-}" ]; then cp "$CST_LOGGING_YAML" "$d/logging.yaml"; fi
     valgrind -q --tool=callgrind --trace-children=yes \
         --callgrind-out-file="$d/cg.%p" "$bin" -c "$d" -f >"$d/out" 2>&1 &
     for _ in $(seq 120); do [ -s "$d/run/ports" ] && break; sleep 0.5; done
     sleep 3     # every child ready under valgrind
+}
+
+# cst_ats_runroot DIR: a private runroot for traffic_server (run alone,
+# --run-root=DIR/runroot.yaml): DIR/{etc,var,run,log,cache}, Debian's body
+# factory copied, the configuration files ATS insists on present and
+# empty, and DIR/runroot.yaml pointing every directory into DIR (the
+# binaries and modules stay Debian's).  records.config, storage.config,
+# remap.config, ip_allow.yaml and logging.yaml are the caller's.
+cst_ats_runroot() {
+    local dir=$1 f
+    mkdir -p "$dir/etc" "$dir/var" "$dir/run" "$dir/log" "$dir/cache"
+    [[ -d /etc/trafficserver/body_factory ]] && cp -r /etc/trafficserver/body_factory "$dir/etc/"
+    for f in plugin.config hosting.config volume.config cache.config parent.config \
+        socks.config splitdns.config ssl_multicert.config sni.yaml strategies.yaml; do
+        : >"$dir/etc/$f"
+    done
+    cat >"$dir/runroot.yaml" <<CONF
+prefix: $dir
+exec_prefix: /usr
+bindir: /usr/bin
+sbindir: /usr/sbin
+sysconfdir: $dir/etc
+datadir: $dir/var
+includedir: /usr/include
+libdir: /usr/lib/trafficserver
+libexecdir: /usr/lib/trafficserver/modules
+localstatedir: $dir/var
+runtimedir: $dir/run
+logdir: $dir/log
+cachedir: $dir/cache
+CONF
 }

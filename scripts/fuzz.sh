@@ -39,7 +39,7 @@ if [ -z "${CONFIG_H_DIR:-}" ]; then
     if [ -f "$PWD/config.h" ]; then CONFIG_H_DIR=$PWD; else CONFIG_H_DIR=$SRCDIR; fi
 fi
 FUZZ_JOBS=${FUZZ_JOBS:-1}
-ALL="request response push conf_records conf_remap conf_ip_allow conf_ip_allow_yaml conf_storage cachectl record pp"
+ALL="request response push conf_records conf_remap conf_ip_allow conf_ip_allow_yaml conf_storage cachectl record pp h2"
 TARGETS=${FUZZ_TARGETS:-$ALL}
 
 if ! command -v "$CLANG" >/dev/null 2>&1; then
@@ -65,11 +65,13 @@ sources() {
         conf_*) echo "$CONF" ;;
         record) echo "$S"/cache/*.c ;;
         pp) echo "$S/worker/pp.c" ;;
+        h2) echo "$HTTP $S/worker/buf.c $S/worker/h2head.c" ;;
     esac
 }
 libs() {
     case $1 in
         request|response|push|cachectl) echo "-lhttp_parser" ;;
+        h2) echo "-lhttp_parser -lnghttp2" ;;
         record) echo "-llmdb -lpthread" ;;
         conf_*) echo "-lssl -lcrypto -lyaml" ;;
         *) echo "" ;;

@@ -9,6 +9,9 @@
 #   hit        1 KiB cache hit, access log on (the default configuration)
 #   hit-nolog  the same with the access log off (logging_enabled 1)
 #   proxy      1 KiB uncacheable response fetched from t/origin.py
+#   hit-plugins  the hit of `hit` through a rule with headers.so
+#              (set-resp) and cachekey.so (--exclude-params): the cost of
+#              the plugin hooks on a hit (the build's plugins/ directory)
 # A profiling aid: it prints, it never fails on a figure.
 #
 # Usage: scripts/profile.sh [-n N] [-t TOP] [SCENARIO]
@@ -20,14 +23,14 @@ while [ $# -gt 0 ]; do
     case $1 in
     -n) n=$2; shift 2 ;;
     -t) top=$2; shift 2 ;;
-    -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "profile: unknown option $1" >&2; exit 2 ;;
     *) break ;;
     esac
 done
 scenario=${1:-hit}
-case $scenario in hit | hit-nolog | proxy) ;; *)
-    echo "profile: unknown scenario '$scenario' (hit, hit-nolog, proxy)" >&2; exit 2 ;;
+case $scenario in hit | hit-nolog | proxy | hit-plugins) ;; *)
+    echo "profile: unknown scenario '$scenario' (hit, hit-nolog, proxy, hit-plugins)" >&2; exit 2 ;;
 esac
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=scripts/common.sh
@@ -54,6 +57,13 @@ if [ "$scenario" = proxy ]; then
 fi
 logging=3
 [ "$scenario" = hit-nolog ] && logging=1
+if [ "$scenario" = hit-plugins ]; then
+    CST_PLUGIN_DIR=$(cd "$(dirname "$bin")" && pwd)/plugins
+    [ -f "$CST_PLUGIN_DIR/headers.so" ] || { echo "profile: no plugins in $CST_PLUGIN_DIR" >&2; exit 1; }
+    CST_REMAP_OPTS="@plugin=headers.so @pparam=set-resp:X-Served-By:edge"
+    CST_REMAP_OPTS+=" @plugin=cachekey.so @pparam=--exclude-params=utm"
+    export CST_PLUGIN_DIR CST_REMAP_OPTS
+fi
 
 # run COUNT: serve COUNT requests under callgrind; leaves $work/rCOUNT/worker
 run() {

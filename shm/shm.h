@@ -55,6 +55,10 @@ unsigned shm_lat_bucket(uint64_t us);
 enum { SHM_RULE_REQ = 0, SHM_RULE_HIT, SHM_RULE_MISS, SHM_RULE_BYTES, SHM_RULE_ERR, SHM_RULE_N };
 enum { SHM_OH_REQ = 0, SHM_OH_ERR, SHM_OH_CONNECTS, SHM_OH_CONNECT_US, SHM_OH_N };
 
+/* Purge kinds (PURGE, POST /_purge, cistern ctl cache purge). */
+enum shm_purge { SHM_PURGE_URL = 0, SHM_PURGE_TAG, SHM_PURGE_PREFIX, SHM_PURGE_HOST,
+                 SHM_PURGE_ALL, SHM_PURGE_N };
+
 /* Counters, one set per slot.  Keep every member a uint64_t: shm_sum()
  * treats the struct as an array. */
 struct shm_counters {
@@ -85,6 +89,9 @@ struct shm_counters {
     uint64_t tunnels_active;      /* gauge, like conns_open */
     uint64_t tunnel_bytes_up;     /* relayed client -> origin */
     uint64_t tunnel_bytes_down;   /* relayed origin -> client */
+    uint64_t purges[SHM_PURGE_N]; /* purges answered, by kind (enum shm_purge) */
+    uint64_t purges_soft;         /* ...of which soft */
+    uint64_t purged_objects;      /* objects they removed or marked stale */
     /* issue 25: latency histograms by cache result, per-rule and
      * per-origin-host counters (see above) */
     uint64_t lat[SHM_LAT_KINDS][SHM_RES_N][SHM_LAT_BUCKETS];

@@ -250,9 +250,6 @@ def _descriptor_cases(col):
         ("8080:mptcp", r"mptcp: Multipath TCP is not supported"),
         ("8080:quic", r"quic: QUIC \(HTTP/3\) is not supported"),
         ("8080:allow-plain", r"allow-plain: .* not supported"),
-        ("8080:proto=http2", r"proto=http2: HTTP/2 is not supported yet"),
-        ("8080:proto=h2", r"proto=h2: HTTP/2 is not supported yet"),
-        ("8080:proto=http;http2", r"proto=http2: HTTP/2 is not supported yet"),
         ("8080:proto=spdy", r"proto=spdy: protocol not supported"),
         ("8080:frob", r'"8080:frob": unknown port option "frob"'),
         ("ipv6:ip-in=127.0.0.1:8080", r"the ip-in= address is not IPv6"),
@@ -267,6 +264,7 @@ def _descriptor_cases(col):
                              r.stderr), "`%s`: no /%s/ in %r" % (value, rx, r.stderr))
     good = ["8080 8080:ipv6", "8080:ipv4", "IPV6:8080", "8080:proto=http",
             "8080:proto=http/1.1", "8080:proto=http/1.0;http/1.1",
+            "8080:proto=http2", "8080:proto=h2c", "8080:proto=http;http2",
             "ip-in=127.0.0.1:8080", "ip-in=[::1]:8080", "8080:pp",
             "8080:pp 8080:ipv6:pp", "ip-in=127.0.0.1:8080 8080",
             "8080:ip-in=[::1]:ipv6"]

@@ -10,6 +10,7 @@ The plugins are the build tree's (proxy.config.plugin.plugin_dir points at
 the build's plugins/); the ABI-mismatch plugin is compiled by the test."""
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -25,6 +26,11 @@ GEN = "map http://gen.test/ http://127.0.0.1/ @plugin=generator.so"
 
 def get(c, path, host, *extra):
     return curl([c.url(path), "-H", "Host: " + host] + list(extra))
+
+
+def named(r, name):
+    """Every value of field name (any case) in r's head, in order."""
+    return [v for k, v in r.headers if k.lower() == name.lower()]
 
 
 def test_generator_is_a_cached_origin():
@@ -80,6 +86,37 @@ def test_headers_plugin():
         expect_eq(r.header("X-Debugged"), "1", "if-field=X-Debug=on")
         r = get(c, "/status/404", "h.test")
         expect_eq((r.status, r.header("X-Missing")), (404, "1"), "if-status=404")
+
+
+def test_headers_edit_the_client_head_in_place():
+    """send_response's changes are made in the client's head where it is:
+    set over a field named in another case, rm of a field the head has
+    twice (and of one it has not), two adds, add then rm of the same name
+    in one hook; the same on the miss and on the hit, and the head still
+    frames the body."""
+    with Origin() as o, Cistern(records=REC, storage=["cache 64M"], remap=[
+            "map http://e.test/ http://%s/ @plugin=headers.so "
+            "@pparam=set-resp:x-kept:new @pparam=rm-resp:X-Twice @pparam=rm-resp:X-None "
+            "@pparam=add-resp:X-A:1 @pparam=add-resp:X-A:2 "
+            "@pparam=add-resp:X-Tmp:t @pparam=rm-resp:x-tmp "
+            "@pparam=set-resp:Cache-Control:private" % o.authority]) as c:
+        path = ("/headers?Cache-Control=max-age%3D60&X-Kept=old&X-Twice=1"
+                "&X-Other=o&x-twice=2")
+        for what in ("miss", "hit"):
+            r = get(c, path, "e.test")
+            expect_eq(r.status, 200, what + " status")
+            if what == "hit":
+                expect_in("hit", r.header("Cache-Status", ""), "second is a hit")
+            expect_eq(named(r, "X-Kept"), ["new"], what + ": set over X-Kept")
+            expect_eq(named(r, "X-Twice"), [], what + ": rm of a field given twice")
+            expect_eq(named(r, "X-A"), ["1", "2"], what + ": two adds, in order")
+            expect_eq(named(r, "X-Tmp"), [], what + ": add then rm in one hook")
+            expect_eq(named(r, "X-Other"), ["o"], what + ": others kept")
+            expect_eq(named(r, "Cache-Control"), ["private"],
+                      what + ": set over the origin's Cache-Control")
+            expect_eq(len(r.body), int(r.header("Content-Length")), what + ": framing")
+        expect_eq(len(o.requests()), 1, "stored once (set-resp is the client's, "
+                  "not the stored copy's)")
 
 
 def test_cachekey_plugin():
@@ -199,6 +236,127 @@ def test_crashing_plugin_kills_only_its_worker():
         expect_eq(len(before - set(c.worker_pids())), 1, "processes replaced")
         expect(c.alive(), "the master died")
         expect_eq(get(c, "/cache/10/z", "gen.test").body, b"x" * 10, "served after")
+
+
+def _slow_plugin(d):
+    """slow.so (t/plugin_slow.c), a deferred intercept, built into d."""
+    out = os.path.join(d, "slow.so")
+    src = os.path.join(harness.srcdir(), "t", "plugin_slow.c")
+    p = subprocess.run(["cc", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror",
+                        "-I", harness.srcdir(), "-o", out, src],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if p.returncode != 0:
+        raise harness.SkipTest("cannot build slow.so: %s" % p.stdout[-300:])
+    return out
+
+
+def _send_get(port, path, host):
+    s = socket.create_connection(("127.0.0.1", port), timeout=20)
+    s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n"
+               % (path, host)).encode())
+    return s, time.monotonic()
+
+
+def _read_timed(s, t0):
+    """Everything until the close: (head, body, [(seconds since t0, body
+    bytes so far)] one per read that brought body bytes, head seconds)."""
+    data, reads, head_t = b"", [], None
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        data += d
+        now = time.monotonic() - t0
+        if head_t is None and b"\r\n\r\n" in data:
+            head_t = now
+        if b"\r\n\r\n" in data:
+            n = len(data.split(b"\r\n\r\n", 1)[1])
+            if n and (not reads or reads[-1][1] != n):
+                reads.append((now, n))
+    s.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    return head.decode("latin-1"), body, reads, head_t
+
+
+def test_deferred_intercept_streams_its_body():
+    """An intercept that answers later (CST_AGAIN, resumed by a worker
+    timer) and streams its body in pieces (the producer says CST_AGAIN
+    between them): the worker serves other requests meanwhile, the client
+    gets the head after the delay and the body piece by piece, the answer
+    is stored like an origin's (the next is a hit), and the plugin's done
+    is called once."""
+    d = tempfile.mkdtemp(prefix="cistern-plug-")
+    try:
+        slow = _slow_plugin(d)
+        with Cistern(records=REC, storage=["cache 64M"], workers=1, remap=[
+                GEN, "map http://slow.test/ http://127.0.0.1/ @plugin=%s @pparam=head-ms=1000 "
+                "@pparam=steps=3 @pparam=step-ms=300 @pparam=chunk=1000" % slow]) as c:
+            s, t0 = _send_get(c.port, "/s/1", "slow.test")
+            r = get(c, "/cache/10/other", "gen.test")
+            expect_eq(r.body, b"x" * 10, "another request, while the intercept waits")
+            s.setblocking(False)
+            try:
+                early = s.recv(1)
+            except BlockingIOError:
+                early = None
+            s.setblocking(True)
+            expect_eq(early, None, "the deferred answer came before the other request "
+                      "was served")
+            head, body, reads, head_t = _read_timed(s, t0)
+            expect_in("HTTP/1.1 200", head, "status")
+            expect_in("Content-Length: 3000", head, "length")
+            expect(head_t >= 0.9, "the head came after %.2f s, not after head-ms=1000"
+                   % head_t)
+            expect_eq(body, b"a" * 1000 + b"b" * 1000 + b"c" * 1000, "body")
+            expect(len(reads) >= 2 and reads[-1][0] - reads[0][0] >= 0.3,
+                   "the body came in pieces over time: %r" % reads)
+            c.wait_log(r"slow: done /s/1 after 3000 body bytes", timeout=5)
+            r = get(c, "/s/1", "slow.test")
+            expect_in("hit", r.header("Cache-Status", ""), "the intercept's answer is stored")
+            expect_eq(r.body, body, "the hit's body")
+            expect_eq(c.error_log().count("slow: done"), 1, "done calls")
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_deferred_intercept_ends():
+    """A deferred intercept's other ends: a body of unknown length (ended
+    by the close), a client gone before the head and one gone within the
+    body (done is called, the worker goes on), a resumed intercept that
+    does not answer (502)."""
+    d = tempfile.mkdtemp(prefix="cistern-plug-")
+    try:
+        slow = _slow_plugin(d)
+        rule = "map http://%s/ http://127.0.0.1/ @plugin=" + slow + " %s"
+        with Cistern(records=REC, storage=["cache 64M"], workers=1, remap=[
+                GEN,
+                rule % ("close.test", "@pparam=head-ms=50 @pparam=step-ms=50 "
+                        "@pparam=steps=2 @pparam=length=close"),
+                rule % ("gone.test", "@pparam=head-ms=600"),
+                rule % ("mid.test", "@pparam=head-ms=50 @pparam=steps=5 @pparam=step-ms=300"),
+                rule % ("fail.test", "@pparam=head-ms=50 @pparam=fail")]) as c:
+            c.expect_log(r"plugin|origin|upstream|502")
+            before = set(c.worker_pids())
+            r = get(c, "/c/1", "close.test")
+            expect_eq((r.status, r.body), (200, b"a" * 100 + b"b" * 100),
+                      "a body ended by the close")
+            s, _ = _send_get(c.port, "/g/1", "gone.test")
+            time.sleep(0.1)
+            s.close()
+            c.wait_log(r"slow: done /g/1 after \d+ body bytes", timeout=5)
+            s, _ = _send_get(c.port, "/m/1", "mid.test")
+            got = b""
+            while b"a" * 100 not in got:
+                got += s.recv(65536)
+            s.close()
+            c.wait_log(r"slow: done /m/1 after \d+ body bytes", timeout=5)
+            r = get(c, "/f/1", "fail.test")
+            expect_eq(r.status, 502, "a resumed intercept that does not answer")
+            c.wait_log(r"slow: done /f/1 after 0 body bytes", timeout=5)
+            expect_eq(get(c, "/cache/10/after", "gen.test").body, b"x" * 10, "served after")
+            expect_eq(set(c.worker_pids()), before, "the same processes")
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _dhat_blocks(n, path, remap):

@@ -98,6 +98,10 @@ Issue 16 review on today's main (69b3632), after issues 17-25:
   kept an empty hosts file (marked loaded) and a resolver with no
   nameserver (evdns queues with no timer) for good: that request and
   every later one for a named origin waited forever, no timer armed.
+- a request trailer of Content-Length, Transfer-Encoding or Host was
+  passed on to the origin (RFC 9110 6.5.1: never allowed there);
+- an origin's Content-Length on a 204 was passed on, and the stored 204
+  was served with a Content-Length of its own (RFC 9110 8.6 forbids both).
 """
 import os
 import pwd
@@ -1199,6 +1203,46 @@ def test_fd_shortage_at_first_lookup_does_not_wedge_name_resolution():
             harness.wait_for(served, timeout=15, interval=0.5, what="a 200 for n.test")
         except harness.TestFailure:
             harness.fail("named origin still unresolved after the shortage: %r" % got)
+
+
+def test_204_passes_on_no_content_length():
+    """RFC 9110 8.6 and RFC 9112 6.1: a server never sends Content-Length
+    or Transfer-Encoding in a 204.  An origin's "Content-Length: 0" on a
+    204 was passed on to the client as it was, on the miss and on every
+    hit of the stored 204 (found by the issue 16 review on today's main).
+    Now the field is dropped like a hop-by-hop one."""
+    path = "/status/204/bytes/0/headers?Content-Length=0&Cache-Control=max-age%3D60"
+    with Origin() as o, Cistern(remap=["map http://z.test/ http://%s/" % o.authority],
+                                storage=["cache 16M"], workers=1) as c:
+        for what in ("miss", "hit"):
+            r = harness.one_request(c.port, "GET", path, host="z.test")
+            expect_eq(r.status, 204, "%s status" % what)
+            expect(r.header("Content-Length") is None,
+                   "%s: Content-Length %r on a 204" % (what, r.header("Content-Length")))
+            expect(r.header("Transfer-Encoding") is None, "%s: Transfer-Encoding on a 204" % what)
+        expect(harness.is_hit(r), "the second 204 was not a hit: %r" % r.header("Cache-Status"))
+
+
+def test_framing_fields_refused_in_trailers():
+    """A request's chunked trailer section carrying Content-Length,
+    Transfer-Encoding or Host was passed on to the origin as a trailer
+    (found by the issue 16 review on today's main): RFC 9110 6.5.1 never
+    allows them there, and a recipient that merges trailers into the head
+    would frame or route the message its own way.  Now it is a 400 and a
+    close, like a malformed trailer line; an allowed trailer still passes."""
+    with Origin() as o, Cistern(remap=["map http://a.test/ http://%s/" % o.authority],
+                                workers=1) as c:
+        for bad in (b"Content-Length: 5", b"transfer-encoding: chunked", b"HOST: b.test"):
+            req = (b"POST /echo HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: "
+                   b"chunked\r\n\r\n5\r\nhello\r\n0\r\n" + bad + b"\r\n\r\n"
+                   b"GET /smuggled HTTP/1.1\r\nHost: a.test\r\n\r\n")
+            data, closed = raw(c.port, req, timeout=3)
+            expect_eq([r.status for r in parse_responses(data)], [400], "trailer %r" % bad)
+            expect(closed, "closed after %r" % bad)
+        req = (b"POST /echo HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n"
+               b"\r\n5\r\nhello\r\n0\r\nContent-Lengthy: 1\r\n\r\n")
+        expect_eq([r.status for r in parse_responses(raw(c.port, req, timeout=3)[0])], [200],
+                  "an allowed trailer")
 
 
 if __name__ == "__main__":

@@ -136,6 +136,13 @@ admin_collect_flat(struct admin_stats *as, const struct shm_counters *tp,
     S("proxy.process.cistern.tunnel_bytes_up", "cistern_tunnel_bytes_total", "{direction=\"up\"}", "counter", "Bytes relayed by tunnels, by direction.", t.tunnel_bytes_up);
     S("proxy.process.cistern.tunnel_bytes_down", "cistern_tunnel_bytes_total", "{direction=\"down\"}", "counter", "", t.tunnel_bytes_down);
     S("proxy.process.ssl.ssl_session_cache_hit", "cistern_tls_resumptions_total", "", "counter", "Client TLS sessions resumed.", t.tls_resumed);
+    S("proxy.process.cistern.purges.url", "cistern_purges_total", "{kind=\"url\"}", "counter", "Purges answered (PURGE, POST /_purge, cistern ctl), by kind.", t.purges[SHM_PURGE_URL]);
+    S("proxy.process.cistern.purges.tag", "cistern_purges_total", "{kind=\"tag\"}", "counter", "", t.purges[SHM_PURGE_TAG]);
+    S("proxy.process.cistern.purges.prefix", "cistern_purges_total", "{kind=\"prefix\"}", "counter", "", t.purges[SHM_PURGE_PREFIX]);
+    S("proxy.process.cistern.purges.host", "cistern_purges_total", "{kind=\"host\"}", "counter", "", t.purges[SHM_PURGE_HOST]);
+    S("proxy.process.cistern.purges.all", "cistern_purges_total", "{kind=\"all\"}", "counter", "", t.purges[SHM_PURGE_ALL]);
+    S("proxy.process.cistern.purges_soft", "cistern_purges_soft_total", "", "counter", "Purges that marked objects stale instead of removing them.", t.purges_soft);
+    S("proxy.process.cistern.purged_objects", "cistern_purged_objects_total", "", "counter", "Stored objects removed or marked stale by purges.", t.purged_objects);
 #undef S
     return err;
 }

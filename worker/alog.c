@@ -352,7 +352,7 @@ alog_begin(struct req *rq)
 {
     struct alog_txn *t;
     struct http_req *r;
-    int ref = 0, ua = 0;
+    int i;
 
     if (!alog_on || rq == NULL)
         return;
@@ -364,23 +364,15 @@ alog_begin(struct req *rq)
     t->target_len = alog_keep(t->target, sizeof(t->target), r->base + r->target,
                               r->target_len);
     t->minor = r->minor;
+    t->h2 = rq->rq_h2;
     t->referer_len = t->ua_len = 0;
-    /* The first Referer and User-Agent, in one pass over the fields. */
-    for (int i = 0; i < r->nfields; i++) {
-        const struct http_field *f = &r->fields[i];
-
-        if (f->name_len == 7 && !ref
-            && strncasecmp(r->base + f->name, "referer", 7) == 0) {
-            t->referer_len = alog_keep(t->referer, sizeof(t->referer),
-                                       r->base + f->value, f->value_len);
-            ref = 1;
-        } else if (f->name_len == 10 && !ua
-                   && strncasecmp(r->base + f->name, "user-agent", 10) == 0) {
-            t->ua_len = alog_keep(t->ua, sizeof(t->ua), r->base + f->value,
-                                  f->value_len);
-            ua = 1;
-        }
-    }
+    /* The first Referer and User-Agent: known names, found by their ids */
+    if ((i = http_field_find_id(r, HTTP_F_REFERER, 0)) >= 0)
+        t->referer_len = alog_keep(t->referer, sizeof(t->referer),
+                                   r->base + r->fields[i].value, r->fields[i].value_len);
+    if ((i = http_field_find_id(r, HTTP_F_USER_AGENT, 0)) >= 0)
+        t->ua_len = alog_keep(t->ua, sizeof(t->ua), r->base + r->fields[i].value,
+                              r->fields[i].value_len);
     t->status = 0;
     t->ostatus = 0;
     t->bytes = 0;
@@ -479,6 +471,18 @@ alog_line_squid(char *p, const struct req *rq, const struct alog_txn *t, int64_t
     return p;
 }
 
+/* The protocol version: "HTTP/1.1", "HTTP/2" (prefix: "HTTP/" or
+ * "http/"). */
+static char *
+alog_put_ver(char *p, const struct alog_txn *t, const char *prefix)
+{
+    p = fmt_str(p, prefix);
+    if (t->h2)
+        return fmt_lit(p, "2");
+    p = fmt_lit(p, "1.");
+    return fmt_i64(p, t->minor);
+}
+
 static char *
 alog_line_json(char *p, const struct req *rq, const struct alog_txn *t, int64_t ms,
                int msec)
@@ -493,8 +497,8 @@ alog_line_json(char *p, const struct req *rq, const struct alog_txn *t, int64_t 
     p = fmt_str(p, t->method);
     p = fmt_lit(p, "\",\"url\":\"");
     p = alog_put_esc(p, t->target, t->target_len, ALOG_TARGET_MAX);
-    p = fmt_lit(p, "\",\"version\":\"HTTP/1.");
-    p = fmt_i64(p, t->minor);
+    p = fmt_lit(p, "\",\"version\":\"");
+    p = alog_put_ver(p, t, "HTTP/");
     p = fmt_lit(p, "\",\"status\":");
     p = fmt_i64(p, t->status);
     p = fmt_lit(p, ",\"bytes\":");
@@ -533,8 +537,8 @@ alog_line_ats(char *p, const struct req *rq, const struct alog_txn *t, int64_t m
     p = fmt_str(p, t->method);
     *p++ = ' ';
     p = alog_put_esc(p, t->target, t->target_len, ALOG_TARGET_MAX);
-    p = fmt_lit(p, " HTTP/1.");
-    p = fmt_i64(p, t->minor);
+    p = fmt_lit(p, " ");
+    p = alog_put_ver(p, t, "HTTP/");
     p = fmt_lit(p, "\" ");
     p = fmt_i64(p, t->status);
     *p++ = ' ';
@@ -779,8 +783,8 @@ alog_put_reqline(char *p, const struct alog_txn *t)
     p = fmt_str(p, t->method);
     *p++ = ' ';
     p = alog_put_url(p, t);
-    p = fmt_lit(p, " HTTP/1.");
-    return fmt_i64(p, t->minor);
+    p = fmt_lit(p, " ");
+    return alog_put_ver(p, t, "HTTP/");
 }
 
 /* phr: how the answer was had (ATS's hierarchy route). */
@@ -853,7 +857,7 @@ alog_put_op(char *p, const struct conf_log_op *op, const struct conf_log_format 
     case CONF_LF_CQHM:
         return fmt_str(p, t->method);
     case CONF_LF_CQPV:
-        return fmt_i64(fmt_lit(p, "http/1."), t->minor);
+        return alog_put_ver(p, t, "http/");
     case CONF_LF_CQU:
     case CONF_LF_CQUC:
     case CONF_LF_CLUC:
@@ -1287,6 +1291,7 @@ alog_refused(struct req *rq, int status, uint64_t bytes)
     t.method = "-";
     t.result = "ERR_INVALID_REQ";
     t.minor = 1;
+    t.h2 = rq->rq_h2;
     t.status = status;
     t.ostatus = 0;
     t.bytes = bytes;

@@ -70,6 +70,7 @@ cc_walk_(const struct http_req *r, enum http_fid id, const char *field, size_t f
         const struct http_field *f = &r->fields[i];
         if (id != HTTP_F_OTHER ? f->id != (uint32_t)id
                                : !(f->name_len == fl
+                                   && (r->base[f->name] | 0x20) == field[0]
                                    && strncasecmp(r->base + f->name, field, fl) == 0))
             continue;
         const char *p = r->base + r->fields[i].value;

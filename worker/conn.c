@@ -68,6 +68,7 @@
 #include "worker/worker.h"
 #include "worker/pp.h"
 #include "worker/tunnel.h"
+#include "worker/h2.h"
 
 #define OUT_HIGH         (BUF_SIZE / 2)
 #define CONN_LINGER_MS   2000
@@ -172,8 +173,10 @@ conn_close(struct conn *c)
     struct worker *w = wk;
 
     magic_check(c->cn_magic, CONN_MAGIC);
-    if (c->cn_fd >= 0 && c->cn_req && c->cn_state == CONN_PROXY && !c->cn_abort
-        && proxy_bg_fill(c->cn_req)) {
+    if (c->cn_h2)
+        h2_free(c);             /* its streams, aborted and logged */
+    else if (c->cn_fd >= 0 && c->cn_req && c->cn_state == CONN_PROXY && !c->cn_abort
+             && proxy_bg_fill(c->cn_req)) {
         conn_bg_detach(c);
         return;
     }
@@ -391,7 +394,7 @@ conn_read_pp(struct conn *c)
 
 void
 conn_accept(struct worker *w, int fd, const struct sockaddr *sa, socklen_t salen,
-            int tls, int pp)
+            int tls, int pp, int protos)
 {
     struct conn *c;
     int one = 1;
@@ -407,7 +410,8 @@ conn_accept(struct worker *w, int fd, const struct sockaddr *sa, socklen_t salen
         close(fd);
         return;
     }
-    if (tls && tls_conn_new(c) < 0) {
+    c->cn_protos = (unsigned)protos & 3;
+    if (tls && tls_conn_new(c, protos) < 0) {
         static int said;
         /* conn_close() counts it out as open */
         w->ctr->conns_open++;
@@ -498,7 +502,7 @@ conn_bg_revalidate(struct req *rq, const char *key, size_t keylen)
     g->cn_bg = 1;
     /* its replay is routed as the client's request was: the same local
      * address (known when a rule asked for it) */
-    if (conn_of(rq)->cn_local_ok) {
+    if (rq->rq_ops == &conn_req_ops && conn_of(rq)->cn_local_ok) {
         g->cn_local = conn_of(rq)->cn_local;
         g->cn_local_ok = 1;
     }
@@ -908,6 +912,46 @@ static const struct req_owner_ops conn_req_ops = {
     .local = conn_local,
 };
 
+/* From now on c speaks HTTP/2 (h2.c takes its events).  Returns 0, or -1
+ * when c was closed. */
+static const struct h2_conn_ops conn_h2_ops = {
+    .close = conn_close,
+    .revalidate = conn_bg_revalidate,
+};
+
+static int
+conn_h2(struct conn *c)
+{
+    conn_unwant_write(c);
+    buf_release(&c->cn_out);
+    if (c->cn_req)
+        conn_req_put(c);
+    c->cn_fresh = 0;
+    c->cn_state = CONN_SEND;
+    if (h2_attach(c, &conn_h2_ops) < 0) {
+        conn_close(c);
+        return -1;
+    }
+    return 0;
+}
+
+/* A cleartext port that speaks h2c: does the input start with the
+ * HTTP/2 preface (prior knowledge, RFC 9113 3.3)?  1: yes, switch; 0:
+ * no, HTTP/1.x; -1: too few bytes to tell.  A port that speaks only h2c
+ * switches on any input (nghttp2 refuses a wrong preface). */
+static int
+conn_h2_preface(const struct conn *c)
+{
+    size_t avail = c->cn_in.end - c->cn_in.start;
+
+    if (!(c->cn_protos & CONF_PROTO_H1))
+        return 1;
+    if (memcmp(c->cn_in.data + c->cn_in.start, H2_PREFACE,
+               avail < H2_PREFACE_LEN ? avail : H2_PREFACE_LEN) != 0)
+        return 0;
+    return avail >= H2_PREFACE_LEN ? 1 : -1;
+}
+
 /* Parse and answer as many complete requests as the input holds.
  * Returns 0, or -1 when the connection was closed (c is gone). */
 static int
@@ -1310,6 +1354,11 @@ conn_read_tls(struct conn *c)
         conn_wait_read(c);  /* the head deadline runs from accept */
         if (rc != TLS_OK)
             return 1;
+        if ((c->cn_protos & CONF_PROTO_H2)
+            && (conf_tls_alpn_h2(c->cn_tls) || !(c->cn_protos & CONF_PROTO_H1))) {
+            conn_h2(c);     /* ALPN chose h2 (or the port speaks nothing else) */
+            return 1;
+        }
     }
     if (c->cn_tls_wr) {
         /* a write waited for this readability */
@@ -1443,6 +1492,15 @@ conn_on_read(evutil_socket_t fd, short what, void *arg)
         return;
     }
     in->end += (size_t)n;
+    if (c->cn_fresh && (c->cn_protos & CONF_PROTO_H2) && c->cn_tls == NULL) {
+        int k = conn_h2_preface(c);     /* h2c with prior knowledge? */
+        if (k < 0)
+            return;                     /* too few bytes to tell */
+        if (k > 0) {
+            conn_h2(c);
+            return;
+        }
+    }
     conn_process(c);
 }
 
@@ -1499,6 +1557,10 @@ conn_drain_all(struct worker *w)
 
     for (c = w->conns; c; c = next) {
         next = c->cn_next;
+        if (c->cn_h2) {
+            h2_drain(c);    /* GOAWAY; its streams finish */
+            continue;
+        }
         /* Idle ones get a short grace (conn_wait_read applies it); busy
          * ones finish and answer with Connection: close. */
         if (c->cn_state == CONN_IDLE

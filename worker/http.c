@@ -1320,6 +1320,13 @@ http_resp_parse(struct http_req *r, char *head, int req_method)
     }
     r->skip_body = req_method == HTTP_HEAD || r->status < 200
                    || r->status == 204 || r->status == 304;
+    if (r->status < 200 || r->status == 204) {
+        /* RFC 9110 8.6, RFC 9112 6.1: no Content-Length or
+         * Transfer-Encoding in a 1xx or 204; an origin's is not passed on */
+        for (int i = 0; i < r->nfields; i++)
+            if (r->fields[i].id == HTTP_F_CONTENT_LENGTH || r->fields[i].id == HTTP_F_TRANSFER_ENCODING)
+                http_hop_set(r, i);
+    }
     if (!r->skip_body) {
         /* Same smuggling rules as requests, except that a response without
          * chunked last is read until close (RFC 9112 6.3 item 4). */
@@ -1395,6 +1402,22 @@ http_chunk_fail(struct http_req *r, const char *why)
     return 400;
 }
 
+/* A trailer field that frames or routes the message (RFC 9110 6.5.1:
+ * never allowed there) is refused rather than passed on, where a
+ * recipient that merges it would frame the message its own way. */
+static int
+http_trailer_framing(const struct http_req *r)
+{
+    static const struct { const char *name; uint32_t len; } no[] = {
+        { "content-length", 14 }, { "transfer-encoding", 17 }, { "host", 4 },
+    };
+
+    for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+        if (r->tname == no[i].len && memcmp(r->tbuf, no[i].name, no[i].len) == 0)
+            return 1;
+    return 0;
+}
+
 /* One byte of a chunked body outside the chunk data and the final LF:
  * the chunk-size line, the CRLF after the data, the trailer section.
  * NULL, or why the framing is refused. */
@@ -1468,6 +1491,8 @@ http_chunk_byte(struct http_req *r, unsigned char ch)
             return "malformed trailer";
         } else {
             r->bstate = CS_TRAILER_NAME;
+            r->tname = 1;
+            r->tbuf[0] = (char)(ch | 0x20);
             if (++r->bcount > HTTP_TRAILER_MAX)
                 return "trailer section too large";
         }
@@ -1476,10 +1501,17 @@ http_chunk_byte(struct http_req *r, unsigned char ch)
         /* field-name ":" as in the head (RFC 9112 7.1.2, 5): a line
          * that is not a field line is where parsers disagree on the
          * end of the message, so it ends the connection instead */
-        if (ch == ':')
+        if (ch == ':') {
             r->bstate = CS_TRAILER_LINE;
-        else if (!http_tchar[(unsigned char)ch])
+            if (http_trailer_framing(r))
+                return "framing field in a trailer";
+        } else if (!http_tchar[(unsigned char)ch]) {
             return "malformed trailer field";
+        } else if (r->tname < sizeof(r->tbuf)) {
+            r->tbuf[r->tname++] = (char)(ch | 0x20);
+        } else {
+            r->tname = ~0u;
+        }
         if (++r->bcount > HTTP_TRAILER_MAX)
             return "trailer section too large";
         break;

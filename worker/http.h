@@ -160,6 +160,9 @@ struct http_req {
     int      bstate;            /* chunked decoder state */
     uint64_t bleft;             /* bytes left: of the body (CL) or chunk */
     uint32_t bcount;            /* digits / extension / trailer bytes */
+    uint32_t tname;             /* trailer field name: length, or ~0 once
+                                 * it cannot be a framing field's */
+    char     tbuf[20];          /* its first bytes, lowercased */
     const char *reason;         /* why a request was refused */
 };
 

@@ -27,8 +27,8 @@
  * Names (shm/labeltab.h): a rule is its @name= or "file:line" (the file's
  * base name); an origin is "host:port".  A worker resolves its rules once
  * at start (metrics_init) into a local array indexed like the config's
- * rules; an origin on first use per transaction (a scan of at most
- * SHM_OHOSTS names, on the miss path only).
+ * rules; an origin on first use in the process (a scan of at most
+ * SHM_OHOSTS names, then a worker-local table by host and port).
  */
 #include "config.h"
 
@@ -82,13 +82,57 @@ metrics_route(struct req *rq, const struct conf_remap_rule *rule)
     rq->rq_rule = i >= 0 && i < rule_n ? rule_idx[i] : 0;
 }
 
+/* A worker's memory of the origin names it has resolved: a direct-mapped
+ * table by host and port.  Label indexes never change (labeltab.h), so an
+ * entry stays true for the life of the process; a collision only costs
+ * the next request one labeltab scan. */
+#define OH_CACHE 32
+static struct {
+    int  port;
+    int  idx1;          /* label index + 1; 0: an empty entry */
+    char host[80];
+} oh_cache[OH_CACHE], *oh_last;
+
+static unsigned
+oh_slot(const char *host, size_t n, int port)
+{
+    uint32_t h = 2166136261u;
+
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)host[i]) * 16777619u;
+    h ^= (uint32_t)port * 2654435761u;
+    return (h ^ h >> 15) % OH_CACHE;
+}
+
 int
 metrics_ohost(const char *host, int port)
 {
     char name[LT_NAME];
+    size_t n;
+    unsigned k = 0;
+    int i, keep;
 
+    if (oh_last && oh_last->port == port && strcmp(oh_last->host, host) == 0)
+        return oh_last->idx1 - 1;       /* the origin of the request before */
+    n = strlen(host);
+    keep = n < sizeof(oh_cache[0].host);
+    if (keep) {
+        k = oh_slot(host, n, port);
+        if (oh_cache[k].idx1 && oh_cache[k].port == port
+            && memcmp(oh_cache[k].host, host, n + 1) == 0) {
+            oh_last = &oh_cache[k];
+            return oh_cache[k].idx1 - 1;
+        }
+    }
     snprintf(name, sizeof(name), "%.64s:%d", host, port);
-    return labeltab_find(wk->shm->labeltab, LT_OHOST, name);
+    i = labeltab_find(wk->shm->labeltab, LT_OHOST, name);
+    if (keep) {
+        memcpy(oh_cache[k].host, host, n + 1);
+        oh_cache[k].port = port;
+        oh_cache[k].idx1 = i + 1;
+        oh_last = &oh_cache[k];
+    }
+    return i;
 }
 
 int64_t
@@ -113,17 +157,22 @@ metrics_lat(struct shm_counters *c, int kind, int res, uint64_t us)
     c->lat_sum_us[kind][res] += us;
 }
 
-/* hit, miss or other, from the result the access log writes */
+/* hit, miss or other, from the result the access log writes.  Every
+ * TCP_ result names its class last (TCP_HIT, TCP_IMS_HIT, TCP_REFRESH_HIT,
+ * TCP_REFRESH_FAIL_HIT; TCP_MISS, TCP_REFRESH_MISS; TCP_DENIED,
+ * TCP_TUNNEL), so the tail decides (no strstr on every request). */
 static int
 metrics_res(const struct req *rq)
 {
     const char *r = rq->rq_result;
+    size_t n;
 
     if (r == NULL || r[0] != 'T' || rq->r.method == HTTP_PURGE || rq->r.method == HTTP_M_PUSH)
         return SHM_RES_OTHER;
-    if (strstr(r, "HIT"))
+    n = strlen(r);
+    if (n > 4 && memcmp(r + n - 4, "_HIT", 4) == 0)
         return SHM_RES_HIT;
-    if (strstr(r, "MISS"))
+    if (n > 5 && memcmp(r + n - 5, "_MISS", 5) == 0)
         return SHM_RES_MISS;
     return SHM_RES_OTHER;
 }

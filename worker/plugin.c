@@ -39,6 +39,7 @@
 
 #define ICPT_MAGIC 0x49435054u          /* "ICPT" */
 
+
 static struct plug_edits plug_redits;  /* the response hook's changes */
 static char plug_scratch[65536];       /* a head being rewritten */
 
@@ -79,6 +80,7 @@ plug_begin(struct req *rq)
         t->resp = NULL;
         t->out = NULL;
         t->produce = NULL;
+        t->icpt = NULL;
         memset(t->slot, 0, sizeof(t->slot));
         rq->rq_plugged = 1;
     }
@@ -126,18 +128,15 @@ plug_added_get(const struct plug_edits *ed, const char *name, size_t nlen, int *
     return 0;
 }
 
+static int plug_field_ok(const char *name, size_t nlen, const char *val, size_t vlen);
+
 static int
 plug_edit_add(struct plug_edits *ed, const char *name, size_t nlen, const char *val,
               size_t vlen)
 {
-    if ((size_t)ed->addlen + nlen + vlen + 4 > sizeof(ed->add) || nlen == 0)
+    if ((size_t)ed->addlen + nlen + vlen + 4 > sizeof(ed->add)
+        || !plug_field_ok(name, nlen, val, vlen))
         return -1;
-    for (size_t i = 0; i < nlen; i++)
-        if (name[i] <= ' ' || name[i] == ':' || name[i] >= 127)
-            return -1;
-    for (size_t i = 0; i < vlen; i++)
-        if (val[i] == '\r' || val[i] == '\n' || val[i] == '\0')
-            return -1;
     char *p = ed->add + ed->addlen;
     memcpy(p, name, nlen);
     p += nlen;
@@ -183,8 +182,7 @@ plug_edits_for(struct cst_txn *t, int head, int write)
 {
     if (head == CST_REQUEST)
         return !write || t->hook <= PLUG_H_SEND_REQUEST ? &t->req : NULL;
-    if (t->hook == PLUG_H_READ_RESPONSE || t->hook == PLUG_H_SEND_RESPONSE
-        || t->hook == PLUG_H_INTERCEPT)
+    if (t->hook == PLUG_H_READ_RESPONSE || t->hook == PLUG_H_INTERCEPT)
         return &plug_redits;
     return NULL;
 }
@@ -238,31 +236,134 @@ api_field_get(struct cst_txn *t, int head, const char *name, size_t nlen, int nt
                 }
             }
     } else if (head == CST_RESPONSE && t->hook == PLUG_H_SEND_RESPONSE) {
-        if (!plug_deleted(ed, name, nlen)
-            && plug_text_get(t->out->data + t->mark, t->out->end - t->mark, name, nlen,
-                             &nth, val, vlen))
-            return 1;
+        /* the client's head is edited in place: its text is the truth */
+        return plug_text_get(t->out->data + t->mark, t->out->end - t->mark, name, nlen,
+                             &nth, val, vlen);
     }
     return ed ? plug_added_get(ed, name, nlen, &nth, val, vlen) : 0;
+}
+
+/* A field name or value a plugin gives: one a head can carry. */
+static int
+plug_field_ok(const char *name, size_t nlen, const char *val, size_t vlen)
+{
+    /* bit 1: not in a name (controls, space, ':', DEL and above); bit 2:
+     * not in a value (NUL, LF, CR).  Or'ed, not branched on: per request. */
+    static const uint8_t bad[256] = {
+        [0] = 3, [1 ... 9] = 1, ['\n'] = 3, [11 ... 12] = 1, ['\r'] = 3, [14 ... 32] = 1,
+        [':'] = 1, [127 ... 255] = 1,
+    };
+    unsigned b = nlen == 0;
+
+    for (size_t i = 0; i < nlen; i++)
+        b |= bad[(unsigned char)name[i]] & 1;
+    for (size_t i = 0; i < vlen; i++)
+        b |= bad[(unsigned char)val[i]] & 2;
+    return !b;
+}
+
+/* send_response: room for need more bytes at the end of the client's
+ * output.  buf_grow would move unsent bytes to the front when start > 0,
+ * and the caller's mark with them: with start taken as 0 it only ever
+ * reallocates, keeping every offset. */
+static int
+plug_out_room(struct buf *b, size_t need)
+{
+    size_t start = b->start;
+    int rc;
+
+    if (b->size - b->end >= need)
+        return 0;
+    b->start = 0;
+    rc = buf_grow(b, need);
+    b->start = start;
+    return rc;
+}
+
+/* send_response: a line added to the client's head where it is (before
+ * its blank line): no rebuilding. */
+static int
+plug_out_add(struct cst_txn *t, const char *name, size_t nlen, const char *val, size_t vlen)
+{
+    struct buf *b = t->out;
+    size_t need = nlen + vlen + 4;
+
+    if (!plug_field_ok(name, nlen, val, vlen) || b->end - t->mark < 4
+        || plug_out_room(b, need) < 0)
+        return -1;
+    char *p = b->data + b->end - 2;         /* the blank line's CRLF */
+    memcpy(p, name, nlen);
+    p += nlen;
+    *p++ = ':';
+    *p++ = ' ';
+    memcpy(p, val, vlen);
+    p += vlen;
+    memcpy(p, "\r\n\r\n", 4);
+    b->end += need;
+    return 0;
+}
+
+/* send_response: every line named name taken out of the client's head
+ * where it is: a scan of its lines, a move only for a line removed. */
+static int
+plug_out_remove(struct cst_txn *t, const char *name, size_t nlen)
+{
+    struct buf *b = t->out;
+    char *h = b->data + t->mark, *end = b->data + b->end - 2;   /* to the blank line */
+    char lc = (char)tolower((unsigned char)name[0]), uc = (char)toupper((unsigned char)name[0]);
+    char *p = memchr(h, '\n', (size_t)(end - h)), *pl = NULL, *pu = NULL;
+
+    if (nlen == 0 || p == NULL)
+        return nlen == 0 ? -1 : 0;
+    /* the lines starting with the name's first letter, either case: two
+     * scans of the head for it, not one per line */
+    for (;;) {
+        if (pl == NULL)
+            pl = memchr(p, lc, (size_t)(end - p));
+        if (pu == NULL)
+            pu = uc == lc ? pl : memchr(p, uc, (size_t)(end - p));
+        char *q = pl == NULL ? pu : pu == NULL || pl < pu ? pl : pu;
+        if (q == NULL)
+            return 0;
+        if (q == pl)
+            pl = NULL;
+        if (q == pu)
+            pu = NULL;
+        p = q + 1;
+        char *e;
+        if (q[-1] != '\n' || (size_t)(end - q) <= nlen || q[nlen] != ':'
+            || strncasecmp(q, name, nlen) != 0 || (e = memchr(q, '\n', (size_t)(end - q))) == NULL)
+            continue;
+        size_t l = (size_t)(e + 1 - q);
+        memmove(q, e + 1, (size_t)(b->data + b->end - e - 1));
+        end -= l;
+        b->end -= l;
+        p = q;
+        pl = pu = NULL;
+    }
 }
 
 static int
 api_field_add(struct cst_txn *t, int head, const char *name, size_t nlen, const char *val,
               size_t vlen)
 {
-    struct plug_edits *ed = plug_edits_for(t, head, 1);
+    struct plug_edits *ed;
 
+    if (head == CST_RESPONSE && t->hook == PLUG_H_SEND_RESPONSE)
+        return plug_out_add(t, name, nlen, val, vlen);
+    ed = plug_edits_for(t, head, 1);
     return ed ? plug_edit_add(ed, name, nlen, val, vlen) : -1;
 }
 
 static int
 api_field_remove(struct cst_txn *t, int head, const char *name, size_t nlen)
 {
-    struct plug_edits *ed = plug_edits_for(t, head, 1);
+    struct plug_edits *ed;
 
-    if (ed == NULL || t->hook == PLUG_H_INTERCEPT)
-        return ed ? plug_edit_remove(ed, name, nlen) : -1;
-    return plug_edit_remove(ed, name, nlen);
+    if (head == CST_RESPONSE && t->hook == PLUG_H_SEND_RESPONSE)
+        return plug_out_remove(t, name, nlen);
+    ed = plug_edits_for(t, head, 1);
+    return ed ? plug_edit_remove(ed, name, nlen) : -1;
 }
 
 static int
@@ -425,6 +526,12 @@ api_log(struct cst_txn *t, int level, const char *fmt, ...)
         log_write((enum log_level)level, "plugin %s: %s", name, line);
 }
 
+static struct cst_icpt *api_intercept_handle(struct cst_txn *t, void (*done)(void *),
+                                             void *arg);
+static void api_intercept_resume(struct cst_icpt *ic);
+static struct cst_timer *api_timer_add(int ms, void (*fn)(void *), void *arg);
+static void api_timer_cancel(struct cst_timer *tm);
+
 const struct cst_api plug_api = {
     .abi = CST_PLUGIN_ABI,
     .size = sizeof(struct cst_api),
@@ -445,6 +552,10 @@ const struct cst_api plug_api = {
     .ttl_set = api_ttl_set,
     .intercept_answer = api_intercept_answer,
     .log = api_log,
+    .intercept_handle = api_intercept_handle,
+    .intercept_resume = api_intercept_resume,
+    .timer_add = api_timer_add,
+    .timer_cancel = api_timer_cancel,
 };
 
 /* ------------------------------------------------------------------ */
@@ -485,10 +596,16 @@ plug_remap(struct req *rq, const struct conf_remap_rule *rule, struct conf_remap
            char *key, size_t *keylen, size_t keycap)
 {
     struct cst_txn *t = plug_begin(rq);
-    int rc = CST_CONTINUE, n;
+    int rc = CST_CONTINUE, n, k;
 
     if (rule != NULL && rule->nplugins > 0)
         rq->rq_prule = rule;
+    t->res = res;               /* url_get's, in the later hooks too */
+    n = plug_count(rq);
+    for (k = 0; k < n && plug_at(rq, k)->p->remap == NULL; k++)
+        ;
+    if (k == n)
+        return PLUG_OK;         /* no remap hook (a generator's rule) */
     if (t->remapped) {
         /* again after a WAIT: the remap hooks' own changes start over */
         t->req.addlen = t->mark_add;
@@ -499,15 +616,13 @@ plug_remap(struct req *rq, const struct conf_remap_rule *rule, struct conf_remap
         t->remapped = 1;
     }
     t->hook = PLUG_H_REMAP;
-    t->res = res;
     t->key = key;
     t->keylen = keylen;
     t->keycap = keycap;
     t->url_set = t->key_set = 0;
     t->deny_status = 0;
     t->deny_text[0] = '\0';
-    n = plug_count(rq);
-    for (int k = 0; k < n && rc == CST_CONTINUE; k++) {
+    for (; k < n && rc == CST_CONTINUE; k++) {
         const struct conf_plugin *pl = plug_at(rq, k);
         if (pl->p->remap) {
             rc = PLUG_CALL(pl, remap, t);
@@ -647,9 +762,9 @@ int
 plug_send_response(struct req *rq, struct buf *b, size_t mark, int status)
 {
     struct cst_txn *t = &rq->rq_plug;
-    int n = plug_count(rq), called = 0;
+    int n = plug_count(rq);
 
-    plug_redits.addlen = plug_redits.dellen = 0;
+    /* the hooks' field calls edit b[mark..end) in place */
     t->hook = PLUG_H_SEND_RESPONSE;
     t->out = b;
     t->mark = mark;
@@ -659,17 +774,10 @@ plug_send_response(struct req *rq, struct buf *b, size_t mark, int status)
         if (pl->p->send_response) {
             (void)PLUG_CALL(pl, send_response, t);
             PLUG_DONE();
-            called = 1;
         }
     }
     t->out = NULL;
-    if (!called || (plug_redits.addlen == 0 && plug_redits.dellen == 0))
-        return 0;
-    size_t nl = plug_head_text(b->data + mark, b->end - mark);
-    if (nl == 0)
-        return -1;
-    b->end = mark;
-    return buf_append(b, plug_scratch, nl);
+    return 0;
 }
 
 void
@@ -693,27 +801,83 @@ plug_txn_end(struct req *rq)
 /* ------------------------------------------------------------------ */
 /* Intercepts */
 
-struct plug_icpt {
+enum icpt_state {
+    ICPT_NEW = 0,       /* a handle taken in the hook, nothing set up yet */
+    ICPT_HEAD,          /* taken, the hook said CST_AGAIN: no head yet */
+    ICPT_BODY,          /* the head and body are being written */
+    ICPT_PAUSED,        /* the producer said CST_AGAIN */
+};
+
+struct cst_icpt {
     uint32_t         magic;
-    int              fd;
+    enum icpt_state  state;
+    int              fd;              /* our end of the pair, -1: none yet */
     struct event     ev;
-    const char      *name;            /* the plugin's (its config outlives us:
-                                         the worker's generation) */
+    unsigned         ev_write:1;      /* ev waits for EV_WRITE too */
+    unsigned         resumed:1;       /* intercept_resume since the last call */
+    struct req      *rq;              /* valid while fd's peer is open: the
+                                         transaction closes it when it ends */
+    const struct conf_plugin *pl;     /* the intercepting instance (its config
+                                         outlives us: the worker's generation) */
+    int              k;               /* its slot */
     cst_body_fn      produce;
     void            *arg;
-    void           (*done)(void *);
+    void           (*done)(void *);   /* intercept_answer's */
+    void           (*hdone)(void *);  /* intercept_handle's */
+    void            *harg;
     uint64_t         off;
     int64_t          len;
     int              eof;
     size_t           hs, he;          /* bytes of data still to write */
-    struct plug_icpt *next;           /* the free list */
+    struct cst_icpt *next;            /* the free list */
     char             data[BUF_SIZE];
 };
 
-static struct plug_icpt *plug_icpt_free;
+static struct cst_icpt *plug_icpt_free;
+
+static struct cst_icpt *
+plug_icpt_get(struct req *rq)
+{
+    struct cst_icpt *ic = plug_icpt_free;
+
+    if (ic != NULL)
+        plug_icpt_free = ic->next;
+    else if ((ic = malloc(sizeof(*ic))) == NULL)
+        return NULL;
+    ic->magic = ICPT_MAGIC;
+    ic->state = ICPT_NEW;
+    ic->fd = -1;
+    ic->ev_write = ic->resumed = 0;
+    ic->rq = rq;
+    ic->pl = NULL;
+    ic->produce = NULL;
+    ic->done = ic->hdone = NULL;
+    ic->off = 0;
+    ic->eof = 0;
+    ic->hs = ic->he = 0;
+    return ic;
+}
+
+/* The intercept is over: the done functions, and the handle is free. */
+static void
+plug_icpt_put(struct cst_icpt *ic)
+{
+    const char *name = ic->pl ? ic->pl->name : "?";
+    void (*done)(void *) = ic->done, (*hdone)(void *) = ic->hdone;
+
+    ic->magic = 0;
+    ic->next = plug_icpt_free;
+    plug_icpt_free = ic;
+    panic_plugin = name;
+    if (done)
+        done(ic->arg);
+    if (hdone)
+        hdone(ic->harg);
+    panic_plugin = NULL;
+}
 
 static void
-plug_icpt_end(struct plug_icpt *ic)
+plug_icpt_end(struct cst_icpt *ic)
 {
     char sink[4096];
 
@@ -721,67 +885,173 @@ plug_icpt_end(struct plug_icpt *ic)
     while (read(ic->fd, sink, sizeof(sink)) > 0)
         ;
     close(ic->fd);
-    if (ic->done) {
-        panic_plugin = ic->name;
-        ic->done(ic->arg);
+    plug_icpt_put(ic);
+}
+
+static void plug_icpt_on(evutil_socket_t fd, short what, void *arg);
+
+/* Wait for the transaction's bytes (its going away), and for room to
+ * write when write. */
+static void
+plug_icpt_arm(struct cst_icpt *ic, int write)
+{
+    if (ic->ev_write == (unsigned)(write != 0))
+        return;
+    event_del(&ic->ev);
+    event_assign(&ic->ev, wk->base, ic->fd, EV_READ | EV_PERSIST | (write ? EV_WRITE : 0),
+                 plug_icpt_on, ic);
+    event_add(&ic->ev, NULL);
+    ic->ev_write = write != 0;
+}
+
+/* The head, of the plugin's status and fields and our framing, into
+ * ic->data (the hook just answered with t->produce).  0 or -1. */
+static int
+plug_icpt_head(struct cst_icpt *ic, struct cst_txn *t)
+{
+    char *p = ic->data;
+    size_t len = (size_t)snprintf(p, sizeof(ic->data), "HTTP/1.1 %d %s\r\n", t->status,
+                                  http_status_text(t->status));
+
+    ic->arg = t->parg;
+    ic->done = t->pdone;        /* called at the end, this failure included */
+    if (len + plug_redits.addlen + 64 > sizeof(ic->data))
+        return -1;
+    memcpy(p + len, plug_redits.add, plug_redits.addlen);
+    len += plug_redits.addlen;
+    if (t->plen >= 0)
+        len += (size_t)snprintf(p + len, sizeof(ic->data) - len, "Content-Length: %lld\r\n",
+                                (long long)t->plen);
+    len += (size_t)snprintf(p + len, sizeof(ic->data) - len, "Connection: close\r\n\r\n");
+    ic->produce = t->produce;
+    ic->off = 0;
+    ic->len = t->plen;
+    ic->eof = t->plen == 0 || ic->rq->r.method == HTTP_HEAD;
+    ic->hs = 0;
+    ic->he = len;
+    ic->state = ICPT_BODY;
+    return 0;
+}
+
+/* The intercept hook of a deferred intercept, called again: the request
+ * is still there (the pair's other end is open).  0, or -1: it failed. */
+static int
+plug_icpt_rehook(struct cst_icpt *ic)
+{
+    struct cst_txn *t = &ic->rq->rq_plug;
+    int k = ic->k, rc;
+
+    t->hook = PLUG_H_INTERCEPT;
+    t->icpt = ic;
+    t->produce = NULL;
+    plug_redits.addlen = plug_redits.dellen = 0;
+    ic->resumed = 0;
+    rc = PLUG_CALL(ic->pl, intercept, t);
+    PLUG_DONE();
+    if (rc == 1 && t->produce != NULL && plug_icpt_head(ic, t) == 0) {
+        plug_icpt_arm(ic, 1);
+        return 0;
+    }
+    if (rc == CST_AGAIN) {
+        if (ic->resumed)
+            event_active(&ic->ev, EV_WRITE, 0);
+        return 0;
+    }
+    log_warn("conn %llu: plugin %s: its deferred intercept did not answer",
+             (unsigned long long)ic->rq->rq_id, ic->pl->name);
+    return -1;
+}
+
+/* Fill ic->data from the producer.  1: data to write; 0: wait (CST_AGAIN);
+ * -1: the intercept is over (ended, or cut short). */
+static int
+plug_icpt_produce(struct cst_icpt *ic)
+{
+    size_t cap = sizeof(ic->data);
+    ssize_t n = 0;
+
+    if (ic->len >= 0 && (uint64_t)ic->len - ic->off < cap)
+        cap = (size_t)((uint64_t)ic->len - ic->off);
+    if (cap > 0) {
+        ic->resumed = 0;
+        panic_plugin = ic->pl->name;
+        n = ic->produce(ic->arg, ic->off, ic->data, cap);
         panic_plugin = NULL;
     }
-    ic->magic = 0;
-    ic->next = plug_icpt_free;
-    plug_icpt_free = ic;
+    if (n == CST_AGAIN) {
+        if (ic->resumed) {
+            event_active(&ic->ev, EV_WRITE, 0);     /* resumed at once */
+        } else {
+            ic->state = ICPT_PAUSED;
+            plug_icpt_arm(ic, 0);
+        }
+        return 0;
+    }
+    if (n < 0 || (n == 0 && ic->len >= 0 && ic->off < (uint64_t)ic->len)) {
+        log_warn("plugin %s: its body ended at %llu bytes", ic->pl->name,
+                 (unsigned long long)ic->off);
+        return -1;
+    }
+    if (n == 0) {
+        ic->eof = 1;
+        return 1;
+    }
+    if ((size_t)n > cap)
+        n = (ssize_t)cap;
+    ic->hs = 0;
+    ic->he = (size_t)n;
+    ic->off += (uint64_t)n;
+    if (ic->len >= 0 && ic->off == (uint64_t)ic->len)
+        ic->eof = 1;
+    return 1;
 }
 
 static void
 plug_icpt_on(evutil_socket_t fd, short what, void *arg)
 {
-    struct plug_icpt *ic = arg;
+    struct cst_icpt *ic = arg;
     char sink[4096];
 
     magic_check(ic->magic, ICPT_MAGIC);
-    if (what & EV_READ) {
-        /* the request (and any body) the transaction sends: not ours to read */
+    /* the request (and any body) the transaction sends: not ours to read;
+     * its end: the transaction went away.  Before the hook is called
+     * again, read even without EV_READ: the request is known to be there
+     * only while this end is open. */
+    if ((what & EV_READ) || ic->state == ICPT_HEAD) {
         ssize_t r;
         while ((r = read(fd, sink, sizeof(sink))) > 0)
             ;
         if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
-            plug_icpt_end(ic);      /* the transaction went away */
+            plug_icpt_end(ic);
             return;
         }
     }
     if (!(what & EV_WRITE))
         return;
+    if (ic->state == ICPT_HEAD) {
+        if (ic->resumed && plug_icpt_rehook(ic) < 0)
+            plug_icpt_end(ic);
+        return;
+    }
+    if (ic->state == ICPT_PAUSED) {
+        if (!ic->resumed)
+            return;
+        ic->state = ICPT_BODY;
+        plug_icpt_arm(ic, 1);
+    }
     for (int round = 0; round < 8; round++) {
         if (ic->hs == ic->he) {
             if (ic->eof) {
                 plug_icpt_end(ic);
                 return;
             }
-            size_t cap = sizeof(ic->data);
-            if (ic->len >= 0 && (uint64_t)ic->len - ic->off < cap)
-                cap = (size_t)((uint64_t)ic->len - ic->off);
-            ssize_t n = 0;
-            if (cap > 0) {
-                panic_plugin = ic->name;
-                n = ic->produce(ic->arg, ic->off, ic->data, cap);
-                panic_plugin = NULL;
-            }
-            if (n < 0 || (n == 0 && ic->len >= 0 && ic->off < (uint64_t)ic->len)) {
-                log_warn("plugin %s: its body ended at %llu bytes", ic->name,
-                         (unsigned long long)ic->off);
+            int rc = plug_icpt_produce(ic);
+            if (rc < 0) {
                 plug_icpt_end(ic);
                 return;
             }
-            if (n == 0) {
-                ic->eof = 1;
-                continue;
-            }
-            if ((size_t)n > cap)
-                n = (ssize_t)cap;
-            ic->hs = 0;
-            ic->he = (size_t)n;
-            ic->off += (uint64_t)n;
-            if (ic->len >= 0 && ic->off == (uint64_t)ic->len)
-                ic->eof = 1;
+            if (rc == 0 || ic->hs == ic->he)
+                return;     /* waits for intercept_resume, or the end next round */
         }
         ssize_t w = send(fd, ic->data + ic->hs, ic->he - ic->hs, MSG_NOSIGNAL);
         if (w < 0) {
@@ -794,71 +1064,172 @@ plug_icpt_on(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-int
-plug_intercept(struct req *rq, struct upstream *up, origin_ready_fn ready,
-               origin_attach_fn attach)
+static struct cst_icpt *
+api_intercept_handle(struct cst_txn *t, void (*done)(void *), void *arg)
 {
-    struct cst_txn *t = &rq->rq_plug;
-    const struct conf_plugin *by = NULL;
-    int n = plug_count(rq), sv[2];
+    if (t->hook != PLUG_H_INTERCEPT)
+        return NULL;
+    if (t->icpt == NULL && (t->icpt = plug_icpt_get(t->rq)) == NULL)
+        return NULL;
+    if (done != NULL) {
+        t->icpt->hdone = done;
+        t->icpt->harg = arg;
+    }
+    return t->icpt;
+}
+
+static void
+api_intercept_resume(struct cst_icpt *ic)
+{
+    if (ic == NULL || ic->magic != ICPT_MAGIC)
+        return;
+    ic->resumed = 1;
+    /* not set up yet (in its first intercept hook): plug_intercept looks */
+    if (ic->fd >= 0)
+        event_active(&ic->ev, EV_WRITE, 0);
+}
+
+/* The intercept hooks in order; the one that takes the request (1 with
+ * intercept_answer, CST_AGAIN with a handle): *kp, with t->icpt set; or
+ * NULL. */
+static const struct conf_plugin *
+plug_intercept_hooks(struct req *rq, struct cst_txn *t, int *kp, int *again)
+{
+    int n = plug_count(rq);
 
     t->hook = PLUG_H_INTERCEPT;
-    for (int k = 0; k < n && by == NULL; k++) {
+    for (int k = 0; k < n; k++) {
         const struct conf_plugin *pl = plug_at(rq, k);
         if (pl->p->intercept == NULL)
             continue;
         plug_redits.addlen = plug_redits.dellen = 0;
         t->produce = NULL;
-        if (PLUG_CALL(pl, intercept, t) == 1 && t->produce != NULL)
-            by = pl;
+        t->icpt = NULL;
+        int rc = PLUG_CALL(pl, intercept, t);
         PLUG_DONE();
+        if ((rc == 1 && t->produce != NULL) || (rc == CST_AGAIN && t->icpt != NULL)) {
+            *kp = k;
+            *again = rc == CST_AGAIN;
+            return pl;
+        }
+        if (t->icpt != NULL) {      /* a handle taken, the request not */
+            t->icpt->pl = pl;
+            plug_icpt_put(t->icpt);
+            t->icpt = NULL;
+        }
     }
+    return NULL;
+}
+
+int
+plug_intercept(struct req *rq, struct upstream *up, origin_ready_fn ready,
+               origin_attach_fn attach)
+{
+    struct cst_txn *t = &rq->rq_plug;
+    int k = 0, again = 0, sv[2];
+    const struct conf_plugin *by = plug_intercept_hooks(rq, t, &k, &again);
+    struct cst_icpt *ic;
+
     if (by == NULL)
         return 0;
-
-    struct plug_icpt *ic = plug_icpt_free;
-    if (ic != NULL)
-        plug_icpt_free = ic->next;
-    else if ((ic = malloc(sizeof(*ic))) == NULL)
+    if ((ic = t->icpt) == NULL && (ic = plug_icpt_get(rq)) == NULL)
         return -1;
-    /* the head: the plugin's status and fields, our framing */
-    char *p = ic->data;
-    int hl = snprintf(p, sizeof(ic->data), "HTTP/1.1 %d %s\r\n", t->status,
-                      http_status_text(t->status));
-    size_t len = (size_t)hl;
-    if (len + plug_redits.addlen + 64 > sizeof(ic->data)) {
-        ic->next = plug_icpt_free;
-        plug_icpt_free = ic;
+    t->icpt = NULL;
+    ic->pl = by;
+    ic->k = k;
+    if (again)
+        ic->state = ICPT_HEAD;
+    if (!again && plug_icpt_head(ic, t) < 0) {
+        log_warn("conn %llu: plugin %s: its answer's head is too large",
+                 (unsigned long long)rq->rq_id, by->name);
+        plug_icpt_put(ic);
         return -1;
     }
-    memcpy(p + len, plug_redits.add, plug_redits.addlen);
-    len += plug_redits.addlen;
-    if (t->plen >= 0)
-        len += (size_t)snprintf(p + len, sizeof(ic->data) - len, "Content-Length: %lld\r\n",
-                                (long long)t->plen);
-    len += (size_t)snprintf(p + len, sizeof(ic->data) - len, "Connection: close\r\n\r\n");
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0) {
         log_warn("conn %llu: plugin %s: socketpair: %s", (unsigned long long)rq->rq_id,
                  by->name, strerror(errno));
-        ic->next = plug_icpt_free;
-        plug_icpt_free = ic;
+        plug_icpt_put(ic);
         return -1;
     }
-    ic->magic = ICPT_MAGIC;
     ic->fd = sv[1];
-    ic->name = by->name;
-    ic->produce = t->produce;
-    ic->arg = t->parg;
-    ic->done = t->pdone;
-    ic->off = 0;
-    ic->len = t->plen;
-    ic->eof = t->plen == 0 || rq->r.method == HTTP_HEAD;
-    ic->hs = 0;
-    ic->he = len;
-    event_assign(&ic->ev, wk->base, sv[1], EV_READ | EV_WRITE | EV_PERSIST, plug_icpt_on, ic);
+    ic->ev_write = !again;
+    event_assign(&ic->ev, wk->base, sv[1], EV_READ | EV_PERSIST | (again ? 0 : EV_WRITE),
+                 plug_icpt_on, ic);
     event_add(&ic->ev, NULL);
+    if (again && ic->resumed)
+        event_active(&ic->ev, EV_WRITE, 0);
     up->up_fd = sv[0];
     up->up_ready = ready;
     up->up_attach = attach;
     return 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Timers */
+
+#define TIMER_MAGIC 0x504c544du         /* "PLTM" */
+
+struct cst_timer {
+    uint32_t          magic;
+    struct event      ev;
+    void            (*fn)(void *);
+    void             *arg;
+    const char       *name;           /* the plugin that set it */
+    struct cst_timer *next;           /* the free list */
+};
+
+static struct cst_timer *plug_timer_free;
+
+static void
+plug_timer_on(evutil_socket_t fd, short what, void *arg)
+{
+    struct cst_timer *tm = arg;
+    void (*fn)(void *) = tm->fn;
+    void *farg = tm->arg;
+    const char *prev = panic_plugin;
+
+    (void)fd;
+    (void)what;
+    magic_check(tm->magic, TIMER_MAGIC);
+    /* free before the call: fn may set another */
+    tm->magic = 0;
+    tm->next = plug_timer_free;
+    plug_timer_free = tm;
+    panic_plugin = tm->name;
+    fn(farg);
+    panic_plugin = prev;
+}
+
+static struct cst_timer *
+api_timer_add(int ms, void (*fn)(void *), void *arg)
+{
+    struct cst_timer *tm = plug_timer_free;
+    struct timeval tv;
+
+    if (wk == NULL || fn == NULL || ms < 0)
+        return NULL;
+    if (tm != NULL)
+        plug_timer_free = tm->next;
+    else if ((tm = malloc(sizeof(*tm))) == NULL)
+        return NULL;
+    tm->magic = TIMER_MAGIC;
+    tm->fn = fn;
+    tm->arg = arg;
+    tm->name = panic_plugin ? (const char *)panic_plugin : "?";
+    evtimer_assign(&tm->ev, wk->base, plug_timer_on, tm);
+    tv.tv_sec = ms / 1000;
+    tv.tv_usec = (ms % 1000) * 1000;
+    evtimer_add(&tm->ev, &tv);
+    return tm;
+}
+
+static void
+api_timer_cancel(struct cst_timer *tm)
+{
+    if (tm == NULL || tm->magic != TIMER_MAGIC)
+        return;
+    evtimer_del(&tm->ev);
+    tm->magic = 0;
+    tm->next = plug_timer_free;
+    plug_timer_free = tm;
 }

@@ -67,6 +67,7 @@ struct cst_txn {
     void            *parg;
     void           (*pdone)(void *);
     int64_t          plen;
+    struct cst_icpt *icpt;            /* intercept_handle's, in intercept */
     void            *slot[PLUG_MAX];
     struct plug_edits req;            /* the request's, kept to FETCH */
 };

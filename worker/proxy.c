@@ -280,6 +280,7 @@ up_setup(struct upstream *up, struct req *rq, const struct conf_remap_result *re
     store_cond_from(&up->up_cond, r);
     event_base_gettimeofday_cached(wk->base, &now);
     up->up_req_time = now.tv_sec;
+    up->up_purge_gen = wk->cache ? cache_purge_gen(wk->cache) : 0;
     if (rec->txn_active_out > 0) {
         up->up_deadline = now;
         up->up_deadline.tv_sec += rec->txn_active_out;
@@ -842,7 +843,8 @@ proxy_client_head(struct req *rq, struct upstream *up, struct http_req *resp)
     if (buf_alloc(o) < 0)
         return -1;
     size_t mark = o->end;
-    up->up_decode = resp->chunked && up->up_client_minor == 0 && !resp->skip_body;
+    up->up_decode = resp->chunked && (up->up_client_minor == 0 || rq->rq_h2)
+                    && !resp->skip_body;
     ka = up->up_client_ka && !resp->until_close && !up->up_decode && !worker_closing()
          && !(up->up_req_body && !up->up_req_done);
     err |= buf_put_status(o, resp);
@@ -867,6 +869,10 @@ proxy_client_head(struct req *rq, struct upstream *up, struct http_req *resp)
             }
             break;
         case HTTP_F_OTHER:
+            if (!rec->purge_forward_tags
+                && ((f->name_len == 13 && http_field_is(resp, i, "surrogate-key"))
+                    || (f->name_len == 9 && http_field_is(resp, i, "cache-tag"))))
+                continue;   /* purge tags: ours (stored, purged by), not the client's */
             if (f->name_len == 6 && http_field_is(resp, i, "server")) {
                 has_server = 1;     /* response_server_enabled 1: ours instead */
                 if (rec->server_enabled == 1 && wk->server_hdr_len)
@@ -1175,6 +1181,8 @@ proxy_cache_response(struct upstream *up, const struct http_req *resp)
             up->up_cdetail = store_fill_begin(up->up_key, kl, resp, fwd,
                                               up->up_req_auth, up->up_req_time,
                                               &up->up_req->rq_pol, &up->up_fill);
+        if (up->up_fill)
+            cache_fill_since(up->up_fill, up->up_purge_gen);
     }
     if (up->up_claim) {
         if (up->up_fill == NULL)

@@ -96,6 +96,7 @@ req_new(void *owner, const struct req_owner_ops *ops)
     rq->rq_claim = 0;
     rq->rq_bg = 0;
     rq->rq_sliced = 0;
+    rq->rq_h2 = 0;
     rq->wnext = NULL;
     rq->log.active = 0;
     rq->rq_plugged = 0;
@@ -268,8 +269,42 @@ req_key_forward(struct req_route *rt)
     rt->keylen += n;
 }
 
+static enum req_step req_purge_admin(struct req *rq);
+
 /* ------------------------------------------------------------------ */
 /* The steps */
+
+/* ip_allow.config's word on the client and method.  It depends on the
+ * address, the method and the configuration, which a worker keeps for
+ * life: the last answer is remembered, so the requests of a keep-alive
+ * connection (or of one client) ask ip_allow once. */
+static int
+req_ip_allowed(const struct sockaddr *sa, int method, const char *m)
+{
+    static const struct conf *mconf;
+    static int mmethod, mok;
+    static struct { sa_family_t fam; uint8_t a[16]; } mpeer;
+    const void *a = NULL;
+    size_t alen = 0;
+
+    if (sa->sa_family == AF_INET) {
+        a = &((const struct sockaddr_in *)sa)->sin_addr;
+        alen = 4;
+    } else if (sa->sa_family == AF_INET6) {
+        a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        alen = 16;
+    }
+    if (a && mconf == wk->conf && mmethod == method && mpeer.fam == sa->sa_family
+        && (alen == 4 ? memcmp(mpeer.a, a, 4) : memcmp(mpeer.a, a, 16)) == 0)
+        return mok;
+    mok = conf_ip_method_allowed(&wk->conf->ip_allow, sa, m, strlen(m));
+    mconf = a ? wk->conf : NULL;
+    mmethod = method;
+    mpeer.fam = sa->sa_family;
+    if (a)
+        memcpy(mpeer.a, a, alen);
+    return mok;
+}
 
 static enum req_step
 step_recv(struct req *rq, struct req_route *rt)
@@ -280,8 +315,7 @@ step_recv(struct req *rq, struct req_route *rt)
     (void)rt;
     wk->ctr->requests++;
     alog_begin(rq);
-    if (!conf_ip_method_allowed(&wk->conf->ip_allow, rq->rq_peer, m,
-                                strlen(m))) {
+    if (!req_ip_allowed(rq->rq_peer, r->method, m)) {
         char peer[64];
         fmt_peer(rq->rq_peer, peer, sizeof(peer));
         log_notice("conn %llu from %s: %s denied by %s",
@@ -293,6 +327,8 @@ step_recv(struct req *rq, struct req_route *rt)
     }
     if (admin_handle(rq, &rq->syn))
         return REQ_SYNTH;
+    if (purge_is_path(r))
+        return req_purge_admin(rq);
     if (wk->conf->nglobals && plug_read_request(rq))
         return REQ_SYNTH;       /* a global plugin denied it */
     return REQ_ROUTE;
@@ -475,6 +511,7 @@ req_lookup_part(struct req *rq, struct req_route *rt)
 {
     char pkey[STORE_KEY_MAX], cs[sizeof(rt->cs)];
     const char *why;
+    uint8_t h[16];
     int v;
 
     if (rq->r.method != HTTP_GET || http_field_find_id(&rq->r, HTTP_F_RANGE, 0) < 0
@@ -483,7 +520,8 @@ req_lookup_part(struct req *rq, struct req_route *rt)
         return 0;
     memcpy(pkey, rt->key, rt->keylen);
     memcpy(pkey + rt->keylen, STORE_PART_SUFFIX, STORE_PART_SUFFIX_LEN);
-    v = store_lookup(rq, pkey, rt->keylen + STORE_PART_SUFFIX_LEN, &why, cs, sizeof(cs));
+    cache_key_hash(wk->cache, pkey, rt->keylen + STORE_PART_SUFFIX_LEN, h);
+    v = store_lookup(rq, pkey, rt->keylen + STORE_PART_SUFFIX_LEN, h, &why, cs, sizeof(cs));
     if (v == STORE_HIT && store_part_covers(rq)) {
         rt->verdict = STORE_HIT;
         memcpy(rt->cs, cs, sizeof(cs));
@@ -506,6 +544,7 @@ req_slice(struct req *rq, struct req_route *rt)
     uint64_t s = (uint64_t)wk->conf->rec.slice_blockbytes, a, b;
     char pkey[STORE_KEY_MAX], rng[64];
     struct timeval now;
+    uint8_t h[16];
     int i;
 
     if (s == 0 || wk->conf->rec.collapse_timeout <= 0   /* (nothing to wait with) */
@@ -523,24 +562,26 @@ req_slice(struct req *rq, struct req_route *rt)
              (unsigned long long)((b / s + 1) * s - 1));
     memcpy(pkey, rt->key, rt->keylen);
     memcpy(pkey + rt->keylen, STORE_PART_SUFFIX, STORE_PART_SUFFIX_LEN);
-    cache_key_hash(wk->cache, pkey, rt->keylen + STORE_PART_SUFFIX_LEN, rt->hash);
+    cache_key_hash(wk->cache, pkey, rt->keylen + STORE_PART_SUFFIX_LEN, h);
     event_base_gettimeofday_cached(wk->base, &now);
-    switch (filltab_claim(wk->shm->filltab, rt->hash, (int)wk->slotno,
+    switch (filltab_claim(wk->shm->filltab, h, (int)wk->slotno,
                           (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000,
                           (int64_t)wk->conf->rec.txn_no_activity_out * 1000 + 5000)) {
     case FT_CLAIMED:
         rq->rq_sliced = 1;
-        if (rq->rq_ops->slice(rq, rt->hash, rng) != 0) {
-            fill_release(rt->hash, 0);
+        if (rq->rq_ops->slice(rq, h, rng) != 0) {
+            fill_release(h, 0);
             return 0;
         }
         /* the claim is the slice's now: wait on it as a waiter, woken by
          * its release (else only by the worker's tick) */
-        if (filltab_claim(wk->shm->filltab, rt->hash, (int)wk->slotno,
+        if (filltab_claim(wk->shm->filltab, h, (int)wk->slotno,
                           (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000, 1000) == FT_CLAIMED)
-            fill_release(rt->hash, 0);      /* it ended already */
+            fill_release(h, 0);      /* it ended already */
+        memcpy(rt->hash, h, 16);    /* what step_wait waits on */
         return 1;
     case FT_WAIT:
+        memcpy(rt->hash, h, 16);
         return 1;       /* another slice of this object is being fetched */
     default:
         return 0;
@@ -552,6 +593,7 @@ req_lookup(struct req *rq, struct req_route *rt)
 {
     const struct http_req *r = &rq->r;
     int cacheable_method = r->method == HTTP_GET || r->method == HTTP_HEAD;
+    int hashed = 0;
 
     rt->verdict = STORE_MISS;
     rt->claimed = 0;
@@ -566,7 +608,10 @@ req_lookup(struct req *rq, struct req_route *rt)
         rt->fwd = "bypass";     /* cache.http 0, or cache.config never-cache */
     } else if (wk->cache && cacheable_method && !r->has_body) {
         if (rt->keylen) {
-            rt->verdict = store_lookup(rq, rt->key, rt->keylen, &rt->fwd, rt->cs,
+            /* the key's hash, made once: the lookup's and the fill table's */
+            cache_key_hash(wk->cache, rt->key, rt->keylen, rt->hash);
+            hashed = 1;
+            rt->verdict = store_lookup(rq, rt->key, rt->keylen, rt->hash, &rt->fwd, rt->cs,
                                        sizeof(rt->cs));
             if (rt->verdict == STORE_HIT || rt->verdict == STORE_HIT_STALE)
                 return REQ_HIT;
@@ -586,13 +631,19 @@ req_lookup(struct req *rq, struct req_route *rt)
     } else if (r->has_body && cacheable_method) {
         rt->fwd = "bypass";
     }
-    /* Collapsed forwarding: one fetch per missing object, all workers. */
-    if (wk->cache && rt->keylen && rt->verdict == STORE_MISS
+    /* Collapsed forwarding: one fetch per missing object, all workers; and
+     * one revalidation per object stale by itself (expired, or soft
+     * purged: a purge storm is no origin stampede).  A revalidation asked
+     * for by the request's own directives goes on alone. */
+    int stale = rt->verdict == STORE_REVALIDATE && !rq->rq_claim && rt->fwd
+                && strcmp(rt->fwd, "stale") == 0;     /* (a background one holds its claim) */
+    if (wk->cache && rt->keylen && (rt->verdict == STORE_MISS || stale)
         && rq->rq_pol.cache && r->method == HTTP_GET && !r->has_body && !rq->rq_nowait
         && wk->conf->rec.collapse_timeout > 0 && !http_req_no_store(r)) {
         struct timeval now;
         event_base_gettimeofday_cached(wk->base, &now);
-        cache_key_hash(wk->cache, rt->key, rt->keylen, rt->hash);
+        if (!hashed)
+            cache_key_hash(wk->cache, rt->key, rt->keylen, rt->hash);
         switch (filltab_claim(wk->shm->filltab, rt->hash, (int)wk->slotno,
                               (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000,
                               (int64_t)wk->conf->rec.txn_no_activity_out * 1000 + 5000)) {
@@ -600,6 +651,8 @@ req_lookup(struct req *rq, struct req_route *rt)
             rt->claimed = 1;
             break;
         case FT_WAIT:
+            if (stale)
+                store_release(rq);      /* looked up again once the wait ends */
             return REQ_WAIT;
         case FT_PASS:
             rt->fwd = "uri-miss";     /* hit-for-miss: straight to the origin */
@@ -728,12 +781,38 @@ step_tunnel(struct req *rq, struct req_route *rt)
     return req_answer(rq, rc, NULL, why);
 }
 
+/* PURGE with `Fastly-Soft-Purge: 1` (Fastly's field): mark the object
+ * stale instead of removing it.  CACHE_OK (one marked), CACHE_MISS or an
+ * error. */
+static int
+req_purge_soft(struct req_route *rt)
+{
+    const char *keys[2] = { rt->key, rt->key };
+    size_t lens[2] = { rt->keylen, 0 };
+    int n = 1;
+
+    if (rt->rule == NULL && rt->keylen > sizeof(FORWARD_SUFFIX) - 1)
+        lens[n++] = rt->keylen - (sizeof(FORWARD_SUFFIX) - 1);   /* and the plain copy */
+    int64_t got = purge_run(SHM_PURGE_URL, keys, lens, n, 1);
+    return got > 0 ? CACHE_OK : got == 0 ? CACHE_MISS : (int)got;
+}
+
+static int
+req_soft_asked(const struct http_req *r)
+{
+    int i = http_field_find(r, "fastly-soft-purge", 0);
+
+    return i >= 0 && r->fields[i].value_len == 1 && r->base[r->fields[i].value] == '1';
+}
+
 static enum req_step
 step_purge(struct req *rq, struct req_route *rt)
 {
-    int rc = wk->cache ? cache_remove(wk->cache, rt->key, rt->keylen) : CACHE_MISS;
+    int soft = wk->cache && req_soft_asked(&rq->r);
+    int rc = soft ? req_purge_soft(rt)
+           : wk->cache ? cache_remove(wk->cache, rt->key, rt->keylen) : CACHE_MISS;
 
-    if (wk->cache && rt->rule == NULL && rt->keylen > sizeof(FORWARD_SUFFIX) - 1) {
+    if (!soft && wk->cache && rt->rule == NULL && rt->keylen > sizeof(FORWARD_SUFFIX) - 1) {
         /* a PURGE of an absolute URL no rule maps: the forward-proxied
          * copy too (req_key_forward), then the plain one (a PUSH's) */
         size_t plain = rt->keylen - (sizeof(FORWARD_SUFFIX) - 1);
@@ -743,10 +822,12 @@ step_purge(struct req *rq, struct req_route *rt)
     }
 
     rq->syn.result = "TCP_MISS";        /* Squid's code for PURGE and PUSH */
+    if (!soft && rc >= CACHE_MISS)
+        purge_count(SHM_PURGE_URL, 0, rc == CACHE_OK);
     if (rc == CACHE_OK) {
-        log_info("conn %llu: PURGE removed %.*s", (unsigned long long)rq->rq_id,
-                 (int)rt->keylen, rt->key);
-        return req_answer(rq, 200, NULL, "purged");
+        log_info("conn %llu: PURGE %s %.*s", (unsigned long long)rq->rq_id,
+                 soft ? "marked stale" : "removed", (int)rt->keylen, rt->key);
+        return req_answer(rq, 200, NULL, soft ? "marked stale" : "purged");
     }
     if (rc == CACHE_MISS)
         return req_answer(rq, 404, NULL, "not cached");
@@ -888,34 +969,34 @@ req_ctl_hits(const struct req_route *rt, struct buf *out)
                  : "not among the busiest URLs of any worker (0 or few requests)");
 }
 
-/* Route URL as a GET from 127.0.0.1 without other fields would be, and
- * look up or purge its key.  Writes "name\tvalue" lines into out; returns
- * 0 (stored / purged), 1 (not stored, no rule maps it), or 4 (error). */
-int
-req_ctl_cache(int purge, const char *url, struct buf *out)
+/* A GET of url from 127.0.0.1 without other fields, parsed (not routed
+ * yet): the request (req_ctl_free it), or NULL with *why and *rc (1 bad
+ * URL, 4 out of memory). */
+static struct req *
+req_ctl_new(const char *url, const char **why, int *rc)
 {
-    static struct req_route rt;
     static char head[8192 + 600];
     static struct sockaddr_in lo;
     const char *a = strstr(url, "://");
     size_t hl;
     struct req *rq;
-    int rc;
 
+    *rc = 1;
     if (a == NULL || strpbrk(url, " \t\r\n") != NULL) {
-        buf_printf(out, "error\tnot an absolute http(s) URL\n");
-        return 1;
+        *why = "not an absolute http(s) URL";
+        return NULL;
     }
     a += 3;
     hl = strcspn(a, "/?#");
     if (hl == 0 || hl > 255 || strlen(url) > 8192) {
-        buf_printf(out, "error\tbad URL\n");
-        return 1;
+        *why = "bad URL";
+        return NULL;
     }
     snprintf(head, sizeof(head), "GET %s HTTP/1.1\r\nHost: %.*s\r\n\r\n", url, (int)hl, a);
     if ((rq = req_new(NULL, &req_ctl_ops)) == NULL) {
-        buf_printf(out, "error\tout of memory\n");
-        return 4;
+        *why = "out of memory";
+        *rc = 4;
+        return NULL;
     }
     lo.sin_family = AF_INET;
     lo.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -923,10 +1004,222 @@ req_ctl_cache(int purge, const char *url, struct buf *out)
     rq->rq_tls = strncmp(url, "https:", 6) == 0;
     if (http_head_scan(&rq->r, head, strlen(head), &wk->limits) != HTTP_OK
         || http_req_parse(&rq->r, head + rq->r.start) != HTTP_OK) {
-        buf_printf(out, "error\tthe URL does not make a valid request\n");
+        *why = "the URL does not make a valid request";
         rq->rq_step = REQ_DONE;
         req_free(rq);
+        return NULL;
+    }
+    return rq;
+}
+
+static void
+req_ctl_free(struct req *rq)
+{
+    rq->rq_step = REQ_DONE;
+    req_free(rq);
+}
+
+/* The cache key a GET of url maps to (remap, key rules; without the
+ * forward-proxy suffix), NUL ended in out (STORE_KEY_MAX bytes).  Returns
+ * its length, or 0 (no rule maps it, not cacheable, bad URL). */
+static size_t
+req_map_key(const char *url, char *out)
+{
+    static struct req_route rt;
+    const char *why;
+    int rc;
+    size_t n = 0;
+    struct req *rq = req_ctl_new(url, &why, &rc);
+
+    if (rq == NULL)
+        return 0;
+    rt.keylen = 0;
+    rt.rule = NULL;
+    if (step_route(rq, &rt) == REQ_LOOKUP && rt.keylen) {
+        n = rt.keylen;
+        if (rt.rule == NULL && n > sizeof(FORWARD_SUFFIX) - 1
+            && memcmp(rt.key + n - (sizeof(FORWARD_SUFFIX) - 1), FORWARD_SUFFIX,
+                      sizeof(FORWARD_SUFFIX) - 1) == 0)
+            n -= sizeof(FORWARD_SUFFIX) - 1;
+        memcpy(out, rt.key, n);
+        out[n] = '\0';
+    }
+    req_ctl_free(rq);
+    return n;
+}
+
+/*
+ * The arguments of a purge mapped to what the store purges by: tags and
+ * all as given; each prefix URL to the key its GET would have; each host
+ * to the "scheme://authority/" of the keys of http://HOST/ and
+ * https://HOST/ (both schemes; the same one once).  Into *pa's
+ * arg/len (pointing into a static area).  NULL, or why not.
+ */
+static const char *
+req_purge_map(struct purge_ask *pa)
+{
+    static char keys[PURGE_ARGS_MAX * 2][STORE_KEY_MAX];
+    static char url[512];
+    const char *in[PURGE_ARGS_MAX];
+    int nin = pa->nargs, nk = 0;
+
+    if (pa->kind != SHM_PURGE_PREFIX && pa->kind != SHM_PURGE_HOST)
+        return NULL;
+    memcpy(in, pa->arg, sizeof(in));
+    pa->nargs = 0;
+    for (int i = 0; i < nin; i++) {
+        size_t n, before = (size_t)nk;
+        if (pa->kind == SHM_PURGE_PREFIX) {
+            if ((n = req_map_key(in[i], keys[nk])) == 0)
+                return "a prefix that no rule maps (give an absolute URL as clients send it)";
+            pa->arg[pa->nargs] = keys[nk++];
+            pa->len[pa->nargs++] = n;
+            continue;
+        }
+        for (int s = 0; s < 2; s++) {
+            snprintf(url, sizeof(url), "%s://%s/", s ? "https" : "http", in[i]);
+            if (strlen(in[i]) > 255 || strpbrk(in[i], "/?# ") != NULL)
+                return "a bad host";
+            if ((n = req_map_key(url, keys[nk])) == 0 || (n = purge_key_origin(keys[nk], n)) == 0)
+                continue;
+            int dup = 0;
+            for (int j = 0; j < pa->nargs; j++)
+                dup |= pa->len[j] == n && memcmp(pa->arg[j], keys[nk], n) == 0;
+            if (!dup) {
+                pa->arg[pa->nargs] = keys[nk++];
+                pa->len[pa->nargs++] = n;
+            }
+        }
+        if ((size_t)nk == before && pa->nargs == 0 && i == nin - 1)
+            return "a host that no rule maps";
+    }
+    return NULL;
+}
+
+/* POST /_purge (purge.c has the interface): ip_allow's PURGE method
+ * decides who may, like PURGE. */
+static enum req_step
+req_purge_admin(struct req *rq)
+{
+    static struct purge_ask pa;
+    static char json[96];
+    const struct http_req *r = &rq->r;
+    const char *path = r->base + r->path, *q = memchr(path, '?', r->path_len), *why;
+    int64_t n;
+
+    rq->syn.result = "TCP_MISS";
+    if (!conf_ip_method_allowed(&wk->conf->ip_allow, rq->rq_peer, "PURGE", 5)) {
+        rq->syn.close = 1;
+        rq->syn.refuse = 1;
+        rq->syn.result = "TCP_DENIED";
+        return req_answer(rq, 403, NULL, "purging is not allowed from this address (ip_allow PURGE)");
+    }
+    if (r->method != HTTP_POST)
+        return req_answer(rq, 405, "Allow: POST\r\n", "use POST");
+    if (wk->cache == NULL)
+        return req_answer(rq, 503, NULL, "no cache is configured");
+    why = purge_parse_query(q ? q + 1 : "", q ? r->path_len - (size_t)(q + 1 - path) : 0, &pa);
+    if (why == NULL)
+        why = req_purge_map(&pa);
+    if (why) {
+        rq->syn.refuse = 1;
+        return req_answer(rq, 400, NULL, why);
+    }
+    n = purge_run(pa.kind, pa.arg, pa.len, pa.nargs, pa.soft);
+    if (n < 0)
+        return req_answer(rq, 503, NULL, "the cache could not purge (see the error log)");
+    log_info("conn %llu: purge %s%s%s%s: %lld objects", (unsigned long long)rq->rq_id,
+             purge_kind_name(pa.kind), pa.nargs ? " " : "", pa.nargs ? pa.arg[0] : "",
+             pa.soft ? " (soft)" : "", (long long)n);
+    snprintf(json, sizeof(json), "{\"purged\": %lld, \"soft\": %s}\n", (long long)n,
+             pa.soft ? "true" : "false");
+    rq->syn.ctype = "application/json";
+    rq->syn.blen = strlen(json);
+    return req_answer(rq, 200, NULL, json);
+}
+
+/* `cistern ctl cache purge --tag T | --prefix URL | --host H | --all
+ * [--soft]`, and `URL --soft`: "name\tvalue" lines into out.  0 (something
+ * purged), 1 (nothing, or usage), 4 (error). */
+static int
+req_ctl_purge(char *args, struct buf *out)
+{
+    static struct purge_ask pa;
+    static char keybuf[STORE_KEY_MAX];
+    char *w, *save = NULL;
+    const char *why = NULL, *url = NULL;
+    int64_t n;
+
+    memset(&pa, 0, sizeof(pa));
+    pa.kind = -1;
+    for (w = strtok_r(args, " ", &save); w && why == NULL; w = strtok_r(NULL, " ", &save)) {
+        int kind = strcmp(w, "--tag") == 0 ? SHM_PURGE_TAG
+                 : strcmp(w, "--prefix") == 0 ? SHM_PURGE_PREFIX
+                 : strcmp(w, "--host") == 0 ? SHM_PURGE_HOST
+                 : strcmp(w, "--all") == 0 ? SHM_PURGE_ALL : -1;
+        if (strcmp(w, "--soft") == 0) {
+            pa.soft = 1;
+        } else if (kind < 0 && w[0] != '-' && url == NULL && pa.kind < 0) {
+            url = w;
+            pa.kind = SHM_PURGE_URL;
+        } else if (kind < 0 || (pa.kind >= 0 && pa.kind != kind)) {
+            why = "usage: cache purge URL [--soft] | --tag T... | --prefix URL... | --host H... | --all [--soft]";
+        } else if (kind == SHM_PURGE_ALL) {
+            pa.kind = kind;
+        } else if ((w = strtok_r(NULL, " ", &save)) == NULL || pa.nargs == PURGE_ARGS_MAX) {
+            why = "a value is missing";
+        } else {
+            pa.kind = kind;
+            pa.arg[pa.nargs] = w;
+            pa.len[pa.nargs++] = strlen(w);
+        }
+    }
+    if (why == NULL && pa.kind < 0)
+        why = "what to purge?";
+    if (why == NULL && pa.kind == SHM_PURGE_URL) {
+        size_t kl = req_map_key(url, keybuf);
+        why = kl ? NULL : "no rule maps this URL";
+        pa.arg[0] = keybuf;
+        pa.len[0] = kl;
+        pa.nargs = 1;
+    } else if (why == NULL) {
+        why = req_purge_map(&pa);
+    }
+    if (why) {
+        buf_printf(out, "error\t%s\n", why);
         return 1;
+    }
+    n = purge_run(pa.kind, pa.arg, pa.len, pa.nargs, pa.soft);
+    if (n < 0) {
+        buf_printf(out, "error\tthe cache could not purge\n");
+        return 4;
+    }
+    log_info("ctl: purge %s%s%s%s: %lld objects", purge_kind_name(pa.kind), pa.nargs ? " " : "",
+             pa.nargs ? pa.arg[0] : "", pa.soft ? " (soft)" : "", (long long)n);
+    buf_printf(out, "kind\t%s\npurged\t%lld\nsoft\t%s\n", purge_kind_name(pa.kind),
+               (long long)n, pa.soft ? "true" : "false");
+    return n > 0 ? 0 : 1;
+}
+
+/* Route URL as a GET from 127.0.0.1 without other fields would be, and
+ * look up or purge its key.  Writes "name\tvalue" lines into out; returns
+ * 0 (stored / purged), 1 (not stored, no rule maps it), or 4 (error). */
+int
+req_ctl_cache(int purge, const char *url, struct buf *out)
+{
+    static struct req_route rt;
+    static char args[4096];
+    const char *why;
+    struct req *rq;
+    int rc;
+
+    if (purge && (url[0] == '-' || strstr(url, " --") != NULL)) {
+        snprintf(args, sizeof(args), "%s", url);
+        return req_ctl_purge(args, out);
+    }
+    if ((rq = req_ctl_new(url, &why, &rc)) == NULL) {
+        buf_printf(out, "error\t%s\n", why);
+        return rc;
     }
     rt.keylen = 0;
     rt.rule = NULL;
@@ -951,9 +1244,10 @@ req_ctl_cache(int purge, const char *url, struct buf *out)
         if (r1 == CACHE_OK)
             log_info("ctl: purged %.*s", (int)rt.keylen, rt.key);
         rc = r1 == CACHE_OK ? 0 : r1 == CACHE_MISS ? 1 : 4;
+        if (r1 >= CACHE_MISS)
+            purge_count(SHM_PURGE_URL, 0, r1 == CACHE_OK);
     }
-    rq->rq_step = REQ_DONE;
-    req_free(rq);
+    req_ctl_free(rq);
     return rc;
 }
 

@@ -78,6 +78,7 @@ struct alog_txn {
     int64_t          req_cl;          /* the request's Content-Length, -1 */
     unsigned         intr:1;          /* cfsc: the client went away */
     unsigned         tls:1;
+    unsigned         h2:1;            /* HTTP/2: the version is "2" */
     uint8_t          oaddr[17];       /* shi: family (4, 6; 0 none), address */
     uint8_t          laddr[17];       /* pqsi */
     uint16_t         murl_len, uhost_len, ohost_len, ctype_len, phrase_len;
@@ -190,6 +191,9 @@ struct req {
     const struct sockaddr *rq_peer;   /* the client */
     struct timeval   rq_start;        /* the first byte of the head */
     unsigned         rq_tls:1;        /* it came over TLS */
+    unsigned         rq_h2:1;         /* an HTTP/2 stream (h2.c): the
+                                         answer is de-chunked, the log
+                                         says HTTP/2 */
     /* The answer and the transaction, which write only these: the owner
      * reads them (conn_sync) and acts */
     const char      *rq_body;         /* body bytes lent, to send after

@@ -198,13 +198,46 @@ store_ctl_lookup(const char *key, size_t keylen, const struct http_req *r, struc
 /* ------------------------------------------------------------------ */
 /* Answering from a held object */
 
-/* Copy the header block minus fields named in skip (NULL-terminated). */
+/* Is the header line p[0..ll) a purge tag field (Surrogate-Key,
+ * Cache-Tag)? */
 static int
-store_copy_head(struct buf *b, const char *blk, size_t len, int status304)
+store_tag_line(const char *p, size_t ll)
+{
+    return (ll > 14 && strncasecmp(p, "surrogate-key:", 14) == 0)
+           || (ll > 10 && strncasecmp(p, "cache-tag:", 10) == 0);
+}
+
+/* Copy len bytes of header lines, without the purge tag fields when strip
+ * (an object stored with them, proxy.config.cistern.purge.forward_tags 0):
+ * only tagged objects pay the scan. */
+static void
+store_copy_lines(struct buf *b, const char *p, size_t len, int strip)
+{
+    const char *end = p + len;
+
+    if (!strip) {
+        memcpy(b->data + b->end, p, len);
+        b->end += len;
+        return;
+    }
+    while (p < end) {
+        const char *e = memchr(p, '\n', (size_t)(end - p));
+        size_t ll = e ? (size_t)(e - p) + 1 : (size_t)(end - p);
+        if (!store_tag_line(p, ll)) {
+            memcpy(b->data + b->end, p, ll);
+            b->end += ll;
+        }
+        p += ll;
+    }
+}
+
+/* The header block for the answer: whole, or (status304) the status line
+ * of a 304 and the fields it keeps. */
+static int
+store_copy_head(struct buf *b, const char *blk, size_t len, int status304, int strip)
 {
     if (!status304) {
-        memcpy(b->data + b->end, blk, len);
-        b->end += len;
+        store_copy_lines(b, blk, len, strip);
         return 0;
     }
     /* A 304 carries the status line of its own and the fields a 200 would
@@ -322,14 +355,15 @@ store_part_covers(const struct req *rq)
 /* The head of a part's answer: the stored block minus its status line
  * and its Content-Range (ours says which bytes go out). */
 static void
-store_copy_part_head(struct buf *b, const char *hdr, size_t len)
+store_copy_part_head(struct buf *b, const char *hdr, size_t len, int strip)
 {
     const char *p = memchr(hdr, '\n', len), *end = hdr + len;
 
     while (p && ++p < end) {
         const char *e = memchr(p, '\n', (size_t)(end - p));
         size_t ll = e ? (size_t)(e - p) + 1 : (size_t)(end - p);
-        if (!(ll > 13 && p[13] == ':' && strncasecmp(p, "content-range", 13) == 0)) {
+        if (!(ll > 13 && p[13] == ':' && strncasecmp(p, "content-range", 13) == 0)
+            && !(strip && store_tag_line(p, ll))) {
             memcpy(b->data + b->end, p, ll);
             b->end += ll;
         }
@@ -373,6 +407,7 @@ store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
     int srv_ours = wk->conf->rec.server_enabled == 1 || srv == 0;
     size_t copylen = hdrlen - (wk->conf->rec.server_enabled == 1 && wk->server_hdr_len ? srv : 0);
     size_t mark = b->end;
+    int strip = (o->meta.flags & STORE_F_TAGS) && !wk->conf->rec.purge_forward_tags;
     if (part < 0) {
         /* 416 keeps the representation's validators out; say why. */
         char cr[64];
@@ -385,7 +420,7 @@ store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
     if (part > 0) {
         n = snprintf(b->data + b->end, b->size - b->end, "HTTP/1.1 206 Partial Content\r\n");
         b->end += (size_t)n;
-        store_copy_part_head(b, hdr, copylen);
+        store_copy_part_head(b, hdr, copylen, strip);
         n = snprintf(b->data + b->end, b->size - b->end,
                      "Content-Range: bytes %llu-%llu/%llu\r\nContent-Length: %llu\r\n",
                      (unsigned long long)from, (unsigned long long)to,
@@ -394,8 +429,8 @@ store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
         b->end += (size_t)n;
         status = 206;
     } else {
-        store_copy_head(b, hdr, copylen, status == 304);
-        if (status != 304) {
+        store_copy_head(b, hdr, copylen, status == 304, strip);
+        if (status != 304 && status != 204) { /* RFC 9110 8.6: none on a 204 */
             char *q = store_put(b->data + b->end, "Content-Length: ", 16);
             q = fmt_u64(q, o->body_len);
             q = store_put(q, "\r\n", 2);
@@ -685,8 +720,8 @@ store_fresh(const struct cache_obj *o, const struct cc_req *rcc, const struct re
 /* ------------------------------------------------------------------ */
 
 int
-store_lookup(struct req *rq, const char *key, size_t keylen, const char **why,
-             char *cs, size_t cslen)
+store_lookup(struct req *rq, const char *key, size_t keylen, const uint8_t hash[16],
+             const char **why, char *cs, size_t cslen)
 {
     struct req *q = rq;
     struct http_req *r = &q->r;
@@ -702,7 +737,7 @@ store_lookup(struct req *rq, const char *key, size_t keylen, const char **why,
         rcc.no_cache = 0;       /* ignore_client_no_cache */
     if (q->rq_pol.ign_client_max_age)
         rcc.max_age = -1;       /* ignore_client_cc_max_age */
-    if (cache_lookup(wk->cache, key, keylen, o) != CACHE_OK)
+    if (cache_lookup_hashed(wk->cache, key, keylen, hash, o) != CACHE_OK)
         goto miss;
     if (o->meta.flags & STORE_F_VARY_MARKER) {
         if (store_follow_marker(key, keylen, r, o, q->obj_key, &q->obj_keylen) != CACHE_OK) {
@@ -795,6 +830,15 @@ store_skip_field(const struct http_req *resp, int i)
     default:
         return 0;
     }
+}
+
+/* Does resp carry purge tags (kept in the header block, indexed by the
+ * store, stripped from answers unless purge.forward_tags)? */
+static int
+store_resp_tagged(const struct http_req *resp)
+{
+    return http_field_find(resp, "surrogate-key", 0) >= 0
+           || http_field_find(resp, "cache-tag", 0) >= 0;
 }
 
 /* Move the Server lines of header block blk to its end, where a hit
@@ -894,7 +938,14 @@ store_decide(const struct http_req *resp, struct cc_resp *cc, const struct req_p
         cc->no_store = cc->no_cache = 0;        /* ignore_server_no_cache */
     negative = rec->negative_caching_enabled
                && conf_cache_negative(&wk->conf->cache, resp->status);
-    *lifetime = store_lifetime(resp, cc, now, negative, heur);
+    /* no-store that ttl-in-cache does not override: cachectl_storable_resp
+     * refuses it before looking at the lifetime, so none is worked out */
+    if (cc->no_store && !cc->must_understand && !(pol->ttl_in_cache > 0 && !negative)) {
+        *lifetime = -1;
+        *heur = 0;
+    } else {
+        *lifetime = store_lifetime(resp, cc, now, negative, heur);
+    }
     if (pol->ttl_in_cache > 0 && !negative) {
         /* cache.config ttl-in-cache (ATS): stored whatever no-store or
          * private say, for a status ATS stores without explicit freshness */
@@ -1038,7 +1089,8 @@ store_fill_begin_as(const char *key, size_t keylen, const struct http_req *resp,
     meta.flags = (cc.no_cache ? STORE_F_NO_CACHE : 0)
                  | (cc.must_revalidate || cc.proxy_revalidate || cc.s_maxage >= 0
                     ? STORE_F_MUST_REVALIDATE : 0)
-                 | (heur ? STORE_F_HEURISTIC : 0) | (set_cookie ? STORE_F_SET_COOKIE : 0);
+                 | (heur ? STORE_F_HEURISTIC : 0) | (set_cookie ? STORE_F_SET_COOKIE : 0)
+                 | (store_resp_tagged(resp) ? STORE_F_TAGS : 0);
     meta.stored = (int64_t)now.tv_sec - initial_age;
     meta.expires = meta.stored + (lifetime > 0 ? lifetime : 0);
     body_len = resp->skip_body ? 0
@@ -1332,7 +1384,9 @@ store_refresh(struct req *rq, const struct http_req *resp, int64_t req_time,
     struct cache_meta meta = o->meta;
     meta.stored = (int64_t)now.tv_sec - initial_age;
     meta.expires = meta.stored + (lifetime > 0 ? lifetime : 0);
-    meta.flags = (meta.flags & ~(STORE_F_NO_CACHE | STORE_F_MUST_REVALIDATE | STORE_F_HEURISTIC))
+    meta.flags = (meta.flags & ~(STORE_F_NO_CACHE | STORE_F_MUST_REVALIDATE | STORE_F_HEURISTIC
+                                 | STORE_F_TAGS))
+                 | (store_resp_tagged(&merged) ? STORE_F_TAGS : 0)
                  | (cc.no_cache ? STORE_F_NO_CACHE : 0)
                  | (heur ? STORE_F_HEURISTIC : 0)
                  | (cc.must_revalidate || cc.proxy_revalidate || cc.s_maxage >= 0
@@ -1342,6 +1396,7 @@ store_refresh(struct req *rq, const struct http_req *resp, int64_t req_time,
         && cache_obj_update_headers(wk->cache, o, key, keylen, &meta, out, len) != CACHE_OK)
         log_debug("conn %llu: refreshed headers of %.*s not stored",
                   (unsigned long long)rq->rq_id, (int)keylen, key);
+    o->meta.flags = (o->meta.flags & ~STORE_F_TAGS) | (meta.flags & STORE_F_TAGS);
     o->meta.stored = meta.stored;       /* what this answer reports as Age */
     o->meta.expires = meta.expires;
     return len;

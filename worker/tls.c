@@ -103,7 +103,7 @@ tls_reason(void)
 /* Client connections */
 
 int
-tls_conn_new(struct conn *c)
+tls_conn_new(struct conn *c, int protos)
 {
     SSL_CTX *ctx = conf_tls_server_ctx(wk->conf->tls);
     SSL *s;
@@ -116,6 +116,7 @@ tls_conn_new(struct conn *c)
         return -1;
     }
     SSL_set_accept_state(s);
+    conf_tls_set_protos(s, protos);     /* what ALPN offers */
     c->cn_tls = s;
     return 0;
 }

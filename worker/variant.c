@@ -26,7 +26,7 @@ store_key(char *out, size_t outlen, const char *scheme, const char *host,
           int port, const char *path)
 {
     size_t sl = strlen(scheme), hl = strlen(host), pl = strlen(path);
-    int def = strcmp(scheme, "https") == 0 ? 443 : 80;
+    int def = sl == 5 && memcmp(scheme, "https", 5) == 0 ? 443 : 80;
     char *p = out;
 
     if (sl + 3 + hl + 6 + pl + 1 > outlen)
@@ -35,8 +35,10 @@ store_key(char *out, size_t outlen, const char *scheme, const char *host,
     p += sl;
     memcpy(p, "://", 3);
     p += 3;
-    for (size_t i = 0; i < hl; i++)     /* the authority is lowercased */
-        *p++ = (char)tolower((unsigned char)host[i]);
+    for (size_t i = 0; i < hl; i++) {   /* the authority is lowercased (ASCII) */
+        unsigned char c = (unsigned char)host[i];
+        *p++ = (char)(c | ((unsigned)(c - 'A') < 26u) << 5);
+    }
     if (port != def) {
         *p++ = ':';
         p = fmt_u64(p, (uint64_t)port);

@@ -104,6 +104,29 @@ via_cpy(char *p, const char *s, size_t max)
     return p + n;
 }
 
+/* "NAME (STRING" of a request's (0) or a response's (1) Via: the same for
+ * every request of a configuration, so made once per configuration (a
+ * worker keeps its configuration for life). */
+static char *
+via_mid(char *p, const struct conf_records *rec, int response)
+{
+    static const struct conf_records *mrec;
+    static char   mid[2][2 * VIA_PART_MAX + 2];
+    static size_t midlen[2];
+
+    if (mrec != rec) {
+        for (int i = 0; i < 2; i++) {
+            char *q = via_cpy(mid[i], rec->proxy_name, VIA_PART_MAX);
+            q = via_cpy(q, " (", 2);
+            q = via_cpy(q, i ? rec->via_resp_str : rec->via_req_str, VIA_PART_MAX);
+            midlen[i] = (size_t)(q - mid[i]);
+        }
+        mrec = rec;
+    }
+    memcpy(p, mid[response != 0], midlen[response != 0]);
+    return p + midlen[response != 0];
+}
+
 size_t
 via_format(char *out, int response, int tls, int minor, const char *codes)
 {
@@ -116,9 +139,7 @@ via_format(char *out, int response, int tls, int minor, const char *codes)
     p = via_cpy(p, tls ? "Via: https/1." : "Via: http/1.", 13);
     *p++ = minor == 0 ? '0' : '1';
     *p++ = ' ';
-    p = via_cpy(p, rec->proxy_name, VIA_PART_MAX);
-    p = via_cpy(p, " (", 2);
-    p = via_cpy(p, response ? rec->via_resp_str : rec->via_req_str, VIA_PART_MAX);
+    p = via_mid(p, rec, response);
     if (level >= 2 && codes) {
         p = via_cpy(p, " [", 2);
         if (level >= 3)
@@ -145,7 +166,7 @@ via_server_tail(const char *blk, size_t len)
         if (nl == NULL)
             break;
         ll = (size_t)(blk + end - (nl + 1));
-        if (ll < 9 || strncasecmp(nl + 1, "server:", 7) != 0)
+        if (ll < 9 || (nl[1] | 0x20) != 's' || strncasecmp(nl + 1, "server:", 7) != 0)
             break;
         end -= ll;
     }

@@ -111,13 +111,14 @@ static void
 worker_on_accept(evutil_socket_t lfd, short what, void *arg)
 {
     struct worker *w = arg;
-    int tls = 0, pp = 0;
+    int tls = 0, pp = 0, protos = CONF_PROTO_H1;
 
     magic_check(w->magic, WORKER_MAGIC);
     for (int i = 0; i < w->nlisten; i++)
         if (w->listen_fd[i] == lfd) {
             tls = w->listen_tls[i];
             pp = w->listen_pp[i];
+            protos = w->listen_protos[i];
         }
     for (int i = 0; i < ACCEPT_BATCH; i++) {
         struct sockaddr_storage ss;
@@ -151,7 +152,7 @@ worker_on_accept(evutil_socket_t lfd, short what, void *arg)
             w->ctr->conns_refused++;
             continue;
         }
-        conn_accept(w, fd, (struct sockaddr *)&ss, sl, tls, pp);
+        conn_accept(w, fd, (struct sockaddr *)&ss, sl, tls, pp, protos);
     }
 }
 
@@ -305,6 +306,8 @@ worker_init(struct worker *w, const struct worker_args *a)
         w->listen_fd[i] = a->listen_fds[i];
         w->listen_tls[i] = i < a->conf->rec.nports && a->conf->rec.ports[i].ssl;
         w->listen_pp[i] = i < a->conf->rec.nports && a->conf->rec.ports[i].pp;
+        w->listen_protos[i] = i < a->conf->rec.nports
+                              ? conf_port_protos(&a->conf->rec.ports[i]) : CONF_PROTO_H1;
         if (w->listen_tls[i] && conf_tls_server_ctx(a->conf->tls) == NULL)
             log_error("worker %u: port %d is ssl but no certificate is loaded",
                       a->index, a->conf->rec.ports[i].port);

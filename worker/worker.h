@@ -39,6 +39,7 @@
 #define STORE_F_VARY_MARKER     0x4   /* lists the Vary fields of a URL */
 #define STORE_F_HEURISTIC       0x8   /* its freshness was a heuristic */
 #define STORE_F_SET_COOKIE      0x10  /* came with Set-Cookie (not stored) */
+#define STORE_F_TAGS            0x20  /* holds Surrogate-Key / Cache-Tag lines */
 
 /* What an answer from the cache must honour, copied out of the request. */
 struct store_cond {
@@ -139,6 +140,9 @@ struct conn {
     unsigned         cn_local_ok:1;   /* cn_local is known (conn_local) */
     unsigned         cn_pp:1;         /* a pp port: the PROXY header is
                                          still to come (conn.c, pp.h) */
+    unsigned         cn_protos:2;     /* CONF_PROTO_* of its port */
+    void            *cn_h2;           /* HTTP/2 (h2.c's struct h2c), or
+                                         NULL: HTTP/1.x */
     uint64_t         cn_id;
     struct event     cn_rev;
     struct conn_wev *cn_wev;          /* write interest, from the worker's pool
@@ -229,6 +233,8 @@ struct upstream {
                                          key (up_key ends STORE_PART_SUFFIX) */
     unsigned         up_req_auth:1;   /* the request had Authorization */
     int64_t          up_req_time;     /* when we sent the request */
+    uint64_t         up_purge_gen;    /* cache_purge_gen() then (a fill across a
+                                         purge is stored stale) */
     struct timeval   up_deadline;     /* transaction_active_timeout_out, or 0 */
     const char      *up_cstatus;      /* Cache-Status fwd= value */
     const char      *up_cdetail;      /* why not stored, or NULL */
@@ -278,6 +284,7 @@ struct worker {
     int                  listen_fd[CONF_MAX_PORTS];
     int                  listen_tls[CONF_MAX_PORTS]; /* a PORT:ssl listener */
     int                  listen_pp[CONF_MAX_PORTS];  /* a PORT:pp listener */
+    int                  listen_protos[CONF_MAX_PORTS]; /* CONF_PROTO_* */
     int                  nlisten;
     struct event        *sig_term, *sig_quit, *sig_int, *sig_hup, *sig_usr1;
     struct event        *master_ev;
@@ -327,7 +334,7 @@ worker_closing(void)
 /* Take an accepted socket; tls: the listener is PORT:ssl; pp: PORT:pp
  * (a PROXY protocol header comes first, from an allowed peer). */
 void conn_accept(struct worker *w, int fd, const struct sockaddr *sa,
-                 socklen_t salen, int tls, int pp);
+                 socklen_t salen, int tls, int pp, int protos);
 void conn_drain_all(struct worker *w);
 void conn_close_all(struct worker *w);
 
@@ -405,16 +412,17 @@ void proxy_abort(struct req *rq);
 int  proxy_bg_fill(const struct req *rq);
 
 /* store.c: hits and fills (the pure key, Vary and Range rules: variant.h) */
-/* Look key up for the current request of c.  A verdict of STORE_HIT
- * or STORE_HIT_STALE holds the object (c->cn_req->obj) with its
+/* Look key (hash: its cache_key_hash) up for the current request of c.
+ * A verdict of STORE_HIT or STORE_HIT_STALE holds the object
+ * (c->cn_req->obj) with its
  * Cache-Status in cs; STORE_REVALIDATE may hold a stale one for a
  * conditional request.  *why: Cache-Status fwd= for the others. */
 /* req.c: `cistern ctl cache lookup|purge URL`; 0, 1 (not stored), 4 */
 int  req_ctl_cache(int purge, const char *url, struct buf *out);
 int  store_ctl_lookup(const char *key, size_t keylen, const struct http_req *r,
                       struct buf *out);
-int  store_lookup(struct req *rq, const char *key, size_t keylen, const char **why,
-                  char *cs, size_t cslen);
+int  store_lookup(struct req *rq, const char *key, size_t keylen, const uint8_t hash[16],
+                  const char **why, char *cs, size_t cslen);
 void store_release(struct req *rq);
 /* A hit's body spans extents (cache_obj_span): lend the next span as
  * rq_body once the last one went out.  Returns 1 if one was lent. */
@@ -645,12 +653,37 @@ int  admin_value(const struct admin_stat *st, char *out, size_t len, int prom);
  * *syn) when the request is for them. */
 int admin_handle(struct req *rq, struct req_synth *syn);
 
+/* purge.c: purge by tag, prefix, host, all (POST /_purge, ctl) */
+#define PURGE_ARGS_MAX 64
+struct purge_ask {
+    int          kind;          /* enum shm_purge */
+    int          soft;
+    int          nargs;
+    const char  *arg[PURGE_ARGS_MAX];   /* decoded, NUL ended, in buf */
+    size_t       len[PURGE_ARGS_MAX];
+    size_t       used;
+    char         buf[16384];
+};
+/* Is r for /_purge (the path, any query)? */
+int  purge_is_path(const struct http_req *r);
+/* Parse /_purge's query q[0..n) into *pa: NULL, or why not (a 400). */
+const char *purge_parse_query(const char *q, size_t n, struct purge_ask *pa);
+/* Purge: kind (enum shm_purge) over nargs cache keys (URL), tags, or key
+ * prefixes (PREFIX, HOST: mapped already); counted.  Returns the objects
+ * purged, or a CACHE_* error (< 0). */
+int64_t purge_run(int kind, const char *const *arg, const size_t *len, int nargs, int soft);
+/* Count one purge of kind that touched n objects. */
+void purge_count(int kind, int soft, uint64_t n);
+const char *purge_kind_name(int kind);
+/* Length of key's "scheme://authority/" part, or 0. */
+size_t purge_key_origin(const char *key, size_t keylen);
+
 /* tls.c: TLS on client and origin connections (see its essay).  It arms
  * no event of the client connection and calls nothing in conn.c or
  * proxy.c: it says which way it waits, and the caller waits. */
 enum tls_want { TLS_OK = 0, TLS_WANT_READ, TLS_WANT_WRITE, TLS_ERR };
 /* Set c up for a server handshake on its socket; 0, or -1 (c untouched). */
-int  tls_conn_new(struct conn *c);
+int  tls_conn_new(struct conn *c, int protos);
 /* Drive the handshake: TLS_OK done, TLS_WANT_READ / TLS_WANT_WRITE
  * waiting for that (the caller arms the event; the read timeout is the
  * head's), TLS_ERR failed (logged, counted). */

@@ -978,6 +978,143 @@ START_TEST(test_wrong_size_content)
 }
 END_TEST
 
+/* ---- purge tables (purge.c, issue 23) ---- */
+
+static int
+put_tagged(struct cache *c, const char *key, const char *tags, unsigned seed)
+{
+    struct cache_meta m = { 200, 0, 1000, (int64_t)time(NULL) + 600 };
+    struct cache_fill *f;
+    char hdr[512], body[64];
+    int n = snprintf(hdr, sizeof(hdr), "HTTP/1.1 200 OK\r\n%sX-Seed: %u\r\n", tags, seed);
+    int rc = cache_fill_begin(c, key, strlen(key), &m, hdr, (size_t)n, 64, &f);
+
+    if (rc != CACHE_OK)
+        return rc;
+    fill_pat((uint8_t *)body, sizeof(body), seed);
+    if ((rc = cache_fill_write(f, body, sizeof(body))) != CACHE_OK) {
+        cache_fill_abort(f);
+        return rc;
+    }
+    return cache_fill_commit(f, NULL);
+}
+
+static int64_t
+purge1(struct cache *c, int kind, const char *arg, int soft)
+{
+    size_t len = arg ? strlen(arg) : 0;
+    struct cache_purge_req pr = { .kind = kind, .nargs = 1, .arg = &arg, .len = &len,
+                                  .soft = soft, .now = (int64_t)time(NULL) };
+    return cache_purge(c, &pr);
+}
+
+static int
+is_hit(struct cache *c, const char *key)
+{
+    struct cache_obj o;
+    int rc = cache_lookup(c, key, strlen(key), &o);
+
+    if (rc == CACHE_OK)
+        cache_obj_release(c, &o);
+    return rc == CACHE_OK;
+}
+
+START_TEST(test_purge_tags_parse)
+{
+    static const char blk[] = "HTTP/1.1 200 OK\r\nSurrogate-Key:  a  b\tc \r\n"
+                              "Content-Type: x\r\ncache-tag: x y, z,,w ,a\r\nSurrogate-Key: d\r\n";
+    static const char *const want[] = { "a", "b", "c", "x y", "z", "w", "d" };
+    const char *tag[16];
+    uint8_t len[16];
+    int n = cache_pix_tags(blk, sizeof(blk) - 1, tag, len, 16);
+
+    ck_assert_int_eq(n, 7);
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(strlen(want[i]) == len[i] && memcmp(tag[i], want[i], len[i]) == 0,
+                      "tag %d: %.*s", i, (int)len[i], tag[i]);
+    /* a status line alone, and a field named like one but longer */
+    ck_assert_int_eq(cache_pix_tags("HTTP/1.1 200 OK\r\n", 17, tag, len, 16), 0);
+    ck_assert_int_eq(cache_pix_tags("H\r\nSurrogate-Keys: a\r\n", 22, tag, len, 16), 0);
+}
+END_TEST
+
+START_TEST(test_purge_exact)
+{
+    char key[64], tags[128];
+    int hits = 0;
+
+    for (int i = 0; i < 300; i++) {
+        snprintf(key, sizeof(key), "http://h%d.test/p/%d", i % 2, i);
+        snprintf(tags, sizeof(tags), "Surrogate-Key: k%d all\r\nCache-Tag: c%d\r\n", i % 3, i % 2);
+        ck_assert_int_eq(put_tagged(E.c, key, tags, (unsigned)i), CACHE_OK);
+    }
+    ck_assert_int_eq(purge1(E.c, CACHE_PURGE_TAG, "k1", 0), 100);
+    ck_assert_int_eq(purge1(E.c, CACHE_PURGE_TAG, "k1", 0), 0);
+    ck_assert_int_eq(purge1(E.c, CACHE_PURGE_PREFIX, "http://h0.test/", 0), 100);
+    for (int i = 0; i < 300; i++) {
+        snprintf(key, sizeof(key), "http://h%d.test/p/%d", i % 2, i);
+        ck_assert_int_eq(is_hit(E.c, key), i % 3 != 1 && i % 2 == 1);
+    }
+    /* soft: still a hit, but stale, until a new fill */
+    ck_assert_int_eq(purge1(E.c, CACHE_PURGE_TAG, "c1", 1), 100);
+    {
+        struct cache_obj o;
+        ck_assert_int_eq(cache_lookup(E.c, "http://h1.test/p/5", 18, &o), CACHE_OK);
+        ck_assert_int_lt(o.meta.expires, (int64_t)time(NULL));
+        cache_obj_release(E.c, &o);
+    }
+    /* a replaced object's old tags are gone with it */
+    ck_assert_int_eq(put_tagged(E.c, "http://h1.test/p/5", "Cache-Tag: new\r\n", 5), CACHE_OK);
+    ck_assert_int_eq(purge1(E.c, CACHE_PURGE_TAG, "k2", 0), 49);
+    ck_assert_int_eq(purge1(E.c, CACHE_PURGE_TAG, "new", 0), 1);
+    /* prefixes longer than what the key table keeps: the record's key decides */
+    char longk[700], pre[600];
+    memset(longk, 'a', sizeof(longk));
+    memcpy(longk, "http://l/", 9);
+    longk[650] = '\0';
+    ck_assert_int_eq(put_tagged(E.c, longk, "", 1), CACHE_OK);
+    memcpy(pre, longk, 520);
+    pre[520] = '\0';
+    pre[519] = 'b';
+    ck_assert_int_eq(purge1(E.c, CACHE_PURGE_PREFIX, pre, 0), 0);
+    pre[519] = 'a';
+    ck_assert_int_eq(purge1(E.c, CACHE_PURGE_PREFIX, pre, 0), 1);
+    ck_assert_int_eq(is_hit(E.c, longk), 0);
+    for (int i = 0; i < 300; i++) {
+        snprintf(key, sizeof(key), "http://h%d.test/p/%d", i % 2, i);
+        hits += is_hit(E.c, key);
+    }
+    ck_assert_int_eq(hits, 50);      /* odd, not k1, not k2 */
+    ck_assert_int_eq(purge1(E.c, CACHE_PURGE_ALL, NULL, 0), 50);
+    ck_assert_int_eq(cache_objects(E.c), 0);
+}
+END_TEST
+
+/* A store from before the tables: they are built by one walk at prepare. */
+START_TEST(test_purge_tables_upgrade)
+{
+    char key[64], tags[64];
+    MDB_txn *txn;
+    MDB_val k = { 3, (void *)"pix" };
+
+    for (int i = 0; i < 100; i++) {
+        snprintf(key, sizeof(key), "http://u.test/%d", i);
+        snprintf(tags, sizeof(tags), "Surrogate-Key: u%d\r\n", i % 4);
+        ck_assert_int_eq(put_tagged(E.c, key, tags, (unsigned)i), CACHE_OK);
+    }
+    ck_assert_int_eq(mdb_txn_begin(E.c->env, NULL, 0, &txn), 0);
+    ck_assert_int_eq(mdb_drop(txn, E.c->dbi_tag, 0), 0);
+    ck_assert_int_eq(mdb_drop(txn, E.c->dbi_key, 0), 0);
+    ck_assert_int_eq(mdb_drop(txn, E.c->dbi_rev, 0), 0);
+    ck_assert_int_eq(mdb_del(txn, E.c->dbi_meta, &k, NULL), 0);
+    ck_assert_int_eq(mdb_txn_commit(txn), 0);
+    ck_assert_int_eq(purge1(E.c, CACHE_PURGE_TAG, "u1", 0), 0);     /* empty now */
+    env_restart(1);
+    ck_assert_int_eq(purge1(E.c, CACHE_PURGE_TAG, "u1", 0), 25);
+    ck_assert_int_eq(purge1(E.c, CACHE_PURGE_PREFIX, "http://u.test/", 0), 75);
+}
+END_TEST
+
 START_TEST(test_map_full)
 {
     char key[32];
@@ -2095,6 +2232,9 @@ cache_suite(void)
     tcase_add_test(tc, test_layout_v1_upgraded);
     tcase_add_test(tc, test_wrong_size_content);
     tcase_add_test(tc, test_map_full);
+    tcase_add_test(tc, test_purge_tags_parse);
+    tcase_add_test(tc, test_purge_exact);
+    tcase_add_test(tc, test_purge_tables_upgrade);
     tcase_add_test(tc, test_damaged_index_rebuilt);
     tcase_add_test(tc, test_shm_validation);
     tcase_add_test(tc, test_update_headers);

@@ -2296,7 +2296,7 @@ START_TEST(test_records_ports_ats_errors)
     int rc = records(
         "CONFIG proxy.config.http.server_ports STRING 80 80:ipv6 80:ipv6\n"        /* 1 */
         "CONFIG proxy.config.http.server_ports STRING 80:tr-full\n"                /* 2 */
-        "CONFIG proxy.config.http.server_ports STRING 80:proto=http2;http\n"       /* 3 */
+        "CONFIG proxy.config.http.server_ports STRING 80:proto=http2;spdy\n"       /* 3 */
         "CONFIG proxy.config.http.server_ports STRING ip-in=[::1:80\n"             /* 4 */
         "CONFIG proxy.config.http.server_ports STRING ip-in=1.2.3.4:80:ipv6\n"     /* 5 */
         "CONFIG proxy.config.http.server_ports STRING 80:81\n"                     /* 6 */
@@ -2311,8 +2311,8 @@ START_TEST(test_records_ports_ats_errors)
     check_error("records.config:1: %s: \"80:ipv6\": port 80 (IPv6) is listed twice", k);
     check_error("records.config:2: %s: \"80:tr-full\": tr-full: transparent "
                 "proxying is not supported", k);
-    check_error("records.config:3: %s: \"80:proto=http2;http\": proto=http2: "
-                "HTTP/2 is not supported yet (use proto=http)", k);
+    check_error("records.config:3: %s: \"80:proto=http2;spdy\": proto=spdy: "
+                "protocol not supported (only http, http/1.0, http/1.1, http2, h2, h2c)", k);
     check_error("records.config:4: %s: \"ip-in=[::1:80\": an unclosed '[' or "
                 "too many items", k);
     check_error("records.config:5: %s: \"ip-in=1.2.3.4:80:ipv6\": ipv4 and ipv6 "
@@ -2406,18 +2406,18 @@ START_TEST(test_cache_config_good)
     ck_assert_int_eq(errs.n, 0);
     ck_assert_int_eq(ccfg.nrules, 6);
     ck_assert_int_eq(ccfg.need_url, 1);
-    ck_assert_int_eq(ccfg.rules[0].primary, CONF_CC_DOMAIN);
+    ck_assert_int_eq(ccfg.rules[0].sel.primary, CONF_SEL_DOMAIN);
     ck_assert_int_eq(ccfg.rules[0].action, CONF_CC_NEVER_CACHE);
     ck_assert_int_eq(ccfg.rules[0].line, 2);
     ck_assert_int_eq(ccfg.rules[1].action, CONF_CC_TTL_IN_CACHE);
     ck_assert_int_eq(ccfg.rules[1].secs, 93600);
-    ck_assert_str_eq(ccfg.rules[1].prefix, "/img/");
-    ck_assert_int_eq(ccfg.rules[2].primary, CONF_CC_URL_REGEX);
+    ck_assert_str_eq(ccfg.rules[1].sel.prefix, "/img/");
+    ck_assert_int_eq(ccfg.rules[2].sel.primary, CONF_SEL_URL_REGEX);
     ck_assert_int_eq(ccfg.rules[2].secs, 1800);
-    ck_assert_int_eq(ccfg.rules[3].port_lo, 80);
-    ck_assert_int_eq(ccfg.rules[3].port_hi, 8080);
-    ck_assert_int_eq(ccfg.rules[3].tod_lo, 8 * 3600);
-    ck_assert_int_eq(ccfg.rules[3].tod_hi, 18 * 3600 + 1800);
+    ck_assert_int_eq(ccfg.rules[3].sel.port_lo, 80);
+    ck_assert_int_eq(ccfg.rules[3].sel.port_hi, 8080);
+    ck_assert_int_eq(ccfg.rules[3].sel.tod_lo, 8 * 3600);
+    ck_assert_int_eq(ccfg.rules[3].sel.tod_hi, 18 * 3600 + 1800);
     ck_assert_int_eq(ccfg.rules[5].cookies, 0);
     conf_cache_free(&ccfg);
 }
