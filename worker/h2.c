@@ -20,9 +20,9 @@
  * origin's input buffer); its head becomes HEADERS (hop-by-hop fields
  * out, names lowercased), and its body DATA frames that nghttp2 asks us
  * to send ourselves (NGHTTP2_DATA_FLAG_NO_COPY): h2_send_data writes the
- * 9-byte frame header and the lent bytes with one writev (or one TLS
- * write), so a hit's body goes from the mapping to the socket without a
- * copy.  A chunked origin answer is de-chunked for the stream (proxy.c,
+ * 9-byte frame header and the lent bytes with one writev, so on h2c a
+ * hit's body goes from the mapping to the socket without a copy (over TLS
+ * the frame is staged in cn_out first: see h2_cb_send_data).  A chunked origin answer is de-chunked for the stream (proxy.c,
  * up_decode), as for an HTTP/1.0 client.
  *
  * Nothing is called from inside another: the owner ops (flush, moved,
@@ -800,7 +800,7 @@ h2_cb_send(nghttp2_session *ss, const uint8_t *data, size_t len, int flags,
 
 /* A DATA frame: its header and the stream's bytes (in rq_out, or lent:
  * a hit's mapping, the origin's buffer) in one writev with whatever
- * frames wait before it.  What the socket does not take is copied to
+ * frames wait before it (over TLS: appended to cn_out, then flushed).  What the socket does not take is copied to
  * cn_out, so a frame is always whole once this returns 0. */
 static int
 h2_cb_send_data(nghttp2_session *ss, nghttp2_frame *frame, const uint8_t *hd,
