@@ -50,6 +50,10 @@
  * until the whole body is stored: we serve waiters from the stored
  * object, not read-while-writer. */
 #define COLLAPSE_LARGE  (1024 * 1024)
+#define RWW_STEP        (64u << 10)  /* joiners are woken every this many bytes */
+
+static void proxy_rww_grew(struct upstream *up);
+static void proxy_rww_end(struct upstream *up, int state);
 /* How long a URL that answered uncacheable skips the fill table
  * (Varnish's hit-for-miss). */
 #define PASS_MS         10000
@@ -158,6 +162,7 @@ up_free(struct req *rq)
         return;
     origin_release(up);
     store_fill_end(&up->up_fill, 0, NULL);
+    proxy_rww_end(up, RWW_FAILED);
     proxy_release_claim(up, 0);
     buf_release(&up->up_in);
     buf_release(&up->up_out);
@@ -931,6 +936,7 @@ proxy_sink_client(void *arg, const char *p, size_t n)
     alog_obody(rq, n);
     rq->rq_up->up_fill_got += n;
     store_fill_data(&rq->rq_up->up_fill, p, n);
+    proxy_rww_grew(rq->rq_up);
 }
 
 /* Decoded body bytes for the cache (the client gets them raw). */
@@ -941,6 +947,7 @@ proxy_sink_fill(void *arg, const char *p, size_t n)
 
     up->up_fill_got += n;
     store_fill_data(&up->up_fill, p, n);
+    proxy_rww_grew(up);
 }
 
 int
@@ -1124,6 +1131,114 @@ proxy_interim(struct req *rq, struct upstream *up, struct http_req *resp)
     return WK_MORE;
 }
 
+/* ------------------------------------------------------------------ */
+/* Read-while-writer (issue 21; DESIGN.md): the fill of a claimed miss
+ * with a Content-Length is published in the fill table; joiners in any
+ * worker send from the ring, woken about every RWW_STEP bytes. */
+
+static void
+proxy_wake_slots(const uint64_t wake[4])
+{
+    uint64_t one = 1;
+
+    for (unsigned s = 0; s < wk->nslots && s < FILLTAB_MAX_SLOTS; s++)
+        if ((wake[s / 64] >> (s % 64)) & 1)
+            if (write(wk->wake_fds[s], &one, sizeof(one)) < 0) { /* already pending */ }
+}
+
+static int64_t
+proxy_now_ms(void)
+{
+    struct timeval now;
+
+    event_base_gettimeofday_cached(wk->base, &now);
+    return (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000;
+}
+
+/* Where the fill's bytes are now, in v (0, or -1 when it has more
+ * extents than a slot holds). */
+static int
+proxy_rww_where(struct upstream *up, struct filltab_rww *v)
+{
+    uint32_t n = cache_fill_where(up->up_fill, &v->hdr_off, &v->hdr_len, v->ext_off,
+                                  v->ext_pos, FILLTAB_RWW_EXT);
+
+    if (n == 0 || n > FILLTAB_RWW_EXT)
+        return -1;
+    v->next = n;
+    v->avail = cache_fill_written(up->up_fill);
+    return 0;
+}
+
+static int
+proxy_rww_open(struct upstream *up, const struct http_req *resp)
+{
+    struct filltab_rww v;
+    int idx;
+
+    if (!wk->conf->rec.rww_enable || up->up_fill == NULL || resp->content_length <= 0)
+        return 0;
+    memset(&v, 0, sizeof(v));
+    v.total = (uint64_t)resp->content_length;
+    v.stored = (int64_t)up->up_req_time;
+    if (proxy_rww_where(up, &v) < 0)
+        return 0;
+    idx = filltab_rww_open(wk->shm->filltab, up->up_hash, (int)wk->slotno, proxy_now_ms(), &v);
+    if (idx < 0)
+        return 0;
+    up->up_rww = idx + 1;
+    up->up_rww_next = RWW_STEP;
+    return 1;
+}
+
+/* The fill grew: publish and wake the joiners every RWW_STEP bytes (and
+ * whenever up_rww_next was set to 0). */
+static void
+proxy_rww_grew(struct upstream *up)
+{
+    struct filltab_rww v;
+    uint64_t wake[4];
+
+    if (!up->up_rww)
+        return;
+    if (up->up_fill == NULL) {
+        proxy_rww_end(up, RWW_FAILED);      /* the store refused the rest */
+        return;
+    }
+    if (cache_fill_written(up->up_fill) < up->up_rww_next)
+        return;
+    memset(&v, 0, sizeof(v));
+    if (proxy_rww_where(up, &v) < 0) {
+        proxy_rww_end(up, RWW_FAILED);
+        return;
+    }
+    v.state = RWW_OPEN;
+    v.total = (uint64_t)up->up_resp->content_length;
+    v.stored = (int64_t)up->up_req_time;
+    filltab_rww_update(wk->shm->filltab, up->up_rww - 1, &v, proxy_now_ms(), wake);
+    proxy_wake_slots(wake);
+    up->up_rww_next = v.avail + RWW_STEP;
+}
+
+/* The fill ended: joiners that have everything finish, the others are
+ * cut short (RWW_FAILED). */
+static void
+proxy_rww_end(struct upstream *up, int state)
+{
+    struct filltab_rww v;
+    uint64_t wake[4];
+    int idx = up->up_rww - 1;
+
+    if (!up->up_rww)
+        return;
+    up->up_rww = 0;
+    if (filltab_rww_peek(wk->shm->filltab, idx, &v) < 0)
+        return;
+    v.state = state;
+    filltab_rww_update(wk->shm->filltab, idx, &v, proxy_now_ms(), wake);
+    proxy_wake_slots(wake);
+}
+
 /* What a final response does to the cache: an unsafe method's success
  * invalidates the URL; a storable answer to a fill starts one; the fill
  * claim ends now (hit-for-miss) when nothing will be stored, or when
@@ -1153,7 +1268,7 @@ proxy_cache_response(struct upstream *up, const struct http_req *resp)
         if (up->up_fill == NULL)
             proxy_release_claim(up, up->up_cdetail && strcmp(up->up_cdetail, "store-busy")
                                     ? PASS_MS : 0);
-        else if (resp->content_length > COLLAPSE_LARGE)
+        else if (resp->content_length > COLLAPSE_LARGE && !proxy_rww_open(up, resp))
             proxy_release_claim(up, 0);
     }
 }
@@ -1335,7 +1450,12 @@ proxy_pump_body(struct req *rq, struct upstream *up)
     int client_ka = up->up_client_ka && !resp->until_close && !up->up_decode
                     && !worker_closing();
     if (up->up_fill) {
-        int frc = store_fill_end(&up->up_fill, 1, NULL);
+        int frc;
+
+        up->up_rww_next = 0;
+        proxy_rww_grew(up);     /* joiners see every byte before the end */
+        frc = store_fill_end(&up->up_fill, 1, NULL);
+        proxy_rww_end(up, frc == CACHE_OK ? RWW_DONE : RWW_FAILED);
         if (frc != CACHE_OK)
             log_debug("conn %llu: %.*s not stored: %s", (unsigned long long)rq->rq_id,
                       (int)up->up_keylen, up->up_key, cache_strerror(frc));

@@ -515,6 +515,9 @@ req_lookup(struct req *rq, struct req_route *rt)
             rt->claimed = 1;
             break;
         case FT_WAIT:
+            /* read-while-writer: follow a published fill from its bytes */
+            if (rww_join(rq, rt->hash) == 0)
+                return REQ_HIT;
             return REQ_WAIT;
         case FT_PASS:
             rt->fwd = "uri-miss";     /* hit-for-miss: straight to the origin */
@@ -576,7 +579,8 @@ step_hit(struct req *rq, struct req_route *rt)
     if (rt->verdict == STORE_HIT_STALE && rq->rq_ops->revalidate)
         rq->rq_ops->revalidate(rq, rt->key, rt->keylen);
     store_cond_from(&sc, &rq->r);
-    if (store_send(rq, &sc, req_keep_alive(rq) && req_body_discardable(&rq->r), rt->cs,
+    if (store_send(rq, &sc, req_keep_alive(rq) && req_body_discardable(&rq->r),
+                   rq->rq_rww ? "cistern; hit; detail=read-while-writer" : rt->cs,
                    NULL, 0) < 0) {
         store_release(rq);
         rt->verdict = STORE_MISS;
@@ -921,6 +925,8 @@ req_answer_ours(struct req *rq)
 void
 req_sent_all(struct req *rq)
 {
+    if (rq->rq_step == REQ_HIT && rww_waiting(rq))
+        return;     /* a joiner that sent what the fill has: woken for more */
     if (rq->rq_step == REQ_HIT
         || (rq->rq_step == REQ_FETCH && rq->rq_up == NULL))
         req_steps(rq, REQ_DONE);
@@ -971,4 +977,6 @@ req_wait_check(struct worker *w, int deadlines_only)
         /* next was read before resuming: a resumed request may have
          * ended, never one further down the list */
     }
+    if (!deadlines_only && w->joinq)
+        rww_wake_all(w);
 }
