@@ -382,3 +382,17 @@ filltab_rww_peek(struct filltab *ft, int idx, struct filltab_rww *out)
     ft_unlock(ft);
     return rc;
 }
+
+int
+filltab_rww_joined(struct filltab *ft, int idx)
+{
+    int any = 0;
+
+    if (idx < 0 || idx >= FILLTAB_RWW)
+        return 0;
+    ft_lock(ft);
+    for (int i = 0; i < 4; i++)
+        any |= ft->rww[idx].joiners[i] != 0;
+    ft_unlock(ft);
+    return any;
+}

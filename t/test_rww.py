@@ -13,6 +13,7 @@ bytes already stored and follows the fill as it grows, woken by the filler
 - a slow joiner (1 MiB/s) does not slow a fast one;
 - the origin dies at 50%: every client sees a body short of its
   Content-Length (never a complete-looking one), nothing is stored;
+- the filling client leaving early: the fill goes on for its joiners;
 - proxy.config.cache.enable_read_while_writer 0: a joiner of a large fill
   goes to the origin itself (as before this stage).
 """
@@ -50,8 +51,9 @@ class Client(threading.Thread):
     request to the first body byte, the headers, the body's length and
     SHA-256, and when it ended.  rate: read at about rate bytes/s."""
 
-    def __init__(self, port, path, t0, at, rate=None):
+    def __init__(self, port, path, t0, at, rate=None, leave=None):
         super().__init__(daemon=True)
+        self.leave = leave      # close after this many body bytes
         self.port, self.path, self.t0, self.at, self.rate = port, path, t0, at, rate
         self.first = None
         self.status = None
@@ -100,6 +102,8 @@ class Client(threading.Thread):
             h = hashlib.sha256(rest)
             self.got = len(rest)
             while self.got < self.want:
+                if self.leave is not None and self.got >= self.leave:
+                    break
                 try:
                     d = s.recv(1 << 20 if self.rate is None else 32768)
                 except ConnectionResetError:
@@ -216,6 +220,31 @@ def test_origin_dies_at_half():
                                 close_delimited_ok=True)
         expect(r is None or not is_hit(r), "the truncated object was stored")
         expect_eq(origin_count(o, p), 2, "origin requests after")
+
+
+@harness.timeout(60)
+def test_filler_leaves_joiner_stays():
+    """The filling client leaves at 20% (under the 0.5 background fill
+    threshold) while a joiner follows: the fill goes on for the joiner,
+    which gets every byte, and the object is stored (one origin request)."""
+    n, rate = 4 * MiB, 2 * MiB
+    with Origin() as o, Cistern(storage=["cache 256M"], workers=2,
+                                remap=remap_for(o)) as c:
+        p = "/seed/rwwleave/stream/%d/rate/%d/%s" % (n, rate, LONG)
+        want = seeded_sha("rwwleave", n)
+        t0 = time.monotonic()
+        filler = Client(c.port, p, t0, 0.0, leave=n // 5)
+        joiner = Client(c.port, p, t0, 0.2)
+        for x in (filler, joiner):
+            x.start()
+        for x in (filler, joiner):
+            x.join(60)
+        expect(filler.got < n, "the filler read everything")
+        expect("read-while-writer" in joiner.hdrs.get("cache-status", ""), "joined")
+        expect_eq(joiner.sha, want, "joiner body SHA-256")
+        r = harness.one_request(c.port, "GET", p, None, (), HOST, None, 30)
+        expect(is_hit(r), "stored (%r)" % r.header("Cache-Status"))
+        expect_eq(origin_count(o, p), 1, "origin requests")
 
 
 @harness.timeout(60)

@@ -1505,7 +1505,7 @@ proxy_client_sent(struct req *rq, size_t n)
 
 /* ATS's background fill: a fill whose client leaves goes on if at least
  * background_fill_completed_threshold of its Content-Length came (a
- * threshold of 0: always, a length or not). */
+ * threshold of 0: always, a length or not), or while joiners follow it. */
 int
 proxy_bg_fill(const struct req *rq)
 {
@@ -1513,8 +1513,12 @@ proxy_bg_fill(const struct req *rq)
     int64_t cl;
     int milli = wk->conf->rec.bg_fill_milli;
 
-    if (up == NULL || up->up_fill == NULL || up->up_state != UP_BODY || rq->rq_abort
-        || milli > 1000)
+    if (up == NULL || up->up_fill == NULL || up->up_state != UP_BODY || rq->rq_abort)
+        return 0;
+    /* Others follow this fill (read-while-writer): it goes on for them. */
+    if (up->up_rww && filltab_rww_joined(wk->shm->filltab, up->up_rww - 1))
+        return 1;
+    if (milli > 1000)
         return 0;
     cl = up->up_resp ? up->up_resp->content_length : -1;
     if (cl > 0)
