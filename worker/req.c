@@ -89,6 +89,7 @@ req_new(void *owner, const struct req_owner_ops *ops)
     rq->rq_body = NULL;
     rq->rq_body_len = 0;
     rq->rq_hit_pos = rq->rq_hit_end = 0;
+    rq->rq_rww = NULL;
     rq->rq_up = NULL;
     rq->rq_push = NULL;
     rq->rq_tunnel = NULL;
@@ -110,7 +111,7 @@ req_free(struct req *rq)
         return;
     magic_check(rq->rq_magic, REQ_MAGIC);
     if (rq->rq_step != REQ_DONE || rq->rq_up || rq->rq_push || rq->obj_held || rq->rq_claim
-        || rq->rq_tunnel)
+        || rq->rq_tunnel || rq->rq_rww)
         req_abort(rq);
     rq->rq_magic = 0;
     pool_put(&wk->req_pool, rq);
