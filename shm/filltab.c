@@ -396,3 +396,17 @@ filltab_rww_joined(struct filltab *ft, int idx)
     ft_unlock(ft);
     return any;
 }
+
+int
+filltab_rww_published(struct filltab *ft, const uint8_t h[16])
+{
+    uint64_t a, b;
+    int found = 0;
+
+    ft_hash(h, &a, &b);
+    ft_lock(ft);
+    for (int i = 0; i < FILLTAB_RWW && !found; i++)
+        found = ft->rww[i].v.state == RWW_OPEN && ft->rww[i].h0 == a && ft->rww[i].h1 == b;
+    ft_unlock(ft);
+    return found;
+}

@@ -109,6 +109,8 @@ int  filltab_rww_join(struct filltab *ft, const uint8_t h[16], int slot, int64_t
  * returns 0, else -1 (the fill is gone: treat as failed). */
 int  filltab_rww_get(struct filltab *ft, int idx, uint32_t gen, struct filltab_rww *out);
 
+/* Is a fill of h published and open? */
+int  filltab_rww_published(struct filltab *ft, const uint8_t h[16]);
 /* Has any slot joined the fill published in slot idx? */
 int  filltab_rww_joined(struct filltab *ft, int idx);
 /* The filler's own copy of its slot idx (0, or -1 when it is not open). */

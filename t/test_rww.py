@@ -13,6 +13,7 @@ bytes already stored and follows the fill as it grows, woken by the filler
 - a slow joiner (1 MiB/s) does not slow a fast one;
 - the origin dies at 50%: every client sees a body short of its
   Content-Length (never a complete-looking one), nothing is stored;
+- a Range request during a fill goes to the origin at once;
 - the filling client leaving early: the fill goes on for its joiners;
 - proxy.config.cache.enable_read_while_writer 0: a joiner of a large fill
   goes to the origin itself (as before this stage).
@@ -20,6 +21,7 @@ bytes already stored and follows the fill as it grows, woken by the filler
 
 import hashlib
 import random
+import re
 import socket
 import statistics
 import threading
@@ -245,6 +247,33 @@ def test_filler_leaves_joiner_stays():
         r = harness.one_request(c.port, "GET", p, None, (), HOST, None, 30)
         expect(is_hit(r), "stored (%r)" % r.header("Cache-Status"))
         expect_eq(origin_count(o, p), 1, "origin requests")
+
+
+@harness.timeout(60)
+def test_range_during_fill_goes_to_origin():
+    """A Range request for an object being filled (4 MiB at 1 MiB/s) is not
+    joined and does not wait for the fill: its answer starts within 2 s
+    (from a second origin request)."""
+    n, rate = 4 * MiB, MiB
+    with Origin() as o, Cistern(storage=["cache 256M"], workers=2,
+                                remap=remap_for(o)) as c:
+        p = "/seed/rwwrange/stream/%d/rate/%d/%s" % (n, rate, LONG)
+        t0 = time.monotonic()
+        filler = Client(c.port, p, t0, 0.0)
+        filler.start()
+        harness.wait_for(lambda: origin_count(o, p) == 1, 10, what="the fill")
+        time.sleep(0.5)
+        t1 = time.monotonic()
+        with socket.create_connection(("127.0.0.1", c.port), timeout=30) as s:
+            s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\nRange: bytes=100-199\r\n"
+                       "Connection: close\r\n\r\n" % (p, HOST)).encode())
+            first = s.recv(65536)
+            took = time.monotonic() - t1
+        filler.join(60)
+        expect(re.match(rb"HTTP/1.1 20[06] ", first), "the Range answer: %r" % first[:40])
+        expect(took < 2.0, "the Range request waited %.2f s for the fill" % took)
+        expect_eq(origin_count(o, p), 2, "origin requests")
+        expect_eq(filler.got, n, "the filler's body")
 
 
 @harness.timeout(60)

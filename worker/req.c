@@ -516,10 +516,18 @@ req_lookup(struct req *rq, struct req_route *rt)
             rt->claimed = 1;
             break;
         case FT_WAIT:
-            /* read-while-writer: follow a published fill from its bytes */
-            if (rww_join(rq, rt->hash) == 0)
+            /* read-while-writer: follow a published fill from its bytes;
+             * a request that cannot (Range, conditions) goes to the origin
+             * rather than waiting for a large fill */
+            switch (rww_join(rq, rt->hash)) {
+            case 0:
                 return REQ_HIT;
-            return REQ_WAIT;
+            case -2:
+                filltab_unwait(wk->shm->filltab, rt->hash, (int)wk->slotno);
+                return REQ_FETCH;
+            default:
+                return REQ_WAIT;
+            }
         case FT_PASS:
             rt->fwd = "uri-miss";     /* hit-for-miss: straight to the origin */
             break;

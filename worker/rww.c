@@ -15,7 +15,9 @@
  * the extents; the filler never waits for it).  A fill that fails cuts the
  * joiners that have not sent everything short with a reset, so a truncated
  * body never looks complete.  Requests with Range or a condition are not
- * joined (they wait, or fetch for themselves, as before).
+ * joined: they fetch for themselves at once (rww_join says -2), as the
+ * waiters of a large answer did before, instead of waiting for the whole
+ * fill.
  */
 #include "config.h"
 
@@ -91,7 +93,10 @@ rww_join(struct req *rq, const uint8_t h[16])
     struct timeval now;
     struct cache_obj *o = &rq->obj;
 
-    if (!rww_joinable(rq) || (j = calloc(1, sizeof(*j))) == NULL)
+    if (!rww_joinable(rq))
+        return wk->conf->rec.rww_enable && filltab_rww_published(wk->shm->filltab, h)
+               ? -2 : -1;
+    if ((j = calloc(1, sizeof(*j))) == NULL)
         return -1;
     event_base_gettimeofday_cached(wk->base, &now);
     j->idx = filltab_rww_join(wk->shm->filltab, h, (int)wk->slotno,
