@@ -75,7 +75,7 @@ void filltab_slot_reset(struct filltab *ft, int slot, uint64_t wake[4]);
  */
 #define FILLTAB_RWW            32
 #define FILLTAB_RWW_EXT        64
-#define FILLTAB_RWW_LINGER_MS  30000
+#define FILLTAB_RWW_LINGER_MS  5000
 
 enum { RWW_NONE = 0, RWW_OPEN, RWW_DONE, RWW_FAILED };
 

@@ -14,6 +14,7 @@ bytes already stored and follows the fill as it grows, woken by the filler
 - the origin dies at 50%: every client sees a body short of its
   Content-Length (never a complete-looking one), nothing is stored;
 - a Range request during a fill goes to the origin at once;
+- a slow joiner outliving its fill's slot in the fill table;
 - the filling client leaving early: the fill goes on for its joiners;
 - proxy.config.cache.enable_read_while_writer 0: a joiner of a large fill
   goes to the origin itself (as before this stage).
@@ -274,6 +275,34 @@ def test_range_during_fill_goes_to_origin():
         expect(took < 2.0, "the Range request waited %.2f s for the fill" % took)
         expect_eq(origin_count(o, p), 2, "origin requests")
         expect_eq(filler.got, n, "the filler's body")
+
+
+@harness.timeout(60)
+def test_slow_joiner_outlives_its_slot():
+    """A slow joiner (1 MiB/s) of a 16 MiB fill that ended at ~2 s keeps
+    sending byte-exact after the fill table's slot went to another fill
+    (5 s after the end) whose joiner woke the same worker; the slow one is
+    then still ~8 MiB from its end, more than socket buffers hold."""
+    n = 16 * MiB
+    with Origin() as o, Cistern(storage=["cache 256M"], workers=1,
+                                remap=remap_for(o)) as c:
+        pa = "/seed/rwwa/stream/%d/rate/%d/%s" % (n, 8 * MiB, LONG)
+        pb = "/seed/rwwb/stream/%d/rate/%d/%s" % (2 * MiB, 2 * MiB, LONG)
+        t0 = time.monotonic()
+        fa = Client(c.port, pa, t0, 0.0)
+        slow = Client(c.port, pa, t0, 0.3, rate=MiB)
+        fb = Client(c.port, pb, t0, 7.6)
+        jb = Client(c.port, pb, t0, 7.9)
+        for x in (fa, slow, fb, jb):
+            x.start()
+        for x in (fa, slow, fb, jb):
+            x.join(60)
+        expect("read-while-writer" in slow.hdrs.get("cache-status", ""), "slow joined")
+        expect("read-while-writer" in jb.hdrs.get("cache-status", ""), "B's joiner joined")
+        expect_eq(slow.got, n, "slow joiner body length (cut at %.2f s)" % slow.end)
+        expect(slow.end > 10, "the slow joiner was not slow (%.2f s)" % slow.end)
+        expect_eq(slow.sha, seeded_sha("rwwa", n), "slow joiner body SHA-256")
+        expect_eq(jb.sha, seeded_sha("rwwb", 2 * MiB), "B's joiner body SHA-256")
 
 
 @harness.timeout(60)

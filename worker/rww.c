@@ -162,6 +162,13 @@ rww_wake(struct req *rq)
     struct rww_join *j = rq->rq_rww;
     uint32_t gen = j->v.gen;
 
+    /* The last copy said DONE: every extent is pinned, the slot is no
+     * longer ours to read (it may serve another fill by now). */
+    if (j->v.state == RWW_DONE) {
+        if (rq->rq_body_len == 0 && rww_more(rq))
+            rq->rq_ops->flush(rq);
+        return;
+    }
     if (filltab_rww_get(wk->shm->filltab, j->idx, gen, &j->v) < 0
         || j->v.state == RWW_FAILED || rww_pin_new(j) < 0) {
         if (rq->rq_hit_pos < rq->rq_hit_end || rq->rq_body_len) {
