@@ -272,6 +272,7 @@ struct cache_fill {
     uint32_t       next;        /* sealed extents */
     uint32_t       next_cap;
     int            chain;       /* 1 once the body left its first extent */
+    int            shared;      /* read while written: never trimmed on failure */
     struct cache_ext *ext;      /* malloc'd; freed when the slot is released */
     uint64_t       purge_gen;   /* cache_purge_gen() when the fill began */
 };

@@ -131,6 +131,25 @@ void     cache_fill_since(struct cache_fill *f, uint64_t gen);
 /* Give up on a fill; nothing becomes visible.  Accepts a dead fill. */
 void cache_fill_abort(struct cache_fill *f);
 
+/* Read-while-writer (issue 21).  Where an open fill's bytes are: the
+ * header block (*hdr_off, absolute ring offset, *hdr_len bytes) and, for each extent so
+ * far (sealed ones and the one being written), the ring offset of its
+ * first body byte in off[i] and which body byte that is in pos[i].
+ * Returns the number of extents (only max are written), 0 when the fill
+ * is not open.  Marks the fill shared: a failure then never gives its
+ * space back to the ring (a reader in another process may still be
+ * sending from it), it becomes a hole. */
+uint32_t cache_fill_where(struct cache_fill *f, uint64_t *hdr_off, uint32_t *hdr_len,
+                          uint64_t *off, uint64_t *pos, uint32_t max);
+/* Body bytes written so far by an open fill. */
+uint64_t cache_fill_written(const struct cache_fill *f);
+/* A reader of another process's fill pins the segment holding ring offset
+ * off: 0, or -1 (not pinned) when those bytes are no longer in the ring. */
+int  cache_off_pin(struct cache *c, uint64_t off);
+void cache_off_unpin(struct cache *c, uint64_t off);
+/* The mapping at ring offset off (pinned by the caller). */
+const void *cache_off_ptr(struct cache *c, uint64_t off);
+
 /* Replace the header block (and meta: status, flags, stored, expires) of
  * the object stored under key, keeping its body where it is (RFC 9111
  * 4.3.4: a 304 refreshes the stored headers).  The body stays valid while

@@ -75,7 +75,7 @@ fill_discard(struct cache_fill *f)
 {
     for (uint32_t i = 0; i < f->next; i++)
         cache_write_hole(f->c, f->ext[i].off, f->ext[i].rec_len);
-    if (f->pinned && !cache_ring_trim(f->c, f->off, f->ext_len, 0))
+    if (f->pinned && (f->shared || !cache_ring_trim(f->c, f->off, f->ext_len, 0)))
         cache_write_hole(f->c, f->off, f->ext_len);
 }
 
@@ -510,4 +510,69 @@ cache_fill_abort(struct cache_fill *f)
         CTR_ADD(f->c, fill_failures, 1);
     fill_discard(f);
     fill_release(f);
+}
+
+/* ------------------------------------------------------------------ */
+/* Read-while-writer: see cache.h. */
+
+uint32_t
+cache_fill_where(struct cache_fill *f, uint64_t *hdr_off, uint32_t *hdr_len, uint64_t *off,
+                 uint64_t *pos, uint32_t max)
+{
+    uint64_t p = 0, first;
+    uint32_t n = 0;
+
+    assert(f && f->magic == CACHE_FILL_MAGIC);
+    if (f->state != FILL_OPEN)
+        return 0;
+    f->shared = 1;
+    first = f->next ? f->ext[0].off : f->off;
+    *hdr_off = first + CACHE_REC_SIZE + f->key_len;
+    *hdr_len = f->hdr_len;
+    for (uint32_t i = 0; i < f->next; i++, n++) {
+        if (n < max) {
+            off[n] = f->ext[i].off + CACHE_REC_SIZE + f->ext[i].skip;
+            pos[n] = p;
+        }
+        p += f->ext[i].body_len;
+    }
+    if (f->pinned) {
+        if (n < max) {
+            off[n] = f->off + CACHE_REC_SIZE + f->xskip;
+            pos[n] = p;
+        }
+        n++;
+    }
+    return n;
+}
+
+uint64_t
+cache_fill_written(const struct cache_fill *f)
+{
+    return f->state == FILL_OPEN ? f->body_len : 0;
+}
+
+int
+cache_off_pin(struct cache *c, uint64_t off)
+{
+    uint32_t seg = cache_seg_of(c->shm, off);
+
+    cache_pin(c, seg);
+    if (!cache_ring_alive(c->shm, off)) {
+        cache_unpin(c, seg);
+        return -1;
+    }
+    return 0;
+}
+
+void
+cache_off_unpin(struct cache *c, uint64_t off)
+{
+    cache_unpin(c, cache_seg_of(c->shm, off));
+}
+
+const void *
+cache_off_ptr(struct cache *c, uint64_t off)
+{
+    return cache_ring_ptr(c, off);
 }

@@ -189,6 +189,14 @@ const struct conf_ats_key conf_ats_keys[] = {
       "variant served is still the one Vary selects)" },
     { "proxy.config.cache.log.alternate.eviction", "INT", CONF_ATS_INTERNAL,
       NULL, "ATS's diagnostics for max_alts evictions" },
+    { "proxy.config.cache.read_while_writer.max_retries", "INT",
+      CONF_ATS_INTERNAL, NULL,
+      "ATS's readers poll the writer; Cistern's joiners of a fill are woken "
+      "by it (proxy.config.cache.enable_read_while_writer)" },
+    { "proxy.config.cache.read_while_writer_retry.delay", "INT",
+      CONF_ATS_INTERNAL, NULL,
+      "ATS's readers poll the writer; Cistern's joiners of a fill are woken "
+      "by it (proxy.config.cache.enable_read_while_writer)" },
     { "proxy.config.http.cache.max_open_read_retries", "INT",
       CONF_ATS_INTERNAL, NULL,
       "ATS's cache lock retries; Cistern collapses concurrent misses "

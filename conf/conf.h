@@ -88,6 +88,7 @@ struct conf_records {
     int      connections_throttle;    /* proxy.config.net.connections_throttle (per worker) */
     int64_t  max_doc_size;            /* proxy.config.cache.max_doc_size */
     int      bg_fill_milli;           /* ...http.background_fill_completed_threshold, thousandths */
+    int      rww_enable;              /* proxy.config.cache.enable_read_while_writer */
     int      bg_fill_timeout;         /* ...http.background_fill_active_timeout, s (0: none) */
     int      debug_headers;           /* proxy.config.cistern.debug_headers */
     int      heuristic_min_lifetime;  /* proxy.config.http.cache.heuristic_min_lifetime */

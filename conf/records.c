@@ -187,6 +187,11 @@ static const struct rec_directive rec_table[] = {
     { "proxy.config.cache.max_doc_size", REC_INT, rec_set_int64,
       REC_FIELD(max_doc_size), "0", 0, INT64_MAX,
       "largest object stored; 0 = a quarter of the store's content (at most half)" },
+    { "proxy.config.cache.enable_read_while_writer", REC_INT, rec_set_int,
+      REC_FIELD(rww_enable), "1", 0, 1,
+      "a miss that joins a fill over 1 MiB with a Content-Length (any worker) is "
+      "served from the bytes already stored and follows the fill (0: it waits, "
+      "or goes to the origin itself)" },
     /* ATS semantics: a client that goes away during a fill leaves it
      * running when at least this share of a known length has arrived. */
     { "proxy.config.http.background_fill_completed_threshold", REC_FLOAT, rec_set_milli,

@@ -28,10 +28,20 @@ struct ft_ent {
     uint64_t waiters[4];
 };
 
+struct ft_rww {
+    uint64_t           h0, h1;
+    int32_t            owner;       /* the filling slot */
+    int32_t            pad;
+    int64_t            until_ms;    /* DONE, FAILED: reusable after */
+    uint64_t           joiners[4];  /* slots to wake */
+    struct filltab_rww v;
+};
+
 struct filltab {
     uint32_t        magic;
     uint32_t        n;              /* entries, a power of two */
     pthread_mutex_t lock;
+    struct ft_rww   rww[FILLTAB_RWW];
     struct ft_ent   e[];
 };
 
@@ -235,6 +245,15 @@ filltab_slot_reset(struct filltab *ft, int slot, uint64_t wake[4])
     if (slot < 0 || slot >= FILLTAB_MAX_SLOTS)
         return;
     ft_lock(ft);
+    for (int i = 0; i < FILLTAB_RWW; i++) {
+        struct ft_rww *r = &ft->rww[i];
+        if (r->v.state == RWW_OPEN && r->owner == slot) {
+            r->v.state = RWW_FAILED;    /* the filler died: joiners stop short */
+            r->until_ms = 0;
+            ft_or(wake, r->joiners);
+        }
+        r->joiners[slot / 64] &= ~(1ull << (slot % 64));
+    }
     for (uint32_t i = 0; i < ft->n; i++) {
         struct ft_ent *e = &ft->e[i];
         if (e->state == ENT_FREE)
@@ -247,4 +266,147 @@ filltab_slot_reset(struct filltab *ft, int slot, uint64_t wake[4])
         }
     }
     ft_unlock(ft);
+}
+
+/* ------------------------------------------------------------------ */
+/* Read-while-writer */
+
+int
+filltab_rww_open(struct filltab *ft, const uint8_t h[16], int slot, int64_t now_ms,
+                 const struct filltab_rww *v)
+{
+    uint64_t a, b;
+    int idx = -1;
+
+    if (slot < 0 || slot >= FILLTAB_MAX_SLOTS || v->next > FILLTAB_RWW_EXT)
+        return -1;
+    ft_hash(h, &a, &b);
+    ft_lock(ft);
+    for (int i = 0; i < FILLTAB_RWW && idx < 0; i++) {
+        struct ft_rww *r = &ft->rww[i];
+        if (r->v.state == RWW_NONE || (r->v.state != RWW_OPEN && r->until_ms <= now_ms))
+            idx = i;
+    }
+    if (idx >= 0) {
+        struct ft_rww *r = &ft->rww[idx];
+        uint32_t gen = r->v.gen + 1;
+
+        r->h0 = a;
+        r->h1 = b;
+        r->owner = slot;
+        memset(r->joiners, 0, sizeof(r->joiners));
+        r->v = *v;
+        r->v.gen = gen ? gen : 1;
+        r->v.state = RWW_OPEN;
+    }
+    ft_unlock(ft);
+    return idx;
+}
+
+void
+filltab_rww_update(struct filltab *ft, int idx, const struct filltab_rww *v,
+                   int64_t now_ms, uint64_t wake[4])
+{
+    struct ft_rww *r;
+
+    memset(wake, 0, 4 * sizeof(uint64_t));
+    if (idx < 0 || idx >= FILLTAB_RWW || v->next > FILLTAB_RWW_EXT)
+        return;
+    r = &ft->rww[idx];
+    ft_lock(ft);
+    if (r->v.state == RWW_OPEN) {
+        uint32_t gen = r->v.gen;
+
+        r->v = *v;
+        r->v.gen = gen;
+        if (v->state != RWW_OPEN)
+            r->until_ms = now_ms + FILLTAB_RWW_LINGER_MS;
+        ft_or(wake, r->joiners);
+    }
+    ft_unlock(ft);
+}
+
+int
+filltab_rww_join(struct filltab *ft, const uint8_t h[16], int slot, int64_t now_ms,
+                 struct filltab_rww *out)
+{
+    uint64_t a, b;
+    int idx = -1;
+
+    (void)now_ms;
+    if (slot < 0 || slot >= FILLTAB_MAX_SLOTS)
+        return -1;
+    ft_hash(h, &a, &b);
+    ft_lock(ft);
+    for (int i = 0; i < FILLTAB_RWW; i++) {
+        struct ft_rww *r = &ft->rww[i];
+        if (r->v.state == RWW_OPEN && r->h0 == a && r->h1 == b) {
+            ft_set_bit(r->joiners, slot);
+            *out = r->v;
+            idx = i;
+            break;
+        }
+    }
+    ft_unlock(ft);
+    return idx;
+}
+
+int
+filltab_rww_get(struct filltab *ft, int idx, uint32_t gen, struct filltab_rww *out)
+{
+    int rc = -1;
+
+    if (idx < 0 || idx >= FILLTAB_RWW)
+        return -1;
+    ft_lock(ft);
+    if (ft->rww[idx].v.gen == gen && ft->rww[idx].v.state != RWW_NONE) {
+        *out = ft->rww[idx].v;
+        rc = 0;
+    }
+    ft_unlock(ft);
+    return rc;
+}
+
+int
+filltab_rww_peek(struct filltab *ft, int idx, struct filltab_rww *out)
+{
+    int rc = -1;
+
+    if (idx < 0 || idx >= FILLTAB_RWW)
+        return -1;
+    ft_lock(ft);
+    if (ft->rww[idx].v.state == RWW_OPEN) {
+        *out = ft->rww[idx].v;
+        rc = 0;
+    }
+    ft_unlock(ft);
+    return rc;
+}
+
+int
+filltab_rww_joined(struct filltab *ft, int idx)
+{
+    int any = 0;
+
+    if (idx < 0 || idx >= FILLTAB_RWW)
+        return 0;
+    ft_lock(ft);
+    for (int i = 0; i < 4; i++)
+        any |= ft->rww[idx].joiners[i] != 0;
+    ft_unlock(ft);
+    return any;
+}
+
+int
+filltab_rww_published(struct filltab *ft, const uint8_t h[16])
+{
+    uint64_t a, b;
+    int found = 0;
+
+    ft_hash(h, &a, &b);
+    ft_lock(ft);
+    for (int i = 0; i < FILLTAB_RWW && !found; i++)
+        found = ft->rww[i].v.state == RWW_OPEN && ft->rww[i].h0 == a && ft->rww[i].h1 == b;
+    ft_unlock(ft);
+    return found;
 }

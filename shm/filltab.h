@@ -63,4 +63,57 @@ void filltab_unwait(struct filltab *ft, const uint8_t h[16], int slot);
  * Waiters of released entries are returned in wake[]. */
 void filltab_slot_reset(struct filltab *ft, int slot, uint64_t wake[4]);
 
+/*
+ * Read-while-writer (issue 21): a fill of known length may be published
+ * in one of FILLTAB_RWW slots, next to the claim: where its header block
+ * and body extents are in the ring and how many body bytes are written.
+ * Joiners (any worker) copy it under the lock, pin the extents and send
+ * from the mapping; the filler updates it as the body grows and wakes the
+ * joiners' slots (their eventfds), and says DONE or FAILED at the end.
+ * A slot outlives its fill by FILLTAB_RWW_LINGER_MS so that a joiner woken
+ * late still reads the last state; gen tells a reused slot apart.
+ */
+#define FILLTAB_RWW            32
+#define FILLTAB_RWW_EXT        64
+#define FILLTAB_RWW_LINGER_MS  5000
+
+enum { RWW_NONE = 0, RWW_OPEN, RWW_DONE, RWW_FAILED };
+
+struct filltab_rww {
+    uint32_t gen;
+    int32_t  state;                 /* RWW_* */
+    uint64_t total;                 /* the body's length (Content-Length) */
+    uint64_t avail;                 /* body bytes written so far */
+    uint64_t hdr_off;               /* header block: absolute ring offset */
+    uint32_t hdr_len;
+    uint32_t next;                  /* extents known */
+    int64_t  stored;                /* the object's stored time (Age) */
+    uint64_t ext_off[FILLTAB_RWW_EXT];  /* body byte ext_pos[i]: ring offset */
+    uint64_t ext_pos[FILLTAB_RWW_EXT];
+};
+
+/* Publish the fill of h by slot: returns the slot's index, or -1 (none
+ * free).  v: total, hdr_off, hdr_len, stored, next and the extents. */
+int  filltab_rww_open(struct filltab *ft, const uint8_t h[16], int slot, int64_t now_ms,
+                      const struct filltab_rww *v);
+/* The fill grew (avail, extents), or ended (state RWW_DONE or RWW_FAILED):
+ * the joiners' slots to wake come back in wake[] (joiners stay registered
+ * until the slot is reused). */
+void filltab_rww_update(struct filltab *ft, int idx, const struct filltab_rww *v,
+                        int64_t now_ms, uint64_t wake[4]);
+/* Join the open fill of h from slot: a copy in *out, the index returned,
+ * or -1 when no fill of h is published and open. */
+int  filltab_rww_join(struct filltab *ft, const uint8_t h[16], int slot, int64_t now_ms,
+                      struct filltab_rww *out);
+/* A joiner's fresh copy of slot idx, when it is still generation gen:
+ * returns 0, else -1 (the fill is gone: treat as failed). */
+int  filltab_rww_get(struct filltab *ft, int idx, uint32_t gen, struct filltab_rww *out);
+
+/* Is a fill of h published and open? */
+int  filltab_rww_published(struct filltab *ft, const uint8_t h[16]);
+/* Has any slot joined the fill published in slot idx? */
+int  filltab_rww_joined(struct filltab *ft, int idx);
+/* The filler's own copy of its slot idx (0, or -1 when it is not open). */
+int  filltab_rww_peek(struct filltab *ft, int idx, struct filltab_rww *out);
+
 #endif /* CISTERN_FILLTAB_H */

@@ -67,6 +67,8 @@ Response selection, first match wins:
                         and record only its length and SHA-256 (the body
                         field stays empty): for huge uploads
       slow-read/MS      with sink: sleep MS ms after each 64 KiB read
+      die-at/PCT        with stream/N: close the connection once PCT percent
+                        of the body is sent (an origin dying mid-transfer)
       rate/BPS          with stream/N: send at about BPS bytes per second
                         (64 KiB pieces, or smaller so that one goes out at
                         least every 0.5 s): a long, slow, still-moving origin
@@ -807,6 +809,7 @@ class Origin:
         smuggle = False
         rate = 0
         ranges = False
+        die_at = None
         i = 0
         while i < len(segs):
             d = segs[i]
@@ -831,6 +834,9 @@ class Origin:
                 smuggle = True
             elif d == "rate" and num(arg) is not None:
                 rate = num(arg)
+                i += 1
+            elif d == "die-at" and num(arg) is not None:
+                die_at = num(arg)
                 i += 1
             elif d == "seed" and arg is not None:
                 seed = arg
@@ -1025,6 +1031,8 @@ class Origin:
             gen = random.Random("cistern-seed:" + str(seed)) \
                 if seed is not None else None
             for j in range(0, stream_n, piece):
+                if die_at is not None and j >= stream_n * die_at // 100:
+                    return False
                 n = min(piece, stream_n - j)
                 # pieces are multiples of 4 bytes, so the seeded pieces
                 # concatenate to seeded(seed, stream_n)

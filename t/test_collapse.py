@@ -108,16 +108,24 @@ def test_uncacheable_releases_waiters_at_once():
 
 def test_large_object_releases_waiters():
     """Waiters on an object whose Content-Length says it is large (> 1 MiB)
-    are released to fetch for themselves when the head arrives, rather than
+    join the fill (read-while-writer, t/test_rww.py): one origin request,
+    every client the whole body.  With enable_read_while_writer 0 they are
+    released to fetch for themselves when the head arrives, rather than
     held until the whole body is stored."""
-    with Origin() as o, Cistern(storage=["cache 256M"], remap=remap_for(o), workers=2) as c:
-        n = 3 * 1024 * 1024
-        path = "/delay/300/slow-body/%d/200/headers?Cache-Control=max-age%%3D300" % n
-        res = burst(c.port, path, 4)
-        expect(all(st == 200 and b == pattern(n) for st, _, b, _ in res),
-               "every client got the whole body")
-        expect(len(o.requests()) >= 2, "waiters were released to the origin "
-               "(origin saw %d requests)" % len(o.requests()))
+    n = 3 * 1024 * 1024
+    path = "/delay/300/slow-body/%d/200/headers?Cache-Control=max-age%%3D300" % n
+    for rww in (1, 0):
+        with Origin() as o, Cistern(storage=["cache 256M"], remap=remap_for(o), workers=2,
+                                    records={"proxy.config.cache.enable_read_while_writer":
+                                             rww}) as c:
+            res = burst(c.port, path, 4)
+            expect(all(st == 200 and b == pattern(n) for st, _, b, _ in res),
+                   "every client got the whole body (rww %d)" % rww)
+            if rww:
+                expect_eq(len(o.requests()), 1, "origin requests (joined)")
+            else:
+                expect(len(o.requests()) >= 2, "waiters were released to the origin "
+                       "(origin saw %d requests)" % len(o.requests()))
 
 
 def _filling_worker(c, origin_port):

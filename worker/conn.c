@@ -1226,6 +1226,9 @@ conn_flush(struct conn *c)
     }
     c->cn_in_flush = 0;
     conn_unwant_write(c);
+    if (c->cn_req && rww_waiting(c->cn_req))
+        return 0;   /* a joiner that caught up with the fill: the filler
+                       wakes it (worker/rww.c), which flushes again */
     if (c->cn_fd < 0 && c->cn_state != CONN_PROXY && c->cn_state != CONN_WAIT) {
         conn_close(c);      /* the background transaction is over */
         return -1;

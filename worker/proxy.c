@@ -50,6 +50,10 @@
  * until the whole body is stored: we serve waiters from the stored
  * object, not read-while-writer. */
 #define COLLAPSE_LARGE  (1024 * 1024)
+#define RWW_STEP        (64u << 10)  /* joiners are woken every this many bytes */
+
+static void proxy_rww_grew(struct upstream *up);
+static void proxy_rww_end(struct upstream *up, int state);
 /* How long a URL that answered uncacheable skips the fill table
  * (Varnish's hit-for-miss). */
 #define PASS_MS         10000
@@ -158,6 +162,7 @@ up_free(struct req *rq)
         return;
     origin_release(up);
     store_fill_end_part(&up->up_fill, &up->up_old, 0);
+    proxy_rww_end(up, RWW_FAILED);
     proxy_release_claim(up, 0);
     buf_release(&up->up_in);
     buf_release(&up->up_out);
@@ -956,6 +961,7 @@ proxy_sink_client(void *arg, const char *p, size_t n)
     alog_obody(rq, n);
     rq->rq_up->up_fill_got += n;
     store_fill_data(&rq->rq_up->up_fill, p, n);
+    proxy_rww_grew(rq->rq_up);
 }
 
 /* Decoded body bytes for the cache (the client gets them raw). */
@@ -966,6 +972,7 @@ proxy_sink_fill(void *arg, const char *p, size_t n)
 
     up->up_fill_got += n;
     store_fill_data(&up->up_fill, p, n);
+    proxy_rww_grew(up);
 }
 
 int
@@ -1149,6 +1156,114 @@ proxy_interim(struct req *rq, struct upstream *up, struct http_req *resp)
     return WK_MORE;
 }
 
+/* ------------------------------------------------------------------ */
+/* Read-while-writer (issue 21; DESIGN.md): the fill of a claimed miss
+ * with a Content-Length is published in the fill table; joiners in any
+ * worker send from the ring, woken about every RWW_STEP bytes. */
+
+static void
+proxy_wake_slots(const uint64_t wake[4])
+{
+    uint64_t one = 1;
+
+    for (unsigned s = 0; s < wk->nslots && s < FILLTAB_MAX_SLOTS; s++)
+        if ((wake[s / 64] >> (s % 64)) & 1)
+            if (write(wk->wake_fds[s], &one, sizeof(one)) < 0) { /* already pending */ }
+}
+
+static int64_t
+proxy_now_ms(void)
+{
+    struct timeval now;
+
+    event_base_gettimeofday_cached(wk->base, &now);
+    return (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000;
+}
+
+/* Where the fill's bytes are now, in v (0, or -1 when it has more
+ * extents than a slot holds). */
+static int
+proxy_rww_where(struct upstream *up, struct filltab_rww *v)
+{
+    uint32_t n = cache_fill_where(up->up_fill, &v->hdr_off, &v->hdr_len, v->ext_off,
+                                  v->ext_pos, FILLTAB_RWW_EXT);
+
+    if (n == 0 || n > FILLTAB_RWW_EXT)
+        return -1;
+    v->next = n;
+    v->avail = cache_fill_written(up->up_fill);
+    return 0;
+}
+
+static int
+proxy_rww_open(struct upstream *up, const struct http_req *resp)
+{
+    struct filltab_rww v;
+    int idx;
+
+    if (!wk->conf->rec.rww_enable || up->up_fill == NULL || resp->content_length <= 0)
+        return 0;
+    memset(&v, 0, sizeof(v));
+    v.total = (uint64_t)resp->content_length;
+    v.stored = (int64_t)up->up_req_time;
+    if (proxy_rww_where(up, &v) < 0)
+        return 0;
+    idx = filltab_rww_open(wk->shm->filltab, up->up_hash, (int)wk->slotno, proxy_now_ms(), &v);
+    if (idx < 0)
+        return 0;
+    up->up_rww = idx + 1;
+    up->up_rww_next = RWW_STEP;
+    return 1;
+}
+
+/* The fill grew: publish and wake the joiners every RWW_STEP bytes (and
+ * whenever up_rww_next was set to 0). */
+static void
+proxy_rww_grew(struct upstream *up)
+{
+    struct filltab_rww v;
+    uint64_t wake[4];
+
+    if (!up->up_rww)
+        return;
+    if (up->up_fill == NULL) {
+        proxy_rww_end(up, RWW_FAILED);      /* the store refused the rest */
+        return;
+    }
+    if (cache_fill_written(up->up_fill) < up->up_rww_next)
+        return;
+    memset(&v, 0, sizeof(v));
+    if (proxy_rww_where(up, &v) < 0) {
+        proxy_rww_end(up, RWW_FAILED);
+        return;
+    }
+    v.state = RWW_OPEN;
+    v.total = (uint64_t)up->up_resp->content_length;
+    v.stored = (int64_t)up->up_req_time;
+    filltab_rww_update(wk->shm->filltab, up->up_rww - 1, &v, proxy_now_ms(), wake);
+    proxy_wake_slots(wake);
+    up->up_rww_next = v.avail + RWW_STEP;
+}
+
+/* The fill ended: joiners that have everything finish, the others are
+ * cut short (RWW_FAILED). */
+static void
+proxy_rww_end(struct upstream *up, int state)
+{
+    struct filltab_rww v;
+    uint64_t wake[4];
+    int idx = up->up_rww - 1;
+
+    if (!up->up_rww)
+        return;
+    up->up_rww = 0;
+    if (filltab_rww_peek(wk->shm->filltab, idx, &v) < 0)
+        return;
+    v.state = state;
+    filltab_rww_update(wk->shm->filltab, idx, &v, proxy_now_ms(), wake);
+    proxy_wake_slots(wake);
+}
+
 /* What a final response does to the cache: an unsafe method's success
  * invalidates the URL; a storable answer to a fill starts one; the fill
  * claim ends now (hit-for-miss) when nothing will be stored, or when
@@ -1189,8 +1304,11 @@ proxy_cache_response(struct upstream *up, const struct http_req *resp)
             proxy_release_claim(up, up->up_cdetail && strcmp(up->up_cdetail, "store-busy")
                                     ? PASS_MS : 0);
         else if (resp->content_length > COLLAPSE_LARGE
-                 && !(up->up_part && up->up_req->rq_bg))
-            proxy_release_claim(up, 0);     /* (a slice's client waits for all of it) */
+                 && !(up->up_part && up->up_req->rq_bg)
+                 && (up->up_part || !proxy_rww_open(up, resp)))
+            /* (a slice's client waits for all of it; a Range miss is not
+             * published for read-while-writer: its fill may be a part) */
+            proxy_release_claim(up, 0);
     }
 }
 
@@ -1371,7 +1489,12 @@ proxy_pump_body(struct req *rq, struct upstream *up)
     int client_ka = up->up_client_ka && !resp->until_close && !up->up_decode
                     && !worker_closing();
     if (up->up_fill) {
-        int frc = store_fill_end_part(&up->up_fill, &up->up_old, 1);
+        int frc;
+
+        up->up_rww_next = 0;
+        proxy_rww_grew(up);     /* joiners see every byte before the end */
+        frc = store_fill_end_part(&up->up_fill, &up->up_old, 1);
+        proxy_rww_end(up, frc == CACHE_OK ? RWW_DONE : RWW_FAILED);
         if (frc != CACHE_OK)
             log_debug("conn %llu: %.*s not stored: %s", (unsigned long long)rq->rq_id,
                       (int)up->up_keylen, up->up_key, cache_strerror(frc));
@@ -1421,7 +1544,7 @@ proxy_client_sent(struct req *rq, size_t n)
 
 /* ATS's background fill: a fill whose client leaves goes on if at least
  * background_fill_completed_threshold of its Content-Length came (a
- * threshold of 0: always, a length or not). */
+ * threshold of 0: always, a length or not), or while joiners follow it. */
 int
 proxy_bg_fill(const struct req *rq)
 {
@@ -1429,8 +1552,12 @@ proxy_bg_fill(const struct req *rq)
     int64_t cl;
     int milli = wk->conf->rec.bg_fill_milli;
 
-    if (up == NULL || up->up_fill == NULL || up->up_state != UP_BODY || rq->rq_abort
-        || milli > 1000)
+    if (up == NULL || up->up_fill == NULL || up->up_state != UP_BODY || rq->rq_abort)
+        return 0;
+    /* Others follow this fill (read-while-writer): it goes on for them. */
+    if (up->up_rww && filltab_rww_joined(wk->shm->filltab, up->up_rww - 1))
+        return 1;
+    if (milli > 1000)
         return 0;
     cl = up->up_resp ? up->up_resp->content_length : -1;
     if (cl > 0)

@@ -89,6 +89,7 @@ req_new(void *owner, const struct req_owner_ops *ops)
     rq->rq_body = NULL;
     rq->rq_body_len = 0;
     rq->rq_hit_pos = rq->rq_hit_end = 0;
+    rq->rq_rww = NULL;
     rq->rq_up = NULL;
     rq->rq_push = NULL;
     rq->rq_tunnel = NULL;
@@ -112,7 +113,7 @@ req_free(struct req *rq)
         return;
     magic_check(rq->rq_magic, REQ_MAGIC);
     if (rq->rq_step != REQ_DONE || rq->rq_up || rq->rq_push || rq->obj_held || rq->rq_claim
-        || rq->rq_tunnel)
+        || rq->rq_tunnel || rq->rq_rww)
         req_abort(rq);
     rq->rq_magic = 0;
     pool_put(&wk->req_pool, rq);
@@ -653,7 +654,18 @@ req_lookup(struct req *rq, struct req_route *rt)
         case FT_WAIT:
             if (stale)
                 store_release(rq);      /* looked up again once the wait ends */
-            return REQ_WAIT;
+            /* read-while-writer: follow a published fill from its bytes;
+             * a request that cannot (Range, conditions) goes to the origin
+             * rather than waiting for a large fill */
+            switch (rww_join(rq, rt->hash)) {
+            case 0:
+                return REQ_HIT;
+            case -2:
+                filltab_unwait(wk->shm->filltab, rt->hash, (int)wk->slotno);
+                return REQ_FETCH;
+            default:
+                return REQ_WAIT;
+            }
         case FT_PASS:
             rt->fwd = "uri-miss";     /* hit-for-miss: straight to the origin */
             break;
@@ -714,7 +726,8 @@ step_hit(struct req *rq, struct req_route *rt)
     if (rt->verdict == STORE_HIT_STALE && rq->rq_ops->revalidate)
         rq->rq_ops->revalidate(rq, rt->key, rt->keylen);
     store_cond_from(&sc, &rq->r);
-    if (store_send(rq, &sc, req_keep_alive(rq) && req_body_discardable(&rq->r), rt->cs,
+    if (store_send(rq, &sc, req_keep_alive(rq) && req_body_discardable(&rq->r),
+                   rq->rq_rww ? "cistern; hit; detail=read-while-writer" : rt->cs,
                    NULL, 0) < 0) {
         store_release(rq);
         rt->verdict = STORE_MISS;
@@ -1300,6 +1313,8 @@ req_answer_ours(struct req *rq)
 void
 req_sent_all(struct req *rq)
 {
+    if (rq->rq_step == REQ_HIT && rww_waiting(rq))
+        return;     /* a joiner that sent what the fill has: woken for more */
     if (rq->rq_step == REQ_HIT
         || (rq->rq_step == REQ_FETCH && rq->rq_up == NULL))
         req_steps(rq, REQ_DONE);
@@ -1350,4 +1365,6 @@ req_wait_check(struct worker *w, int deadlines_only)
         /* next was read before resuming: a resumed request may have
          * ended, never one further down the list */
     }
+    if (!deadlines_only && w->joinq)
+        rww_wake_all(w);
 }

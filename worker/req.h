@@ -202,6 +202,8 @@ struct req {
     size_t           rq_body_len;
     uint64_t         rq_hit_pos;      /* a hit's body: next byte to lend */
     uint64_t         rq_hit_end;      /* and the end of what is sent */
+    void            *rq_rww;          /* read-while-writer: the fill joined
+                                         (worker/rww.c), or NULL */
     struct upstream *rq_up;           /* FETCH's origin transaction */
     struct push     *rq_push;         /* PUSH's body being stored */
     struct tunnel   *rq_tunnel;       /* a tunnel connecting, or waiting

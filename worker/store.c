@@ -73,6 +73,8 @@ store_release(struct req *rq)
 {
     struct req *q = rq;
 
+    if (q && q->rq_rww)
+        rww_release(q);
     if (q && q->obj_held) {
         cache_obj_release(wk->cache, &q->obj);
         q->obj_held = 0;
@@ -88,6 +90,8 @@ store_body_more(struct req *rq)
     const void *p;
     size_t n;
 
+    if (rq->rq_rww)
+        return rww_more(rq);
     if (!rq->obj_held || rq->rq_hit_pos >= rq->rq_hit_end)
         return 0;
     n = cache_obj_span(wk->cache, &rq->obj, rq->rq_hit_pos, &p);

@@ -266,6 +266,9 @@ struct upstream {
     struct cache_fill *up_fill;
     uint64_t         up_fill_got;     /* body bytes given to up_fill */
     struct store_part_old up_old;     /* a stored part this fill combines with */
+    int              up_rww;          /* read-while-writer: published in
+                                         the fill table's slot up_rww - 1 */
+    uint64_t         up_rww_next;     /* publish again at this many bytes */
     size_t           up_keylen;
     char             up_key[STORE_KEY_MAX];
 };
@@ -317,6 +320,7 @@ struct worker {
     unsigned             nslots;
     struct event        *wake_ev;
     struct req          *waitq;       /* requests in REQ_WAIT */
+    struct req          *joinq;       /* joiners of fills (worker/rww.c) */
     int                  cache_area_ok;/* the shm cache area is laid out */
 };
 
@@ -713,5 +717,15 @@ ssize_t tls_origin_write(struct upstream *up, const char *p, size_t n);
 int  tls_origin_pending(const struct upstream *up);
 void tls_origin_free(struct ssl_st *ssl);
 
+
+/* worker/rww.c: read-while-writer, the joiner's side */
+int  rww_joinable(const struct req *rq);
+/* 0 joined; -1 not (wait as before); -2 a published fill rq cannot join
+ * (Range, conditions): fetch for itself */
+int  rww_join(struct req *rq, const uint8_t h[16]);
+int  rww_more(struct req *rq);
+int  rww_waiting(const struct req *rq);
+void rww_release(struct req *rq);
+void rww_wake_all(struct worker *w);
 
 #endif /* CISTERN_WORKER_H */

@@ -4,6 +4,9 @@
  * busiest-URL tables (shm/urltop.c: counting, the bound, merging a
  * retired slot, the readers' sums).
  *
+ * The read-while-writer slots (publish, join, grow, end, reuse, a dead
+ * filler) are tested here too.
+ *
  * The table lives in shared memory in the daemon; here it sits in an
  * anonymous shared mapping so one test can also fork and contend for it.
  * The panic tests fork a child that installs the hook on a slot in a shared
@@ -232,6 +235,90 @@ panic_reap(pid_t pid, int sig)
     else
         ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) != 0, "status %#x", status);
 }
+
+/* Read-while-writer slots: publish, join, grow, end; a joiner's copy of a
+ * reused slot is refused (generation); a dead filler fails its fills. */
+START_TEST(test_rww_publish_join_end)
+{
+    uint8_t h[16], h2[16];
+    struct filltab_rww v, got;
+    uint64_t wake[4];
+    int idx;
+
+    key(h, 7);
+    key(h2, 8);
+    memset(&v, 0, sizeof(v));
+    v.total = 1000;
+    v.hdr_off = 4096;
+    v.hdr_len = 100;
+    v.next = 1;
+    v.ext_off[0] = 4196;
+    ck_assert_int_eq(filltab_rww_join(ft, h, 3, 0, &got), -1);     /* nothing published */
+    idx = filltab_rww_open(ft, h, 1, 0, &v);
+    ck_assert_int_ge(idx, 0);
+    ck_assert_int_eq(filltab_rww_joined(ft, idx), 0);
+    ck_assert_int_eq(filltab_rww_join(ft, h2, 3, 0, &got), -1);    /* another key */
+    ck_assert_int_eq(filltab_rww_join(ft, h, 3, 0, &got), idx);
+    ck_assert_int_eq(got.state, RWW_OPEN);
+    ck_assert_uint_eq(got.total, 1000);
+    ck_assert_uint_eq(got.avail, 0);
+    ck_assert_int_eq(filltab_rww_joined(ft, idx), 1);
+    /* the filler grows it: the joiner's slot is woken, its copy follows */
+    v.avail = 600;
+    v.next = 2;
+    v.ext_off[1] = 90000;
+    v.ext_pos[1] = 500;
+    v.state = RWW_OPEN;
+    filltab_rww_update(ft, idx, &v, 0, wake);
+    ck_assert_int_eq(bit(wake, 3), 1);
+    ck_assert_int_eq(bit(wake, 1), 0);
+    ck_assert_int_eq(filltab_rww_get(ft, idx, got.gen, &got), 0);
+    ck_assert_uint_eq(got.avail, 600);
+    ck_assert_uint_eq(got.next, 2);
+    ck_assert_uint_eq(got.ext_pos[1], 500);
+    /* done: no new joiner; the slot lingers for the joined ones */
+    v.avail = 1000;
+    v.state = RWW_DONE;
+    filltab_rww_update(ft, idx, &v, 1000, wake);
+    ck_assert_int_eq(bit(wake, 3), 1);
+    ck_assert_int_eq(filltab_rww_join(ft, h, 4, 1000, &got), -1);
+    ck_assert_int_eq(filltab_rww_get(ft, idx, got.gen, &got), 0);
+    ck_assert_int_eq(got.state, RWW_DONE);
+    ck_assert_int_eq(filltab_rww_peek(ft, idx, &v), -1);     /* not open any more */
+    /* after the linger every slot is free again: a reused slot has a new
+     * generation, so the old joiner's copy is refused */
+    memset(&v, 0, sizeof(v));
+    v.next = 1;
+    for (int i = 0; i < FILLTAB_RWW; i++)
+        ck_assert_int_ge(filltab_rww_open(ft, h2, 2, 1000 + FILLTAB_RWW_LINGER_MS, &v), 0);
+    ck_assert_int_eq(filltab_rww_open(ft, h2, 2, 1000 + FILLTAB_RWW_LINGER_MS, &v), -1);
+    ck_assert_int_eq(filltab_rww_get(ft, idx, got.gen, &got), -1);
+}
+END_TEST
+
+START_TEST(test_rww_dead_filler)
+{
+    uint8_t h[16];
+    struct filltab_rww v, got;
+    uint64_t wake[4];
+    int idx;
+
+    key(h, 9);
+    memset(&v, 0, sizeof(v));
+    v.next = 1;
+    v.total = 10;
+    v.ext_pos[0] = 0;
+    ck_assert_int_eq(filltab_rww_open(ft, h, 5, 0, &(struct filltab_rww){ .next = FILLTAB_RWW_EXT + 1 }), -1);
+    idx = filltab_rww_open(ft, h, 5, 0, &v);
+    ck_assert_int_ge(idx, 0);
+    ck_assert_int_eq(filltab_rww_join(ft, h, 6, 0, &got), idx);
+    filltab_slot_reset(ft, 5, wake);
+    ck_assert_int_eq(bit(wake, 6), 1);
+    ck_assert_int_eq(filltab_rww_get(ft, idx, got.gen, &got), 0);
+    ck_assert_int_eq(got.state, RWW_FAILED);
+    ck_assert_int_eq(filltab_rww_join(ft, h, 7, 0, &got), -1);
+}
+END_TEST
 
 START_TEST(test_panic_own_reason)
 {
@@ -508,6 +595,8 @@ main(void)
     tcase_add_test(tc, test_unwait_and_slot_reset);
     tcase_add_test(tc, test_full_table);
     tcase_add_test(tc, test_processes_contend);
+    tcase_add_test(tc, test_rww_publish_join_end);
+    tcase_add_test(tc, test_rww_dead_filler);
     suite_add_tcase(s, tc);
     tc = tcase_create("panic");
     tcase_add_test(tc, test_panic_own_reason);
