@@ -110,6 +110,7 @@ import signal
 import subprocess
 import threading
 import socket
+import struct
 import time
 
 import harness
@@ -1243,6 +1244,81 @@ def test_framing_fields_refused_in_trailers():
                b"\r\n5\r\nhello\r\n0\r\nContent-Lengthy: 1\r\n\r\n")
         expect_eq([r.status for r in parse_responses(raw(c.port, req, timeout=3)[0])], [200],
                   "an allowed trailer")
+
+
+def _h2_frame(ftype, flags, sid, payload=b""):
+    return (struct.pack(">I", len(payload))[1:] + bytes([ftype, flags])
+            + struct.pack(">I", sid) + payload)
+
+
+def _h2_get(path, host):
+    def lit(b):
+        return bytes([len(b)]) + b      # HPACK literal, no Huffman (< 127 bytes)
+    fields = [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", host),
+              (b":path", path)]
+    return b"".join(b"\x00" + lit(n) + lit(v) for n, v in fields)
+
+
+def _close_wait(port):
+    """Connections to our port the peer has closed but we have not."""
+    n = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            col = row.split()
+            if int(col[1].split(":")[1], 16) == port and col[3] == "08":
+                n += 1
+    return n
+
+
+def test_h2_client_gone_with_a_stream_stuck_on_its_window():
+    """An HTTP/2 client that asked for a large hit with a small window and
+    then closed its connection left the worker holding that connection
+    (CLOSE-WAIT, its fd, the stream and the hit's mapping) for the whole
+    proxy.config.http2.no_activity_timeout_in (120 s by default): after
+    the client's EOF no WINDOW_UPDATE can ever come, so a stream whose
+    HEADERS went out and whose window is spent can never end, yet
+    h2_send closed on EOF only once no stream was left, and the idle
+    timer ran its full course (found by the issue 24 review on today's
+    main).  Now the connection ends as soon as the client is gone and
+    every open stream waits on a window it can never get."""
+    host = b"h2.test"
+    with Origin() as o, Cistern(records={"proxy.config.http.server_ports":
+                                         "0 0:proto=http;http2"},
+                                remap=["map http://h2.test/ http://%s/" % o.authority],
+                                storage=["cache 32M"], workers=1) as c:
+        path = b"/bytes/2000000/headers?Cache-Control=max-age%3D600"
+        for _ in range(2):
+            r = harness.one_request(c.port, "GET", path.decode(), host="h2.test")
+            expect_eq((r.status, len(r.body)), (200, 2000000), "warm the hit")
+        port = c.ports[1]
+        for extra in (b"", _h2_frame(8, 0, 0, struct.pack(">I", 50000))):
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            # SETTINGS_INITIAL_WINDOW_SIZE 1000; the stream's HEADERS
+            s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+                      + _h2_frame(4, 0, 0, struct.pack(">HI", 4, 1000))
+                      + _h2_frame(1, 5, 1, _h2_get(path, host)) + extra)
+            got, end = b"", time.time() + 3
+            while len(got) < 1000 and time.time() < end:
+                s.settimeout(max(0.05, end - time.time()))
+                try:
+                    d = s.recv(65536)
+                except socket.timeout:
+                    continue
+                if not d:
+                    break
+                got += d
+            expect(len(got) >= 1000, "only %d bytes before the window closed" % len(got))
+            s.close()
+            harness.wait_for(lambda: _close_wait(port) == 0, 5,
+                             what="the worker to close the h2 connection its client closed "
+                                  "(CLOSE-WAIT: %d)" % _close_wait(port))
+        r = harness.one_request(c.port, "GET", path.decode(), host="h2.test")
+        expect_eq((r.status, len(r.body)), (200, 2000000), "still served")
 
 
 if __name__ == "__main__":
