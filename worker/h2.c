@@ -868,6 +868,26 @@ h2_cb_send_data(nghttp2_session *ss, nghttp2_frame *frame, const uint8_t *hd,
     return 0;
 }
 
+/* The client has closed its side (h->eof): can no stream ever end?  No
+ * WINDOW_UPDATE can come any more, so a stream whose HEADERS are out and
+ * whose window (its own or the connection's) is spent waits forever;
+ * without this the connection (its fd, the streams, a hit's mapping)
+ * stayed until no_activity_timeout_in.  A stream still to answer, or with
+ * window left, or being reset, may yet end. */
+static int
+h2_stuck(const struct h2c *h)
+{
+    int32_t cw = nghttp2_session_get_remote_window_size(h->ss);
+
+    if (nghttp2_session_want_write(h->ss) || h->c->cn_out.end > h->c->cn_out.start)
+        return h->nstreams == 0;
+    for (const struct h2s *s = h->streams; s; s = s->next)
+        if (s->dead || !s->head_sent
+            || (cw > 0 && nghttp2_session_get_stream_remote_window_size(h->ss, s->id) > 0))
+            return 0;
+    return 1;
+}
+
 /* Pump the marked streams, let nghttp2 write, flush; wait for the socket
  * when it is full.  Closes the connection when the session is over. */
 static void
@@ -927,7 +947,7 @@ h2_send(struct h2c *h)
         buf_release(&c->cn_out);
     if (!nghttp2_session_want_read(h->ss) && !nghttp2_session_want_write(h->ss))
         h2_close(h);
-    else if (h->eof && h->nstreams == 0)
+    else if (h->eof && h2_stuck(h))
         h2_close(h);
 }
 
