@@ -1321,5 +1321,57 @@ def test_h2_client_gone_with_a_stream_stuck_on_its_window():
         expect_eq((r.status, len(r.body)), (200, 2000000), "still served")
 
 
+def test_h2_resets_the_client_causes_count_as_rapid_reset():
+    """MadeYouReset (CVE-2025-8671), found by the issue 24 review on
+    today's main: a client that never sends RST_STREAM but makes nghttp2
+    reset each stream it opens - here a WINDOW_UPDATE that overflows the
+    stream's window (RFC 9113 6.9.1: a stream error, RST_STREAM
+    FLOW_CONTROL_ERROR) right after the request's HEADERS - went past
+    both max_concurrent_streams_in and the rapid-reset budget: 300 such
+    streams on one connection with max_concurrent_streams_in 10 and a
+    budget of 50 got 300 RST_STREAMs and no GOAWAY, and every one left a
+    cache fill running at the origin.  Now a reset we send because of
+    the client counts against max_rst_stream_frames_per_minute like one
+    it sends, and past it the connection gets GOAWAY ENHANCE_YOUR_CALM."""
+    host = b"h2.test"
+    with Origin() as o, Cistern(records={"proxy.config.http.server_ports":
+                                         "0 0:proto=http;http2",
+                                         "proxy.config.http2.max_concurrent_streams_in": 10,
+                                         "proxy.config.http2.max_rst_stream_frames_per_minute": 50},
+                                remap=["map http://h2.test/ http://%s/" % o.authority],
+                                storage=["cache 32M"], workers=1) as c:
+        s = socket.create_connection(("127.0.0.1", c.ports[1]), timeout=5)
+        s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _h2_frame(4, 0, 0))
+        for i in range(300):
+            sid = 1 + 2 * i
+            path = b"/r%d/delay/1500/bytes/10/headers?Cache-Control=max-age%%3D60" % i
+            try:
+                s.sendall(_h2_frame(1, 5, sid, _h2_get(path, host))
+                          + _h2_frame(8, 0, sid, struct.pack(">I", 2**31 - 1)))
+            except OSError:
+                break       # closed on us: what we want
+        frames, buf, end = [], b"", time.time() + 5
+        while time.time() < end:
+            s.settimeout(max(0.05, end - time.time()))
+            try:
+                d = s.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                d = b""
+            if not d:
+                break
+            buf += d
+        s.close()
+        while len(buf) >= 9:
+            n = struct.unpack(">I", b"\0" + buf[:3])[0]
+            frames.append((buf[3], buf[9:9 + n]))
+            buf = buf[9 + n:]
+        resets = sum(1 for t, _ in frames if t == 3)
+        goaway = [struct.unpack(">I", p[4:8])[0] for t, p in frames if t == 7]
+        expect_eq(goaway, [11], "GOAWAY ENHANCE_YOUR_CALM after %d resets we sent" % resets)
+        expect(resets <= 60, "%d streams reset and run past a budget of 50" % resets)
+
+
 if __name__ == "__main__":
     harness.main()
