@@ -45,7 +45,8 @@
  *     are those the transaction has taken (or we dropped), so a client
  *     can have at most initial_window_size_in bytes per stream in us.
  *
- * Defences (counted per minute, ATS's keys): RST_STREAM (rapid reset),
+ * Defences (counted per minute, ATS's keys): RST_STREAM (rapid reset;
+ * with the resets a client's stream errors make us send: MadeYouReset),
  * SETTINGS, PING, PRIORITY, CONTINUATION and WINDOW_UPDATE floods close
  * the connection with GOAWAY(ENHANCE_YOUR_CALM); a header list past
  * max_header_list_size (an HPACK bomb) is kept no further and answered
@@ -1100,9 +1101,20 @@ h2_cb_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t *
 static int
 h2_cb_frame_send(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
 {
+    struct h2c *h = arg;
     struct h2s *s;
 
-    (void)arg;
+    if (f->hd.type == NGHTTP2_RST_STREAM && f->rst_stream.error_code != NGHTTP2_NO_ERROR) {
+        /* a reset the client caused (a stream error nghttp2 found, a
+         * stream refused): it counts as one the client sent, or a client
+         * that never sends RST_STREAM resets streams at will
+         * (MadeYouReset, CVE-2025-8671).  Ours (h2s_reset: dead) do not. */
+        s = nghttp2_session_get_stream_user_data(ss, f->hd.stream_id);
+        if ((s == NULL || !s->dead) && !h->calm
+            && ++h->n_rst > (unsigned)wk->conf->rec.h2_rst_min)
+            (void)h2_calm(h, "stream reset (rapid reset by stream errors)", h->n_rst);
+        return 0;
+    }
     if (!(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
         return 0;
     s = nghttp2_session_get_stream_user_data(ss, f->hd.stream_id);
