@@ -102,6 +102,16 @@ Issue 16 review on today's main (69b3632), after issues 17-25:
   passed on to the origin (RFC 9110 6.5.1: never allowed there);
 - an origin's Content-Length on a 204 was passed on, and the stored 204
   was served with a Content-Length of its own (RFC 9110 8.6 forbids both).
+
+Issue 24 (HTTP/2) review on today's main (7761b64):
+
+- a client that closed its h2 connection while a stream waited on its
+  spent window left the worker holding the connection (CLOSE-WAIT, the
+  stream, the hit's mapping) for the whole no_activity_timeout_in;
+- resets nghttp2 sends for a client's stream errors (a WINDOW_UPDATE that
+  overflows a stream's window) were not counted: max_concurrent_streams_in
+  and the rapid-reset budget were bypassed, each stream leaving a fill at
+  the origin (MadeYouReset, CVE-2025-8671).
 """
 import os
 import pwd
