@@ -551,7 +551,8 @@ static const struct rec_directive rec_table[] = {
     { "proxy.config.http2.max_rst_stream_frames_per_minute", REC_INT, rec_set_int,
       REC_FIELD(h2_rst_min), "200", 1, 1000000,
       "HTTP/2: RST_STREAM frames a client may send in a minute (rapid "
-      "reset, CVE-2023-44487); more closes with ENHANCE_YOUR_CALM" },
+      "reset, CVE-2023-44487), counted with the resets its stream errors "
+      "make us send (MadeYouReset); more closes with ENHANCE_YOUR_CALM" },
     { "proxy.config.http2.max_continuation_frames_per_minute", REC_INT, rec_set_int,
       REC_FIELD(h2_cont_min), "120", 1, 1000000,
       "HTTP/2: CONTINUATION frames a client may send in a minute (the "

@@ -102,6 +102,16 @@ Issue 16 review on today's main (69b3632), after issues 17-25:
   passed on to the origin (RFC 9110 6.5.1: never allowed there);
 - an origin's Content-Length on a 204 was passed on, and the stored 204
   was served with a Content-Length of its own (RFC 9110 8.6 forbids both).
+
+Issue 24 (HTTP/2) review on today's main (7761b64):
+
+- a client that closed its h2 connection while a stream waited on its
+  spent window left the worker holding the connection (CLOSE-WAIT, the
+  stream, the hit's mapping) for the whole no_activity_timeout_in;
+- resets nghttp2 sends for a client's stream errors (a WINDOW_UPDATE that
+  overflows a stream's window) were not counted: max_concurrent_streams_in
+  and the rapid-reset budget were bypassed, each stream leaving a fill at
+  the origin (MadeYouReset, CVE-2025-8671).
 """
 import os
 import pwd
@@ -110,6 +120,7 @@ import signal
 import subprocess
 import threading
 import socket
+import struct
 import time
 
 import harness
@@ -1243,6 +1254,133 @@ def test_framing_fields_refused_in_trailers():
                b"\r\n5\r\nhello\r\n0\r\nContent-Lengthy: 1\r\n\r\n")
         expect_eq([r.status for r in parse_responses(raw(c.port, req, timeout=3)[0])], [200],
                   "an allowed trailer")
+
+
+def _h2_frame(ftype, flags, sid, payload=b""):
+    return (struct.pack(">I", len(payload))[1:] + bytes([ftype, flags])
+            + struct.pack(">I", sid) + payload)
+
+
+def _h2_get(path, host):
+    def lit(b):
+        return bytes([len(b)]) + b      # HPACK literal, no Huffman (< 127 bytes)
+    fields = [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", host),
+              (b":path", path)]
+    return b"".join(b"\x00" + lit(n) + lit(v) for n, v in fields)
+
+
+def _close_wait(port):
+    """Connections to our port the peer has closed but we have not."""
+    n = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            col = row.split()
+            if int(col[1].split(":")[1], 16) == port and col[3] == "08":
+                n += 1
+    return n
+
+
+def test_h2_client_gone_with_a_stream_stuck_on_its_window():
+    """An HTTP/2 client that asked for a large hit with a small window and
+    then closed its connection left the worker holding that connection
+    (CLOSE-WAIT, its fd, the stream and the hit's mapping) for the whole
+    proxy.config.http2.no_activity_timeout_in (120 s by default): after
+    the client's EOF no WINDOW_UPDATE can ever come, so a stream whose
+    HEADERS went out and whose window is spent can never end, yet
+    h2_send closed on EOF only once no stream was left, and the idle
+    timer ran its full course (found by the issue 24 review on today's
+    main).  Now the connection ends as soon as the client is gone and
+    every open stream waits on a window it can never get."""
+    host = b"h2.test"
+    with Origin() as o, Cistern(records={"proxy.config.http.server_ports":
+                                         "0 0:proto=http;http2"},
+                                remap=["map http://h2.test/ http://%s/" % o.authority],
+                                storage=["cache 32M"], workers=1) as c:
+        path = b"/bytes/2000000/headers?Cache-Control=max-age%3D600"
+        for _ in range(2):
+            r = harness.one_request(c.port, "GET", path.decode(), host="h2.test")
+            expect_eq((r.status, len(r.body)), (200, 2000000), "warm the hit")
+        port = c.ports[1]
+        for extra in (b"", _h2_frame(8, 0, 0, struct.pack(">I", 50000))):
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            # SETTINGS_INITIAL_WINDOW_SIZE 1000; the stream's HEADERS
+            s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+                      + _h2_frame(4, 0, 0, struct.pack(">HI", 4, 1000))
+                      + _h2_frame(1, 5, 1, _h2_get(path, host)) + extra)
+            got, end = b"", time.time() + 3
+            while len(got) < 1000 and time.time() < end:
+                s.settimeout(max(0.05, end - time.time()))
+                try:
+                    d = s.recv(65536)
+                except socket.timeout:
+                    continue
+                if not d:
+                    break
+                got += d
+            expect(len(got) >= 1000, "only %d bytes before the window closed" % len(got))
+            s.close()
+            harness.wait_for(lambda: _close_wait(port) == 0, 5,
+                             what="the worker to close the h2 connection its client closed "
+                                  "(CLOSE-WAIT: %d)" % _close_wait(port))
+        r = harness.one_request(c.port, "GET", path.decode(), host="h2.test")
+        expect_eq((r.status, len(r.body)), (200, 2000000), "still served")
+
+
+def test_h2_resets_the_client_causes_count_as_rapid_reset():
+    """MadeYouReset (CVE-2025-8671), found by the issue 24 review on
+    today's main: a client that never sends RST_STREAM but makes nghttp2
+    reset each stream it opens - here a WINDOW_UPDATE that overflows the
+    stream's window (RFC 9113 6.9.1: a stream error, RST_STREAM
+    FLOW_CONTROL_ERROR) right after the request's HEADERS - went past
+    both max_concurrent_streams_in and the rapid-reset budget: 300 such
+    streams on one connection with max_concurrent_streams_in 10 and a
+    budget of 50 got 300 RST_STREAMs and no GOAWAY, and every one left a
+    cache fill running at the origin.  Now a reset we send because of
+    the client counts against max_rst_stream_frames_per_minute like one
+    it sends, and past it the connection gets GOAWAY ENHANCE_YOUR_CALM."""
+    host = b"h2.test"
+    with Origin() as o, Cistern(records={"proxy.config.http.server_ports":
+                                         "0 0:proto=http;http2",
+                                         "proxy.config.http2.max_concurrent_streams_in": 10,
+                                         "proxy.config.http2.max_rst_stream_frames_per_minute": 50},
+                                remap=["map http://h2.test/ http://%s/" % o.authority],
+                                storage=["cache 32M"], workers=1) as c:
+        s = socket.create_connection(("127.0.0.1", c.ports[1]), timeout=5)
+        s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _h2_frame(4, 0, 0))
+        for i in range(300):
+            sid = 1 + 2 * i
+            path = b"/r%d/delay/1500/bytes/10/headers?Cache-Control=max-age%%3D60" % i
+            try:
+                s.sendall(_h2_frame(1, 5, sid, _h2_get(path, host))
+                          + _h2_frame(8, 0, sid, struct.pack(">I", 2**31 - 1)))
+            except OSError:
+                break       # closed on us: what we want
+        frames, buf, end = [], b"", time.time() + 5
+        while time.time() < end:
+            s.settimeout(max(0.05, end - time.time()))
+            try:
+                d = s.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                d = b""
+            if not d:
+                break
+            buf += d
+        s.close()
+        while len(buf) >= 9:
+            n = struct.unpack(">I", b"\0" + buf[:3])[0]
+            frames.append((buf[3], buf[9:9 + n]))
+            buf = buf[9 + n:]
+        resets = sum(1 for t, _ in frames if t == 3)
+        goaway = [struct.unpack(">I", p[4:8])[0] for t, p in frames if t == 7]
+        expect_eq(goaway, [11], "GOAWAY ENHANCE_YOUR_CALM after %d resets we sent" % resets)
+        expect(resets <= 60, "%d streams reset and run past a budget of 50" % resets)
 
 
 if __name__ == "__main__":

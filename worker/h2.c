@@ -45,7 +45,8 @@
  *     are those the transaction has taken (or we dropped), so a client
  *     can have at most initial_window_size_in bytes per stream in us.
  *
- * Defences (counted per minute, ATS's keys): RST_STREAM (rapid reset),
+ * Defences (counted per minute, ATS's keys): RST_STREAM (rapid reset;
+ * with the resets a client's stream errors make us send: MadeYouReset),
  * SETTINGS, PING, PRIORITY, CONTINUATION and WINDOW_UPDATE floods close
  * the connection with GOAWAY(ENHANCE_YOUR_CALM); a header list past
  * max_header_list_size (an HPACK bomb) is kept no further and answered
@@ -868,6 +869,26 @@ h2_cb_send_data(nghttp2_session *ss, nghttp2_frame *frame, const uint8_t *hd,
     return 0;
 }
 
+/* The client has closed its side (h->eof): can no stream ever end?  No
+ * WINDOW_UPDATE can come any more, so a stream whose HEADERS are out and
+ * whose window (its own or the connection's) is spent waits forever;
+ * without this the connection (its fd, the streams, a hit's mapping)
+ * stayed until no_activity_timeout_in.  A stream still to answer, or with
+ * window left, or being reset, may yet end. */
+static int
+h2_stuck(const struct h2c *h)
+{
+    int32_t cw = nghttp2_session_get_remote_window_size(h->ss);
+
+    if (nghttp2_session_want_write(h->ss) || h->c->cn_out.end > h->c->cn_out.start)
+        return h->nstreams == 0;
+    for (const struct h2s *s = h->streams; s; s = s->next)
+        if (s->dead || !s->head_sent
+            || (cw > 0 && nghttp2_session_get_stream_remote_window_size(h->ss, s->id) > 0))
+            return 0;
+    return 1;
+}
+
 /* Pump the marked streams, let nghttp2 write, flush; wait for the socket
  * when it is full.  Closes the connection when the session is over. */
 static void
@@ -927,7 +948,7 @@ h2_send(struct h2c *h)
         buf_release(&c->cn_out);
     if (!nghttp2_session_want_read(h->ss) && !nghttp2_session_want_write(h->ss))
         h2_close(h);
-    else if (h->eof && h->nstreams == 0)
+    else if (h->eof && h2_stuck(h))
         h2_close(h);
 }
 
@@ -1080,9 +1101,20 @@ h2_cb_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t *
 static int
 h2_cb_frame_send(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
 {
+    struct h2c *h = arg;
     struct h2s *s;
 
-    (void)arg;
+    if (f->hd.type == NGHTTP2_RST_STREAM && f->rst_stream.error_code != NGHTTP2_NO_ERROR) {
+        /* a reset the client caused (a stream error nghttp2 found, a
+         * stream refused): it counts as one the client sent, or a client
+         * that never sends RST_STREAM resets streams at will
+         * (MadeYouReset, CVE-2025-8671).  Ours (h2s_reset: dead) do not. */
+        s = nghttp2_session_get_stream_user_data(ss, f->hd.stream_id);
+        if ((s == NULL || !s->dead) && !h->calm
+            && ++h->n_rst > (unsigned)wk->conf->rec.h2_rst_min)
+            (void)h2_calm(h, "stream reset (rapid reset by stream errors)", h->n_rst);
+        return 0;
+    }
     if (!(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
         return 0;
     s = nghttp2_session_get_stream_user_data(ss, f->hd.stream_id);
