@@ -1245,5 +1245,39 @@ def test_framing_fields_refused_in_trailers():
                   "an allowed trailer")
 
 
+def test_soft_purge_counts_an_object_once_under_two_long_prefixes():
+    """POST /_purge?prefix=A&prefix=B&soft=1, with A and B both longer
+    than pkey's 480 bytes and both prefixes of one stored object's key,
+    answered {"purged": 2}: each long prefix is a candidate of its own
+    (check >= 0), cache/purge.c pix_apply_batch skips a hash's later
+    candidates only after a matched (-1) one, and a soft purge leaves the
+    entry in place, so the second candidate marks it again and counts it
+    again (found by the issue 23 review).  The same prefix twice did the
+    same.  N must be exactly the objects made unusable: 1."""
+    import json
+    import urllib.parse
+    pad = "p" * 700
+    path = "/o/1/headers?" + urllib.parse.urlencode(
+        [("Cache-Control", "max-age=600"), ("X-Pad", pad)])
+    with Origin() as o, Cistern(remap=["map http://a.test/ http://%s/" % o.authority],
+                                storage=["cache 16M"], workers=1) as c:
+        for query_of in (lambda u: "prefix=%s&prefix=%s" % (u[:560], u[:600]),
+                         lambda u: "prefix=%s&prefix=%s" % (u[:560], u[:560])):
+            for _ in range(2):
+                r = harness.one_request(c.port, "GET", path, host="a.test")
+                expect_eq(r.status, 200, "GET status")
+            expect(harness.is_hit(r), "not stored: %r" % r.header("Cache-Status"))
+            a, b = query_of("http://a.test" + path)[len("prefix="):].split("&prefix=")
+            q = "prefix=%s&prefix=%s&soft=1" % (urllib.parse.quote(a, safe=""),
+                                                urllib.parse.quote(b, safe=""))
+            r = harness.one_request(c.port, "POST", "/_purge?" + q, host="localhost", body=b"")
+            expect_eq(r.status, 200, "purge status (%r)" % r.body[:200])
+            expect_eq(json.loads(r.body.decode())["purged"], 1, "N of a soft purge by "
+                      "two long prefixes of one object (%s)" % ("same" if a == b else "differing"))
+            r = harness.one_request(c.port, "GET", path, host="a.test")
+            expect(not harness.is_hit(r) or "stale" in (r.header("Cache-Status") or ""),
+                   "soft-purged object served fresh: %r" % r.header("Cache-Status"))
+
+
 if __name__ == "__main__":
     harness.main()
