@@ -1279,5 +1279,35 @@ def test_soft_purge_counts_an_object_once_under_two_long_prefixes():
                    "soft-purged object served fresh: %r" % r.header("Cache-Status"))
 
 
+def test_soft_purge_of_a_vary_url_marks_its_variants():
+    """PURGE with Fastly-Soft-Purge: 1 of a URL whose response had Vary
+    answered 404 "not cached" and left every variant a fresh hit (found by
+    the issue 23 review): req_purge_soft purges the URL key's hash, which
+    holds the Vary marker, and purge_run skips markers (skip_flags), so
+    nothing was marked; a hard PURGE of the same URL removes the marker and
+    so every variant.  A soft PURGE must mark the variants stale: 200, and
+    each variant's next request goes to the origin (revalidation)."""
+    import urllib.parse
+    path = "/o/20/headers?" + urllib.parse.urlencode(
+        [("Cache-Control", "max-age=600"), ("Vary", "Accept-Language")])
+    with Origin() as o, Cistern(remap=["map http://a.test/ http://%s/" % o.authority],
+                                storage=["cache 16M"], workers=1) as c:
+        def get(lang):
+            r = harness.one_request(c.port, "GET", path, host="a.test",
+                                    headers=[("Accept-Language", lang)])
+            expect(r is not None and r.status == 200, "GET %s" % lang)
+            return r
+        for lang in ("en", "fr"):
+            get(lang)
+            expect(harness.is_hit(get(lang)), "variant %s not stored" % lang)
+        r = harness.one_request(c.port, "PURGE", path, host="a.test",
+                                headers=[("Fastly-Soft-Purge", "1")])
+        expect_eq(r.status, 200, "soft PURGE of a Vary URL (%r)" % r.body[:100])
+        for lang in ("en", "fr"):
+            r = get(lang)
+            expect(not harness.is_hit(r), "variant %s still a fresh hit after the soft PURGE: "
+                   "%r" % (lang, r.header("Cache-Status")))
+
+
 if __name__ == "__main__":
     harness.main()
