@@ -152,6 +152,30 @@ store_follow_marker(const char *key, size_t keylen, const struct http_req *r,
     return cache_lookup(wk->cache, vkey, n, o);
 }
 
+/* See worker.h. */
+size_t
+store_variants_prefix(const char *key, size_t keylen, char *out, size_t outlen)
+{
+    struct cache_obj o;
+    size_t il = 0, n = 0;
+    const char *id;
+
+    memset(&o, 0, sizeof(o));
+    if (wk->cache == NULL || cache_lookup(wk->cache, key, keylen, &o) != CACHE_OK)
+        return 0;
+    if ((o.meta.flags & STORE_F_VARY_MARKER)
+        && (id = store_hdr_get(o.iov[0].iov_base, o.hdr_len, "x-cistern-variants", &il)) != NULL
+        && keylen + il + 2 <= outlen) {
+        memcpy(out, key, keylen);
+        out[keylen] = '\x01';
+        memcpy(out + keylen + 1, id, il);
+        out[keylen + 1 + il] = '\x01';
+        n = keylen + il + 2;
+    }
+    cache_obj_release(wk->cache, &o);
+    return n;
+}
+
 /* `cistern ctl cache lookup` (worker/ctl.c): what is stored under key,
  * as "name\tvalue" lines into out.  r is the request the URL makes
  * without other fields (the variant it selects, under Vary).  Returns 1
