@@ -1309,5 +1309,45 @@ def test_soft_purge_of_a_vary_url_marks_its_variants():
                    "%r" % (lang, r.header("Cache-Status")))
 
 
+def test_304_across_a_soft_purge_keeps_it_stale():
+    """A revalidation sent before a soft purge and answered 304 after the
+    purge's 200 made the object fresh again for its whole lifetime (found
+    by the issue 23 review): store_refresh writes the merged header block
+    with a new expiry and nothing compares the purge generation (a fill
+    across a purge is stored stale, cache/fill.c; a refresh is not).  The
+    origin's 304 vouches for what it had before the purge, which is what
+    the purge said to check again: the next request must revalidate."""
+    import json
+    import threading
+    import urllib.parse
+    path = "/delay/1500/etag/e1/o/1/headers?" + urllib.parse.urlencode(
+        [("Cache-Control", "max-age=600"), ("Surrogate-Key", "r304")])
+    with Origin() as o, Cistern(remap=["map http://a.test/ http://%s/" % o.authority],
+                                storage=["cache 16M"], workers=2) as c:
+        def get():
+            r = harness.one_request(c.port, "GET", path, host="a.test")
+            expect(r is not None and r.status == 200, "GET")
+            return r
+
+        def soft_purge():
+            r = harness.one_request(c.port, "POST", "/_purge?tag=r304&soft=1",
+                                    host="localhost", body=b"")
+            expect_eq(r.status, 200, "soft purge")
+            return json.loads(r.body.decode())["purged"]
+        get()
+        expect(harness.is_hit(get()), "not stored")
+        expect_eq(soft_purge(), 1, "first soft purge")
+        t = threading.Thread(target=get)
+        t.start()               # revalidates: the origin answers 304 in 1.5 s
+        time.sleep(0.6)
+        expect_eq(soft_purge(), 1, "soft purge while the revalidation runs")
+        t.join(30)
+        n = len(o.requests())
+        r = get()
+        expect(not harness.is_hit(r) or "stale" in (r.header("Cache-Status") or ""),
+               "served fresh after a soft purge: %r" % r.header("Cache-Status"))
+        expect_eq(len(o.requests()), n + 1, "origin requests (a revalidation)")
+
+
 if __name__ == "__main__":
     harness.main()
