@@ -426,10 +426,11 @@ int  store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
                 const char *cstatus, const char *hdr, size_t hdrlen);
 /* Validators of the held object as request fields into b; 1 if any. */
 int  store_validators(struct req *rq, struct buf *b);
-/* Merge a 304 into the held object's headers and store them; the merged
- * block goes to out.  Returns its length or 0. */
-size_t store_refresh(struct req *rq, const struct http_req *resp,
-                     int64_t req_time, char *out, size_t outlen);
+/* Merge a 304 into the held object's headers and store them (stale, when
+ * a purge began since purge_gen, as a fill); the merged block goes to
+ * out.  Returns its length or 0. */
+size_t store_refresh(struct req *rq, const struct http_req *resp, int64_t req_time,
+                     uint64_t purge_gen, char *out, size_t outlen);
 int  store_stale_on_error(struct req *rq);
 void store_invalidate(const char *key, size_t keylen, const struct http_req *resp,
                       const char *scheme, const char *host, int port);
