@@ -102,6 +102,17 @@ Issue 16 review on today's main (69b3632), after issues 17-25:
   passed on to the origin (RFC 9110 6.5.1: never allowed there);
 - an origin's Content-Length on a 204 was passed on, and the stored 204
   was served with a Content-Length of its own (RFC 9110 8.6 forbids both).
+
+Issues 22, 23, 25 review (purge by tag, busiest URLs, deferred intercepts):
+
+- a soft purge by two prefixes longer than 480 bytes counted an object
+  that both matched twice (N inexact);
+- a soft PURGE (Fastly-Soft-Purge: 1) of a URL stored with Vary marked
+  nothing and answered 404: the marker is skipped, the variants were not
+  looked for;
+- a revalidation sent before a soft purge and answered 304 after it stored
+  the object fresh again (a fill across a purge is stored stale, a
+  refresh was not).
 """
 import os
 import pwd
