@@ -388,9 +388,10 @@ pix_alive(const struct cache *c, const struct cache_ent *e)
            && cache_ring_alive(c->shm, e->off) && cache_ring_alive(c->shm, e->body_off);
 }
 
-/* Apply the purge to one candidate.  0 or an LMDB error. */
+/* Apply the purge to one candidate; *done = 1 once it matched (its
+ * hash's later candidates are then skipped).  0 or an LMDB error. */
 static int
-pix_apply_one(struct pix_run *pu, const struct pix_cand *pc)
+pix_apply_one(struct pix_run *pu, const struct pix_cand *pc, int *done)
 {
     const struct cache_purge_req *pr = pu->pr;
     MDB_val k = { 16, (void *)(uintptr_t)pc->hash }, v;
@@ -406,6 +407,7 @@ pix_apply_one(struct pix_run *pu, const struct pix_cand *pc)
     alive = pix_alive(pu->c, &e);
     if (pc->check >= 0 && (!alive || !pix_full_match(pu, &e, pc->check)))
         return 0;
+    *done = 1;
     counts = alive && !(e.flags & pr->skip_flags);
     if (!pr->soft) {
         if ((rc = mdb_del(pu->txn, pu->c->dbi_obj, &k, NULL)) != 0)
@@ -507,16 +509,21 @@ static int
 pix_apply_batch(struct pix_run *pu, size_t from, size_t to)
 {
     int64_t before = pu->count;
-    int rc;
+    int rc, done = 0;
 
     if ((rc = mdb_txn_begin(pu->c->env, NULL, 0, &pu->txn)) != 0)
         return rc;
     for (size_t i = from; i < to && rc == 0; i++) {
-        /* after sorting, a hash's first candidate is its best one */
-        if (i > 0 && memcmp(pu->cand[i].hash, pu->cand[i - 1].hash, 16) == 0
-            && pu->cand[i - 1].check < 0)
-            continue;
-        rc = pix_apply_one(pu, &pu->cand[i]);
+        /* a hash's candidates are adjacent (sorted), its matched (-1)
+         * one first: once one matched, the rest are skipped (a soft
+         * purge leaves the entry, which must count once) */
+        if (i > from && memcmp(pu->cand[i].hash, pu->cand[i - 1].hash, 16) == 0) {
+            if (done)
+                continue;
+        } else {
+            done = 0;
+        }
+        rc = pix_apply_one(pu, &pu->cand[i], &done);
     }
     if (rc == 0)
         rc = mdb_txn_commit(pu->txn);

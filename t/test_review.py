@@ -112,6 +112,17 @@ Issue 24 (HTTP/2) review on today's main (7761b64):
   overflows a stream's window) were not counted: max_concurrent_streams_in
   and the rapid-reset budget were bypassed, each stream leaving a fill at
   the origin (MadeYouReset, CVE-2025-8671).
+
+Issues 22, 23, 25 review (purge by tag, busiest URLs, deferred intercepts):
+
+- a soft purge by two prefixes longer than 480 bytes counted an object
+  that both matched twice (N inexact);
+- a soft PURGE (Fastly-Soft-Purge: 1) of a URL stored with Vary marked
+  nothing and answered 404: the marker is skipped, the variants were not
+  looked for;
+- a revalidation sent before a soft purge and answered 304 after it stored
+  the object fresh again (a fill across a purge is stored stale, a
+  refresh was not).
 """
 import os
 import pwd
@@ -1381,6 +1392,109 @@ def test_h2_resets_the_client_causes_count_as_rapid_reset():
         goaway = [struct.unpack(">I", p[4:8])[0] for t, p in frames if t == 7]
         expect_eq(goaway, [11], "GOAWAY ENHANCE_YOUR_CALM after %d resets we sent" % resets)
         expect(resets <= 60, "%d streams reset and run past a budget of 50" % resets)
+
+def test_soft_purge_counts_an_object_once_under_two_long_prefixes():
+    """POST /_purge?prefix=A&prefix=B&soft=1, with A and B both longer
+    than pkey's 480 bytes and both prefixes of one stored object's key,
+    answered {"purged": 2}: each long prefix is a candidate of its own
+    (check >= 0), cache/purge.c pix_apply_batch skips a hash's later
+    candidates only after a matched (-1) one, and a soft purge leaves the
+    entry in place, so the second candidate marks it again and counts it
+    again (found by the issue 23 review).  The same prefix twice did the
+    same.  N must be exactly the objects made unusable: 1."""
+    import json
+    import urllib.parse
+    pad = "p" * 700
+    path = "/o/1/headers?" + urllib.parse.urlencode(
+        [("Cache-Control", "max-age=600"), ("X-Pad", pad)])
+    with Origin() as o, Cistern(remap=["map http://a.test/ http://%s/" % o.authority],
+                                storage=["cache 16M"], workers=1) as c:
+        for query_of in (lambda u: "prefix=%s&prefix=%s" % (u[:560], u[:600]),
+                         lambda u: "prefix=%s&prefix=%s" % (u[:560], u[:560])):
+            for _ in range(2):
+                r = harness.one_request(c.port, "GET", path, host="a.test")
+                expect_eq(r.status, 200, "GET status")
+            expect(harness.is_hit(r), "not stored: %r" % r.header("Cache-Status"))
+            a, b = query_of("http://a.test" + path)[len("prefix="):].split("&prefix=")
+            q = "prefix=%s&prefix=%s&soft=1" % (urllib.parse.quote(a, safe=""),
+                                                urllib.parse.quote(b, safe=""))
+            r = harness.one_request(c.port, "POST", "/_purge?" + q, host="localhost", body=b"")
+            expect_eq(r.status, 200, "purge status (%r)" % r.body[:200])
+            expect_eq(json.loads(r.body.decode())["purged"], 1, "N of a soft purge by "
+                      "two long prefixes of one object (%s)" % ("same" if a == b else "differing"))
+            r = harness.one_request(c.port, "GET", path, host="a.test")
+            expect(not harness.is_hit(r) or "stale" in (r.header("Cache-Status") or ""),
+                   "soft-purged object served fresh: %r" % r.header("Cache-Status"))
+
+
+def test_soft_purge_of_a_vary_url_marks_its_variants():
+    """PURGE with Fastly-Soft-Purge: 1 of a URL whose response had Vary
+    answered 404 "not cached" and left every variant a fresh hit (found by
+    the issue 23 review): req_purge_soft purges the URL key's hash, which
+    holds the Vary marker, and purge_run skips markers (skip_flags), so
+    nothing was marked; a hard PURGE of the same URL removes the marker and
+    so every variant.  A soft PURGE must mark the variants stale: 200, and
+    each variant's next request goes to the origin (revalidation)."""
+    import urllib.parse
+    path = "/o/20/headers?" + urllib.parse.urlencode(
+        [("Cache-Control", "max-age=600"), ("Vary", "Accept-Language")])
+    with Origin() as o, Cistern(remap=["map http://a.test/ http://%s/" % o.authority],
+                                storage=["cache 16M"], workers=1) as c:
+        def get(lang):
+            r = harness.one_request(c.port, "GET", path, host="a.test",
+                                    headers=[("Accept-Language", lang)])
+            expect(r is not None and r.status == 200, "GET %s" % lang)
+            return r
+        for lang in ("en", "fr"):
+            get(lang)
+            expect(harness.is_hit(get(lang)), "variant %s not stored" % lang)
+        r = harness.one_request(c.port, "PURGE", path, host="a.test",
+                                headers=[("Fastly-Soft-Purge", "1")])
+        expect_eq(r.status, 200, "soft PURGE of a Vary URL (%r)" % r.body[:100])
+        for lang in ("en", "fr"):
+            r = get(lang)
+            expect(not harness.is_hit(r), "variant %s still a fresh hit after the soft PURGE: "
+                   "%r" % (lang, r.header("Cache-Status")))
+
+
+def test_304_across_a_soft_purge_keeps_it_stale():
+    """A revalidation sent before a soft purge and answered 304 after the
+    purge's 200 made the object fresh again for its whole lifetime (found
+    by the issue 23 review): store_refresh writes the merged header block
+    with a new expiry and nothing compares the purge generation (a fill
+    across a purge is stored stale, cache/fill.c; a refresh is not).  The
+    origin's 304 vouches for what it had before the purge, which is what
+    the purge said to check again: the next request must revalidate."""
+    import json
+    import threading
+    import urllib.parse
+    path = "/delay/1500/etag/e1/o/1/headers?" + urllib.parse.urlencode(
+        [("Cache-Control", "max-age=600"), ("Surrogate-Key", "r304")])
+    with Origin() as o, Cistern(remap=["map http://a.test/ http://%s/" % o.authority],
+                                storage=["cache 16M"], workers=2) as c:
+        def get():
+            r = harness.one_request(c.port, "GET", path, host="a.test")
+            expect(r is not None and r.status == 200, "GET")
+            return r
+
+        def soft_purge():
+            r = harness.one_request(c.port, "POST", "/_purge?tag=r304&soft=1",
+                                    host="localhost", body=b"")
+            expect_eq(r.status, 200, "soft purge")
+            return json.loads(r.body.decode())["purged"]
+        get()
+        expect(harness.is_hit(get()), "not stored")
+        expect_eq(soft_purge(), 1, "first soft purge")
+        t = threading.Thread(target=get)
+        t.start()               # revalidates: the origin answers 304 in 1.5 s
+        time.sleep(0.6)
+        expect_eq(soft_purge(), 1, "soft purge while the revalidation runs")
+        t.join(30)
+        n = len(o.requests())
+        r = get()
+        expect(not harness.is_hit(r) or "stale" in (r.header("Cache-Status") or ""),
+               "served fresh after a soft purge: %r" % r.header("Cache-Status"))
+        expect_eq(len(o.requests()), n + 1, "origin requests (a revalidation)")
 
 
 if __name__ == "__main__":

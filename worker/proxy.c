@@ -1033,7 +1033,8 @@ proxy_revalidated(struct req *rq, struct upstream *up, struct http_req *resp)
     struct store_cond cond = up->up_cond;
     struct buf *in = &up->up_in;
     int ka = up->up_client_ka && !worker_closing();
-    size_t len = store_refresh(rq, resp, up->up_req_time, merged, sizeof(merged));
+    size_t len = store_refresh(rq, resp, up->up_req_time, up->up_purge_gen, merged,
+                               sizeof(merged));
 
     snprintf(cs, sizeof(cs), "cistern; fwd=%s; fwd-status=304%s",
              up->up_cstatus ? up->up_cstatus : "stale", len ? "" : "; detail=not-refreshed");

@@ -128,6 +128,27 @@ purge_parse_query(const char *q, size_t n, struct purge_ask *pa)
     return NULL;
 }
 
+/* A soft purge of a URL key holding a Vary marker: the marker is no
+ * object (skipped), its current variants (their secondary keys start
+ * with the prefix store_variants_prefix gives) are marked.  Uncounted. */
+static int64_t
+purge_soft_prefix(const char *prefix, size_t len)
+{
+    struct cache_purge_req pr;
+    const char *arg[1] = { prefix };
+    size_t alen[1] = { len };
+
+    memset(&pr, 0, sizeof(pr));
+    pr.kind = CACHE_PURGE_PREFIX;
+    pr.arg = arg;
+    pr.len = alen;
+    pr.nargs = 1;
+    pr.soft = 1;
+    pr.now = (int64_t)time(NULL);
+    pr.skip_flags = STORE_F_VARY_MARKER;
+    return cache_purge(wk->cache, &pr);
+}
+
 /*
  * See worker.h.
  */
@@ -153,6 +174,12 @@ purge_run(int kind, const char *const *arg, const size_t *len, int nargs, int so
         n = 0;      /* nothing mapped: nothing to purge */
     else
         n = cache_purge(wk->cache, &pr);
+    for (int i = 0; kind == SHM_PURGE_URL && soft && i < nargs && n >= 0; i++) {
+        static char vpre[STORE_KEY_MAX + 256];
+        size_t vn = store_variants_prefix(arg[i], len[i], vpre, sizeof(vpre));
+        int64_t more = vn ? purge_soft_prefix(vpre, vn) : 0;
+        n = more < 0 ? more : n + more;
+    }
     if (n < 0)
         return n;
     purge_count(kind, soft, (uint64_t)n);

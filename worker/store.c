@@ -156,6 +156,30 @@ store_follow_marker(const char *key, size_t keylen, const struct http_req *r,
     return cache_lookup(wk->cache, vkey, n, o);
 }
 
+/* See worker.h. */
+size_t
+store_variants_prefix(const char *key, size_t keylen, char *out, size_t outlen)
+{
+    struct cache_obj o;
+    size_t il = 0, n = 0;
+    const char *id;
+
+    memset(&o, 0, sizeof(o));
+    if (wk->cache == NULL || cache_lookup(wk->cache, key, keylen, &o) != CACHE_OK)
+        return 0;
+    if ((o.meta.flags & STORE_F_VARY_MARKER)
+        && (id = store_hdr_get(o.iov[0].iov_base, o.hdr_len, "x-cistern-variants", &il)) != NULL
+        && keylen + il + 2 <= outlen) {
+        memcpy(out, key, keylen);
+        out[keylen] = '\x01';
+        memcpy(out + keylen + 1, id, il);
+        out[keylen + 1 + il] = '\x01';
+        n = keylen + il + 2;
+    }
+    cache_obj_release(wk->cache, &o);
+    return n;
+}
+
 /* `cistern ctl cache lookup` (worker/ctl.c): what is stored under key,
  * as "name\tvalue" lines into out.  r is the request the URL makes
  * without other fields (the variant it selects, under Vary).  Returns 1
@@ -1309,7 +1333,7 @@ store_keep_on_304(const struct http_req *resp, int i)
  * the merged block into out.  Returns its length, or 0. */
 size_t
 store_refresh(struct req *rq, const struct http_req *resp, int64_t req_time,
-              char *out, size_t outlen)
+              uint64_t purge_gen, char *out, size_t outlen)
 {
     struct cache_obj *o = &rq->obj;
     const char *key = rq->obj_key;
@@ -1395,6 +1419,12 @@ store_refresh(struct req *rq, const struct http_req *resp, int64_t req_time,
                  | (heur ? STORE_F_HEURISTIC : 0)
                  | (cc.must_revalidate || cc.proxy_revalidate || cc.s_maxage >= 0
                     ? STORE_F_MUST_REVALIDATE : 0);
+    int64_t fresh_until = meta.expires;
+    /* a purge began since the conditional request was sent: the 304
+     * vouches for what the origin had before it, so the copy is stored
+     * stale, as a fill across a purge is (this answer still uses it) */
+    if (cache_purge_gen(wk->cache) != purge_gen && meta.expires > (int64_t)now.tv_sec - 1)
+        meta.expires = (int64_t)now.tv_sec - 1;
     /* The body stays where it is (RFC 9111 4.3.4): only headers move. */
     if (!cc.no_store
         && cache_obj_update_headers(wk->cache, o, key, keylen, &meta, out, len) != CACHE_OK)
@@ -1402,7 +1432,7 @@ store_refresh(struct req *rq, const struct http_req *resp, int64_t req_time,
                   (unsigned long long)rq->rq_id, (int)keylen, key);
     o->meta.flags = (o->meta.flags & ~STORE_F_TAGS) | (meta.flags & STORE_F_TAGS);
     o->meta.stored = meta.stored;       /* what this answer reports as Age */
-    o->meta.expires = meta.expires;
+    o->meta.expires = fresh_until;
     return len;
 }
 

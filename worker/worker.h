@@ -425,6 +425,9 @@ int  proxy_bg_fill(const struct req *rq);
 int  req_ctl_cache(int purge, const char *url, struct buf *out);
 int  store_ctl_lookup(const char *key, size_t keylen, const struct http_req *r,
                       struct buf *out);
+/* When key holds a Vary marker: the prefix of its current variants'
+ * secondary keys (key, \x01, set id, \x01) into out; its length, or 0. */
+size_t store_variants_prefix(const char *key, size_t keylen, char *out, size_t outlen);
 int  store_lookup(struct req *rq, const char *key, size_t keylen, const uint8_t hash[16],
                   const char **why, char *cs, size_t cslen);
 void store_release(struct req *rq);
@@ -438,10 +441,11 @@ int  store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
                 const char *cstatus, const char *hdr, size_t hdrlen);
 /* Validators of the held object as request fields into b; 1 if any. */
 int  store_validators(struct req *rq, struct buf *b);
-/* Merge a 304 into the held object's headers and store them; the merged
- * block goes to out.  Returns its length or 0. */
-size_t store_refresh(struct req *rq, const struct http_req *resp,
-                     int64_t req_time, char *out, size_t outlen);
+/* Merge a 304 into the held object's headers and store them (stale, when
+ * a purge began since purge_gen, as a fill); the merged block goes to
+ * out.  Returns its length or 0. */
+size_t store_refresh(struct req *rq, const struct http_req *resp, int64_t req_time,
+                     uint64_t purge_gen, char *out, size_t outlen);
 int  store_stale_on_error(struct req *rq);
 void store_invalidate(const char *key, size_t keylen, const struct http_req *resp,
                       const char *scheme, const char *host, int port);
@@ -672,8 +676,9 @@ struct purge_ask {
 int  purge_is_path(const struct http_req *r);
 /* Parse /_purge's query q[0..n) into *pa: NULL, or why not (a 400). */
 const char *purge_parse_query(const char *q, size_t n, struct purge_ask *pa);
-/* Purge: kind (enum shm_purge) over nargs cache keys (URL), tags, or key
- * prefixes (PREFIX, HOST: mapped already); counted.  Returns the objects
+/* Purge: kind (enum shm_purge) over nargs cache keys (URL: a soft one
+ * marks a Vary URL's current variants), tags, or key prefixes (PREFIX,
+ * HOST: mapped already); counted.  Returns the objects
  * purged, or a CACHE_* error (< 0). */
 int64_t purge_run(int kind, const char *const *arg, const size_t *len, int nargs, int soft);
 /* Count one purge of kind that touched n objects. */
