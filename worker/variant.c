@@ -336,22 +336,34 @@ range_pos(const char *p, uint64_t *n)
     return p;
 }
 
-int
-store_content_range(const char *v, size_t vl, uint64_t *a, uint64_t *b, uint64_t *n)
+/* v (vl bytes, trailing blanks ignored) copied NUL-ended into t when it
+ * starts with the six bytes of unit ("bytes " or "bytes="): where the
+ * first number starts in t, or NULL. */
+#define RANGE_TEXT_MAX 72
+static const char *
+range_text(const char *v, size_t vl, const char *unit, char t[RANGE_TEXT_MAX])
 {
-    char t[72];
     const char *e;
 
     while (vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t'))
         vl--;
-    if (vl >= sizeof(t) || vl < 6 || strncasecmp(v, "bytes ", 6) != 0)
-        return 0;
+    if (vl >= RANGE_TEXT_MAX || vl < 6 || strncasecmp(v, unit, 6) != 0)
+        return NULL;
     memcpy(t, v, vl);
     t[vl] = '\0';
     e = t + 6;
     while (*e == ' ')
         e++;
-    if ((e = range_pos(e, a)) == NULL || *e != '-')
+    return e;
+}
+
+int
+store_content_range(const char *v, size_t vl, uint64_t *a, uint64_t *b, uint64_t *n)
+{
+    char t[RANGE_TEXT_MAX];
+    const char *e = range_text(v, vl, "bytes ", t);
+
+    if (e == NULL || (e = range_pos(e, a)) == NULL || *e != '-')
         return 0;
     if ((e = range_pos(e + 1, b)) == NULL || *e != '/')
         return 0;
@@ -363,19 +375,10 @@ store_content_range(const char *v, size_t vl, uint64_t *a, uint64_t *b, uint64_t
 int
 store_range_closed(const char *v, size_t vl, uint64_t *a, uint64_t *b)
 {
-    char t[72];
-    const char *e;
+    char t[RANGE_TEXT_MAX];
+    const char *e = range_text(v, vl, "bytes=", t);
 
-    while (vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t'))
-        vl--;
-    if (vl >= sizeof(t) || vl < 6 || strncasecmp(v, "bytes=", 6) != 0)
-        return 0;
-    memcpy(t, v, vl);
-    t[vl] = '\0';
-    e = t + 6;
-    while (*e == ' ')
-        e++;
-    if ((e = range_pos(e, a)) == NULL || *e != '-')
+    if (e == NULL || (e = range_pos(e, a)) == NULL || *e != '-')
         return 0;
     if ((e = range_pos(e + 1, b)) == NULL || *e != '\0')
         return 0;

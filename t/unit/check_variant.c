@@ -610,6 +610,56 @@ START_TEST(test_range)
 }
 END_TEST
 
+/* Content-Range of a 206 and a closed Range, as parts and slices read them */
+START_TEST(test_range_texts)
+{
+    static const struct { const char *v; int ok; uint64_t a, b, n; } cr[] = {
+        { "bytes 0-9/10", 1, 0, 9, 10 },
+        { "BYTES 4-9/10  ", 1, 4, 9, 10 },
+        { "bytes  4-9/10", 1, 4, 9, 10 },
+        { "bytes 9-4/10", 0, 0, 0, 0 },
+        { "bytes 4-10/10", 0, 0, 0, 0 },
+        { "bytes 4-9/*", 0, 0, 0, 0 },
+        { "bytes */10", 0, 0, 0, 0 },
+        { "bytes=4-9/10", 0, 0, 0, 0 },
+        { "bytes 4-9/10x", 0, 0, 0, 0 },
+        { "bytes 1-2/3 4", 0, 0, 0, 0 },
+        { "bytes ", 0, 0, 0, 0 },
+    };
+    static const struct { const char *v; int ok; uint64_t a, b; } rg[] = {
+        { "bytes=0-0", 1, 0, 0 },
+        { "bytes=100-199 ", 1, 100, 199 },
+        { "Bytes= 5-6", 1, 5, 6 },
+        { "bytes=6-5", 0, 0, 0 },
+        { "bytes=5-", 0, 0, 0 },
+        { "bytes=-5", 0, 0, 0 },
+        { "bytes=1-2,4-5", 0, 0, 0 },
+        { "bytes 1-2", 0, 0, 0 },
+    };
+    char big[100];
+    uint64_t a, b, n;
+
+    for (size_t i = 0; i < sizeof(cr) / sizeof(cr[0]); i++) {
+        a = b = n = 0;
+        ck_assert_msg(store_content_range(cr[i].v, strlen(cr[i].v), &a, &b, &n) == cr[i].ok,
+                      "Content-Range %s", cr[i].v);
+        if (cr[i].ok)
+            ck_assert(a == cr[i].a && b == cr[i].b && n == cr[i].n);
+    }
+    for (size_t i = 0; i < sizeof(rg) / sizeof(rg[0]); i++) {
+        a = b = 0;
+        ck_assert_msg(store_range_closed(rg[i].v, strlen(rg[i].v), &a, &b) == rg[i].ok,
+                      "Range %s", rg[i].v);
+        if (rg[i].ok)
+            ck_assert(a == rg[i].a && b == rg[i].b);
+    }
+    /* longer than the copy: refused, never cut */
+    memset(big, '1', sizeof(big));
+    memcpy(big, "bytes=1-", 8);
+    ck_assert(!store_range_closed(big, sizeof(big), &a, &b));
+}
+END_TEST
+
 static Suite *
 variant_suite(void)
 {
@@ -624,6 +674,7 @@ variant_suite(void)
     tcase_add_test(tc, test_variant_key_pairs);
     tcase_add_test(tc, test_variant_key_bounds);
     tcase_add_test(tc, test_range);
+    tcase_add_test(tc, test_range_texts);
     suite_add_tcase(s, tc);
     return s;
 }
