@@ -111,6 +111,20 @@ def wait_for(fn, timeout=5.0, interval=0.01, what="condition"):
         interval = min(interval * 1.5, 0.1)
 
 
+def access_lines(c, n, timeout=5):
+    """The daemon's access log lines, once there are at least n of them."""
+    path = os.path.join(c.log_dir, "access.log")
+
+    def read():
+        try:
+            with open(path) as f:
+                lines = f.read().splitlines()
+        except FileNotFoundError:
+            return None
+        return lines if len(lines) >= n else None
+    return wait_for(read, timeout, what="%d access log lines" % n)
+
+
 class Collector:
     """Collect several sub-case failures and fail once, listing them all:
 

@@ -21,6 +21,7 @@ import struct
 import time
 
 import harness
+from harness import access_lines
 from harness import Cistern, Origin, check_config, curl, expect, expect_eq, \
     expect_in, parse_responses, wait_for
 
@@ -118,19 +119,6 @@ def v2(src=None, dst=None, sport=40000, dport=80, cmd=1, fam=None,
         famb = fam
     body += tlvs
     return V2SIG + bytes([(ver << 4) | cmd, famb]) + struct.pack("!H", len(body)) + body
-
-
-def access_lines(c, n, timeout=5):
-    path = os.path.join(c.log_dir, "access.log")
-
-    def read():
-        try:
-            with open(path) as f:
-                lines = f.read().splitlines()
-        except FileNotFoundError:
-            return None
-        return lines if len(lines) >= n else None
-    return wait_for(read, timeout, what="%d access log lines" % n)
 
 
 def access_count(c):

@@ -25,6 +25,7 @@ import threading
 import time
 
 import harness
+from harness import access_lines
 from harness import Cistern, Origin, curl, expect, expect_eq, wait_for
 
 try:
@@ -99,18 +100,6 @@ def h2tls(c, path, extra=None):
                  "%s:%d:127.0.0.1" % (HOST, c.ports[1]), "-H", "Host: " + HOST,
                  "https://%s:%d%s" % (HOST, c.ports[1], path)] + (extra or []))
 
-
-def access_lines(c, n, timeout=5):
-    path = os.path.join(c.log_dir, "access.log")
-
-    def read():
-        try:
-            with open(path) as f:
-                lines = f.read().splitlines()
-        except FileNotFoundError:
-            return None
-        return lines if len(lines) >= n else None
-    return wait_for(read, timeout, what="%d access log lines" % n)
 
 
 # ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import socket
 import time
 
 import harness
+from harness import access_lines
 from harness import (Cistern, Origin, curl, expect, expect_eq, expect_in,
                      pattern, wait_for)
 
@@ -22,20 +23,6 @@ def get(c, path, host="m.test", method="GET", iface=None):
     if iface:
         args += ["--interface", iface]
     return curl(args)
-
-
-def access_lines(c, n, timeout=4):
-    """Wait for at least n lines in access.log (workers flush once a second)."""
-    path = os.path.join(c.log_dir, "access.log")
-
-    def read():
-        try:
-            with open(path) as f:
-                lines = f.read().splitlines()
-        except FileNotFoundError:
-            return None
-        return lines if len(lines) >= n else None
-    return wait_for(read, timeout, what="%d access log lines" % n)
 
 
 def stats(c, iface=None):

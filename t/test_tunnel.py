@@ -24,6 +24,7 @@ import threading
 import time
 
 import harness
+from harness import access_lines
 from harness import Cistern, Origin, curl, expect, expect_eq, expect_in, wait_for
 
 
@@ -168,18 +169,6 @@ def stats(c):
     expect_eq(r.status, 200, "/_stats status")
     return json.loads(r.body)["global"]
 
-
-def access_lines(c, n, timeout=5):
-    path = os.path.join(c.log_dir, "access.log")
-
-    def read():
-        try:
-            with open(path) as f:
-                lines = f.read().splitlines()
-        except FileNotFoundError:
-            return None
-        return lines if len(lines) >= n else None
-    return wait_for(read, timeout, what="%d access log lines" % n)
 
 
 # ------------------------------------------------------------------
