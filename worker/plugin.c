@@ -46,20 +46,12 @@ static char plug_scratch[65536];       /* a head being rewritten */
 /* ------------------------------------------------------------------ */
 /* Which instances run on a request: the global ones, then the rule's */
 
-static int
-plug_count(const struct req *rq)
+/* Instance k of the t->n (slot k): kept in the transaction when it
+ * begins and at remap, not looked up in the config per call. */
+static inline const struct conf_plugin *
+plug_at(const struct cst_txn *t, int k)
 {
-    int n = wk->conf->nglobals + (rq->rq_prule ? rq->rq_prule->nplugins : 0);
-
-    return n > PLUG_MAX ? PLUG_MAX : n;
-}
-
-static const struct conf_plugin *
-plug_at(const struct req *rq, int k)
-{
-    int ng = wk->conf->nglobals;
-
-    return k < ng ? &wk->conf->globals[k] : &rq->rq_prule->plugins[k - ng];
+    return k < t->ng ? &t->gplug[k] : &t->rplug[k - t->ng];
 }
 
 #define PLUG_CALL(pl, fn, t) \
@@ -72,6 +64,7 @@ plug_begin(struct req *rq)
     struct cst_txn *t = &rq->rq_plug;
 
     if (!rq->rq_plugged) {
+        const struct conf *cf = wk->conf;
         t->rq = rq;
         t->remapped = t->url_set = t->key_set = t->uncacheable = 0;
         t->ttl = 0;
@@ -81,7 +74,11 @@ plug_begin(struct req *rq)
         t->out = NULL;
         t->produce = NULL;
         t->icpt = NULL;
-        memset(t->slot, 0, sizeof(t->slot));
+        t->slotset = 0;         /* api_slot clears a slot when first asked */
+        t->hooks = cf->ghooks;
+        t->gplug = cf->globals;
+        t->rplug = NULL;
+        t->ng = t->n = cf->nglobals < PLUG_MAX ? cf->nglobals : PLUG_MAX;
         rq->rq_plugged = 1;
     }
     return t;
@@ -470,6 +467,12 @@ api_client_addr(struct cst_txn *t)
 static void **
 api_slot(struct cst_txn *t)
 {
+    uint32_t bit = 1u << t->cur;
+
+    if (!(t->slotset & bit)) {
+        t->slotset |= bit;
+        t->slot[t->cur] = NULL;
+    }
     return &t->slot[t->cur];
 }
 
@@ -576,13 +579,15 @@ int
 plug_read_request(struct req *rq)
 {
     struct cst_txn *t = plug_begin(rq);
-    int n = plug_count(rq), rc = CST_CONTINUE;
+    int n = t->n, rc = CST_CONTINUE;
 
+    if (!(t->hooks & CONF_PH_READ_REQUEST))
+        return 0;
     t->hook = PLUG_H_READ_REQUEST;
     t->deny_status = 0;
     t->deny_text[0] = '\0';
     for (int k = 0; k < n && rc == CST_CONTINUE; k++) {
-        const struct conf_plugin *pl = plug_at(rq, k);
+        const struct conf_plugin *pl = plug_at(t, k);
         if (pl->p->read_request) {
             rc = PLUG_CALL(pl, read_request, t);
             PLUG_DONE();
@@ -598,13 +603,15 @@ plug_remap(struct req *rq, const struct conf_remap_rule *rule, struct conf_remap
     struct cst_txn *t = plug_begin(rq);
     int rc = CST_CONTINUE, n, k;
 
-    if (rule != NULL && rule->nplugins > 0)
+    if (rule != NULL && rule->nplugins > 0) {
         rq->rq_prule = rule;
+        t->rplug = rule->plugins;
+        t->hooks = wk->conf->ghooks | rule->phooks;
+        t->n = t->ng + rule->nplugins < PLUG_MAX ? t->ng + rule->nplugins : PLUG_MAX;
+    }
     t->res = res;               /* url_get's, in the later hooks too */
-    n = plug_count(rq);
-    for (k = 0; k < n && plug_at(rq, k)->p->remap == NULL; k++)
-        ;
-    if (k == n)
+    n = t->n;
+    if (!(t->hooks & CONF_PH_REMAP))
         return PLUG_OK;         /* no remap hook (a generator's rule) */
     if (t->remapped) {
         /* again after a WAIT: the remap hooks' own changes start over */
@@ -622,8 +629,8 @@ plug_remap(struct req *rq, const struct conf_remap_rule *rule, struct conf_remap
     t->url_set = t->key_set = 0;
     t->deny_status = 0;
     t->deny_text[0] = '\0';
-    for (; k < n && rc == CST_CONTINUE; k++) {
-        const struct conf_plugin *pl = plug_at(rq, k);
+    for (k = 0; k < n && rc == CST_CONTINUE; k++) {
+        const struct conf_plugin *pl = plug_at(t, k);
         if (pl->p->remap) {
             rc = PLUG_CALL(pl, remap, t);
             PLUG_DONE();
@@ -639,11 +646,13 @@ void
 plug_send_request(struct req *rq)
 {
     struct cst_txn *t = &rq->rq_plug;
-    int n = plug_count(rq);
+    int n = t->n;
 
+    if (!(t->hooks & CONF_PH_SEND_REQUEST))
+        return;
     t->hook = PLUG_H_SEND_REQUEST;
     for (int k = 0; k < n; k++) {
-        const struct conf_plugin *pl = plug_at(rq, k);
+        const struct conf_plugin *pl = plug_at(t, k);
         if (pl->p->send_request) {
             (void)PLUG_CALL(pl, send_request, t);
             PLUG_DONE();
@@ -706,8 +715,10 @@ plug_read_response(struct req *rq, struct upstream *up)
     struct cst_txn *t = &rq->rq_plug;
     struct http_req *resp = up->up_resp;
     struct buf *in = &up->up_in;
-    int n = plug_count(rq), called = 0;
+    int n = t->n, called = 0;
 
+    if (!(t->hooks & CONF_PH_READ_RESPONSE))
+        return 0;
     plug_redits.addlen = plug_redits.dellen = 0;
     t->hook = PLUG_H_READ_RESPONSE;
     t->resp = resp;
@@ -715,7 +726,7 @@ plug_read_response(struct req *rq, struct upstream *up)
     t->uncacheable = 0;
     t->ttl = 0;
     for (int k = 0; k < n; k++) {
-        const struct conf_plugin *pl = plug_at(rq, k);
+        const struct conf_plugin *pl = plug_at(t, k);
         if (pl->p->read_response) {
             (void)PLUG_CALL(pl, read_response, t);
             PLUG_DONE();
@@ -762,15 +773,17 @@ int
 plug_send_response(struct req *rq, struct buf *b, size_t mark, int status)
 {
     struct cst_txn *t = &rq->rq_plug;
-    int n = plug_count(rq);
+    int n = t->n;
 
+    if (!(t->hooks & CONF_PH_SEND_RESPONSE))
+        return 0;
     /* the hooks' field calls edit b[mark..end) in place */
     t->hook = PLUG_H_SEND_RESPONSE;
     t->out = b;
     t->mark = mark;
     t->status = status;
     for (int k = 0; k < n; k++) {
-        const struct conf_plugin *pl = plug_at(rq, k);
+        const struct conf_plugin *pl = plug_at(t, k);
         if (pl->p->send_response) {
             (void)PLUG_CALL(pl, send_response, t);
             PLUG_DONE();
@@ -784,11 +797,11 @@ void
 plug_txn_end(struct req *rq)
 {
     struct cst_txn *t = &rq->rq_plug;
-    int n = plug_count(rq);
+    int n = t->n;
 
     t->hook = PLUG_H_END;
-    for (int k = 0; k < n; k++) {
-        const struct conf_plugin *pl = plug_at(rq, k);
+    for (int k = 0; k < n && (t->hooks & CONF_PH_TXN_END); k++) {
+        const struct conf_plugin *pl = plug_at(t, k);
         if (pl->p->txn_end) {
             PLUG_CALL(pl, txn_end, t);
             PLUG_DONE();
@@ -1093,13 +1106,15 @@ api_intercept_resume(struct cst_icpt *ic)
  * intercept_answer, CST_AGAIN with a handle): *kp, with t->icpt set; or
  * NULL. */
 static const struct conf_plugin *
-plug_intercept_hooks(struct req *rq, struct cst_txn *t, int *kp, int *again)
+plug_intercept_hooks(struct cst_txn *t, int *kp, int *again)
 {
-    int n = plug_count(rq);
+    int n = t->n;
 
+    if (!(t->hooks & CONF_PH_INTERCEPT))
+        return NULL;
     t->hook = PLUG_H_INTERCEPT;
     for (int k = 0; k < n; k++) {
-        const struct conf_plugin *pl = plug_at(rq, k);
+        const struct conf_plugin *pl = plug_at(t, k);
         if (pl->p->intercept == NULL)
             continue;
         plug_redits.addlen = plug_redits.dellen = 0;
@@ -1127,7 +1142,7 @@ plug_intercept(struct req *rq, struct upstream *up, origin_ready_fn ready,
 {
     struct cst_txn *t = &rq->rq_plug;
     int k = 0, again = 0, sv[2];
-    const struct conf_plugin *by = plug_intercept_hooks(rq, t, &k, &again);
+    const struct conf_plugin *by = plug_intercept_hooks(t, &k, &again);
     struct cst_icpt *ic;
 
     if (by == NULL)
