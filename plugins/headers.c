@@ -184,18 +184,15 @@ fail:
     return NULL;
 }
 
-/* Does condition ci hold?  *status: the response's, asked for (from
- * api->status) only when a condition needs it, -1 until then. */
+/* Does condition ci (>= 0) hold?  *status: the response's, asked for
+ * (from api->status) only when a condition needs it, -1 until then. */
 static int
 hdrs_cond_ok(struct hdrs *h, struct cst_txn *t, int ci, int *status)
 {
-    const struct hcond *c;
+    const struct hcond *c = &h->conds[ci];
     const char *v;
     size_t vl;
 
-    if (ci < 0)
-        return 1;
-    c = &h->conds[ci];
     if (c->nstatus > 0) {
         int ok = 0;
         if (*status < 0)
@@ -225,7 +222,7 @@ hdrs_apply(struct hdrs *h, struct cst_txn *t, enum where w, int head)
     for (int i = 0; i < h->nrules; i++) {
         const struct hrule *r = &h->rules[i];
 
-        if (r->where != w || !hdrs_cond_ok(h, t, r->cond, &status))
+        if (r->where != w || (r->cond >= 0 && !hdrs_cond_ok(h, t, r->cond, &status)))
             continue;
         switch (r->op) {
         case H_SET:
