@@ -337,6 +337,15 @@ plug_out_add(struct cst_txn *t, const char *name, size_t nlen, const char *val, 
     return 0;
 }
 
+/* The head scan's AVX2 clone, picked by the loader where the CPU has it
+ * (GCC's function multi-versioning: x86-64 and an ifunc-capable libc
+ * only; elsewhere the one generic build). */
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__gnu_linux__)
+#define PLUG_SCAN_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define PLUG_SCAN_CLONES
+#endif
+
 /* Is there a line start in p[0..32 * n) + 1, a '\n' at p[i] followed by
  * a byte whose fold (| 0x20) is fc?  n is 1 or 2.  GCC's vector
  * extension: SSE2 steps on plain x86-64, AVX2 ones in its clone. */
@@ -365,7 +374,7 @@ plug_hit(const char *p, unsigned char fc, int n)
  * false hit: "max-age" for an X-) cost ~280 instructions a hit's
  * 250-byte head; this ~120 where the CPU has AVX2 (a clone of the
  * function for it, chosen when the daemon starts), ~150 with SSE2. */
-__attribute__((target_clones("avx2", "default"))) static char *
+PLUG_SCAN_CLONES static char *
 plug_line_at(char *p, const char *end, unsigned char c)
 {
     const unsigned char fc = c | 0x20;
