@@ -88,6 +88,8 @@ struct filltab_rww {
     uint32_t hdr_len;
     uint32_t next;                  /* extents known */
     int64_t  stored;                /* the object's stored time (Age) */
+    int32_t  status;                /* the origin's status (the access log's) */
+    int32_t  pad;
     uint64_t ext_off[FILLTAB_RWW_EXT];  /* body byte ext_pos[i]: ring offset */
     uint64_t ext_pos[FILLTAB_RWW_EXT];
 };
@@ -109,6 +111,10 @@ int  filltab_rww_join(struct filltab *ft, const uint8_t h[16], int slot, int64_t
  * returns 0, else -1 (the fill is gone: treat as failed). */
 int  filltab_rww_get(struct filltab *ft, int idx, uint32_t gen, struct filltab_rww *out);
 
+/* The slots waiting on the claim of h, in wake[]: the filler publishing
+ * its fill wakes them, so that a request which came before the origin's
+ * head joins the fill as it grows instead of waiting for all of it. */
+void filltab_waiters(struct filltab *ft, const uint8_t h[16], int64_t now_ms, uint64_t wake[4]);
 /* Is a fill of h published and open? */
 int  filltab_rww_published(struct filltab *ft, const uint8_t h[16]);
 /* Has any slot joined the fill published in slot idx? */

@@ -1296,6 +1296,7 @@ static int
 proxy_rww_open(struct upstream *up, const struct http_req *resp)
 {
     struct filltab_rww v;
+    uint64_t wake[4];
     int idx;
 
     if (!wk->conf->rec.rww_enable || up->up_fill == NULL || resp->content_length <= 0)
@@ -1303,6 +1304,7 @@ proxy_rww_open(struct upstream *up, const struct http_req *resp)
     memset(&v, 0, sizeof(v));
     v.total = (uint64_t)resp->content_length;
     v.stored = (int64_t)up->up_req_time;
+    v.status = resp->status;
     if (proxy_rww_where(up, &v) < 0)
         return 0;
     idx = filltab_rww_open(wk->shm->filltab, up->up_hash, (int)wk->slotno, proxy_now_ms(), &v);
@@ -1310,6 +1312,9 @@ proxy_rww_open(struct upstream *up, const struct http_req *resp)
         return 0;
     up->up_rww = idx + 1;
     up->up_rww_next = RWW_STEP;
+    /* the requests that came before this head join now (req_wait_check) */
+    filltab_waiters(wk->shm->filltab, up->up_hash, proxy_now_ms(), wake);
+    proxy_wake_slots(wake);
     return 1;
 }
 
@@ -1337,6 +1342,7 @@ proxy_rww_grew(struct upstream *up)
     v.state = RWW_OPEN;
     v.total = (uint64_t)up->up_resp->content_length;
     v.stored = (int64_t)up->up_req_time;
+    v.status = up->up_resp->status;
     filltab_rww_update(wk->shm->filltab, up->up_rww - 1, &v, proxy_now_ms(), wake);
     proxy_wake_slots(wake);
     up->up_rww_next = v.avail + RWW_STEP;

@@ -704,9 +704,11 @@ step_lookup(struct req *rq, struct req_route *rt)
 
 /* Collapsed forwarding: wait for another worker's fill.  The request sits
  * on the worker's wait list (its owner reads nothing meanwhile) until the
- * fill table no longer shows the fill in progress (the filler's wake-up
- * on our eventfd, or the master's after the filler died), or until its
- * deadline, after which it goes to the origin itself, uncollapsed. */
+ * fill table no longer shows the fill in progress or shows it published
+ * for read-while-writer (the filler's wake-up on our eventfd, or the
+ * master's after the filler died), or until its deadline, after which it
+ * goes to the origin itself, uncollapsed.  Woken, it routes again: a
+ * published fill it joins (or, a Range or a condition, fetches alone). */
 static enum req_step
 step_wait(struct req *rq, struct req_route *rt)
 {
@@ -749,8 +751,10 @@ step_hit(struct req *rq, struct req_route *rt)
         rt->verdict = STORE_MISS;
         return REQ_FETCH;
     }
-    /* the lent body goes out first; then req_sent_all() */
-    return rq->rq_body_len ? REQ_PARK : REQ_DONE;
+    /* the lent body goes out first; then req_sent_all().  A joiner with
+     * nothing to send yet (it joined at the head: no body byte written)
+     * parks too, until the filler wakes it. */
+    return rq->rq_body_len || rww_waiting(rq) ? REQ_PARK : REQ_DONE;
 }
 
 static enum req_step
@@ -1376,8 +1380,9 @@ req_wait_check(struct worker *w, int deadlines_only)
         if (evutil_timercmp(&now, &rq->wdeadline, >=))
             req_wake(rq, 1);
         else if (!deadlines_only
-                 && !filltab_busy(w->shm->filltab, rq->whash, (int)w->slotno, now_ms))
-            req_wake(rq, 0);
+                 && (!filltab_busy(w->shm->filltab, rq->whash, (int)w->slotno, now_ms)
+                     || filltab_rww_published(w->shm->filltab, rq->whash)))
+            req_wake(rq, 0);    /* the fill ended, or it can be joined now */
         /* next was read before resuming: a resumed request may have
          * ended, never one further down the list */
     }
