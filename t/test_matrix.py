@@ -2096,10 +2096,15 @@ def _slice_unlike(ctx, etag2, n2):
     range_get(ctx, p, 100, 200, a, "block 0 (version a)")
     range_get(ctx, p, SLICE + 100, SLICE + 200, b, "block 1 (version b)")
     range_get(ctx, p, SLICE - 100, SLICE + 100, b, "across blocks 0-1")
-    expect_eq(slice_ranges(ctx, p), ["bytes=0-%d" % (SLICE - 1),
-                                     "bytes=%d-%d" % (SLICE, 2 * SLICE - 1),
-                                     "bytes=0-%d" % (2 * SLICE - 1)],
-              "the origin's ranges")
+    # The third request may first try to complete the stored block 1
+    # with block 0 (an aligned ask for the missing head, If-Range "b");
+    # the scripted answer covers another range, so it is never combined
+    # and the request goes again as the slice it is.
+    seen = slice_ranges(ctx, p)
+    tries = ["bytes=0-%d" % (SLICE - 1), "bytes=%d-%d" % (SLICE, 2 * SLICE - 1)]
+    expect(seen in (tries + ["bytes=0-%d" % (2 * SLICE - 1)],
+                    tries + [tries[0], "bytes=0-%d" % (2 * SLICE - 1)]),
+           "the origin's ranges: %r" % seen)
     range_get(ctx, p, SLICE - 100, SLICE + 100, b, "again", stored=True)
 
 
