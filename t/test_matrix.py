@@ -1380,6 +1380,27 @@ def open_tunnel(ctx, handler, rcvbuf=None):
     return c, srv
 
 
+def kernel_queued(ports):
+    """Bytes in the send and receive queues of every TCP connection with
+    an end on one of ports (/proc/net/tcp and tcp6: tx_queue, rx_queue)."""
+    total = 0
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            col = row.split()
+            if col[3] == "0A":                      # LISTEN
+                continue
+            lp, rp = int(col[1].rsplit(":", 1)[1], 16), int(col[2].rsplit(":", 1)[1], 16)
+            if lp in ports or rp in ports:
+                tx, rx = col[4].split(":")
+                total += int(tx, 16) + int(rx, 16)
+    return total
+
+
 def ended_by(fn, log):
     """Run fn(); append (how it ended, when) to log: "done", or the name
     of the exception (the tunnel cut, reset or timed out)."""
@@ -1434,8 +1455,15 @@ def p8_a1(ctx):
     expect(not c.eof, "the tunnel was closed while its client read at "
            "1 KiB/s (%d bytes read)" % len(c.buf))
     ahead = sent[0] - len(c.buf)
-    expect(ahead < 8 * MIB, "the target got %d bytes ahead of a reader at "
-           "%d: the relay is not holding it back" % (ahead, len(c.buf)))
+    # What the kernel holds on the way (both sockets' queues at each hop)
+    # is not the relay's: its receive buffers autotune up to tcp_rmem's
+    # maximum (32 MiB on some machines), so under load the target gets
+    # far ahead with the relay holding nothing.  The relay's own share is
+    # what is left.
+    held = ahead - kernel_queued({c.sock.getsockname()[1], srv.port})
+    expect(held < 2 * MIB, "the relay holds %d bytes (the target %d ahead of "
+           "a reader at %d): it is not holding the target back"
+           % (held, ahead, len(c.buf)))
     expect(c.read_until_close(60), "no EOF after the target's end (%d of "
            "%d bytes)" % (len(c.buf), TUN_BIG))
     expect(len(c.buf) >= TUN_BIG, "the tunnel ended after %d of %d bytes, "
