@@ -541,6 +541,10 @@ def test_h2_streams_and_http11_join_one_fill():
         expect_eq(origin_count(o, p), 1, "origin requests")
         expect(lat[-1] < 100, "a stream waited %.1f ms for its first DATA" % lat[-1])
         expect_no_joiners(c)
+        # every joiner logged with the status it answered (not 0)
+        lines = [ln for ln in harness.access_lines(c, 13) if p in ln]
+        expect_eq(sorted(re.search(r'" (\d+) ', ln).group(1) for ln in lines), ["200"] * 13,
+                  "access log statuses")
 
 
 @harness.timeout(90)
