@@ -682,6 +682,37 @@ def test_h2_joiner_reset_closed_goaway():
 
 
 @harness.timeout(60)
+def test_h2_joiner_of_stalled_fill_not_idle():
+    """The origin sends half of 4 MiB and stalls: a joining stream that has
+    sent all that was written waits on the fill, not on its client, so
+    no_activity_timeout_in (2 s) does not close its connection; the origin
+    inactivity timeout (5 s) fails the fill and the stream is reset
+    (INTERNAL_ERROR), never ended."""
+    test_h2.need_h2()
+    n = 4 * MiB
+    with Origin() as o, test_h2.daemon(o, workers=1, records={
+            "proxy.config.http2.no_activity_timeout_in": 2,
+            "proxy.config.http.transaction_no_activity_timeout_out": 5}) as c:
+        p = "/seed/rwwh2stall/stall/%d/%s" % (n, LONG)
+        t0 = time.monotonic()
+        filler = Client(c.port, p, t0, 0.0, host=H2HOST)
+        st = H2Client(c, p, t0, 0.5)
+        for x in (filler, st):
+            x.start()
+        for x in (filler, st):
+            x.join(30)
+        expect(st.err is None, "stream: %s" % st.err)
+        expect("read-while-writer" in st.s.hdrs.get("cache-status", ""), "joined")
+        print("  the stream: %d bytes, reset %r at %.2f s, GOAWAY %r"
+              % (st.s.got, st.s.reset, st.end, st.conn.goaway))
+        expect_eq((st.conn.goaway, st.s.reset, st.s.ended), (None, test_h2.INTERNAL_ERROR, False),
+                  "GOAWAY, RST_STREAM code, ended")
+        expect(MiB <= st.s.got < n, "stream bytes: %d" % st.s.got)
+        expect(st.end > 5, "reset at %.2f s, before the origin timeout" % st.end)
+        expect_no_joiners(c)
+
+
+@harness.timeout(60)
 def test_h2_slow_joiner_outlives_its_slot():
     """test_slow_joiner_outlives_its_slot with an HTTP/2 stream as the
     slow joiner (its window paces it at 1 MiB/s): byte-exact, ended,
