@@ -238,24 +238,28 @@ class H2:
                 self.closed = True
                 break
             for ev in self.c.receive_data(d):
-                if isinstance(ev, h2.events.ResponseReceived):
-                    self.resp[ev.stream_id] = dict(ev.headers)
-                elif isinstance(ev, h2.events.DataReceived):
-                    self.body[ev.stream_id] = self.body.get(ev.stream_id, b"") + ev.data
-                    if ack:
-                        self.c.acknowledge_received_data(ev.flow_controlled_length,
-                                                          ev.stream_id)
-                elif isinstance(ev, h2.events.StreamEnded):
-                    self.ended.add(ev.stream_id)
-                elif isinstance(ev, h2.events.StreamReset):
-                    self.reset[ev.stream_id] = ev.error_code
-                elif isinstance(ev, h2.events.ConnectionTerminated):
-                    self.goaway = ev.error_code
+                self.on_event(ev, ack)
             try:
                 self.flush()
             except OSError:
                 self.closed = True
         return done()
+
+    def on_event(self, ev, ack):
+        """One event: answers and bodies kept by stream (a subclass may
+        keep them otherwise)."""
+        if isinstance(ev, h2.events.ResponseReceived):
+            self.resp[ev.stream_id] = dict(ev.headers)
+        elif isinstance(ev, h2.events.DataReceived):
+            self.body[ev.stream_id] = self.body.get(ev.stream_id, b"") + ev.data
+            if ack:
+                self.c.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+        elif isinstance(ev, h2.events.StreamEnded):
+            self.ended.add(ev.stream_id)
+        elif isinstance(ev, h2.events.StreamReset):
+            self.reset[ev.stream_id] = ev.error_code
+        elif isinstance(ev, h2.events.ConnectionTerminated):
+            self.goaway = ev.error_code
 
     def close(self):
         self.s.close()

@@ -59,15 +59,35 @@ def seeded_sha(seed, n):
     return h.hexdigest()
 
 
-class Client(threading.Thread):
+class Timed(threading.Thread):
+    """A client that starts at `at` seconds after t0 and runs _run(): an
+    exception goes to self.err, the time it ended (after t0) to self.end."""
+
+    def __init__(self, t0, at):
+        super().__init__(daemon=True)
+        self.t0, self.at = t0, at
+        self.end = self.err = None
+
+    def run(self):
+        try:
+            delay = self.t0 + self.at - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            self._run()
+        except Exception as e:      # reported by the test
+            self.err = repr(e)
+        self.end = time.monotonic() - self.t0
+
+
+class Client(Timed):
     """GET path at time `at` (seconds after t0); records the time from the
     request to the first body byte, the headers, the body's length and
     SHA-256, and when it ended.  rate: read at about rate bytes/s."""
 
     def __init__(self, port, path, t0, at, rate=None, leave=None, host=HOST):
-        super().__init__(daemon=True)
+        super().__init__(t0, at)
         self.leave = leave      # close after this many body bytes
-        self.port, self.path, self.t0, self.at, self.rate = port, path, t0, at, rate
+        self.port, self.path, self.rate = port, path, rate
         self.host = host
         self.first = None
         self.status = None
@@ -75,20 +95,8 @@ class Client(threading.Thread):
         self.got = 0
         self.sha = None
         self.want = -1
-        self.end = None
-        self.err = None
-
-    def run(self):
-        try:
-            self._run()
-        except Exception as e:      # reported by the test
-            self.err = repr(e)
-        self.end = time.monotonic() - self.t0
 
     def _run(self):
-        delay = self.t0 + self.at - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
         s = socket.create_connection(("127.0.0.1", self.port), timeout=60)
         try:
             if self.rate:
@@ -365,22 +373,23 @@ class H2Stream:
         return self.ended or self.reset is not None
 
 
-class H2Conn:
+class H2Conn(test_h2.H2 if test_h2.HAVE_H2 else object):
     """One HTTP/2 connection (python3-h2: h2c, or TLS with ALPN h2) whose
-    streams' bodies are hashed as they come, not kept."""
+    streams' bodies are hashed as they come, not kept (self.st: H2Stream
+    by stream id)."""
 
     def __init__(self, c, tls=False, settings=None):
-        self.cl = test_h2.H2(c.ports[1] if tls else c.ports[2], settings=settings, tls=tls)
+        super().__init__(c.ports[1] if tls else c.ports[2], settings=settings, tls=tls)
         self.st = {}
-        self.goaway, self.closed = None, False
+        self.rate = None
 
     def get(self, path, stalled=False):
-        sid = self.cl.c.get_next_available_stream_id()
+        sid = self.c.get_next_available_stream_id()
         self.st[sid] = H2Stream(stalled)
-        self.cl.request(path)
+        self.request(path)
         return sid
 
-    def _event(self, ev, rate):
+    def on_event(self, ev, ack):
         st = self.st.get(getattr(ev, "stream_id", None))
         if isinstance(ev, h2.events.ResponseReceived):
             st.hdrs = dict(ev.headers)
@@ -389,54 +398,34 @@ class H2Conn:
                 st.first = time.monotonic() - st.sent
             st.h.update(ev.data)
             st.got += len(ev.data)
-            if rate:
-                time.sleep(len(ev.data) / rate)
+            if self.rate:
+                time.sleep(len(ev.data) / self.rate)
             if st.stalled:
-                self.cl.c.increment_flow_control_window(ev.flow_controlled_length)
+                self.c.increment_flow_control_window(ev.flow_controlled_length)
             elif st.reset is None:
-                self.cl.c.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+                self.c.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
         elif isinstance(ev, h2.events.StreamEnded):
             st.ended = True
         elif isinstance(ev, h2.events.StreamReset):
             st.reset = ev.error_code
-        elif isinstance(ev, h2.events.ConnectionTerminated):
-            self.goaway = ev.error_code
+        else:
+            super().on_event(ev, ack)
 
     def run(self, until, timeout=60.0, rate=None):
         """Read until until() is true, the peer closes or the time is up."""
-        end = time.monotonic() + timeout
-        while not until() and time.monotonic() < end and not self.closed:
-            self.cl.s.settimeout(max(0.05, end - time.monotonic()))
-            try:
-                d = self.cl.s.recv(65536)
-            except socket.timeout:
-                continue
-            except OSError:
-                d = b""
-            if not d:
-                self.closed = True
-                break
-            for ev in self.cl.c.receive_data(d):
-                self._event(ev, rate)
-            try:
-                self.cl.flush()
-            except OSError:
-                self.closed = True
-        return until()
+        self.rate = rate
+        return self.pump(until, timeout)
 
     def cancel(self, sid):
         self.st[sid].reset = CANCEL
-        self.cl.c.reset_stream(sid, error_code=CANCEL)
+        self.c.reset_stream(sid, error_code=CANCEL)
         # what was in flight for it is not given back (python3-h2 drops
         # DATA of a stream it reset): open the connection's window
-        self.cl.c.increment_flow_control_window(1 << 20)
-        self.cl.flush()
-
-    def close(self):
-        self.cl.close()
+        self.c.increment_flow_control_window(1 << 20)
+        self.flush()
 
 
-class H2Client(threading.Thread):
+class H2Client(Timed):
     """A new HTTP/2 connection GETting path at `at` (seconds after t0), its
     stream in self.s (H2Stream).  rate: read at about rate bytes/s (the
     stream's window paces the sender); cancel_at: RST_STREAM(CANCEL)
@@ -444,22 +433,12 @@ class H2Client(threading.Thread):
     close_at: close the connection after that many."""
 
     def __init__(self, c, path, t0, at, tls=False, rate=None, cancel_at=None, close_at=None):
-        super().__init__(daemon=True)
-        self.c, self.path, self.t0, self.at, self.tls = c, path, t0, at, tls
+        super().__init__(t0, at)
+        self.c, self.path, self.tls = c, path, tls
         self.rate, self.cancel_at, self.close_at = rate, cancel_at, close_at
-        self.conn = self.s = self.end = self.err = None
-
-    def run(self):
-        try:
-            self._run()
-        except Exception as e:      # reported by the test
-            self.err = repr(e)
-        self.end = time.monotonic() - self.t0
+        self.conn = self.s = None
 
     def _run(self):
-        delay = self.t0 + self.at - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
         self.conn = h = H2Conn(self.c, tls=self.tls)
         sid = h.get(self.path)
         self.s = h.st[sid]
