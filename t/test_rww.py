@@ -21,7 +21,9 @@ bytes already stored and follows the fill as it grows, woken by the filler
 - HTTP/2 streams join as HTTP/1.1 clients do (h2c and TLS): beside
   HTTP/1.1 joiners, with a closed window beside a fast stream, reset when
   the origin dies, released when the client cancels the stream, closes
-  the connection or is closed by our GOAWAY, outliving the fill's slot.
+  the connection or is closed by our GOAWAY, outliving the fill's slot;
+- a fill lapped by the ring while written is not stored, but its joiners
+  get the whole body (their pins kept the extents).
 """
 
 import hashlib
@@ -688,6 +690,46 @@ def test_h2_joiner_of_stalled_fill_not_idle():
                   "GOAWAY, RST_STREAM code, ended")
         expect(MiB <= st.s.got < n, "stream bytes: %d" % st.s.got)
         expect(st.end > 5, "reset at %.2f s, before the origin timeout" % st.end)
+        expect_no_joiners(c)
+
+
+@harness.timeout(90)
+def test_lapped_fill_joiners_complete():
+    """8 MiB at 2 MiB/s on a 64M store while 72 MiB of other fills lap the
+    ring: the fill cannot be stored (its first extent left the ring), but
+    every body byte arrived and its joiners hold their extents (pins), so
+    an HTTP/1.1 joiner and an HTTP/2 stream get the whole body, byte-exact
+    and ended, not a reset."""
+    test_h2.need_h2()
+    n, rate = 8 * MiB, 2 * MiB
+    with Origin() as o, test_h2.daemon(o, workers=1) as c:
+        p = "/seed/rwwlap/stream/%d/rate/%d/%s" % (n, rate, LONG)
+        want = seeded_sha("rwwlap", n)
+        t0 = time.monotonic()
+        filler = Client(c.port, p, t0, 0.0, host=H2HOST)
+        h1 = Client(c.port, p, t0, 0.3, host=H2HOST)
+        st = H2Client(c, p, t0, 0.3)
+        for x in (filler, h1, st):
+            x.start()
+        time.sleep(0.8)
+        for i in range(36):
+            r = harness.one_request(c.port, "GET", "/seed/lap%d/bytes/%d/%s" % (i, 2 * MiB, LONG),
+                                    None, (), H2HOST, None, 30)
+            expect(r is not None and r.status == 200, "lap fill %d" % i)
+        lapped = time.monotonic() - t0
+        for x in (filler, h1, st):
+            x.join(60)
+        print("  the ring lapped by %.2f s, the fill ended at %.2f s" % (lapped, filler.end))
+        expect(lapped < filler.end, "the laps ended after the fill (%.2f s)" % lapped)
+        expect_eq(filler.sha, want, "filler body SHA-256")
+        expect("read-while-writer" in h1.hdrs.get("cache-status", ""), "HTTP/1.1 joined")
+        expect_eq((h1.got, h1.sha), (n, want), "HTTP/1.1 joiner body length, SHA-256")
+        expect(st.err is None, "stream: %s" % st.err)
+        expect("read-while-writer" in st.s.hdrs.get("cache-status", ""), "stream joined")
+        expect_eq((st.s.got, st.s.ended, st.s.reset), (n, True, None), "stream bytes, ended, reset")
+        expect_eq(st.s.h.hexdigest(), want, "stream body SHA-256")
+        r = harness.one_request(c.port, "GET", p, None, (), H2HOST, None, 30)
+        expect(r is not None and not is_hit(r), "the lapped fill was stored")
         expect_no_joiners(c)
 
 
