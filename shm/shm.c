@@ -119,6 +119,7 @@ shm_slot_retire(struct shm *s, unsigned i)
     /* A gauge of a dead process means nothing: its connections are gone. */
     sl->c.conns_open = 0;
     sl->c.tunnels_active = 0;
+    sl->c.rww_joiners = 0;
     shm_add(&s->hdr->retired, &sl->c);
     urltop_merge(&s->hdr->retired_urls, &sl->urls);
     memset(sl, 0, sizeof(*sl));

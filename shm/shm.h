@@ -89,6 +89,8 @@ struct shm_counters {
     uint64_t tunnels_active;      /* gauge, like conns_open */
     uint64_t tunnel_bytes_up;     /* relayed client -> origin */
     uint64_t tunnel_bytes_down;   /* relayed origin -> client */
+    uint64_t rww_joiners;         /* gauge: requests following a fill
+                                     (worker/rww.c), like conns_open */
     uint64_t purges[SHM_PURGE_N]; /* purges answered, by kind (enum shm_purge) */
     uint64_t purges_soft;         /* ...of which soft */
     uint64_t purged_objects;      /* objects they removed or marked stale */

@@ -365,6 +365,13 @@ def check_config(records=None, remap=None, ip_allow=None, storage=None,
 
 def listen_inodes(port):
     """Inodes of the TCP sockets listening on port (IPv4 and IPv6)."""
+    return tcp_inodes(port)
+
+
+def tcp_inodes(port, listening=True):
+    """Inodes of the TCP sockets on local port (IPv4 and IPv6): listening,
+    or (listening=False) every other one (accepted connections, in any
+    state)."""
     out = set()
     for f in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -374,7 +381,7 @@ def listen_inodes(port):
             continue
         for ln in lines:
             p = ln.split()
-            if len(p) > 9 and p[3] == "0A" \
+            if len(p) > 9 and (p[3] == "0A") == listening \
                     and int(p[1].rsplit(":", 1)[1], 16) == port:
                 out.add("socket:[%s]" % p[9])
     return out

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -75,7 +76,8 @@ def cert():
 
 
 def daemon(o, records=None, storage=True, **kw):
-    """Ports: [0] HTTP/1.1, [1] TLS (h2 and http/1.1), [2] h2c + HTTP/1.1."""
+    """Ports: [0] HTTP/1.1, [1] TLS (h2 and http/1.1), [2] h2c + HTTP/1.1.
+    storage: True (64M), False (none) or Cistern's storage list."""
     c, k = cert()
     rec = {"proxy.config.http.server_ports": "0 0:ssl 0:proto=http;http2"}
     rec.update(records or {})
@@ -84,7 +86,8 @@ def daemon(o, records=None, storage=True, **kw):
     remap = ["map http://%s/ http://%s/" % (HOST, o.authority),
              "map https://%s/ http://%s/" % (HOST, o.authority)]
     return Cistern(records=rec, remap=remap, files=files,
-                   storage=["cache 64M"] if storage else None, **kw)
+                   storage=(storage if isinstance(storage, list) else ["cache 64M"])
+                   if storage else None, **kw)
 
 
 CC = "/headers?Cache-Control=max-age%3D600"     # origin.py: a fresh answer
@@ -185,10 +188,16 @@ def rst_codes(frames):
 
 
 class H2:
-    """python3-h2 over a socket: requests and their answers, decoded."""
+    """python3-h2 over a socket: requests and their answers, decoded.
+    tls: port is an ssl port (ALPN h2, our test certificate)."""
 
-    def __init__(self, port, settings=None, validate=True):
+    def __init__(self, port, settings=None, validate=True, tls=False):
         self.s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        if tls:
+            ctx = ssl.create_default_context(cafile=cert()[0])
+            ctx.set_alpn_protocols(["h2"])
+            self.s = ctx.wrap_socket(self.s, server_hostname=HOST)
+            expect_eq(self.s.selected_alpn_protocol(), "h2", "ALPN")
         cfg = h2.config.H2Configuration(client_side=True, header_encoding="utf-8",
                                         validate_outbound_headers=validate,
                                         normalize_outbound_headers=validate)
@@ -229,24 +238,28 @@ class H2:
                 self.closed = True
                 break
             for ev in self.c.receive_data(d):
-                if isinstance(ev, h2.events.ResponseReceived):
-                    self.resp[ev.stream_id] = dict(ev.headers)
-                elif isinstance(ev, h2.events.DataReceived):
-                    self.body[ev.stream_id] = self.body.get(ev.stream_id, b"") + ev.data
-                    if ack:
-                        self.c.acknowledge_received_data(ev.flow_controlled_length,
-                                                          ev.stream_id)
-                elif isinstance(ev, h2.events.StreamEnded):
-                    self.ended.add(ev.stream_id)
-                elif isinstance(ev, h2.events.StreamReset):
-                    self.reset[ev.stream_id] = ev.error_code
-                elif isinstance(ev, h2.events.ConnectionTerminated):
-                    self.goaway = ev.error_code
+                self.on_event(ev, ack)
             try:
                 self.flush()
             except OSError:
                 self.closed = True
         return done()
+
+    def on_event(self, ev, ack):
+        """One event: answers and bodies kept by stream (a subclass may
+        keep them otherwise)."""
+        if isinstance(ev, h2.events.ResponseReceived):
+            self.resp[ev.stream_id] = dict(ev.headers)
+        elif isinstance(ev, h2.events.DataReceived):
+            self.body[ev.stream_id] = self.body.get(ev.stream_id, b"") + ev.data
+            if ack:
+                self.c.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+        elif isinstance(ev, h2.events.StreamEnded):
+            self.ended.add(ev.stream_id)
+        elif isinstance(ev, h2.events.StreamReset):
+            self.reset[ev.stream_id] = ev.error_code
+        elif isinstance(ev, h2.events.ConnectionTerminated):
+            self.goaway = ev.error_code
 
     def close(self):
         self.s.close()

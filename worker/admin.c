@@ -135,6 +135,7 @@ admin_collect_flat(struct admin_stats *as, const struct shm_counters *tp,
     S("proxy.process.tunnel.current_active_connections", "cistern_tunnels_active", "", "gauge", "Tunnels open now.", t.tunnels_active);
     S("proxy.process.cistern.tunnel_bytes_up", "cistern_tunnel_bytes_total", "{direction=\"up\"}", "counter", "Bytes relayed by tunnels, by direction.", t.tunnel_bytes_up);
     S("proxy.process.cistern.tunnel_bytes_down", "cistern_tunnel_bytes_total", "{direction=\"down\"}", "counter", "", t.tunnel_bytes_down);
+    S("proxy.process.cistern.rww_joiners", "cistern_rww_joiners", "", "gauge", "Requests following a fill in progress now (read-while-writer), HTTP/1.1 and HTTP/2.", t.rww_joiners);
     S("proxy.process.ssl.ssl_session_cache_hit", "cistern_tls_resumptions_total", "", "counter", "Client TLS sessions resumed.", t.tls_resumed);
     S("proxy.process.cistern.purges.url", "cistern_purges_total", "{kind=\"url\"}", "counter", "Purges answered (PURGE, POST /_purge, cistern ctl), by kind.", t.purges[SHM_PURGE_URL]);
     S("proxy.process.cistern.purges.tag", "cistern_purges_total", "{kind=\"tag\"}", "counter", "", t.purges[SHM_PURGE_TAG]);

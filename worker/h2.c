@@ -14,7 +14,8 @@
  * into it), the request body (rq_in: DATA as it came, chunk-framed when
  * the client gave no content-length) and the answer (rq_out) -- and
  * provides the owner ops.  The steps run unchanged: hits, misses,
- * collapsing, PUSH, PURGE, ACLs, the access log (with HTTP/2 as the
+ * collapsing, read-while-writer (a stream that caught up with the fill
+ * it joined defers its DATA until rww_wake lends more), PUSH, PURGE, ACLs, the access log (with HTTP/2 as the
  * protocol) and Cache-Status.  The answer comes back as HTTP/1.1 text in
  * rq_out, and the body after it or lent (rq_body: a hit's mapping, the
  * origin's input buffer); its head becomes HEADERS (hop-by-hop fields
@@ -1330,14 +1331,16 @@ h2_on_write(evutil_socket_t fd, short what, void *arg)
 }
 
 /* Is some stream waiting on its origin (not on the client)?  Then the
- * connection is not idle: the origin's own timers run. */
+ * connection is not idle: the origin's own timers run (a joiner that
+ * caught up with a fill waits on the filler's origin). */
 static int
 h2_origin_busy(const struct h2c *h)
 {
     for (const struct h2s *s = h->streams; s; s = s->next)
-        if (s->rq && !s->dead && (s->rq->rq_step == REQ_WAIT
-                                  || (s->rq->rq_up && s->out.end == s->out.start
-                                      && s->rq->rq_body_len == 0)))
+        if (s->rq && !s->dead
+            && (s->rq->rq_step == REQ_WAIT
+                || ((s->rq->rq_up || rww_waiting(s->rq)) && s->out.end == s->out.start
+                    && s->rq->rq_body_len == 0)))
             return 1;
     return 0;
 }

@@ -1621,12 +1621,17 @@ proxy_pump_body(struct req *rq, struct upstream *up)
     int client_ka = up->up_client_ka && !resp->until_close && !up->up_decode
                     && !worker_closing();
     if (up->up_fill) {
-        int frc;
+        int frc, whole;
 
         up->up_rww_next = 0;
         proxy_rww_grew(up);     /* joiners see every byte before the end */
+        whole = up->up_rww
+                && cache_fill_written(up->up_fill) == (uint64_t)resp->content_length;
         frc = store_fill_end_part(&up->up_fill, &up->up_old, 1);
-        proxy_rww_end(up, frc == CACHE_OK ? RWW_DONE : RWW_FAILED);
+        /* A fill that is not stored (the ring lapped it, the index said
+         * no) still has every body byte in extents its joiners pinned:
+         * they finish; only a body short of its length fails them. */
+        proxy_rww_end(up, frc == CACHE_OK || whole ? RWW_DONE : RWW_FAILED);
         if (frc != CACHE_OK)
             log_debug("conn %llu: %.*s not stored: %s", (unsigned long long)rq->rq_id,
                       (int)up->up_keylen, up->up_key, cache_strerror(frc));

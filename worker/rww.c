@@ -20,6 +20,16 @@
  * joined: they fetch for themselves at once (rww_join says -2), as the
  * waiters of a large answer did before, instead of waiting for the whole
  * fill.
+ *
+ * The owner does not matter: an HTTP/1.1 connection and an HTTP/2 stream
+ * both send what rww_more lends and park while rww_waiting (conn_flush;
+ * h2.c's pump, whose stream defers its DATA); rww_wake lends the next
+ * span and calls the owner's flush, which for a stream only marks it, and
+ * a failed fill sets rq_abort (the connection's reset, the stream's
+ * RST_STREAM INTERNAL_ERROR).  However the request ends (its client
+ * leaves, a stream reset, GOAWAY, the connection closing), its REQ_DONE
+ * releases the join through store_release: pins, the joinq link, the
+ * gauge rww_joiners.
  */
 #include "config.h"
 
@@ -69,6 +79,7 @@ rww_release(struct req *rq)
     if (j == NULL)
         return;
     rww_unlink(rq);
+    wk->ctr->rww_joiners--;
     for (uint32_t i = 0; i < j->pinned; i++)
         cache_off_unpin(wk->cache, j->v.ext_off[i]);
     free(j);
@@ -83,9 +94,7 @@ rww_joinable(const struct req *rq)
 {
     const struct http_req *r = &rq->r;
 
-    /* (an HTTP/2 stream waits for the stored object: its DATA pump does
-     * not yet follow a joiner that catches up with the fill) */
-    return wk->conf->rec.rww_enable && wk->cache && r->method == HTTP_GET && !rq->rq_h2
+    return wk->conf->rec.rww_enable && wk->cache && r->method == HTTP_GET
            && !r->fidx[HTTP_F_RANGE] && !r->fidx[HTTP_F_IF_RANGE]
            && !r->fidx[HTTP_F_IF_NONE_MATCH] && !r->fidx[HTTP_F_IF_MODIFIED_SINCE];
 }
@@ -125,6 +134,7 @@ rww_join(struct req *rq, const uint8_t h[16])
     rq->rq_rww = j;
     j->next = wk->joinq;
     wk->joinq = rq;
+    wk->ctr->rww_joiners++;
     return 0;
 }
 
