@@ -1497,5 +1497,49 @@ def test_304_across_a_soft_purge_keeps_it_stale():
         expect_eq(len(o.requests()), n + 1, "origin requests (a revalidation)")
 
 
+
+# ---------------------------------------------------------------------------
+# Issue 21 review (large objects, read-while-writer, partial content)
+
+MiB = 1 << 20
+
+
+def _get_in_thread(port, path, host, headers=()):
+    out = {}
+
+    def run():
+        out["r"] = harness.one_request(port, "GET", path, host=host, headers=headers, timeout=60)
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+@harness.timeout(90)
+def test_spanning_fill_across_a_purge_is_stored_stale():
+    """A fill open during a purge is stored stale (cache/fill.c: the purge
+    may have meant what it holds), but fill_commit_chain, the commit of an
+    object spanning segments, never looked at the purge count: a 20 MiB
+    object whose fill ran across POST /_purge?tag= was stored fresh and the
+    next GET a hit with the pre-purge bytes."""
+    import json
+    import urllib.parse
+    n = 20 * MiB
+    q = urllib.parse.urlencode([("Cache-Control", "max-age=600"), ("Surrogate-Key", "big")])
+    path = "/seed/pbig/stream/%d/rate/%d/headers?%s" % (n, 8 * MiB, q)
+    with Origin() as o, Cistern(storage=["cache 256M"], workers=2,
+                                remap=["map http://p.test/ http://%s/" % o.authority]) as c:
+        t, first = _get_in_thread(c.port, path, "p.test")
+        time.sleep(0.7)
+        r = harness.one_request(c.port, "POST", "/_purge?tag=big", host="localhost", body=b"")
+        expect_eq(r.status, 200, "purge status")
+        expect_eq(json.loads(r.body.decode())["purged"], 0, "N (nothing stored yet)")
+        t.join(60)
+        expect(first.get("r") is not None and len(first["r"].body) == n, "the filling client")
+        r = harness.one_request(c.port, "GET", path, host="p.test", timeout=60)
+        expect(r is not None and r.status == 200, "GET after")
+        expect(not harness.is_hit(r) or "stale" in (r.header("Cache-Status") or ""),
+               "the large object fetched across the purge served fresh: %r"
+               % r.header("Cache-Status"))
+
 if __name__ == "__main__":
     harness.main()
