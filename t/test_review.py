@@ -1515,6 +1515,35 @@ def _get_in_thread(port, path, host, headers=()):
 
 
 @harness.timeout(90)
+def test_rww_joiner_of_another_variant_is_not_served_it():
+    """A fill whose response has Vary (Vary: Accept-Encoding, the origin
+    answering gzip to a client that asked for it) is published for
+    read-while-writer under the URL's key, and rww_join took any GET on
+    that key: a client without Accept-Encoding joined it and was sent the
+    gzip variant (Content-Encoding: gzip) as a hit.  A client of another
+    variant must not join: it goes to the origin."""
+    import urllib.parse
+    n = 6 * MiB
+    q = urllib.parse.urlencode([("Cache-Control", "max-age=600"), ("Vary", "Accept-Encoding"),
+                                ("Content-Encoding", "gzip")])
+    path = "/seed/rwwvary/stream/%d/rate/%d/headers?%s" % (n, 2 * MiB, q)
+    with Origin() as o, Cistern(storage=["cache 256M"], workers=2,
+                                remap=["map http://v.test/ http://%s/" % o.authority]) as c:
+        t, first = _get_in_thread(c.port, path, "v.test", (("Accept-Encoding", "gzip"),))
+        time.sleep(1.0)
+        r = harness.one_request(c.port, "GET", path, host="v.test", timeout=60)
+        t.join(60)
+        expect(first.get("r") is not None and first["r"].status == 200, "the gzip client")
+        expect(r is not None and r.status == 200, "the identity client: %r" % r)
+        expect("read-while-writer" not in (r.header("Cache-Status") or ""),
+               "a client without Accept-Encoding joined the gzip variant's fill: %r"
+               % r.header("Cache-Status"))
+        aes = [dict((k.lower(), v) for k, v in q["headers"]).get("accept-encoding")
+               for q in o.requests() if q["target"] == path]
+        expect_eq(len(aes), 2, "origin requests (%r)" % aes)
+
+
+@harness.timeout(90)
 def test_spanning_fill_across_a_purge_is_stored_stale():
     """A fill open during a purge is stored stale (cache/fill.c: the purge
     may have meant what it holds), but fill_commit_chain, the commit of an

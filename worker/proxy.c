@@ -1202,7 +1202,10 @@ proxy_rww_open(struct upstream *up, const struct http_req *resp)
     struct filltab_rww v;
     int idx;
 
-    if (!wk->conf->rec.rww_enable || up->up_fill == NULL || resp->content_length <= 0)
+    /* A Vary response is stored under its variant's key, but published
+     * under the URL's: a joiner of another variant would get this one. */
+    if (!wk->conf->rec.rww_enable || up->up_fill == NULL || resp->content_length <= 0
+        || http_field_find_id(resp, HTTP_F_VARY, 0) >= 0)
         return 0;
     memset(&v, 0, sizeof(v));
     v.total = (uint64_t)resp->content_length;
