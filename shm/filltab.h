@@ -88,6 +88,7 @@ struct filltab_rww {
     uint32_t hdr_len;
     uint32_t next;                  /* extents known */
     int64_t  stored;                /* the object's stored time (Age) */
+    uint64_t purge_gen;             /* purges begun when it asked the origin */
     uint64_t ext_off[FILLTAB_RWW_EXT];  /* body byte ext_pos[i]: ring offset */
     uint64_t ext_pos[FILLTAB_RWW_EXT];
 };

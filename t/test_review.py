@@ -1570,5 +1570,31 @@ def test_spanning_fill_across_a_purge_is_stored_stale():
                "the large object fetched across the purge served fresh: %r"
                % r.header("Cache-Status"))
 
+
+@harness.timeout(90)
+def test_rww_request_after_a_purge_does_not_join_a_fill_from_before_it():
+    """A GET that arrives after a purge answered joined a large fill whose
+    origin request was sent before the purge: it was sent the pre-purge
+    bytes as a hit (detail=read-while-writer), though that fill is stored
+    stale for exactly that reason and a collapsed waiter of a small object
+    revalidates.  It must go to the origin."""
+    import json
+    import urllib.parse
+    n = 16 * MiB
+    q = urllib.parse.urlencode([("Cache-Control", "max-age=600"), ("Surrogate-Key", "joinp")])
+    path = "/seed/pjoin/stream/%d/rate/%d/headers?%s" % (n, 4 * MiB, q)
+    with Origin() as o, Cistern(storage=["cache 256M"], workers=2,
+                                remap=["map http://p.test/ http://%s/" % o.authority]) as c:
+        t, first = _get_in_thread(c.port, path, "p.test")
+        time.sleep(1.0)
+        r = harness.one_request(c.port, "POST", "/_purge?tag=joinp", host="localhost", body=b"")
+        expect_eq(r.status, 200, "purge status")
+        r = harness.one_request(c.port, "GET", path, host="p.test", timeout=60)
+        t.join(60)
+        expect(r is not None and r.status == 200 and len(r.body) == n, "the client after the purge")
+        expect("read-while-writer" not in (r.header("Cache-Status") or ""),
+               "joined a fill from before the purge: %r" % r.header("Cache-Status"))
+        expect_eq(len([x for x in o.requests() if x["target"] == path]), 2, "origin requests")
+
 if __name__ == "__main__":
     harness.main()

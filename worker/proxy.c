@@ -1210,6 +1210,7 @@ proxy_rww_open(struct upstream *up, const struct http_req *resp)
     memset(&v, 0, sizeof(v));
     v.total = (uint64_t)resp->content_length;
     v.stored = (int64_t)up->up_req_time;
+    v.purge_gen = up->up_purge_gen;
     if (proxy_rww_where(up, &v) < 0)
         return 0;
     idx = filltab_rww_open(wk->shm->filltab, up->up_hash, (int)wk->slotno, proxy_now_ms(), &v);
@@ -1244,6 +1245,7 @@ proxy_rww_grew(struct upstream *up)
     v.state = RWW_OPEN;
     v.total = (uint64_t)up->up_resp->content_length;
     v.stored = (int64_t)up->up_req_time;
+    v.purge_gen = up->up_purge_gen;
     filltab_rww_update(wk->shm->filltab, up->up_rww - 1, &v, proxy_now_ms(), wake);
     proxy_wake_slots(wake);
     up->up_rww_next = v.avail + RWW_STEP;

@@ -103,11 +103,14 @@ rww_join(struct req *rq, const uint8_t h[16])
     event_base_gettimeofday_cached(wk->base, &now);
     j->idx = filltab_rww_join(wk->shm->filltab, h, (int)wk->slotno,
                               (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000, &j->v);
-    if (j->idx < 0 || j->v.next == 0 || rww_pin_new(j) < 0) {
+    /* A fill that asked the origin before a purge began is stored stale
+     * (cache/fill.c): a request after the purge fetches for itself. */
+    int stale = j->idx >= 0 && j->v.purge_gen != cache_purge_gen(wk->cache);
+    if (j->idx < 0 || j->v.next == 0 || stale || rww_pin_new(j) < 0) {
         for (uint32_t i = 0; i < j->pinned; i++)
             cache_off_unpin(wk->cache, j->v.ext_off[i]);
         free(j);
-        return -1;
+        return stale ? -2 : -1;
     }
     /* What store_send() reads of a held object: the header block (in
      * extent 0, pinned), the length, the stored time; never released as

@@ -726,7 +726,8 @@ void tls_origin_free(struct ssl_st *ssl);
 /* worker/rww.c: read-while-writer, the joiner's side */
 int  rww_joinable(const struct req *rq);
 /* 0 joined; -1 not (wait as before); -2 a published fill rq cannot join
- * (Range, conditions): fetch for itself */
+ * (Range, conditions; or it asked the origin before a purge began):
+ * fetch for itself */
 int  rww_join(struct req *rq, const uint8_t h[16]);
 int  rww_more(struct req *rq);
 int  rww_waiting(const struct req *rq);
