@@ -1596,5 +1596,36 @@ def test_rww_request_after_a_purge_does_not_join_a_fill_from_before_it():
                "joined a fill from before the purge: %r" % r.header("Cache-Status"))
         expect_eq(len([x for x in o.requests() if x["target"] == path]), 2, "origin requests")
 
+
+@harness.timeout(90)
+def test_rww_cookie_request_does_not_join_under_cache_responses_to_cookies_0():
+    """Under cache_responses_to_cookies 0 a request with Cookie never takes
+    a stored response (store_lookup's cookie check), but rww_join did not
+    look: a request with Cookie joined a large fill begun by a client
+    without one and was sent its bytes as a hit.  It must go to the
+    origin, as it would once the object is stored."""
+    import urllib.parse
+    n = 6 * MiB
+    q = urllib.parse.urlencode([("Cache-Control", "max-age=600"), ("Content-Type", "text/html")])
+    path = "/seed/rwwck/stream/%d/rate/%d/headers?%s" % (n, 2 * MiB, q)
+    with Origin() as o, Cistern(storage=["cache 256M"], workers=2,
+                                records={"proxy.config.http.cache.cache_responses_to_cookies":
+                                         ("INT", "0")},
+                                remap=["map http://k.test/ http://%s/" % o.authority]) as c:
+        t, first = _get_in_thread(c.port, path, "k.test")
+        time.sleep(1.0)
+        r = harness.one_request(c.port, "GET", path, host="k.test",
+                                headers=(("Cookie", "session=alice"),), timeout=60)
+        t.join(60)
+        expect(r is not None and r.status == 200 and len(r.body) == n, "the cookie client")
+        expect("read-while-writer" not in (r.header("Cache-Status") or ""),
+               "a Cookie request joined a fill under cache_responses_to_cookies 0: %r"
+               % r.header("Cache-Status"))
+        r = harness.one_request(c.port, "GET", path, host="k.test",
+                                headers=(("Cookie", "session=alice"),), timeout=60)
+        expect(not harness.is_hit(r), "the stored object served to a Cookie request: %r"
+               % r.header("Cache-Status"))
+        expect_eq(len([x for x in o.requests() if x["target"] == path]), 3, "origin requests")
+
 if __name__ == "__main__":
     harness.main()

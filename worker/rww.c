@@ -17,7 +17,10 @@
  * body never looks complete.  Requests with Range or a condition are not
  * joined: they fetch for themselves at once (rww_join says -2), as the
  * waiters of a large answer did before, instead of waiting for the whole
- * fill.
+ * fill; so are those a lookup would not give the stored object (a Cookie
+ * under cache_responses_to_cookies) and those after a purge that began
+ * once the fill had asked the origin.  A Vary response is not published
+ * (proxy.c: it is stored under its variant's key).
  */
 #include "config.h"
 
@@ -94,6 +97,7 @@ rww_join(struct req *rq, const uint8_t h[16])
     struct rww_join *j;
     struct timeval now;
     struct cache_obj *o = &rq->obj;
+    int own;        /* it fetches for itself (-2) */
 
     if (!rww_joinable(rq))
         return wk->conf->rec.rww_enable && filltab_rww_published(wk->shm->filltab, h)
@@ -105,13 +109,9 @@ rww_join(struct req *rq, const uint8_t h[16])
                               (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000, &j->v);
     /* A fill that asked the origin before a purge began is stored stale
      * (cache/fill.c): a request after the purge fetches for itself. */
-    int stale = j->idx >= 0 && j->v.purge_gen != cache_purge_gen(wk->cache);
-    if (j->idx < 0 || j->v.next == 0 || stale || rww_pin_new(j) < 0) {
-        for (uint32_t i = 0; i < j->pinned; i++)
-            cache_off_unpin(wk->cache, j->v.ext_off[i]);
-        free(j);
-        return stale ? -2 : -1;
-    }
+    own = j->idx >= 0 && j->v.purge_gen != cache_purge_gen(wk->cache);
+    if (j->idx < 0 || j->v.next == 0 || own || rww_pin_new(j) < 0)
+        goto fail;
     /* What store_send() reads of a held object: the header block (in
      * extent 0, pinned), the length, the stored time; never released as
      * one (obj_held stays 0). */
@@ -122,10 +122,20 @@ rww_join(struct req *rq, const uint8_t h[16])
     o->body_len = j->v.total;
     o->meta.stored = j->v.stored;
     memcpy(o->key_hash, h, 16);
+    /* the cookie rule a lookup applies (Set-Cookie unknown here: assumed) */
+    if ((own = store_cookie_refuses(rq, o, 1)) != 0) {
+        memset(o, 0, sizeof(*o));
+        goto fail;
+    }
     rq->rq_rww = j;
     j->next = wk->joinq;
     wk->joinq = rq;
     return 0;
+fail:
+    for (uint32_t i = 0; i < j->pinned; i++)
+        cache_off_unpin(wk->cache, j->v.ext_off[i]);
+    free(j);
+    return own ? -2 : -1;
 }
 
 /* Lend the next span of the body written so far (store_body_more's

@@ -748,6 +748,20 @@ store_fresh(const struct cache_obj *o, const struct cc_req *rcc, const struct re
 /* ------------------------------------------------------------------ */
 
 int
+store_cookie_refuses(const struct req *q, const struct cache_obj *o, int set_cookie)
+{
+    size_t ctl = 0, ccl = 0;
+    const char *ct, *cc;
+
+    if (!q->rq_pol.req_cookie || q->rq_pol.ttl_in_cache > 0)
+        return 0;
+    ct = store_hdr_get(o->iov[0].iov_base, o->hdr_len, "content-type", &ctl);
+    cc = store_hdr_get(o->iov[0].iov_base, o->hdr_len, "cache-control", &ccl);
+    return store_cookies_prevent(q->rq_pol.cookies, 1, set_cookie, ct, ctl,
+                                 cc && store_strcasestr_n(cc, ccl, "public"));
+}
+
+int
 store_lookup(struct req *rq, const char *key, size_t keylen, const uint8_t hash[16],
              const char **why, char *cs, size_t cslen)
 {
@@ -783,18 +797,10 @@ store_lookup(struct req *rq, const char *key, size_t keylen, const uint8_t hash[
         age = 0;
     ttl = o->meta.expires - (int64_t)now.tv_sec;
 
-    /* A request with Cookie, under cache_responses_to_cookies 0, 2-4, takes
-     * only what that value lets cookies share. */
-    if (q->rq_pol.req_cookie && q->rq_pol.ttl_in_cache <= 0) {
-        size_t ctl = 0, ccl = 0;
-        const char *ct = store_hdr_get(o->iov[0].iov_base, o->hdr_len, "content-type", &ctl);
-        const char *cc = store_hdr_get(o->iov[0].iov_base, o->hdr_len, "cache-control", &ccl);
-        if (store_cookies_prevent(q->rq_pol.cookies, 1, (o->meta.flags & STORE_F_SET_COOKIE) != 0,
-                                  ct, ctl, cc && store_strcasestr_n(cc, ccl, "public"))) {
-            store_release(rq);
-            *why = "request";
-            goto miss;
-        }
+    if (store_cookie_refuses(q, o, (o->meta.flags & STORE_F_SET_COOKIE) != 0)) {
+        store_release(rq);
+        *why = "request";
+        goto miss;
     }
 
     /* Usable without asking the origin (RFC 9111 4.2, 5.2.1)? */
