@@ -143,6 +143,8 @@ uint32_t cache_fill_where(struct cache_fill *f, uint64_t *hdr_off, uint32_t *hdr
                           uint64_t *off, uint64_t *pos, uint32_t max);
 /* Body bytes written so far by an open fill. */
 uint64_t cache_fill_written(const struct cache_fill *f);
+/* The meta an open fill commits (before the purge rule, cache_fill_since). */
+const struct cache_meta *cache_fill_meta(const struct cache_fill *f);
 /* A reader of another process's fill pins the segment holding ring offset
  * off: 0, or -1 (not pinned) when those bytes are no longer in the ring. */
 int  cache_off_pin(struct cache *c, uint64_t off);

@@ -559,6 +559,13 @@ cache_fill_written(const struct cache_fill *f)
     return f->state == FILL_OPEN ? f->body_len : 0;
 }
 
+const struct cache_meta *
+cache_fill_meta(const struct cache_fill *f)
+{
+    assert(f && f->magic == CACHE_FILL_MAGIC);
+    return &f->meta;
+}
+
 int
 cache_off_pin(struct cache *c, uint64_t off)
 {

@@ -89,6 +89,9 @@ struct filltab_rww {
     uint32_t next;                  /* extents known */
     int64_t  stored;                /* the object's stored time (Age) */
     uint64_t purge_gen;             /* purges begun when it asked the origin */
+    int64_t  expires;               /* the stored meta: freshness, */
+    uint16_t status, flags;         /* status, STORE_F_* (no-cache...) */
+    uint32_t pad;
     uint64_t ext_off[FILLTAB_RWW_EXT];  /* body byte ext_pos[i]: ring offset */
     uint64_t ext_pos[FILLTAB_RWW_EXT];
 };

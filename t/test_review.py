@@ -1627,5 +1627,35 @@ def test_rww_cookie_request_does_not_join_under_cache_responses_to_cookies_0():
                % r.header("Cache-Status"))
         expect_eq(len([x for x in o.requests() if x["target"] == path]), 3, "origin requests")
 
+
+@harness.timeout(90)
+def test_rww_does_not_serve_what_needs_validation():
+    """A joiner was sent a fill without the validation a lookup requires:
+    a response with Cache-Control: no-cache (or max-age=0), which a
+    stored copy serves only after revalidating (RFC 9111 5.2.2.4), and a
+    request with Cache-Control: no-cache, which a stored copy answers only
+    after revalidating (5.2.1.4).  Neither may join: each goes to the
+    origin."""
+    import urllib.parse
+    n = 6 * MiB
+    with Origin() as o, Cistern(storage=["cache 256M"], workers=2,
+                                remap=["map http://n.test/ http://%s/" % o.authority]) as c:
+        for k, (rcc, qcc) in enumerate((("no-cache", None), ("max-age=0", None),
+                                        ("max-age=600", "no-cache"))):
+            q = urllib.parse.urlencode([("Cache-Control", rcc), ("ETag", '"e%d"' % k)])
+            path = "/seed/rwwnc%d/stream/%d/rate/%d/headers?%s" % (k, n, 2 * MiB, q)
+            t, first = _get_in_thread(c.port, path, "n.test")
+            time.sleep(1.0)
+            hd = (("Cache-Control", qcc),) if qcc else ()
+            r = harness.one_request(c.port, "GET", path, host="n.test", headers=hd, timeout=60)
+            t.join(60)
+            expect(r is not None and r.status == 200 and len(r.body) == n,
+                   "%s/%s: the second client" % (rcc, qcc))
+            expect("read-while-writer" not in (r.header("Cache-Status") or ""),
+                   "response %s, request %s: joined without validation: %r"
+                   % (rcc, qcc, r.header("Cache-Status")))
+            expect_eq(len([x for x in o.requests() if x["target"] == path]), 2,
+                      "%s/%s: origin requests" % (rcc, qcc))
+
 if __name__ == "__main__":
     harness.main()

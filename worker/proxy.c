@@ -1181,18 +1181,24 @@ proxy_now_ms(void)
     return (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000;
 }
 
-/* Where the fill's bytes are now, in v (0, or -1 when it has more
- * extents than a slot holds). */
+/* Where the fill's bytes are now and what it stores, in v (0, or -1
+ * when it has more extents than a slot holds). */
 static int
 proxy_rww_where(struct upstream *up, struct filltab_rww *v)
 {
     uint32_t n = cache_fill_where(up->up_fill, &v->hdr_off, &v->hdr_len, v->ext_off,
                                   v->ext_pos, FILLTAB_RWW_EXT);
+    const struct cache_meta *m = cache_fill_meta(up->up_fill);
 
     if (n == 0 || n > FILLTAB_RWW_EXT)
         return -1;
     v->next = n;
     v->avail = cache_fill_written(up->up_fill);
+    v->stored = (int64_t)up->up_req_time;
+    v->purge_gen = up->up_purge_gen;
+    v->expires = m->expires;
+    v->status = m->status;
+    v->flags = m->flags;
     return 0;
 }
 
@@ -1209,8 +1215,6 @@ proxy_rww_open(struct upstream *up, const struct http_req *resp)
         return 0;
     memset(&v, 0, sizeof(v));
     v.total = (uint64_t)resp->content_length;
-    v.stored = (int64_t)up->up_req_time;
-    v.purge_gen = up->up_purge_gen;
     if (proxy_rww_where(up, &v) < 0)
         return 0;
     idx = filltab_rww_open(wk->shm->filltab, up->up_hash, (int)wk->slotno, proxy_now_ms(), &v);
@@ -1244,8 +1248,6 @@ proxy_rww_grew(struct upstream *up)
     }
     v.state = RWW_OPEN;
     v.total = (uint64_t)up->up_resp->content_length;
-    v.stored = (int64_t)up->up_req_time;
-    v.purge_gen = up->up_purge_gen;
     filltab_rww_update(wk->shm->filltab, up->up_rww - 1, &v, proxy_now_ms(), wake);
     proxy_wake_slots(wake);
     up->up_rww_next = v.avail + RWW_STEP;

@@ -17,9 +17,10 @@
  * body never looks complete.  Requests with Range or a condition are not
  * joined: they fetch for themselves at once (rww_join says -2), as the
  * waiters of a large answer did before, instead of waiting for the whole
- * fill; so are those a lookup would not give the stored object (a Cookie
- * under cache_responses_to_cookies) and those after a purge that began
- * once the fill had asked the origin.  A Vary response is not published
+ * fill; so are those a lookup would not give the stored object without
+ * asking the origin (a Cookie under cache_responses_to_cookies, a
+ * response or request no-cache, a zero lifetime: store_joinable) and
+ * those after a purge that began once the fill had asked the origin.  A Vary response is not published
  * (proxy.c: it is stored under its variant's key).
  */
 #include "config.h"
@@ -121,9 +122,12 @@ rww_join(struct req *rq, const uint8_t h[16])
     o->hdr_len = j->v.hdr_len;
     o->body_len = j->v.total;
     o->meta.stored = j->v.stored;
+    o->meta.expires = j->v.expires;
+    o->meta.status = j->v.status;
+    o->meta.flags = j->v.flags;
     memcpy(o->key_hash, h, 16);
-    /* the cookie rule a lookup applies (Set-Cookie unknown here: assumed) */
-    if ((own = store_cookie_refuses(rq, o, 1)) != 0) {
+    /* what a lookup asks of a stored object (cookies, freshness) */
+    if ((own = !store_joinable(rq, o)) != 0) {
         memset(o, 0, sizeof(*o));
         goto fail;
     }

@@ -747,7 +747,21 @@ store_fresh(const struct cache_obj *o, const struct cc_req *rcc, const struct re
 
 /* ------------------------------------------------------------------ */
 
-int
+/* The request's Cache-Control as the policy bends it. */
+static void
+store_req_cc(const struct req *q, struct cc_req *rcc)
+{
+    cachectl_parse_req(&q->r, rcc);
+    if (q->rq_pol.ign_client_nc)
+        rcc->no_cache = 0;      /* ignore_client_no_cache */
+    if (q->rq_pol.ign_client_max_age)
+        rcc->max_age = -1;      /* ignore_client_cc_max_age */
+}
+
+/* A request with Cookie, under cache_responses_to_cookies 0, 2-4, takes
+ * only what that value lets cookies share: 1 when it may not take o (its
+ * header block; set_cookie: its response had Set-Cookie). */
+static int
 store_cookie_refuses(const struct req *q, const struct cache_obj *o, int set_cookie)
 {
     size_t ctl = 0, ccl = 0;
@@ -759,6 +773,24 @@ store_cookie_refuses(const struct req *q, const struct cache_obj *o, int set_coo
     cc = store_hdr_get(o->iov[0].iov_base, o->hdr_len, "cache-control", &ccl);
     return store_cookies_prevent(q->rq_pol.cookies, 1, set_cookie, ct, ctl,
                                  cc && store_strcasestr_n(cc, ccl, "public"));
+}
+
+int
+store_joinable(const struct req *q, const struct cache_obj *o)
+{
+    struct cc_req rcc;
+    struct timeval now;
+    int64_t age, ttl;
+    int plain;
+
+    store_req_cc(q, &rcc);
+    event_base_gettimeofday_cached(wk->base, &now);
+    age = (int64_t)now.tv_sec - o->meta.stored;
+    if (age < 0)
+        age = 0;
+    ttl = o->meta.expires - (int64_t)now.tv_sec;
+    return !store_cookie_refuses(q, o, (o->meta.flags & STORE_F_SET_COOKIE) != 0)
+           && store_fresh(o, &rcc, &q->rq_pol, &q->r, age, &ttl, &plain);
 }
 
 int
@@ -774,11 +806,7 @@ store_lookup(struct req *rq, const char *key, size_t keylen, const uint8_t hash[
     int fresh;
 
     *why = "uri-miss";
-    cachectl_parse_req(r, &rcc);
-    if (q->rq_pol.ign_client_nc)
-        rcc.no_cache = 0;       /* ignore_client_no_cache */
-    if (q->rq_pol.ign_client_max_age)
-        rcc.max_age = -1;       /* ignore_client_cc_max_age */
+    store_req_cc(q, &rcc);
     if (cache_lookup_hashed(wk->cache, key, keylen, hash, o) != CACHE_OK)
         goto miss;
     if (o->meta.flags & STORE_F_VARY_MARKER) {

@@ -478,10 +478,10 @@ int  store_fill_end_part(struct cache_fill **f, struct store_part_old *old, int 
 /* Does the held object (a stored 206) hold every byte the request's
  * single Range asks for? */
 int  store_part_covers(const struct req *rq);
-/* A request with Cookie, under cache_responses_to_cookies 0, 2-4, takes
- * only what that value lets cookies share: 1 when it may not take o (its
- * header block; set_cookie: its response had Set-Cookie). */
-int  store_cookie_refuses(const struct req *q, const struct cache_obj *o, int set_cookie);
+/* May q take o, a fill's header block and meta (read-while-writer), as a
+ * lookup would take it stored: the cookie rule, and fresh enough for q
+ * without asking the origin?  1 or 0. */
+int  store_joinable(const struct req *q, const struct cache_obj *o);
 /* Resolve rq->rq_pol for the routed request (res: its origin's URL, after
  * remap or, forward proxying, the target's). */
 void store_policy(struct req *rq, const struct conf_remap_result *res);
