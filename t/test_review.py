@@ -1657,5 +1657,37 @@ def test_rww_does_not_serve_what_needs_validation():
             expect_eq(len([x for x in o.requests() if x["target"] == path]), 2,
                       "%s/%s: origin requests" % (rcc, qcc))
 
+
+def test_purge_and_invalidation_reach_a_stored_part():
+    """A 206 stored as a part (key + "\\tpart", RFC 9111 3.3) was left alone
+    by a PURGE of its URL (404 "not cached", the part still a hit
+    afterwards), by a soft PURGE, and by the invalidation an unsafe
+    method's success makes (RFC 9111 4.4: a POST answered 200): each
+    later Range request inside the part was answered with the old bytes
+    from the cache.  Each must reach the part."""
+    cc = "headers?Cache-Control=max-age%3D3600"
+    with Origin() as o, Cistern(storage=["cache 64M"],
+                                remap=["map http://r.test/ http://%s/" % o.authority]) as c:
+        for k, (method, hdrs) in enumerate((("PURGE", ()),
+                                            ("PURGE", (("Fastly-Soft-Purge", "1"),)),
+                                            ("POST", ()))):
+            p = "/ranges/etag/v%d/bytes/1000/%s" % (k, cc)
+            rng = (("Range", "bytes=100-199"),)
+            r = harness.one_request(c.port, "GET", p, host="r.test", headers=rng)
+            expect_eq(r.status, 206, "the part's miss")
+            r = harness.one_request(c.port, "GET", p, host="r.test", headers=rng)
+            expect(harness.is_hit(r), "the part stored: %r" % r.header("Cache-Status"))
+            r = harness.one_request(c.port, method, p, host="r.test", headers=hdrs,
+                                    body=b"x" if method == "POST" else None)
+            if method == "PURGE":
+                expect_eq(r.status, 200, "%r of a URL with a stored part" % (hdrs,))
+            n0 = len(o.requests())
+            r = harness.one_request(c.port, "GET", p, host="r.test", headers=rng)
+            expect_eq(r.status, 206, "the Range after %s" % method)
+            expect(not harness.is_hit(r) or "stale" in (r.header("Cache-Status") or ""),
+                   "after %s %r the part answered from the cache: %r"
+                   % (method, hdrs, r.header("Cache-Status")))
+            expect_eq(len(o.requests()), n0 + 1, "after %s: origin requests" % method)
+
 if __name__ == "__main__":
     harness.main()

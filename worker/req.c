@@ -800,12 +800,15 @@ step_tunnel(struct req *rq, struct req_route *rt)
 static int
 req_purge_soft(struct req_route *rt)
 {
-    const char *keys[2] = { rt->key, rt->key };
-    size_t lens[2] = { rt->keylen, 0 };
+    char pkey[STORE_KEY_MAX];
+    const char *keys[3] = { rt->key, rt->key, pkey };
+    size_t lens[3] = { rt->keylen, 0, 0 };
     int n = 1;
 
     if (rt->rule == NULL && rt->keylen > sizeof(FORWARD_SUFFIX) - 1)
         lens[n++] = rt->keylen - (sizeof(FORWARD_SUFFIX) - 1);   /* and the plain copy */
+    if ((lens[n] = store_part_key(rt->key, rt->keylen, pkey)) != 0)
+        keys[n++] = pkey;       /* and its stored part */
     int64_t got = purge_run(SHM_PURGE_URL, keys, lens, n, 1);
     return got > 0 ? CACHE_OK : got == 0 ? CACHE_MISS : (int)got;
 }
@@ -823,13 +826,13 @@ step_purge(struct req *rq, struct req_route *rt)
 {
     int soft = wk->cache && req_soft_asked(&rq->r);
     int rc = soft ? req_purge_soft(rt)
-           : wk->cache ? cache_remove(wk->cache, rt->key, rt->keylen) : CACHE_MISS;
+           : wk->cache ? store_remove(rt->key, rt->keylen) : CACHE_MISS;
 
     if (!soft && wk->cache && rt->rule == NULL && rt->keylen > sizeof(FORWARD_SUFFIX) - 1) {
         /* a PURGE of an absolute URL no rule maps: the forward-proxied
          * copy too (req_key_forward), then the plain one (a PUSH's) */
         size_t plain = rt->keylen - (sizeof(FORWARD_SUFFIX) - 1);
-        int rc2 = cache_remove(wk->cache, rt->key, plain);
+        int rc2 = store_remove(rt->key, plain);
         if (rc != CACHE_OK && rc2 != CACHE_MISS)
             rc = rc2;       /* removed (OK) or failed: that is the answer */
     }
@@ -1246,9 +1249,9 @@ req_ctl_cache(int purge, const char *url, struct buf *out)
         rc = store_ctl_lookup(rt.key, rt.keylen, &rq->r, out) ? 0 : 1;
         req_ctl_hits(&rt, out);
     } else {
-        int r1 = wk->cache ? cache_remove(wk->cache, rt.key, rt.keylen) : CACHE_MISS;
+        int r1 = wk->cache ? store_remove(rt.key, rt.keylen) : CACHE_MISS;
         if (wk->cache && rt.rule == NULL && rt.keylen > sizeof(FORWARD_SUFFIX) - 1) {
-            int r2 = cache_remove(wk->cache, rt.key, rt.keylen - (sizeof(FORWARD_SUFFIX) - 1));
+            int r2 = store_remove(rt.key, rt.keylen - (sizeof(FORWARD_SUFFIX) - 1));
             if (r1 != CACHE_OK && r2 != CACHE_MISS)
                 r1 = r2;
         }

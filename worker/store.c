@@ -368,6 +368,29 @@ store_part_span(const char *hdr, size_t hdrlen, const char *range, uint64_t *fro
     return store_range(range, *n, from, to) == 1 && *from >= *a && *to <= b;
 }
 
+size_t
+store_part_key(const char *key, size_t keylen, char *pkey)
+{
+    if (keylen + STORE_PART_SUFFIX_LEN >= STORE_KEY_MAX)
+        return 0;
+    memcpy(pkey, key, keylen);
+    memcpy(pkey + keylen, STORE_PART_SUFFIX, STORE_PART_SUFFIX_LEN);
+    return keylen + STORE_PART_SUFFIX_LEN;
+}
+
+int
+store_remove(const char *key, size_t keylen)
+{
+    char pkey[STORE_KEY_MAX];
+    size_t pl = store_part_key(key, keylen, pkey);
+    int rc = cache_remove(wk->cache, key, keylen), rc2;
+
+    if (pl == 0)
+        return rc;
+    rc2 = cache_remove(wk->cache, pkey, pl);
+    return rc == CACHE_OK || rc2 == CACHE_MISS ? rc : rc2;
+}
+
 int
 store_part_covers(const struct req *rq)
 {
@@ -1479,7 +1502,7 @@ store_invalidate(const char *key, size_t keylen, const struct http_req *resp,
     static const char *const hdrs[] = { "location", "content-location" };
     char k2[STORE_KEY_MAX], path[STORE_KEY_MAX];
 
-    cache_remove(wk->cache, key, keylen);
+    store_remove(key, keylen);
     for (size_t h = 0; h < 2; h++) {
         int i = http_field_find(resp, hdrs[h], 0);
         if (i < 0)
@@ -1512,6 +1535,6 @@ store_invalidate(const char *key, size_t keylen, const struct http_req *resp,
             }
         }
         if (kl)
-            cache_remove(wk->cache, k2, kl);
+            store_remove(k2, kl);
     }
 }

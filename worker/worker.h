@@ -478,6 +478,12 @@ int  store_fill_end_part(struct cache_fill **f, struct store_part_old *old, int 
 /* Does the held object (a stored 206) hold every byte the request's
  * single Range asks for? */
 int  store_part_covers(const struct req *rq);
+/* The part key of key in pkey[STORE_KEY_MAX]: its length, 0 when too long. */
+size_t store_part_key(const char *key, size_t keylen, char *pkey);
+/* Remove the object stored under key and its stored part (a PURGE, an
+ * invalidation): CACHE_OK when either was removed, CACHE_MISS when
+ * neither was there, else an error. */
+int  store_remove(const char *key, size_t keylen);
 /* May q take o, a fill's header block and meta (read-while-writer), as a
  * lookup would take it stored: the cookie rule, and fresh enough for q
  * without asking the origin?  1 or 0. */
