@@ -109,13 +109,16 @@ void filltab_rww_update(struct filltab *ft, int idx, const struct filltab_rww *v
  * or -1 when no fill of h is published and open. */
 int  filltab_rww_join(struct filltab *ft, const uint8_t h[16], int slot, int64_t now_ms,
                       struct filltab_rww *out);
+/* A joiner of generation gen of slot idx leaves (its request ended, or it
+ * did not join after all): the slot's joiners no longer count it. */
+void filltab_rww_leave(struct filltab *ft, int idx, uint32_t gen, int slot);
 /* A joiner's fresh copy of slot idx, when it is still generation gen:
  * returns 0, else -1 (the fill is gone: treat as failed). */
 int  filltab_rww_get(struct filltab *ft, int idx, uint32_t gen, struct filltab_rww *out);
 
 /* Is a fill of h published and open? */
 int  filltab_rww_published(struct filltab *ft, const uint8_t h[16]);
-/* Has any slot joined the fill published in slot idx? */
+/* Does any joiner follow the fill published in slot idx now? */
 int  filltab_rww_joined(struct filltab *ft, int idx);
 /* The filler's own copy of its slot idx (0, or -1 when it is not open). */
 int  filltab_rww_peek(struct filltab *ft, int idx, struct filltab_rww *out);

@@ -1689,5 +1689,54 @@ def test_purge_and_invalidation_reach_a_stored_part():
                    % (method, hdrs, r.header("Cache-Status")))
             expect_eq(len(o.requests()), n0 + 1, "after %s: origin requests" % method)
 
+
+def _read_then_leave(port, path, host, nbytes, close_at):
+    """GET path, read nbytes of body, hold the connection until
+    monotonic time close_at, then close it.  Returns the Cache-Status."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (path, host)).encode())
+    buf = b""
+    while b"\r\n\r\n" not in buf or len(buf) < buf.index(b"\r\n\r\n") + 4 + nbytes:
+        d = s.recv(65536)
+        if not d:
+            break
+        buf += d
+    head = buf.split(b"\r\n\r\n", 1)[0].decode("latin-1")
+    m = re.search(r"(?im)^cache-status: *(.*)$", head)
+    time.sleep(max(0.0, close_at - time.monotonic()))
+    s.close()
+    return m.group(1).strip() if m else None
+
+
+@harness.timeout(60)
+def test_a_joiner_that_left_keeps_no_background_fill_going():
+    """proxy_bg_fill goes on with a fill whose client left while joiners
+    follow it, but a slot's joiner bits are set at join and never cleared
+    when the joiner leaves: a client that joined and left at once made any
+    fill its filler abandoned below background_fill_completed_threshold
+    (0.5) run to the end, however large (background_fill_active_timeout is
+    0: no limit).  Two short connections per URL had the proxy download
+    whole objects nobody reads.  Once every joiner and the filler are
+    gone, the fill must stop as it does without joiners."""
+    n, rate = 16 * MiB, 4 * MiB
+    path = "/seed/bgj/stream/%d/rate/%d/headers?Cache-Control=max-age%%3D600" % (n, rate)
+    with Origin() as o, Cistern(storage=["cache 256M"], workers=1,
+                                remap=["map http://b.test/ http://%s/" % o.authority]) as c:
+        t0 = time.monotonic()
+        out = {}
+        f = threading.Thread(target=lambda: out.update(
+            f=_read_then_leave(c.port, path, "b.test", MiB, t0 + 1.5)))
+        f.start()
+        time.sleep(0.5)
+        cs = _read_then_leave(c.port, path, "b.test", 256 * 1024, t0 + 0.8)
+        expect("read-while-writer" in (cs or ""), "the second client joined: %r" % cs)
+        f.join(30)
+        time.sleep(5.5)     # the whole transfer takes 4 s
+        r = harness.one_request(c.port, "GET", path, host="b.test", timeout=30)
+        expect(not harness.is_hit(r), "the abandoned fill (left at ~35%%) went on to the end: %r"
+               % r.header("Cache-Status"))
+        expect_eq(len([x for x in o.requests() if x["target"] == path]), 2, "origin requests")
+
 if __name__ == "__main__":
     harness.main()

@@ -71,6 +71,7 @@ rww_release(struct req *rq)
     if (j == NULL)
         return;
     rww_unlink(rq);
+    filltab_rww_leave(wk->shm->filltab, j->idx, j->v.gen, (int)wk->slotno);
     for (uint32_t i = 0; i < j->pinned; i++)
         cache_off_unpin(wk->cache, j->v.ext_off[i]);
     free(j);
@@ -136,6 +137,7 @@ rww_join(struct req *rq, const uint8_t h[16])
     wk->joinq = rq;
     return 0;
 fail:
+    filltab_rww_leave(wk->shm->filltab, j->idx, j->v.gen, (int)wk->slotno);
     for (uint32_t i = 0; i < j->pinned; i++)
         cache_off_unpin(wk->cache, j->v.ext_off[i]);
     free(j);

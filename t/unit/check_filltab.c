@@ -263,6 +263,15 @@ START_TEST(test_rww_publish_join_end)
     ck_assert_uint_eq(got.total, 1000);
     ck_assert_uint_eq(got.avail, 0);
     ck_assert_int_eq(filltab_rww_joined(ft, idx), 1);
+    /* joiners leave: counted per slot; another generation's leave is void */
+    ck_assert_int_eq(filltab_rww_join(ft, h, 3, 0, &got), idx);
+    filltab_rww_leave(ft, idx, got.gen, 3);
+    filltab_rww_leave(ft, idx, got.gen + 1, 3);
+    ck_assert_int_eq(filltab_rww_joined(ft, idx), 1);
+    filltab_rww_leave(ft, idx, got.gen, 3);
+    ck_assert_int_eq(filltab_rww_joined(ft, idx), 0);
+    ck_assert_int_eq(filltab_rww_join(ft, h, 3, 0, &got), idx);
+    ck_assert_int_eq(filltab_rww_joined(ft, idx), 1);
     /* the filler grows it: the joiner's slot is woken, its copy follows */
     v.avail = 600;
     v.next = 2;
