@@ -101,8 +101,8 @@ struct filltab_rww {
 int  filltab_rww_open(struct filltab *ft, const uint8_t h[16], int slot, int64_t now_ms,
                       const struct filltab_rww *v);
 /* The fill grew (avail, extents), or ended (state RWW_DONE or RWW_FAILED):
- * the joiners' slots to wake come back in wake[] (joiners stay registered
- * until the slot is reused). */
+ * the joiners' slots to wake come back in wake[] (a slot's joiners count
+ * until they leave, filltab_rww_leave). */
 void filltab_rww_update(struct filltab *ft, int idx, const struct filltab_rww *v,
                         int64_t now_ms, uint64_t wake[4]);
 /* Join the open fill of h from slot: a copy in *out, the index returned,

@@ -123,6 +123,28 @@ Issues 22, 23, 25 review (purge by tag, busiest URLs, deferred intercepts):
 - a revalidation sent before a soft purge and answered 304 after it stored
   the object fresh again (a fill across a purge is stored stale, a
   refresh was not).
+
+Issue 21 review (large objects, read-while-writer, partial content;
+2465dbf..6b7b5cd), all fixed:
+
+- a fill whose response had Vary was published for read-while-writer
+  under the URL's key: a client of another variant joined it and was sent
+  this one;
+- a fill spanning segments committed across a purge was stored fresh
+  (fill_commit_chain skipped the purge-count rule a one-segment fill
+  keeps);
+- a request made after a purge joined a fill that asked the origin before
+  it, and was sent the pre-purge bytes as a hit;
+- a joiner skipped every check a lookup makes of a stored copy: a Cookie
+  under cache_responses_to_cookies 0, a no-cache or max-age=0 answer, a
+  request with Cache-Control: no-cache all joined without validation;
+- PURGE (hard and soft), ctl purge and the invalidation after an unsafe
+  method left a URL's stored part (206) in place, still answering Range
+  requests with the old bytes;
+- a joiner was never un-registered: one that joined and left kept any
+  fill its filler abandoned below background_fill_completed_threshold
+  running to the end (two short connections had the proxy download whole
+  objects).
 """
 import os
 import pwd
