@@ -199,6 +199,21 @@ filltab_busy(struct filltab *ft, const uint8_t h[16], int slot, int64_t now_ms)
 }
 
 void
+filltab_renew(struct filltab *ft, const uint8_t h[16], int slot, int64_t until_ms)
+{
+    uint64_t a, b;
+    int found;
+    struct ft_ent *e;
+
+    ft_hash(h, &a, &b);
+    ft_lock(ft);
+    e = ft_find(ft, a, b, INT64_MIN, &found);
+    if (found && e->state == ENT_FILLING && e->owner == slot && e->until_ms < until_ms)
+        e->until_ms = until_ms;
+    ft_unlock(ft);
+}
+
+void
 filltab_release(struct filltab *ft, const uint8_t h[16], int slot, int64_t now_ms,
                 int64_t pass_ms, uint64_t wake[4])
 {

@@ -50,6 +50,10 @@ int filltab_claim(struct filltab *ft, const uint8_t h[16], int slot,
  * ours included)?  A waiter's check when woken or at its deadline. */
 int filltab_busy(struct filltab *ft, const uint8_t h[16], int slot, int64_t now_ms);
 
+/* The filler of h is still receiving its answer: its claim lasts until
+ * until_ms at least (while slot still holds it). */
+void filltab_renew(struct filltab *ft, const uint8_t h[16], int slot, int64_t until_ms);
+
 /* The filler is done with h: the entry goes away, or turns into a
  * hit-for-miss for pass_ms when pass_ms > 0.  The waiters' slots are
  * returned in wake[] (bitmask of FILLTAB_MAX_SLOTS bits). */

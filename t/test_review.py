@@ -144,7 +144,10 @@ Issue 21 review (large objects, read-while-writer, partial content;
 - a joiner was never un-registered: one that joined and left kept any
   fill its filler abandoned below background_fill_completed_threshold
   running to the end (two short connections had the proxy download whole
-  objects).
+  objects);
+- a fill claim was never renewed: a fill longer than
+  transaction_no_activity_timeout_out + 5 s (35 s by default) lost it,
+  and the next request fetched the object a second time.
 """
 import os
 import pwd
@@ -1759,6 +1762,30 @@ def test_a_joiner_that_left_keeps_no_background_fill_going():
         expect(not harness.is_hit(r), "the abandoned fill (left at ~35%%) went on to the end: %r"
                % r.header("Cache-Status"))
         expect_eq(len([x for x in o.requests() if x["target"] == path]), 2, "origin requests")
+
+
+@harness.timeout(90)
+def test_a_long_fill_keeps_its_claim():
+    """The fill claim lasts transaction_no_activity_timeout_out + 5 s from
+    the origin request and was never renewed while the fill went on: a
+    request after that found the claim expired, claimed the object again
+    and fetched it a second time (with its own fill) instead of joining
+    the one still running; a 1 GiB object at 20 MB/s outlives the default
+    35 s.  Here _out 2 (claims of 7 s) and a 12 s transfer: a request at 9
+    s must join (one origin request)."""
+    n, rate = 12 * MiB, MiB
+    path = "/seed/longclaim/stream/%d/rate/%d/headers?Cache-Control=max-age%%3D600" % (n, rate)
+    with Origin() as o, Cistern(storage=["cache 256M"], workers=2,
+                                records={"proxy.config.http.transaction_no_activity_timeout_out":
+                                         ("INT", "2")},
+                                remap=["map http://l.test/ http://%s/" % o.authority]) as c:
+        t, first = _get_in_thread(c.port, path, "l.test")
+        time.sleep(9.0)
+        r = harness.one_request(c.port, "GET", path, host="l.test", timeout=60)
+        t.join(60)
+        expect(r is not None and r.status == 200 and len(r.body) == n, "the late client")
+        expect_eq(len([x for x in o.requests() if x["target"] == path]), 1,
+                  "origin requests (the late client: %r)" % r.header("Cache-Status"))
 
 if __name__ == "__main__":
     harness.main()

@@ -54,6 +54,7 @@
 
 static void proxy_rww_grew(struct upstream *up);
 static void proxy_rww_end(struct upstream *up, int state);
+static int64_t proxy_now_ms(void);
 /* How long a URL that answered uncacheable skips the fill table
  * (Varnish's hit-for-miss). */
 #define PASS_MS         10000
@@ -950,6 +951,21 @@ proxy_client_head(struct req *rq, struct upstream *up, struct http_req *resp)
     return 0;
 }
 
+/* A claim lasts transaction_no_activity_timeout_out + 5 s (req.c): a fill
+ * still receiving its answer renews it (at most once a second), else a
+ * long one loses it and the next request fetches the object again. */
+static void
+proxy_claim_renew(struct upstream *up)
+{
+    int64_t now = proxy_now_ms();
+
+    if (!up->up_claim || now < up->up_claim_renew)
+        return;
+    filltab_renew(wk->shm->filltab, up->up_hash, (int)wk->slotno,
+                  now + (int64_t)wk->conf->rec.txn_no_activity_out * 1000 + 5000);
+    up->up_claim_renew = now + 1000;
+}
+
 /* De-chunked body bytes for an HTTP/1.0 client (room was checked). */
 static void
 proxy_sink_client(void *arg, const char *p, size_t n)
@@ -961,6 +977,7 @@ proxy_sink_client(void *arg, const char *p, size_t n)
     alog_obody(rq, n);
     rq->rq_up->up_fill_got += n;
     store_fill_data(&rq->rq_up->up_fill, p, n);
+    proxy_claim_renew(rq->rq_up);
     proxy_rww_grew(rq->rq_up);
 }
 
@@ -972,6 +989,7 @@ proxy_sink_fill(void *arg, const char *p, size_t n)
 
     up->up_fill_got += n;
     store_fill_data(&up->up_fill, p, n);
+    proxy_claim_renew(up);
     proxy_rww_grew(up);
 }
 

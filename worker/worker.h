@@ -243,6 +243,8 @@ struct upstream {
     int              up_unsent;       /* sock_unsent() at the last wait to
                                          write the request (up_on_timeout) */
     uint8_t          up_hash[16];
+    int64_t          up_claim_renew;  /* ms: renew the claim (a fill still
+                                         receiving) from then on */
     /* parent.config (worker/parent.c): up_host/up_port are the parent in
      * use while up_pidx >= 0; the origin is kept in up_ohost/up_oport */
     const struct conf_parent_rule *up_prule; /* the matching rule, or NULL */

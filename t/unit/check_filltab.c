@@ -123,6 +123,12 @@ START_TEST(test_claim_deadline)
      * keeping the waiters it had */
     ck_assert(!filltab_busy(ft, h, 2, 1500));
     ck_assert_int_eq(filltab_claim(ft, h, 4, 1600, 500), FT_CLAIMED);
+    /* a filler still receiving renews its claim; another slot cannot */
+    filltab_renew(ft, h, 2, 5000);
+    ck_assert(!filltab_busy(ft, h, 2, 2100));
+    filltab_renew(ft, h, 4, 3000);
+    ck_assert(filltab_busy(ft, h, 2, 2900));
+    ck_assert(!filltab_busy(ft, h, 2, 3000));
     uint64_t wake[4];
     filltab_release(ft, h, 4, 1700, 0, wake);
     ck_assert(bit(wake, 2));
