@@ -147,7 +147,10 @@ Issue 21 review (large objects, read-while-writer, partial content;
   objects);
 - a fill claim was never renewed: a fill longer than
   transaction_no_activity_timeout_out + 5 s (35 s by default) lost it,
-  and the next request fetched the object a second time.
+  and the next request fetched the object a second time;
+- a joiner's Age left out the origin's Age (the slot said when the origin
+  was asked, not the stored time): Age: 3000 from the origin reached
+  joiners as Age: 0.
 """
 import os
 import pwd
@@ -1786,6 +1789,28 @@ def test_a_long_fill_keeps_its_claim():
         expect(r is not None and r.status == 200 and len(r.body) == n, "the late client")
         expect_eq(len([x for x in o.requests() if x["target"] == path]), 1,
                   "origin requests (the late client: %r)" % r.header("Cache-Status"))
+
+
+@harness.timeout(60)
+def test_rww_joiner_age_counts_the_origins_age():
+    """A joiner's Age came from the time the filler asked the origin, not
+    from the stored time (which takes the origin's Age in, RFC 9111 4.2.3):
+    an answer with Age: 3000 and max-age=3600 was sent to joiners with
+    Age: 0, so a cache downstream held it fresh 3000 s too long.  A joiner
+    must say at least the origin's Age, as a hit of the stored copy does."""
+    import urllib.parse
+    n = 4 * MiB
+    q = urllib.parse.urlencode([("Cache-Control", "max-age=3600"), ("Age", "3000")])
+    path = "/seed/rwwage/stream/%d/rate/%d/headers?%s" % (n, 2 * MiB, q)
+    with Origin() as o, Cistern(storage=["cache 256M"], workers=2,
+                                remap=["map http://a.test/ http://%s/" % o.authority]) as c:
+        t, first = _get_in_thread(c.port, path, "a.test")
+        time.sleep(0.6)
+        r = harness.one_request(c.port, "GET", path, host="a.test", timeout=60)
+        t.join(60)
+        expect("read-while-writer" in (r.header("Cache-Status") or ""),
+               "joined: %r" % r.header("Cache-Status"))
+        expect(int(r.header("Age", "-1")) >= 3000, "the joiner's Age: %r" % r.header("Age"))
 
 if __name__ == "__main__":
     harness.main()

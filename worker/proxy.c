@@ -1212,7 +1212,7 @@ proxy_rww_where(struct upstream *up, struct filltab_rww *v)
         return -1;
     v->next = n;
     v->avail = cache_fill_written(up->up_fill);
-    v->stored = (int64_t)up->up_req_time;
+    v->stored = m->stored;      /* (less the origin's Age: the joiner's Age) */
     v->purge_gen = up->up_purge_gen;
     v->expires = m->expires;
     v->status = m->status;
