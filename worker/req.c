@@ -589,6 +589,30 @@ req_slice(struct req *rq, struct req_route *rt)
     }
 }
 
+/* Read-while-writer: follow a published fill from its bytes (a HIT); a
+ * request that cannot (Range, conditions), or that a lookup would not
+ * give it stored (cookies, freshness), goes to the origin rather than
+ * waiting for a large fill; else it waits (registered by the claim). */
+static enum req_step
+req_join(struct req *rq, struct req_route *rt)
+{
+    int j = rww_join(rq, rt->hash);
+
+    if (j == 0 && !store_joinable(rq, &rq->obj)) {
+        rww_release(rq);
+        j = -2;
+    }
+    switch (j) {
+    case 0:
+        return REQ_HIT;
+    case -2:
+        filltab_unwait(wk->shm->filltab, rt->hash, (int)wk->slotno);
+        return REQ_FETCH;
+    default:
+        return REQ_WAIT;
+    }
+}
+
 static enum req_step
 req_lookup(struct req *rq, struct req_route *rt)
 {
@@ -654,18 +678,7 @@ req_lookup(struct req *rq, struct req_route *rt)
         case FT_WAIT:
             if (stale)
                 store_release(rq);      /* looked up again once the wait ends */
-            /* read-while-writer: follow a published fill from its bytes;
-             * a request that cannot (Range, conditions) goes to the origin
-             * rather than waiting for a large fill */
-            switch (rww_join(rq, rt->hash)) {
-            case 0:
-                return REQ_HIT;
-            case -2:
-                filltab_unwait(wk->shm->filltab, rt->hash, (int)wk->slotno);
-                return REQ_FETCH;
-            default:
-                return REQ_WAIT;
-            }
+            return req_join(rq, rt);
         case FT_PASS:
             rt->fwd = "uri-miss";     /* hit-for-miss: straight to the origin */
             break;

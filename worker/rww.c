@@ -17,10 +17,11 @@
  * body never looks complete.  Requests with Range or a condition are not
  * joined: they fetch for themselves at once (rww_join says -2), as the
  * waiters of a large answer did before, instead of waiting for the whole
- * fill; so are those a lookup would not give the stored object without
- * asking the origin (a Cookie under cache_responses_to_cookies, a
- * response or request no-cache, a zero lifetime: store_joinable) and
- * those after a purge that began once the fill had asked the origin.  A Vary response is not published
+ * fill; so are those after a purge that began once the fill had asked
+ * the origin, and (req.c, once joined) those a lookup would not give the
+ * stored object without asking the origin (a Cookie under
+ * cache_responses_to_cookies, a response or request no-cache, a zero
+ * lifetime: store_joinable, on the meta the slot carries).  A Vary response is not published
  * (proxy.c: it is stored under its variant's key).
  */
 #include "config.h"
@@ -79,6 +80,7 @@ rww_release(struct req *rq)
     rq->rq_body = NULL;
     rq->rq_body_len = 0;
     rq->rq_hit_pos = rq->rq_hit_end = 0;
+    memset(&rq->obj, 0, sizeof(rq->obj));      /* the stand-in (never held) */
 }
 
 int
@@ -99,7 +101,7 @@ rww_join(struct req *rq, const uint8_t h[16])
     struct rww_join *j;
     struct timeval now;
     struct cache_obj *o = &rq->obj;
-    int own;        /* it fetches for itself (-2) */
+    int stale;      /* it fetches for itself (-2) */
 
     if (!rww_joinable(rq))
         return wk->conf->rec.rww_enable && filltab_rww_published(wk->shm->filltab, h)
@@ -111,8 +113,8 @@ rww_join(struct req *rq, const uint8_t h[16])
                               (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000, &j->v);
     /* A fill that asked the origin before a purge began is stored stale
      * (cache/fill.c): a request after the purge fetches for itself. */
-    own = j->idx >= 0 && j->v.purge_gen != cache_purge_gen(wk->cache);
-    if (j->idx < 0 || j->v.next == 0 || own || rww_pin_new(j) < 0)
+    stale = j->idx >= 0 && j->v.purge_gen != cache_purge_gen(wk->cache);
+    if (j->idx < 0 || j->v.next == 0 || stale || rww_pin_new(j) < 0)
         goto fail;
     /* What store_send() reads of a held object: the header block (in
      * extent 0, pinned), the length, the stored time; never released as
@@ -127,11 +129,6 @@ rww_join(struct req *rq, const uint8_t h[16])
     o->meta.status = j->v.status;
     o->meta.flags = j->v.flags;
     memcpy(o->key_hash, h, 16);
-    /* what a lookup asks of a stored object (cookies, freshness) */
-    if ((own = !store_joinable(rq, o)) != 0) {
-        memset(o, 0, sizeof(*o));
-        goto fail;
-    }
     rq->rq_rww = j;
     j->next = wk->joinq;
     wk->joinq = rq;
@@ -141,7 +138,7 @@ fail:
     for (uint32_t i = 0; i < j->pinned; i++)
         cache_off_unpin(wk->cache, j->v.ext_off[i]);
     free(j);
-    return own ? -2 : -1;
+    return stale ? -2 : -1;
 }
 
 /* Lend the next span of the body written so far (store_body_more's
