@@ -198,17 +198,27 @@ filltab_busy(struct filltab *ft, const uint8_t h[16], int slot, int64_t now_ms)
     return busy;
 }
 
-void
-filltab_renew(struct filltab *ft, const uint8_t h[16], int slot, int64_t until_ms)
+/* h's entry, live or not, or NULL (the caller holds the lock). */
+static struct ft_ent *
+ft_entry(struct filltab *ft, const uint8_t h[16])
 {
     uint64_t a, b;
     int found;
     struct ft_ent *e;
 
     ft_hash(h, &a, &b);
-    ft_lock(ft);
     e = ft_find(ft, a, b, INT64_MIN, &found);
-    if (found && e->state == ENT_FILLING && e->owner == slot && e->until_ms < until_ms)
+    return found ? e : NULL;
+}
+
+void
+filltab_renew(struct filltab *ft, const uint8_t h[16], int slot, int64_t until_ms)
+{
+    struct ft_ent *e;
+
+    ft_lock(ft);
+    e = ft_entry(ft, h);
+    if (e && e->state == ENT_FILLING && e->owner == slot && e->until_ms < until_ms)
         e->until_ms = until_ms;
     ft_unlock(ft);
 }
@@ -242,14 +252,10 @@ filltab_release(struct filltab *ft, const uint8_t h[16], int slot, int64_t now_m
 void
 filltab_unwait(struct filltab *ft, const uint8_t h[16], int slot)
 {
-    uint64_t a, b;
-    int found;
     struct ft_ent *e;
 
-    ft_hash(h, &a, &b);
     ft_lock(ft);
-    e = ft_find(ft, a, b, INT64_MIN, &found);
-    if (found)
+    if ((e = ft_entry(ft, h)) != NULL)
         e->waiters[slot / 64] &= ~(1ull << (slot % 64));
     ft_unlock(ft);
 }

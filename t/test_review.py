@@ -152,6 +152,7 @@ Issue 21 review (large objects, read-while-writer, partial content;
   was asked, not the stored time): Age: 3000 from the origin reached
   joiners as Age: 0.
 """
+import contextlib
 import os
 import pwd
 import re
@@ -1532,6 +1533,15 @@ def test_304_across_a_soft_purge_keeps_it_stale():
 MiB = 1 << 20
 
 
+@contextlib.contextmanager
+def _rww_setup(host, records=None):
+    """An origin and a two-worker Cistern (256 MiB store: 16 MiB segments)
+    mapping http://host/ to it."""
+    with Origin() as o, Cistern(storage=["cache 256M"], workers=2, records=records,
+                                remap=["map http://%s/ http://%s/" % (host, o.authority)]) as c:
+        yield o, c
+
+
 def _get_in_thread(port, path, host, headers=()):
     out = {}
 
@@ -1555,8 +1565,7 @@ def test_rww_joiner_of_another_variant_is_not_served_it():
     q = urllib.parse.urlencode([("Cache-Control", "max-age=600"), ("Vary", "Accept-Encoding"),
                                 ("Content-Encoding", "gzip")])
     path = "/seed/rwwvary/stream/%d/rate/%d/headers?%s" % (n, 2 * MiB, q)
-    with Origin() as o, Cistern(storage=["cache 256M"], workers=2,
-                                remap=["map http://v.test/ http://%s/" % o.authority]) as c:
+    with _rww_setup("v.test") as (o, c):
         t, first = _get_in_thread(c.port, path, "v.test", (("Accept-Encoding", "gzip"),))
         time.sleep(1.0)
         r = harness.one_request(c.port, "GET", path, host="v.test", timeout=60)
@@ -1571,6 +1580,23 @@ def test_rww_joiner_of_another_variant_is_not_served_it():
         expect_eq(len(aes), 2, "origin requests (%r)" % aes)
 
 
+def _purge_during_fill(tag, n, rate, wait, then):
+    """GET a seeded n-byte object sent at rate (tagged tag) in a thread,
+    POST /_purge?tag=tag after wait seconds, then call then(c, o, path,
+    first) where first["r"] will hold the filler's response once joined."""
+    import urllib.parse
+    q = urllib.parse.urlencode([("Cache-Control", "max-age=600"), ("Surrogate-Key", tag)])
+    path = "/seed/%s/stream/%d/rate/%d/headers?%s" % (tag, n, rate, q)
+    with _rww_setup("p.test") as (o, c):
+        t, first = _get_in_thread(c.port, path, "p.test")
+        time.sleep(wait)
+        r = harness.one_request(c.port, "POST", "/_purge?tag=" + tag, host="localhost",
+                                body=b"")
+        expect_eq(r.status, 200, "purge status")
+        then(c, o, path, first)
+        t.join(60)
+
+
 @harness.timeout(90)
 def test_spanning_fill_across_a_purge_is_stored_stale():
     """A fill open during a purge is stored stale (cache/fill.c: the purge
@@ -1578,25 +1604,19 @@ def test_spanning_fill_across_a_purge_is_stored_stale():
     object spanning segments, never looked at the purge count: a 20 MiB
     object whose fill ran across POST /_purge?tag= was stored fresh and the
     next GET a hit with the pre-purge bytes."""
-    import json
-    import urllib.parse
     n = 20 * MiB
-    q = urllib.parse.urlencode([("Cache-Control", "max-age=600"), ("Surrogate-Key", "big")])
-    path = "/seed/pbig/stream/%d/rate/%d/headers?%s" % (n, 8 * MiB, q)
-    with Origin() as o, Cistern(storage=["cache 256M"], workers=2,
-                                remap=["map http://p.test/ http://%s/" % o.authority]) as c:
-        t, first = _get_in_thread(c.port, path, "p.test")
-        time.sleep(0.7)
-        r = harness.one_request(c.port, "POST", "/_purge?tag=big", host="localhost", body=b"")
-        expect_eq(r.status, 200, "purge status")
-        expect_eq(json.loads(r.body.decode())["purged"], 0, "N (nothing stored yet)")
-        t.join(60)
+
+    def then(c, o, path, first):
+        deadline = time.monotonic() + 60
+        while "r" not in first and time.monotonic() < deadline:
+            time.sleep(0.1)
         expect(first.get("r") is not None and len(first["r"].body) == n, "the filling client")
         r = harness.one_request(c.port, "GET", path, host="p.test", timeout=60)
         expect(r is not None and r.status == 200, "GET after")
         expect(not harness.is_hit(r) or "stale" in (r.header("Cache-Status") or ""),
                "the large object fetched across the purge served fresh: %r"
                % r.header("Cache-Status"))
+    _purge_during_fill("pbig", n, 8 * MiB, 0.7, then)
 
 
 @harness.timeout(90)
@@ -1606,23 +1626,15 @@ def test_rww_request_after_a_purge_does_not_join_a_fill_from_before_it():
     bytes as a hit (detail=read-while-writer), though that fill is stored
     stale for exactly that reason and a collapsed waiter of a small object
     revalidates.  It must go to the origin."""
-    import json
-    import urllib.parse
     n = 16 * MiB
-    q = urllib.parse.urlencode([("Cache-Control", "max-age=600"), ("Surrogate-Key", "joinp")])
-    path = "/seed/pjoin/stream/%d/rate/%d/headers?%s" % (n, 4 * MiB, q)
-    with Origin() as o, Cistern(storage=["cache 256M"], workers=2,
-                                remap=["map http://p.test/ http://%s/" % o.authority]) as c:
-        t, first = _get_in_thread(c.port, path, "p.test")
-        time.sleep(1.0)
-        r = harness.one_request(c.port, "POST", "/_purge?tag=joinp", host="localhost", body=b"")
-        expect_eq(r.status, 200, "purge status")
+
+    def then(c, o, path, first):
         r = harness.one_request(c.port, "GET", path, host="p.test", timeout=60)
-        t.join(60)
         expect(r is not None and r.status == 200 and len(r.body) == n, "the client after the purge")
         expect("read-while-writer" not in (r.header("Cache-Status") or ""),
                "joined a fill from before the purge: %r" % r.header("Cache-Status"))
         expect_eq(len([x for x in o.requests() if x["target"] == path]), 2, "origin requests")
+    _purge_during_fill("pjoin", n, 4 * MiB, 1.0, then)
 
 
 @harness.timeout(90)
@@ -1636,10 +1648,8 @@ def test_rww_cookie_request_does_not_join_under_cache_responses_to_cookies_0():
     n = 6 * MiB
     q = urllib.parse.urlencode([("Cache-Control", "max-age=600"), ("Content-Type", "text/html")])
     path = "/seed/rwwck/stream/%d/rate/%d/headers?%s" % (n, 2 * MiB, q)
-    with Origin() as o, Cistern(storage=["cache 256M"], workers=2,
-                                records={"proxy.config.http.cache.cache_responses_to_cookies":
-                                         ("INT", "0")},
-                                remap=["map http://k.test/ http://%s/" % o.authority]) as c:
+    rec = {"proxy.config.http.cache.cache_responses_to_cookies": ("INT", "0")}
+    with _rww_setup("k.test", rec) as (o, c):
         t, first = _get_in_thread(c.port, path, "k.test")
         time.sleep(1.0)
         r = harness.one_request(c.port, "GET", path, host="k.test",
@@ -1666,8 +1676,7 @@ def test_rww_does_not_serve_what_needs_validation():
     origin."""
     import urllib.parse
     n = 6 * MiB
-    with Origin() as o, Cistern(storage=["cache 256M"], workers=2,
-                                remap=["map http://n.test/ http://%s/" % o.authority]) as c:
+    with _rww_setup("n.test") as (o, c):
         for k, (rcc, qcc) in enumerate((("no-cache", None), ("max-age=0", None),
                                         ("max-age=600", "no-cache"))):
             q = urllib.parse.urlencode([("Cache-Control", rcc), ("ETag", '"e%d"' % k)])
@@ -1778,10 +1787,8 @@ def test_a_long_fill_keeps_its_claim():
     s must join (one origin request)."""
     n, rate = 12 * MiB, MiB
     path = "/seed/longclaim/stream/%d/rate/%d/headers?Cache-Control=max-age%%3D600" % (n, rate)
-    with Origin() as o, Cistern(storage=["cache 256M"], workers=2,
-                                records={"proxy.config.http.transaction_no_activity_timeout_out":
-                                         ("INT", "2")},
-                                remap=["map http://l.test/ http://%s/" % o.authority]) as c:
+    rec = {"proxy.config.http.transaction_no_activity_timeout_out": ("INT", "2")}
+    with _rww_setup("l.test", rec) as (o, c):
         t, first = _get_in_thread(c.port, path, "l.test")
         time.sleep(9.0)
         r = harness.one_request(c.port, "GET", path, host="l.test", timeout=60)
@@ -1802,8 +1809,7 @@ def test_rww_joiner_age_counts_the_origins_age():
     n = 4 * MiB
     q = urllib.parse.urlencode([("Cache-Control", "max-age=3600"), ("Age", "3000")])
     path = "/seed/rwwage/stream/%d/rate/%d/headers?%s" % (n, 2 * MiB, q)
-    with Origin() as o, Cistern(storage=["cache 256M"], workers=2,
-                                remap=["map http://a.test/ http://%s/" % o.authority]) as c:
+    with _rww_setup("a.test") as (o, c):
         t, first = _get_in_thread(c.port, path, "a.test")
         time.sleep(0.6)
         r = harness.one_request(c.port, "GET", path, host="a.test", timeout=60)
