@@ -144,7 +144,8 @@ Issue 21 review (large objects, read-while-writer, partial content;
 - a joiner was never un-registered: one that joined and left kept any
   fill its filler abandoned below background_fill_completed_threshold
   running to the end (two short connections had the proxy download whole
-  objects);
+  objects); and a background fill kept for its joiners ran to the end
+  after they all left;
 - a fill claim was never renewed: a fill longer than
   transaction_no_activity_timeout_out + 5 s (35 s by default) lost it,
   and the next request fetched the object a second time;
@@ -1817,6 +1818,33 @@ def test_rww_joiner_age_counts_the_origins_age():
         expect("read-while-writer" in (r.header("Cache-Status") or ""),
                "joined: %r" % r.header("Cache-Status"))
         expect(int(r.header("Age", "-1")) >= 3000, "the joiner's Age: %r" % r.header("Age"))
+
+
+@harness.timeout(60)
+def test_a_background_fill_kept_for_joiners_stops_when_they_leave():
+    """A fill whose client left below background_fill_completed_threshold
+    goes on while joiners follow it, but that was decided once, when the
+    filler left: the joiners leaving afterwards changed nothing, and the
+    fill ran to the end for nobody (background_fill_active_timeout 0: no
+    limit).  Once the last joiner leaves, a fill below the threshold must
+    stop as it would have without joiners."""
+    n, rate = 16 * MiB, 4 * MiB
+    path = "/seed/bgj2/stream/%d/rate/%d/headers?Cache-Control=max-age%%3D600" % (n, rate)
+    with _rww_setup("b.test") as (o, c):
+        t0 = time.monotonic()
+        out = {}
+        f = threading.Thread(target=lambda: out.update(
+            f=_read_then_leave(c.port, path, "b.test", MiB, t0 + 0.8)))
+        f.start()
+        time.sleep(0.4)
+        cs = _read_then_leave(c.port, path, "b.test", 256 * 1024, t0 + 1.4)
+        expect("read-while-writer" in (cs or ""), "the second client joined: %r" % cs)
+        f.join(30)
+        time.sleep(5.0)     # the whole transfer takes 4 s
+        r = harness.one_request(c.port, "GET", path, host="b.test", timeout=30)
+        expect(not harness.is_hit(r), "the fill went on after its joiner left (~35%%): %r"
+               % r.header("Cache-Status"))
+        expect_eq(len([x for x in o.requests() if x["target"] == path]), 2, "origin requests")
 
 if __name__ == "__main__":
     harness.main()

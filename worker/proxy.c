@@ -55,6 +55,7 @@
 static void proxy_rww_grew(struct upstream *up);
 static void proxy_rww_end(struct upstream *up, int state);
 static int64_t proxy_now_ms(void);
+static void proxy_bg_orphan(struct upstream *up);
 /* How long a URL that answered uncacheable skips the fill table
  * (Varnish's hit-for-miss). */
 #define PASS_MS         10000
@@ -1269,6 +1270,7 @@ proxy_rww_grew(struct upstream *up)
     filltab_rww_update(wk->shm->filltab, up->up_rww - 1, &v, proxy_now_ms(), wake);
     proxy_wake_slots(wake);
     up->up_rww_next = v.avail + RWW_STEP;
+    proxy_bg_orphan(up);
 }
 
 /* The fill ended: joiners that have everything finish, the others are
@@ -1494,6 +1496,11 @@ proxy_pump_body(struct req *rq, struct upstream *up)
             metrics_ohost_count(up, SHM_OH_ERR);
             return WK_ABORT;
         }
+        if (up->up_orphan) {
+            log_info("conn %llu: background fill dropped: its joiners left before "
+                     "background_fill_completed_threshold", (unsigned long long)rq->rq_id);
+            return WK_ABORT;
+        }
         if (used > 0)
             return WK_MORE;
     }
@@ -1568,27 +1575,47 @@ proxy_client_sent(struct req *rq, size_t n)
     up->up_in.start += n;
 }
 
-/* ATS's background fill: a fill whose client leaves goes on if at least
- * background_fill_completed_threshold of its Content-Length came (a
- * threshold of 0: always, a length or not), or while joiners follow it. */
-int
-proxy_bg_fill(const struct req *rq)
+/* Has enough of the fill come for it to go on without a client
+ * (background_fill_completed_threshold of its Content-Length; a
+ * threshold of 0: always, a length or not)? */
+static int
+proxy_bg_enough(const struct upstream *up)
 {
-    const struct upstream *up = rq->rq_up;
-    int64_t cl;
+    int64_t cl = up->up_resp ? up->up_resp->content_length : -1;
     int milli = wk->conf->rec.bg_fill_milli;
 
-    if (up == NULL || up->up_fill == NULL || up->up_state != UP_BODY || rq->rq_abort)
-        return 0;
-    /* Others follow this fill (read-while-writer): it goes on for them. */
-    if (up->up_rww && filltab_rww_joined(wk->shm->filltab, up->up_rww - 1))
-        return 1;
     if (milli > 1000)
         return 0;
-    cl = up->up_resp ? up->up_resp->content_length : -1;
     if (cl > 0)
         return up->up_fill_got * 1000 >= (uint64_t)cl * (uint64_t)milli;
     return milli == 0;
+}
+
+/* ATS's background fill: a fill whose client leaves goes on if enough of
+ * it came, or while joiners follow it (then up_bg_rww: it stops when the
+ * last one leaves before enough came, proxy_bg_orphan). */
+int
+proxy_bg_fill(struct req *rq)
+{
+    struct upstream *up = rq->rq_up;
+
+    if (up == NULL || up->up_fill == NULL || up->up_state != UP_BODY || rq->rq_abort)
+        return 0;
+    if (proxy_bg_enough(up))
+        return 1;
+    /* Others follow this fill (read-while-writer): it goes on for them. */
+    up->up_bg_rww = up->up_rww && filltab_rww_joined(wk->shm->filltab, up->up_rww - 1);
+    return up->up_bg_rww;
+}
+
+/* A background fill kept for its joiners, all gone before enough came?
+ * (Asked as the fill grows, every RWW_STEP bytes.) */
+static void
+proxy_bg_orphan(struct upstream *up)
+{
+    if (up->up_bg_rww && !proxy_bg_enough(up)
+        && !(up->up_rww && filltab_rww_joined(wk->shm->filltab, up->up_rww - 1)))
+        up->up_orphan = 1;
 }
 
 void

@@ -240,6 +240,8 @@ struct upstream {
     const char      *up_cdetail;      /* why not stored, or NULL */
     unsigned         up_reval:1;      /* conditional on a held stale object */
     unsigned         up_claim:1;      /* we hold the fill-table entry */
+    unsigned         up_bg_rww:1;     /* a background fill kept for joiners */
+    unsigned         up_orphan:1;     /* ... all gone before enough came */
     int              up_unsent;       /* sock_unsent() at the last wait to
                                          write the request (up_on_timeout) */
     uint8_t          up_hash[16];
@@ -414,8 +416,9 @@ void proxy_client_sent(struct req *rq, size_t n);
 int  proxy_client_body(struct req *rq);
 void proxy_abort(struct req *rq);
 /* Should rq's origin transaction go on without its client (a background
- * fill: the client left, a fill runs, enough of it arrived)? */
-int  proxy_bg_fill(const struct req *rq);
+ * fill: the client left, a fill runs, enough of it arrived or joiners
+ * follow it, until they all leave before enough came)? */
+int  proxy_bg_fill(struct req *rq);
 
 /* store.c: hits and fills (the pure key, Vary and Range rules: variant.h) */
 /* Look key (hash: its cache_key_hash) up for the current request of c.
