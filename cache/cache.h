@@ -75,6 +75,10 @@ void cache_key_hash(const struct cache *c, const char *key, size_t len,
 
 /* The largest body cache_fill_begin() accepts with an empty header block. */
 int64_t cache_max_doc_size(const struct cache *c);
+/* The most extents a fill of a body_len-byte body can take (each extent
+ * fills a segment but for its record's header, the key and header block
+ * of extent 0, and the first and last extents' partial segments). */
+uint64_t cache_fill_max_extents(const struct cache *c, uint64_t body_len);
 
 /* Look key up.  CACHE_OK: *obj holds iovecs into the mapping and metadata,
  * and stays valid (pinned) until cache_obj_release(); the hit is counted

@@ -152,6 +152,14 @@ Issue 21 review (large objects, read-while-writer, partial content;
 - a joiner's Age left out the origin's Age (the slot said when the origin
   was asked, not the stored time): Age: 3000 from the origin reached
   joiners as Age: 0.
+
+Found by reading, fixed, with no test here: a fill needing more than a
+slot's 64 extents (over about 4 GiB with 64 MiB segments) was published,
+and proxy_rww_grew declared it FAILED when it outgrew the slot, cutting
+every joiner at about 4 GiB while the fill went on and was stored.  The
+reproduction (4100 MiB through an 8.6 GB store) ran over 15 minutes on
+this machine; check_cache tests the bound the publication now uses
+(cache_fill_max_extents).
 """
 import contextlib
 import os
@@ -1845,6 +1853,7 @@ def test_a_background_fill_kept_for_joiners_stops_when_they_leave():
         expect(not harness.is_hit(r), "the fill went on after its joiner left (~35%%): %r"
                % r.header("Cache-Status"))
         expect_eq(len([x for x in o.requests() if x["target"] == path]), 2, "origin requests")
+
 
 if __name__ == "__main__":
     harness.main()

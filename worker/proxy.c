@@ -1228,9 +1228,12 @@ proxy_rww_open(struct upstream *up, const struct http_req *resp)
     int idx;
 
     /* A Vary response is stored under its variant's key, but published
-     * under the URL's: a joiner of another variant would get this one. */
+     * under the URL's: a joiner of another variant would get this one.
+     * A fill needing more extents than a slot lists would cut its joiners
+     * when it outgrew the slot. */
     if (!wk->conf->rec.rww_enable || up->up_fill == NULL || resp->content_length <= 0
-        || http_field_find_id(resp, HTTP_F_VARY, 0) >= 0)
+        || http_field_find_id(resp, HTTP_F_VARY, 0) >= 0
+        || cache_fill_max_extents(wk->cache, (uint64_t)resp->content_length) > FILLTAB_RWW_EXT)
         return 0;
     memset(&v, 0, sizeof(v));
     v.total = (uint64_t)resp->content_length;
