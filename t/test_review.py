@@ -1755,6 +1755,30 @@ def _read_then_leave(port, path, host, nbytes, close_at):
     return m.group(1).strip() if m else None
 
 
+def _abandoned_fill_stops(tag, filler_close, joiner_close):
+    """16 MiB at 4 MiB/s: the filler reads 1 MiB and leaves at
+    filler_close, a joiner (at 0.4 s) reads 256 KiB and leaves at
+    joiner_close, both well below the 0.5 background fill threshold:
+    the fill must stop (not stored; a later GET goes to the origin)."""
+    n, rate = 16 * MiB, 4 * MiB
+    path = "/seed/%s/stream/%d/rate/%d/headers?Cache-Control=max-age%%3D600" % (tag, n, rate)
+    with _rww_setup("b.test") as (o, c):
+        t0 = time.monotonic()
+        out = {}
+        f = threading.Thread(target=lambda: out.update(
+            f=_read_then_leave(c.port, path, "b.test", MiB, t0 + filler_close)))
+        f.start()
+        time.sleep(0.4)
+        cs = _read_then_leave(c.port, path, "b.test", 256 * 1024, t0 + joiner_close)
+        expect("read-while-writer" in (cs or ""), "the second client joined: %r" % cs)
+        f.join(30)
+        time.sleep(5.5)     # the whole transfer takes 4 s
+        r = harness.one_request(c.port, "GET", path, host="b.test", timeout=30)
+        expect(not harness.is_hit(r), "the fill went on after both left (~35%%): %r"
+               % r.header("Cache-Status"))
+        expect_eq(len([x for x in o.requests() if x["target"] == path]), 2, "origin requests")
+
+
 @harness.timeout(60)
 def test_a_joiner_that_left_keeps_no_background_fill_going():
     """proxy_bg_fill goes on with a fill whose client left while joiners
@@ -1765,24 +1789,7 @@ def test_a_joiner_that_left_keeps_no_background_fill_going():
     0: no limit).  Two short connections per URL had the proxy download
     whole objects nobody reads.  Once every joiner and the filler are
     gone, the fill must stop as it does without joiners."""
-    n, rate = 16 * MiB, 4 * MiB
-    path = "/seed/bgj/stream/%d/rate/%d/headers?Cache-Control=max-age%%3D600" % (n, rate)
-    with Origin() as o, Cistern(storage=["cache 256M"], workers=1,
-                                remap=["map http://b.test/ http://%s/" % o.authority]) as c:
-        t0 = time.monotonic()
-        out = {}
-        f = threading.Thread(target=lambda: out.update(
-            f=_read_then_leave(c.port, path, "b.test", MiB, t0 + 1.5)))
-        f.start()
-        time.sleep(0.5)
-        cs = _read_then_leave(c.port, path, "b.test", 256 * 1024, t0 + 0.8)
-        expect("read-while-writer" in (cs or ""), "the second client joined: %r" % cs)
-        f.join(30)
-        time.sleep(5.5)     # the whole transfer takes 4 s
-        r = harness.one_request(c.port, "GET", path, host="b.test", timeout=30)
-        expect(not harness.is_hit(r), "the abandoned fill (left at ~35%%) went on to the end: %r"
-               % r.header("Cache-Status"))
-        expect_eq(len([x for x in o.requests() if x["target"] == path]), 2, "origin requests")
+    _abandoned_fill_stops("bgj", filler_close=1.5, joiner_close=0.8)
 
 
 @harness.timeout(90)
@@ -1836,23 +1843,7 @@ def test_a_background_fill_kept_for_joiners_stops_when_they_leave():
     fill ran to the end for nobody (background_fill_active_timeout 0: no
     limit).  Once the last joiner leaves, a fill below the threshold must
     stop as it would have without joiners."""
-    n, rate = 16 * MiB, 4 * MiB
-    path = "/seed/bgj2/stream/%d/rate/%d/headers?Cache-Control=max-age%%3D600" % (n, rate)
-    with _rww_setup("b.test") as (o, c):
-        t0 = time.monotonic()
-        out = {}
-        f = threading.Thread(target=lambda: out.update(
-            f=_read_then_leave(c.port, path, "b.test", MiB, t0 + 0.8)))
-        f.start()
-        time.sleep(0.4)
-        cs = _read_then_leave(c.port, path, "b.test", 256 * 1024, t0 + 1.4)
-        expect("read-while-writer" in (cs or ""), "the second client joined: %r" % cs)
-        f.join(30)
-        time.sleep(5.0)     # the whole transfer takes 4 s
-        r = harness.one_request(c.port, "GET", path, host="b.test", timeout=30)
-        expect(not harness.is_hit(r), "the fill went on after its joiner left (~35%%): %r"
-               % r.header("Cache-Status"))
-        expect_eq(len([x for x in o.requests() if x["target"] == path]), 2, "origin requests")
+    _abandoned_fill_stops("bgj2", filler_close=0.8, joiner_close=1.4)
 
 
 if __name__ == "__main__":
