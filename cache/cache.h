@@ -90,6 +90,10 @@ int cache_lookup(struct cache *c, const char *key, size_t keylen,
  * that needs the hash anyway (the fill table) makes it once. */
 int cache_lookup_hashed(struct cache *c, const char *key, size_t keylen,
                         const uint8_t hash[16], struct cache_obj *obj);
+/* The same, counted in no hit, miss or bytes-served counter: a second
+ * look on behalf of a request whose lookup was counted already. */
+int cache_probe_hashed(struct cache *c, const char *key, size_t keylen,
+                       const uint8_t hash[16], struct cache_obj *obj);
 
 /* Body bytes of held object o from byte pos on: *p points into the
  * mapping (pinned while o is held) and the return value says how many

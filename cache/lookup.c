@@ -306,6 +306,10 @@ cache_ent_pinned_ok(struct cache *c, const struct cache_ent *e, const uint8_t ha
  * See cache.h.  The hit path: one LMDB read, one or two pins (a private
  * counter, the shared bit only on 0 -> 1), one or two head checksums.
  */
+static inline int cache_lookup_as(struct cache *c, const char *key, size_t keylen,
+                                  const uint8_t hash[16], struct cache_obj *obj, int count)
+    __attribute__((always_inline));
+
 int
 cache_lookup(struct cache *c, const char *key, size_t keylen, struct cache_obj *obj)
 {
@@ -318,6 +322,22 @@ cache_lookup(struct cache *c, const char *key, size_t keylen, struct cache_obj *
 int
 cache_lookup_hashed(struct cache *c, const char *key, size_t keylen, const uint8_t hash[16],
                     struct cache_obj *obj)
+{
+    return cache_lookup_as(c, key, keylen, hash, obj, 1);
+}
+
+int
+cache_probe_hashed(struct cache *c, const char *key, size_t keylen, const uint8_t hash[16],
+                   struct cache_obj *obj)
+{
+    return cache_lookup_as(c, key, keylen, hash, obj, 0);
+}
+
+/* cache_lookup_hashed, counting the hit or miss (and the bytes served)
+ * when count is set (inlined in both: the hit path pays no call more). */
+static inline int
+cache_lookup_as(struct cache *c, const char *key, size_t keylen, const uint8_t hash[16],
+                struct cache_obj *obj, int count)
 {
     struct cache_ent e;
     const struct cache_rec *h, *b;
@@ -362,13 +382,16 @@ cache_lookup_hashed(struct cache *c, const char *key, size_t keylen, const uint8
     obj->co_body_off = e.body_off;
     obj->co_off = e.off;
     obj->co_pinned = obj->co_chain ? 3 : e.body_off == e.off ? 1 : 2;
-    CTR_ADD(c, hits, 1);
-    CTR_ADD(c, bytes_served, h->hdr_len + b->body_len);
+    if (count) {
+        CTR_ADD(c, hits, 1);
+        CTR_ADD(c, bytes_served, h->hdr_len + b->body_len);
+    }
     if (c->shm->eviction == CACHE_EVICT_S3FIFO)
         cache_freq_bump(c, hash);
     return CACHE_OK;
 miss:
-    CTR_ADD(c, misses, 1);
+    if (count)
+        CTR_ADD(c, misses, 1);
     return rc == CACHE_ERROR ? CACHE_ERROR : CACHE_MISS;
 }
 

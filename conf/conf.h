@@ -295,6 +295,18 @@ struct conf_plugin {
     int      line;
 };
 
+/* The hooks a list of instances has, as bits (struct conf_remap_rule's
+ * phooks, struct conf's ghooks; set by conf_plugins_load): a request
+ * skips a step whose hook none of its plugins has, without looking at
+ * each plugin. */
+#define CONF_PH_READ_REQUEST  0x01u
+#define CONF_PH_REMAP         0x02u
+#define CONF_PH_SEND_REQUEST  0x04u
+#define CONF_PH_INTERCEPT     0x08u
+#define CONF_PH_READ_RESPONSE 0x10u
+#define CONF_PH_SEND_RESPONSE 0x20u
+#define CONF_PH_TXN_END       0x40u
+
 struct conf_remap_rule {
     enum conf_remap_type type;
     struct conf_url from;
@@ -310,6 +322,7 @@ struct conf_remap_rule {
     int      acl_local;               /* some filter has @in_ip= */
     struct conf_plugin *plugins;      /* @plugin= in order, or NULL: none */
     int      nplugins;
+    unsigned phooks;                  /* their hooks, CONF_PH_ bits */
     const char *name;                 /* @name=NAME (issue 25: the metrics'
                                          rule label), or NULL; a string in
                                          struct conf_remap */
@@ -654,6 +667,7 @@ struct conf {
     struct conf_parents  parents;     /* parent.config (issue 20) */
     struct conf_plugin  *globals;     /* plugin.config (issue 22), in order */
     int                  nglobals;
+    unsigned             ghooks;      /* their hooks, CONF_PH_ bits */
     struct conf_logging  logging;     /* logging.yaml (issue 25) */
 };
 

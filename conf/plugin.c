@@ -163,6 +163,20 @@ conf_plugin_load(struct conf_plugin *pl, const char *dir, const char *file,
     return 0;
 }
 
+/* A loaded instance's hooks, CONF_PH_ bits. */
+static unsigned
+conf_plugin_hooks(const struct conf_plugin *pl)
+{
+    const struct cst_plugin *p = pl->p;
+
+    return (p->read_request ? CONF_PH_READ_REQUEST : 0) | (p->remap ? CONF_PH_REMAP : 0)
+           | (p->send_request ? CONF_PH_SEND_REQUEST : 0)
+           | (p->intercept ? CONF_PH_INTERCEPT : 0)
+           | (p->read_response ? CONF_PH_READ_RESPONSE : 0)
+           | (p->send_response ? CONF_PH_SEND_RESPONSE : 0)
+           | (p->txn_end ? CONF_PH_TXN_END : 0);
+}
+
 /* plugin.config: "NAME.so ARG ..." per line. */
 struct conf_pcfg {
     struct conf *c;
@@ -216,6 +230,7 @@ conf_plugins_load(struct conf *c, struct conf_errors *e)
         if (conf_plugin_load(&c->globals[i], dir, path, e) == 0) {
             conf_note(e, CONF_NOTE_USED, path, c->globals[i].line, "global plugin %s",
                       c->globals[i].name);
+            c->ghooks |= conf_plugin_hooks(&c->globals[i]);
             nload++;
         }
     }
@@ -227,6 +242,7 @@ conf_plugins_load(struct conf *c, struct conf_errors *e)
                 break;      /* the rest of the rule would run without it */
             conf_note(e, CONF_NOTE_USED, rule->file, rule->line, "@plugin=%s",
                       rule->plugins[i].path);
+            rule->phooks |= conf_plugin_hooks(&rule->plugins[i]);
             nload++;
         }
     }

@@ -184,20 +184,21 @@ fail:
     return NULL;
 }
 
+/* Does condition ci (>= 0) hold?  *status: the response's, asked for
+ * (from api->status) only when a condition needs it, -1 until then. */
 static int
-hdrs_cond_ok(struct hdrs *h, struct cst_txn *t, int ci, int status)
+hdrs_cond_ok(struct hdrs *h, struct cst_txn *t, int ci, int *status)
 {
-    const struct hcond *c;
+    const struct hcond *c = &h->conds[ci];
     const char *v;
     size_t vl;
 
-    if (ci < 0)
-        return 1;
-    c = &h->conds[ci];
     if (c->nstatus > 0) {
         int ok = 0;
+        if (*status < 0)
+            *status = h->api->status(t);
         for (int i = 0; i < c->nstatus; i++)
-            ok |= c->status[i] == status;
+            ok |= c->status[i] == *status;
         if (!ok)
             return 0;
     }
@@ -210,15 +211,18 @@ hdrs_cond_ok(struct hdrs *h, struct cst_txn *t, int ci, int status)
     return 1;
 }
 
-static int
-hdrs_apply(struct hdrs *h, struct cst_txn *t, enum where w, int head, int status)
+/* Inlined in each hook: no call more per hook. */
+static inline __attribute__((always_inline)) int
+hdrs_apply(struct hdrs *h, struct cst_txn *t, enum where w, int head)
 {
+    int status = -1;
+
     if (!h->has[w])
         return CST_CONTINUE;
     for (int i = 0; i < h->nrules; i++) {
         const struct hrule *r = &h->rules[i];
 
-        if (r->where != w || !hdrs_cond_ok(h, t, r->cond, status))
+        if (r->where != w || (r->cond >= 0 && !hdrs_cond_ok(h, t, r->cond, &status)))
             continue;
         switch (r->op) {
         case H_SET:
@@ -238,23 +242,19 @@ hdrs_apply(struct hdrs *h, struct cst_txn *t, enum where w, int head, int status
 static int
 hdrs_remap(void *inst, struct cst_txn *t)
 {
-    return hdrs_apply(inst, t, W_REQ, CST_REQUEST, 0);
+    return hdrs_apply(inst, t, W_REQ, CST_REQUEST);
 }
 
 static int
 hdrs_read_response(void *inst, struct cst_txn *t)
 {
-    struct hdrs *h = inst;
-    return h->has[W_ORIGIN] ? hdrs_apply(h, t, W_ORIGIN, CST_RESPONSE, h->api->status(t))
-                            : CST_CONTINUE;
+    return hdrs_apply(inst, t, W_ORIGIN, CST_RESPONSE);
 }
 
 static int
 hdrs_send_response(void *inst, struct cst_txn *t)
 {
-    struct hdrs *h = inst;
-    return h->has[W_RESP] ? hdrs_apply(h, t, W_RESP, CST_RESPONSE, h->api->status(t))
-                          : CST_CONTINUE;
+    return hdrs_apply(inst, t, W_RESP, CST_RESPONSE);
 }
 
 CST_PLUGIN_EXPORT const struct cst_plugin cistern_plugin = {

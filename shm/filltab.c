@@ -182,17 +182,26 @@ filltab_claim(struct filltab *ft, const uint8_t h[16], int slot, int64_t now_ms,
     return rc;
 }
 
-int
-filltab_busy(struct filltab *ft, const uint8_t h[16], int slot, int64_t now_ms)
+/* The live claim of h being filled, or NULL (the caller holds the lock). */
+static struct ft_ent *
+ft_filling(struct filltab *ft, const uint8_t h[16], int64_t now_ms)
 {
     uint64_t a, b;
-    int found, busy;
+    int found;
     struct ft_ent *e;
 
     ft_hash(h, &a, &b);
-    ft_lock(ft);
     e = ft_find(ft, a, b, now_ms, &found);
-    busy = found && ft_live(e, now_ms) && e->state == ENT_FILLING;
+    return found && ft_live(e, now_ms) && e->state == ENT_FILLING ? e : NULL;
+}
+
+int
+filltab_busy(struct filltab *ft, const uint8_t h[16], int slot, int64_t now_ms)
+{
+    int busy;
+
+    ft_lock(ft);
+    busy = ft_filling(ft, h, now_ms) != NULL;
     (void)slot;
     ft_unlock(ft);
     return busy;
@@ -220,6 +229,18 @@ filltab_renew(struct filltab *ft, const uint8_t h[16], int slot, int64_t until_m
     e = ft_entry(ft, h);
     if (e && e->state == ENT_FILLING && e->owner == slot && e->until_ms < until_ms)
         e->until_ms = until_ms;
+    ft_unlock(ft);
+}
+
+void
+filltab_waiters(struct filltab *ft, const uint8_t h[16], int64_t now_ms, uint64_t wake[4])
+{
+    struct ft_ent *e;
+
+    memset(wake, 0, 4 * sizeof(uint64_t));
+    ft_lock(ft);
+    if ((e = ft_filling(ft, h, now_ms)) != NULL)
+        ft_or(wake, e->waiters);
     ft_unlock(ft);
 }
 

@@ -120,6 +120,10 @@ void filltab_rww_leave(struct filltab *ft, int idx, uint32_t gen, int slot);
  * returns 0, else -1 (the fill is gone: treat as failed). */
 int  filltab_rww_get(struct filltab *ft, int idx, uint32_t gen, struct filltab_rww *out);
 
+/* The slots waiting on the claim of h, in wake[]: the filler publishing
+ * its fill wakes them, so that a request which came before the origin's
+ * head joins the fill as it grows instead of waiting for all of it. */
+void filltab_waiters(struct filltab *ft, const uint8_t h[16], int64_t now_ms, uint64_t wake[4]);
 /* Is a fill of h published and open? */
 int  filltab_rww_published(struct filltab *ft, const uint8_t h[16]);
 /* Does any joiner follow the fill published in slot idx now? */

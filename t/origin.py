@@ -42,7 +42,7 @@ Response selection, first match wins:
                         If-Modified-Since >= T
       echo              body: JSON of the request as recorded
       ranges            a single Range (`bytes=a-b`, `a-`, `-n`) of a
-                        `bytes/N` (or `slow-body`) body gets a 206 of that slice with its
+                        `bytes/N` (or `slow-body`, `close-mid-body`) body gets a 206 of that slice with its
                         Content-Range; anything else the whole 200
       100-continue      (no-op directive; 100-continue is always honoured)
       seed/S            body bytes come from seeded(S, N) instead of
@@ -69,6 +69,9 @@ Response selection, first match wins:
       slow-read/MS      with sink: sleep MS ms after each 64 KiB read
       die-at/PCT        with stream/N: close the connection once PCT percent
                         of the body is sent (an origin dying mid-transfer)
+      stall-at/PCT      with stream/N: once PCT percent of the body is
+                        sent, send nothing more and wait (up to 120 s) for
+                        the peer to close (an origin stalling mid-transfer)
       rate/BPS          with stream/N: send at about BPS bytes per second
                         (64 KiB pieces, or smaller so that one goes out at
                         least every 0.5 s): a long, slow, still-moving origin
@@ -113,7 +116,7 @@ Response selection, first match wins:
       once              the fault directives of this path (delay, slow-*,
                         close*, reset*, deaf, hang, stall, head-*,
                         silent-after-head, malformed, extra, smuggle,
-                        rate) apply only to the first request for the
+                        rate, die-at, stall-at) apply only to the first request for the
                         path since the last /__reset; later requests
                         get the plain response (slow-body/N,
                         close-mid-body/N, stall/N, silent-after-head/N,
@@ -362,7 +365,7 @@ FAULTS = {"delay": 1, "slow-body": 2, "close-mid-body": 1, "close": 0,
           "head-stall": 0, "head-close": 0, "head-reset": 0,
           "silent-after-head": 1, "reset-mid-body": 1, "close-early": 0,
           "reset-early": 0, "deaf": 1, "malformed": 1, "extra": 1,
-          "smuggle": 0, "rate": 1}
+          "smuggle": 0, "rate": 1, "die-at": 1, "stall-at": 1}
 BECOME_BYTES = ("slow-body", "close-mid-body", "stall", "silent-after-head",
                 "reset-mid-body")
 
@@ -810,6 +813,7 @@ class Origin:
         rate = 0
         ranges = False
         die_at = None
+        stall_at = None
         i = 0
         while i < len(segs):
             d = segs[i]
@@ -837,6 +841,9 @@ class Origin:
                 i += 1
             elif d == "die-at" and num(arg) is not None:
                 die_at = num(arg)
+                i += 1
+            elif d == "stall-at" and num(arg) is not None:
+                stall_at = num(arg)
                 i += 1
             elif d == "seed" and arg is not None:
                 seed = arg
@@ -946,7 +953,7 @@ class Origin:
                                            "rmid") \
                 and body == pattern(len(body)):
             body = seeded(seed, len(body))
-        if ranges and mode in ("length", "slow") and status == 200:
+        if ranges and mode in ("length", "slow", "mid") and status == 200:
             status, body = self._range(hget(req_headers, "Range"), body, extra)
         bodyless = status in (204, 304) or 100 <= status < 200
         headers = base + [["Content-Type", "text/plain"]]
@@ -1032,6 +1039,10 @@ class Origin:
                 if seed is not None else None
             for j in range(0, stream_n, piece):
                 if die_at is not None and j >= stream_n * die_at // 100:
+                    return False
+                if stall_at is not None and j >= stream_n * stall_at // 100:
+                    if reader is not None:
+                        reader.peer_closed = reader.wait_peer_close()
                     return False
                 n = min(piece, stream_n - j)
                 # pieces are multiples of 4 bytes, so the seeded pieces

@@ -153,6 +153,37 @@ def test_two_plugins_in_order_and_global():
         expect_eq(r.header("X-Global"), "g", "the global plugin on a rule without plugins")
 
 
+def test_fields_refused_and_found_anywhere():
+    """The API's field checks and its scan of the client's head (both
+    word- and vector-wide in worker/plugin.c, so their edges are tried):
+    fields.so (t/plugin_fields.c) adds names and values with a refused byte
+    at each end and inside, of 1 to 17 bytes; headers.so sets and removes
+    fields that the origin's head has after 0 to 99 bytes of padding, so
+    the line falls at every offset of the scan's 32- and 64-byte steps,
+    and removes the head's last field (Server, Cistern's)."""
+    d = tempfile.mkdtemp(prefix="cistern-plug-")
+    try:
+        fields = _test_plugin(d, "fields")
+        with Origin() as o, Cistern(records=REC, remap=[
+                "map http://f.test/ http://%s/ @plugin=%s" % (o.authority, fields),
+                "map http://s.test/ http://%s/ @plugin=headers.so @pparam=set-resp:x-kept:new "
+                "@pparam=rm-resp:X-Gone @pparam=rm-resp:server" % o.authority]) as c:
+            r = get(c, "/x", "f.test")
+            expect_eq(r.header("X-Field-Results"), " ".join(["0"] * 5 + ["-1"] * 14),
+                      "field_add's answers (t/plugin_fields.c's table)")
+            expect_eq((r.header("X-Served-By"), r.header("X-Tab")), ("edge", "a\tb"),
+                      "accepted fields are in the head")
+            for pad in range(100):
+                r = get(c, "/headers?X-Pad=%s&X-Kept=old&X-Gone=1&x-gone=2" % ("p" * pad),
+                        "s.test")
+                expect_eq((r.status, named(r, "X-Kept"), named(r, "X-Gone"),
+                           named(r, "Server"), named(r, "X-Pad")),
+                          (200, ["new"], [], [], ["p" * pad] if pad else [""]),
+                          "after %d bytes of padding" % pad)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def _abi_plugin(d):
     src = os.path.join(d, "abi.c")
     with open(src, "w") as f:
@@ -238,15 +269,15 @@ def test_crashing_plugin_kills_only_its_worker():
         expect_eq(get(c, "/cache/10/z", "gen.test").body, b"x" * 10, "served after")
 
 
-def _slow_plugin(d):
-    """slow.so (t/plugin_slow.c), a deferred intercept, built into d."""
-    out = os.path.join(d, "slow.so")
-    src = os.path.join(harness.srcdir(), "t", "plugin_slow.c")
+def _test_plugin(d, name):
+    """NAME.so (t/plugin_NAME.c), a test-only plugin, built into d."""
+    out = os.path.join(d, name + ".so")
+    src = os.path.join(harness.srcdir(), "t", "plugin_%s.c" % name)
     p = subprocess.run(["cc", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror",
                         "-I", harness.srcdir(), "-o", out, src],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     if p.returncode != 0:
-        raise harness.SkipTest("cannot build slow.so: %s" % p.stdout[-300:])
+        raise harness.SkipTest("cannot build %s.so: %s" % (name, p.stdout[-300:]))
     return out
 
 
@@ -287,7 +318,7 @@ def test_deferred_intercept_streams_its_body():
     is called once."""
     d = tempfile.mkdtemp(prefix="cistern-plug-")
     try:
-        slow = _slow_plugin(d)
+        slow = _test_plugin(d, "slow")
         with Cistern(records=REC, storage=["cache 64M"], workers=1, remap=[
                 GEN, "map http://slow.test/ http://127.0.0.1/ @plugin=%s @pparam=head-ms=1000 "
                 "@pparam=steps=3 @pparam=step-ms=300 @pparam=chunk=1000" % slow]) as c:
@@ -326,7 +357,7 @@ def test_deferred_intercept_ends():
     does not answer (502)."""
     d = tempfile.mkdtemp(prefix="cistern-plug-")
     try:
-        slow = _slow_plugin(d)
+        slow = _test_plugin(d, "slow")
         rule = "map http://%s/ http://127.0.0.1/ @plugin=" + slow + " %s"
         with Cistern(records=REC, storage=["cache 64M"], workers=1, remap=[
                 GEN,

@@ -46,20 +46,12 @@ static char plug_scratch[65536];       /* a head being rewritten */
 /* ------------------------------------------------------------------ */
 /* Which instances run on a request: the global ones, then the rule's */
 
-static int
-plug_count(const struct req *rq)
+/* Instance k of the t->n (slot k): kept in the transaction when it
+ * begins and at remap, not looked up in the config per call. */
+static inline const struct conf_plugin *
+plug_at(const struct cst_txn *t, int k)
 {
-    int n = wk->conf->nglobals + (rq->rq_prule ? rq->rq_prule->nplugins : 0);
-
-    return n > PLUG_MAX ? PLUG_MAX : n;
-}
-
-static const struct conf_plugin *
-plug_at(const struct req *rq, int k)
-{
-    int ng = wk->conf->nglobals;
-
-    return k < ng ? &wk->conf->globals[k] : &rq->rq_prule->plugins[k - ng];
+    return k < t->ng ? &t->gplug[k] : &t->rplug[k - t->ng];
 }
 
 #define PLUG_CALL(pl, fn, t) \
@@ -72,6 +64,7 @@ plug_begin(struct req *rq)
     struct cst_txn *t = &rq->rq_plug;
 
     if (!rq->rq_plugged) {
+        const struct conf *cf = wk->conf;
         t->rq = rq;
         t->remapped = t->url_set = t->key_set = t->uncacheable = 0;
         t->ttl = 0;
@@ -81,7 +74,11 @@ plug_begin(struct req *rq)
         t->out = NULL;
         t->produce = NULL;
         t->icpt = NULL;
-        memset(t->slot, 0, sizeof(t->slot));
+        t->slotset = 0;         /* api_slot clears a slot when first asked */
+        t->hooks = cf->ghooks;
+        t->gplug = cf->globals;
+        t->rplug = NULL;
+        t->ng = t->n = cf->nglobals < PLUG_MAX ? cf->nglobals : PLUG_MAX;
         rq->rq_plugged = 1;
     }
     return t;
@@ -128,7 +125,8 @@ plug_added_get(const struct plug_edits *ed, const char *name, size_t nlen, int *
     return 0;
 }
 
-static int plug_field_ok(const char *name, size_t nlen, const char *val, size_t vlen);
+static inline __attribute__((always_inline)) int plug_field_ok(const char *name, size_t nlen,
+                                                                const char *val, size_t vlen);
 
 static int
 plug_edit_add(struct plug_edits *ed, const char *name, size_t nlen, const char *val,
@@ -243,23 +241,59 @@ api_field_get(struct cst_txn *t, int head, const char *name, size_t nlen, int nt
     return ed ? plug_added_get(ed, name, nlen, &nth, val, vlen) : 0;
 }
 
-/* A field name or value a plugin gives: one a head can carry. */
-static int
+/* A field name or value a plugin gives: one a head can carry.  Eight
+ * bytes at a time, by the has-zero-byte trick ((x - 1..) & ~x has a
+ * high bit set iff some byte of x is zero; with 0x21.. for "below
+ * 0x21"), exact as a yes/no: a byte-table loop was ~7 instructions a
+ * byte of every field a hook sets (headers.so's set-resp: 110 a hit). */
+#define PLUG_ONES      0x0101010101010101ull
+#define PLUG_HAS(x, c) ((((x) ^ ((c) * PLUG_ONES)) - PLUG_ONES) & ~((x) ^ ((c) * PLUG_ONES)))
+
+static inline uint64_t
+plug_bad_word(uint64_t x, int value)
+{
+    if (value)          /* not in a value: NUL, LF, CR */
+        return PLUG_HAS(x, 0) | PLUG_HAS(x, '\n') | PLUG_HAS(x, '\r');
+    /* not in a name: controls, space, ':', DEL and above.  Below 0x80,
+     * x - 0x21.. sets a high bit where a byte is below 0x21 and
+     * x + 0x01.. where it is 0x7f; a borrow or carry between bytes only
+     * ever starts at a byte refused already (below 0x21; 0xff). */
+    return (x - 0x21 * PLUG_ONES) | (x + PLUG_ONES) | x | PLUG_HAS(x, ':');
+}
+
+/* s[0..n) as words: s[i..i+8) in turn, then the last eight bytes (some
+ * seen before, all of them in s); under eight bytes, one word of them
+ * (some twice) and 'a' (a byte both checks accept).  A high bit set:
+ * a byte the check refuses. */
+static inline __attribute__((always_inline)) uint64_t
+plug_bad(const char *s, size_t n, int value)
+{
+    uint64_t bad = 0, x = 0x6161616161616161ull;
+    uint32_t lo, hi;
+
+    if (n >= 8) {
+        for (size_t i = 0; i + 8 <= n; i += 8) {
+            memcpy(&x, s + i, 8);
+            bad |= plug_bad_word(x, value);
+        }
+        memcpy(&x, s + n - 8, 8);
+    } else if (n >= 4) {
+        memcpy(&lo, s, 4);
+        memcpy(&hi, s + n - 4, 4);
+        x = lo | (uint64_t)hi << 32;
+    } else if (n > 0) {
+        x = (x & ~0xffffffull) | (unsigned char)s[0] | (uint64_t)(unsigned char)s[n / 2] << 8
+            | (uint64_t)(unsigned char)s[n - 1] << 16;
+    }
+    return bad | plug_bad_word(x, value);
+}
+
+static inline __attribute__((always_inline)) int
 plug_field_ok(const char *name, size_t nlen, const char *val, size_t vlen)
 {
-    /* bit 1: not in a name (controls, space, ':', DEL and above); bit 2:
-     * not in a value (NUL, LF, CR).  Or'ed, not branched on: per request. */
-    static const uint8_t bad[256] = {
-        [0] = 3, [1 ... 9] = 1, ['\n'] = 3, [11 ... 12] = 1, ['\r'] = 3, [14 ... 32] = 1,
-        [':'] = 1, [127 ... 255] = 1,
-    };
-    unsigned b = nlen == 0;
+    uint64_t bad = plug_bad(name, nlen, 0) | plug_bad(val, vlen, 1);
 
-    for (size_t i = 0; i < nlen; i++)
-        b |= bad[(unsigned char)name[i]] & 1;
-    for (size_t i = 0; i < vlen; i++)
-        b |= bad[(unsigned char)val[i]] & 2;
-    return !b;
+    return nlen > 0 && (bad & 0x8080808080808080ull) == 0;
 }
 
 /* send_response: room for need more bytes at the end of the client's
@@ -282,7 +316,7 @@ plug_out_room(struct buf *b, size_t need)
 
 /* send_response: a line added to the client's head where it is (before
  * its blank line): no rebuilding. */
-static int
+static inline __attribute__((always_inline)) int
 plug_out_add(struct cst_txn *t, const char *name, size_t nlen, const char *val, size_t vlen)
 {
     struct buf *b = t->out;
@@ -303,44 +337,90 @@ plug_out_add(struct cst_txn *t, const char *name, size_t nlen, const char *val, 
     return 0;
 }
 
+/* The head scan's AVX2 clone, picked by the loader where the CPU has it
+ * (GCC's function multi-versioning: x86-64 and an ifunc-capable libc
+ * only; elsewhere the one generic build). */
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__gnu_linux__)
+#define PLUG_SCAN_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define PLUG_SCAN_CLONES
+#endif
+
+/* Is there a line start in p[0..32 * n) + 1, a '\n' at p[i] followed by
+ * a byte whose fold (| 0x20) is fc?  n is 1 or 2.  GCC's vector
+ * extension: SSE2 steps on plain x86-64, AVX2 ones in its clone. */
+static inline __attribute__((always_inline)) int
+plug_hit(const char *p, unsigned char fc, int n)
+{
+    typedef unsigned char v32 __attribute__((vector_size(32)));
+    v32 a, b, hit = { 0 };
+    uint64_t m[4];
+
+    for (int i = 0; i < n; i++, p += 32) {
+        memcpy(&a, p, 32);
+        memcpy(&b, p + 1, 32);
+        hit |= (v32)(a == '\n') & (v32)((b | 0x20) == fc);
+    }
+    memcpy(m, &hit, 32);
+    return (m[0] | m[1] | m[2] | m[3]) != 0;
+}
+
+/* The first line start in (p, end) whose first byte is c or c ^ 0x20
+ * (a name's first letter, either case; for another byte, a candidate
+ * the caller checks): the byte after a '\n' there, or NULL.  64 bytes
+ * a step, then 32, the last step on the last 32 (its bytes seen before
+ * cannot match); byte by byte only in the 32 that match.  Two memchr
+ * scans of the head (for c's lower and upper case, each again after a
+ * false hit: "max-age" for an X-) cost ~280 instructions a hit's
+ * 250-byte head; this ~120 where the CPU has AVX2 (a clone of the
+ * function for it, chosen when the daemon starts), ~150 with SSE2. */
+PLUG_SCAN_CLONES static char *
+plug_line_at(char *p, const char *end, unsigned char c)
+{
+    const unsigned char fc = c | 0x20;
+    const char *stop = end - 1;     /* a '\n' there has no line after it */
+
+    if (end - p >= 33) {
+        while (end - p >= 65 && !plug_hit(p, fc, 2))
+            p += 64;
+        if (end - p < 33)
+            p = (char *)end - 33;
+        while (!plug_hit(p, fc, 1)) {
+            if (end - (p + 32) < 2)
+                return NULL;
+            p = end - (p + 32) >= 33 ? p + 32 : (char *)end - 33;
+        }
+        stop = p + 32;
+    }
+    for (; p < stop; p++)
+        if (p[0] == '\n' && ((unsigned char)p[1] | 0x20) == fc)
+            return p + 1;
+    return NULL;
+}
+
 /* send_response: every line named name taken out of the client's head
  * where it is: a scan of its lines, a move only for a line removed. */
-static int
+static inline __attribute__((always_inline)) int
 plug_out_remove(struct cst_txn *t, const char *name, size_t nlen)
 {
     struct buf *b = t->out;
-    char *h = b->data + t->mark, *end = b->data + b->end - 2;   /* to the blank line */
-    char lc = (char)tolower((unsigned char)name[0]), uc = (char)toupper((unsigned char)name[0]);
-    char *p = memchr(h, '\n', (size_t)(end - h)), *pl = NULL, *pu = NULL;
+    char *p = b->data + t->mark, *end = b->data + b->end - 2;   /* to the blank line */
+    char *q, *e;
 
-    if (nlen == 0 || p == NULL)
-        return nlen == 0 ? -1 : 0;
-    /* the lines starting with the name's first letter, either case: two
-     * scans of the head for it, not one per line */
-    for (;;) {
-        if (pl == NULL)
-            pl = memchr(p, lc, (size_t)(end - p));
-        if (pu == NULL)
-            pu = uc == lc ? pl : memchr(p, uc, (size_t)(end - p));
-        char *q = pl == NULL ? pu : pu == NULL || pl < pu ? pl : pu;
-        if (q == NULL)
-            return 0;
-        if (q == pl)
-            pl = NULL;
-        if (q == pu)
-            pu = NULL;
-        p = q + 1;
-        char *e;
-        if (q[-1] != '\n' || (size_t)(end - q) <= nlen || q[nlen] != ':'
-            || strncasecmp(q, name, nlen) != 0 || (e = memchr(q, '\n', (size_t)(end - q))) == NULL)
+    if (nlen == 0)
+        return -1;
+    while ((q = plug_line_at(p, end, (unsigned char)name[0])) != NULL) {
+        p = q;
+        if ((size_t)(end - q) <= nlen || q[nlen] != ':' || strncasecmp(q, name, nlen) != 0
+            || (e = memchr(q, '\n', (size_t)(end - q))) == NULL)
             continue;
         size_t l = (size_t)(e + 1 - q);
         memmove(q, e + 1, (size_t)(b->data + b->end - e - 1));
         end -= l;
         b->end -= l;
-        p = q;
-        pl = pu = NULL;
+        p = q - 1;      /* its '\n' starts the next line now */
     }
+    return 0;
 }
 
 static int
@@ -370,6 +450,8 @@ static int
 api_field_set(struct cst_txn *t, int head, const char *name, size_t nlen, const char *val,
               size_t vlen)
 {
+    if (head == CST_RESPONSE && t->hook == PLUG_H_SEND_RESPONSE)
+        return plug_out_remove(t, name, nlen) < 0 ? -1 : plug_out_add(t, name, nlen, val, vlen);
     if (api_field_remove(t, head, name, nlen) < 0)
         return -1;
     return api_field_add(t, head, name, nlen, val, vlen);
@@ -470,6 +552,12 @@ api_client_addr(struct cst_txn *t)
 static void **
 api_slot(struct cst_txn *t)
 {
+    uint32_t bit = 1u << t->cur;
+
+    if (!(t->slotset & bit)) {
+        t->slotset |= bit;
+        t->slot[t->cur] = NULL;
+    }
     return &t->slot[t->cur];
 }
 
@@ -576,13 +664,15 @@ int
 plug_read_request(struct req *rq)
 {
     struct cst_txn *t = plug_begin(rq);
-    int n = plug_count(rq), rc = CST_CONTINUE;
+    int n = t->n, rc = CST_CONTINUE;
 
+    if (!(t->hooks & CONF_PH_READ_REQUEST))
+        return 0;
     t->hook = PLUG_H_READ_REQUEST;
     t->deny_status = 0;
     t->deny_text[0] = '\0';
     for (int k = 0; k < n && rc == CST_CONTINUE; k++) {
-        const struct conf_plugin *pl = plug_at(rq, k);
+        const struct conf_plugin *pl = plug_at(t, k);
         if (pl->p->read_request) {
             rc = PLUG_CALL(pl, read_request, t);
             PLUG_DONE();
@@ -598,13 +688,15 @@ plug_remap(struct req *rq, const struct conf_remap_rule *rule, struct conf_remap
     struct cst_txn *t = plug_begin(rq);
     int rc = CST_CONTINUE, n, k;
 
-    if (rule != NULL && rule->nplugins > 0)
+    if (rule != NULL && rule->nplugins > 0) {
         rq->rq_prule = rule;
+        t->rplug = rule->plugins;
+        t->hooks = wk->conf->ghooks | rule->phooks;
+        t->n = t->ng + rule->nplugins < PLUG_MAX ? t->ng + rule->nplugins : PLUG_MAX;
+    }
     t->res = res;               /* url_get's, in the later hooks too */
-    n = plug_count(rq);
-    for (k = 0; k < n && plug_at(rq, k)->p->remap == NULL; k++)
-        ;
-    if (k == n)
+    n = t->n;
+    if (!(t->hooks & CONF_PH_REMAP))
         return PLUG_OK;         /* no remap hook (a generator's rule) */
     if (t->remapped) {
         /* again after a WAIT: the remap hooks' own changes start over */
@@ -622,8 +714,8 @@ plug_remap(struct req *rq, const struct conf_remap_rule *rule, struct conf_remap
     t->url_set = t->key_set = 0;
     t->deny_status = 0;
     t->deny_text[0] = '\0';
-    for (; k < n && rc == CST_CONTINUE; k++) {
-        const struct conf_plugin *pl = plug_at(rq, k);
+    for (k = 0; k < n && rc == CST_CONTINUE; k++) {
+        const struct conf_plugin *pl = plug_at(t, k);
         if (pl->p->remap) {
             rc = PLUG_CALL(pl, remap, t);
             PLUG_DONE();
@@ -639,11 +731,13 @@ void
 plug_send_request(struct req *rq)
 {
     struct cst_txn *t = &rq->rq_plug;
-    int n = plug_count(rq);
+    int n = t->n;
 
+    if (!(t->hooks & CONF_PH_SEND_REQUEST))
+        return;
     t->hook = PLUG_H_SEND_REQUEST;
     for (int k = 0; k < n; k++) {
-        const struct conf_plugin *pl = plug_at(rq, k);
+        const struct conf_plugin *pl = plug_at(t, k);
         if (pl->p->send_request) {
             (void)PLUG_CALL(pl, send_request, t);
             PLUG_DONE();
@@ -706,8 +800,10 @@ plug_read_response(struct req *rq, struct upstream *up)
     struct cst_txn *t = &rq->rq_plug;
     struct http_req *resp = up->up_resp;
     struct buf *in = &up->up_in;
-    int n = plug_count(rq), called = 0;
+    int n = t->n, called = 0;
 
+    if (!(t->hooks & CONF_PH_READ_RESPONSE))
+        return 0;
     plug_redits.addlen = plug_redits.dellen = 0;
     t->hook = PLUG_H_READ_RESPONSE;
     t->resp = resp;
@@ -715,7 +811,7 @@ plug_read_response(struct req *rq, struct upstream *up)
     t->uncacheable = 0;
     t->ttl = 0;
     for (int k = 0; k < n; k++) {
-        const struct conf_plugin *pl = plug_at(rq, k);
+        const struct conf_plugin *pl = plug_at(t, k);
         if (pl->p->read_response) {
             (void)PLUG_CALL(pl, read_response, t);
             PLUG_DONE();
@@ -762,15 +858,17 @@ int
 plug_send_response(struct req *rq, struct buf *b, size_t mark, int status)
 {
     struct cst_txn *t = &rq->rq_plug;
-    int n = plug_count(rq);
+    int n = t->n;
 
+    if (!(t->hooks & CONF_PH_SEND_RESPONSE))
+        return 0;
     /* the hooks' field calls edit b[mark..end) in place */
     t->hook = PLUG_H_SEND_RESPONSE;
     t->out = b;
     t->mark = mark;
     t->status = status;
     for (int k = 0; k < n; k++) {
-        const struct conf_plugin *pl = plug_at(rq, k);
+        const struct conf_plugin *pl = plug_at(t, k);
         if (pl->p->send_response) {
             (void)PLUG_CALL(pl, send_response, t);
             PLUG_DONE();
@@ -784,14 +882,15 @@ void
 plug_txn_end(struct req *rq)
 {
     struct cst_txn *t = &rq->rq_plug;
-    int n = plug_count(rq);
 
     t->hook = PLUG_H_END;
-    for (int k = 0; k < n; k++) {
-        const struct conf_plugin *pl = plug_at(rq, k);
-        if (pl->p->txn_end) {
-            PLUG_CALL(pl, txn_end, t);
-            PLUG_DONE();
+    if (t->hooks & CONF_PH_TXN_END) {
+        for (int k = 0; k < t->n; k++) {
+            const struct conf_plugin *pl = plug_at(t, k);
+            if (pl->p->txn_end) {
+                PLUG_CALL(pl, txn_end, t);
+                PLUG_DONE();
+            }
         }
     }
     rq->rq_plugged = 0;
@@ -1093,13 +1192,15 @@ api_intercept_resume(struct cst_icpt *ic)
  * intercept_answer, CST_AGAIN with a handle): *kp, with t->icpt set; or
  * NULL. */
 static const struct conf_plugin *
-plug_intercept_hooks(struct req *rq, struct cst_txn *t, int *kp, int *again)
+plug_intercept_hooks(struct cst_txn *t, int *kp, int *again)
 {
-    int n = plug_count(rq);
+    int n = t->n;
 
+    if (!(t->hooks & CONF_PH_INTERCEPT))
+        return NULL;
     t->hook = PLUG_H_INTERCEPT;
     for (int k = 0; k < n; k++) {
-        const struct conf_plugin *pl = plug_at(rq, k);
+        const struct conf_plugin *pl = plug_at(t, k);
         if (pl->p->intercept == NULL)
             continue;
         plug_redits.addlen = plug_redits.dellen = 0;
@@ -1127,7 +1228,7 @@ plug_intercept(struct req *rq, struct upstream *up, origin_ready_fn ready,
 {
     struct cst_txn *t = &rq->rq_plug;
     int k = 0, again = 0, sv[2];
-    const struct conf_plugin *by = plug_intercept_hooks(rq, t, &k, &again);
+    const struct conf_plugin *by = plug_intercept_hooks(t, &k, &again);
     struct cst_icpt *ic;
 
     if (by == NULL)

@@ -36,6 +36,7 @@ struct buf;
 struct http_req;
 struct conf_remap_result;
 struct conf_remap_rule;
+struct conf_plugin;
 
 enum plug_hook {
     PLUG_H_READ_REQUEST = 1, PLUG_H_REMAP, PLUG_H_SEND_REQUEST, PLUG_H_INTERCEPT,
@@ -49,6 +50,11 @@ struct cst_txn {
     unsigned         remapped:1;      /* the remap hooks ran (a WAIT
                                          comes back to ROUTE) */
     unsigned         url_set:1, key_set:1, uncacheable:1;
+    unsigned         hooks;           /* the instances' hooks, CONF_PH_ bits */
+    int              n, ng;           /* instances (at most PLUG_MAX), global ones */
+    const struct conf_plugin *gplug;  /* the global instances, then */
+    const struct conf_plugin *rplug;  /* the rule's (n - ng of them) */
+    uint32_t         slotset;         /* slot[k] is set (else NULL) */
     int              ttl;             /* > 0: ttl_set's */
     uint16_t         mark_add, mark_del;  /* request edits before remap */
     /* remap */
@@ -68,7 +74,7 @@ struct cst_txn {
     void           (*pdone)(void *);
     int64_t          plen;
     struct cst_icpt *icpt;            /* intercept_handle's, in intercept */
-    void            *slot[PLUG_MAX];
+    void            *slot[PLUG_MAX];  /* cleared when first asked for */
     struct plug_edits req;            /* the request's, kept to FETCH */
 };
 

@@ -245,20 +245,32 @@ proxy_pristine_host(const struct http_req *r, char *out, size_t outlen)
 
 /* A Range miss the whole object will not be fetched for (range.write 0):
  * the range goes to the origin and its 206 is stored as a part under the
- * part key (RFC 9111 3.3), a 200 as the whole object. */
+ * part key (RFC 9111 3.3), a 200 as the whole object.  A miss for which
+ * req.c holds a stored part that store_part_plan can complete (with or
+ * without Range) asks only for the rest (up_cpl_on): its 206 is stored
+ * combined with the part, a 200 as the whole object. */
 static void
 proxy_part_begin(struct upstream *up, const struct http_req *r, const char *key, size_t keylen)
 {
-    if (!key || up->up_store || r->method != HTTP_GET || r->has_body || !up->up_req->rq_pol.cache
-        || http_field_find_id(r, HTTP_F_RANGE, 0) < 0
+    struct req *rq = up->up_req;
+    int cpl = rq->obj_held && rq->obj.meta.status == 206 && store_part_plan(rq, &up->up_cpl);
+
+    if (!key || (up->up_store && !cpl) || r->method != HTTP_GET || r->has_body
+        || !rq->rq_pol.cache || (!cpl && http_field_find_id(r, HTTP_F_RANGE, 0) < 0)
         || http_field_find_id(r, HTTP_F_IF_RANGE, 0) >= 0
         || keylen + STORE_PART_SUFFIX_LEN > sizeof(up->up_key)
-        || (http_req_no_store(r) && !up->up_req->rq_pol.ign_client_nc))
+        || (http_req_no_store(r) && !rq->rq_pol.ign_client_nc)) {
+        if (rq->obj_held && rq->obj.meta.status == 206)
+            store_release(rq);
         return;
+    }
     memcpy(up->up_key + keylen, STORE_PART_SUFFIX, STORE_PART_SUFFIX_LEN);
     up->up_keylen = keylen + STORE_PART_SUFFIX_LEN;
     up->up_store = up->up_part = 1;
     up->up_req_auth = http_field_find_id(r, HTTP_F_AUTHORIZATION, 0) >= 0;
+    up->up_cpl_on = cpl;
+    if (cpl)
+        up->up_cstatus = "partial";     /* RFC 9211 2.2: to complete a part */
 }
 
 /* The transaction's fields, from the request and its route. */
@@ -319,7 +331,7 @@ up_setup(struct upstream *up, struct req *rq, const struct conf_remap_result *re
                   && (r->method == HTTP_GET || r->method == HTTP_HEAD
                       || r->method == HTTP_OPTIONS || r->method == HTTP_TRACE
                       || r->method == HTTP_PUT || r->method == HTTP_DELETE);
-    up->up_reval = rq->obj_held && r->method == HTTP_GET;
+    up->up_reval = rq->obj_held && !up->up_cpl_on && r->method == HTTP_GET;
 }
 
 /* Field i of the client's request, as the origin gets it (or not):
@@ -365,8 +377,9 @@ proxy_put_field(struct buf *o, const struct upstream *up, const struct http_req 
         break;
     case HTTP_F_RANGE:
     case HTTP_F_IF_RANGE:
-        /* A range we will store whole is asked for whole. */
-        if (up->up_store && !up->up_part)
+        /* A range we will store whole is asked for whole; completing a
+         * part, ours replaces the client's (proxy_put_head). */
+        if ((up->up_store && !up->up_part) || up->up_cpl_on)
             return 0;
         break;
     case HTTP_F_ACCEPT_ENCODING:
@@ -489,6 +502,10 @@ proxy_put_head(struct upstream *up, struct req *rq, const struct conf_remap_resu
         }
         err |= buf_append(o, via, via_format(via, 0, rq->rq_tls, r->minor, c));
     }
+    if (up->up_cpl_on) {
+        up->up_cpl_off = o->end;        /* last: proxy_cpl_refetch cuts it */
+        err |= store_cpl_put_range(rq, &up->up_cpl, o);
+    }
     err |= buf_lit(o, "\r\n");
     if (!err)
         alog_oreq(rq, o->end - mark, 0);
@@ -566,6 +583,27 @@ proxy_origin_attach(struct upstream *up)
     up->up_state = UP_SENDING;
 }
 
+/* A new attempt at the request in up_out (kept until the response head
+ * is taken), on another connection: whatever came back is dropped. */
+static void
+up_again(struct upstream *up)
+{
+    origin_release(up);
+    if (up->up_resp)
+        http_req_reset(up->up_resp);
+    up->up_in.start = up->up_in.end = 0;
+    up->up_parsed = 0;
+    up->up_out.start = 0;
+    up->up_state = 0;
+    up->up_req_done = 0;
+    up->up_eof = 0;
+    up->up_resp_bytes = 0;
+    up->up_reused = 0;
+    up->up_retried = 0;
+    up->up_unsent = 0;
+    origin_get(up, 1, proxy_origin_ready, proxy_origin_attach);
+}
+
 /* The attempt on up failed before any response byte reached the client
  * (why: a failure, or a status the rule retries): with parent.config, on
  * to the next parent (or the origin, go_direct) at once when the request
@@ -586,20 +624,7 @@ proxy_parent_again(struct upstream *up, enum parent_why why)
         return 0;
     log_info("conn %llu: trying %s:%d next", (unsigned long long)up->up_req->rq_id,
              up->up_host, up->up_port);
-    origin_release(up);
-    if (up->up_resp)
-        http_req_reset(up->up_resp);
-    up->up_in.start = up->up_in.end = 0;
-    up->up_parsed = 0;
-    up->up_out.start = 0;
-    up->up_state = 0;
-    up->up_req_done = 0;
-    up->up_eof = 0;
-    up->up_resp_bytes = 0;
-    up->up_reused = 0;
-    up->up_retried = 0;
-    up->up_unsent = 0;
-    origin_get(up, 1, proxy_origin_ready, proxy_origin_attach);
+    up_again(up);
     return 1;
 }
 
@@ -836,6 +861,73 @@ up_on_read(evutil_socket_t fd, short what, void *arg)
     up_kick(rq);
 }
 
+/* ------------------------------------------------------------------ */
+/* Completing a stored part (store_part_plan; DESIGN.md "Partial
+ * content"): the origin was asked for the piece missing from what the
+ * client wants; its 206 combines with the part rq->obj holds, whose
+ * bytes are lent from the mapping (up_lent) before or after the
+ * origin's.  Anything else but a 206 is answered as any miss's. */
+
+/* The status line and framing of a completed part's answer. */
+static int
+proxy_cpl_head(struct buf *o, const struct store_cpl *cp)
+{
+    if (cp->whole)
+        return buf_printf(o, "HTTP/1.1 200 OK\r\nContent-Length: %llu\r\n",
+                          (unsigned long long)cp->n);
+    return buf_printf(o, "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes %llu-%llu/%llu\r\n"
+                      "Content-Length: %llu\r\n", (unsigned long long)cp->ca,
+                      (unsigned long long)cp->cb, (unsigned long long)cp->n,
+                      (unsigned long long)(cp->cb - cp->ca + 1));
+}
+
+/* The origin's 206 does not combine with the part (no strong ETag to
+ * prove it the same representation, another one, another range or
+ * length, several ranges): the client must never get two
+ * representations in one body.  The request goes again without our
+ * Range (with the client's own, if it sent one) on another connection,
+ * and is answered and stored as any miss.  1 when it goes. */
+static int
+proxy_cpl_refetch(struct upstream *up)
+{
+    struct buf *o = &up->up_out;
+    int err = 0;
+
+    log_info("conn %llu: origin %s:%d: its 206 does not complete the stored part; "
+             "fetching again", (unsigned long long)up->up_req->rq_id, up->up_host, up->up_port);
+    store_release(up->up_req);
+    up->up_cpl_on = 0;
+    up->up_cstatus = "miss";
+    o->end = up->up_cpl_off;    /* our Range was last: cut it */
+    if (up->up_cond.range[0]) {
+        err |= buf_lit(o, "Range: ");
+        err |= buf_puts(o, up->up_cond.range);
+        err |= buf_lit(o, "\r\n");
+    } else {
+        up->up_part = 0;        /* a whole fetch, for the object's key */
+        up->up_keylen -= STORE_PART_SUFFIX_LEN;
+    }
+    if ((err | buf_lit(o, "\r\n")) != 0)
+        return 0;
+    wk->ctr->origin_requests++;
+    metrics_ohost_count(up, SHM_OH_REQ);
+    up_again(up);
+    return 1;
+}
+
+/* Lend the part's body bytes [pos, end) as the answer's next bytes.
+ * 0, or -1 when the mapping gives none (the answer must be cut). */
+static int
+proxy_cpl_lend(struct req *rq, struct upstream *up, uint64_t pos, uint64_t end)
+{
+    rq->rq_hit_pos = pos;
+    rq->rq_hit_end = end;
+    alog_bytes(rq, end - pos);
+    if (up)
+        up->up_lent = 1;
+    return store_body_more(rq) ? 0 : -1;
+}
+
 /* The response head for the client: hop-by-hop fields out, Via in,
  * Location / Content-Location mapped back (reverse_map), framing chosen
  * for this client. */
@@ -850,16 +942,20 @@ proxy_client_head(struct req *rq, struct upstream *up, struct http_req *resp)
     if (buf_alloc(o) < 0)
         return -1;
     size_t mark = o->end;
+    /* a completed part: our status and framing (store_cpl_joins saw to a
+     * Content-Length), the origin's other fields (RFC 9111 3.4) */
+    int join = up->up_cpl_join, st = join ? (up->up_cpl.whole ? 200 : 206) : resp->status;
     up->up_decode = resp->chunked && (up->up_client_minor == 0 || rq->rq_h2)
                     && !resp->skip_body;
     ka = up->up_client_ka && !resp->until_close && !up->up_decode && !worker_closing()
          && !(up->up_req_body && !up->up_req_done);
-    err |= buf_put_status(o, resp);
+    err |= join ? proxy_cpl_head(o, &up->up_cpl) : buf_put_status(o, resp);
     for (int i = 0; i < resp->nfields; i++) {
         const struct http_field *f = &resp->fields[i];
         const char *v = resp->base + f->value;
 
-        if (http_field_hop(resp, i))
+        if (http_field_hop(resp, i)
+            || (join && (f->id == HTTP_F_CONTENT_RANGE || f->id == HTTP_F_CONTENT_LENGTH)))
             continue;
         switch (f->id) {
         case HTTP_F_DATE:
@@ -937,18 +1033,18 @@ proxy_client_head(struct req *rq, struct upstream *up, struct http_req *resp)
     err |= buf_puts(o, resp_connection_hdr(up->up_client_minor, ka));
     err |= buf_lit(o, "\r\n");
     if (!err && rq->rq_plugged)
-        err |= plug_send_response(rq, o, mark, resp->status) < 0;
+        err |= plug_send_response(rq, o, mark, st) < 0;
     if (err) {
         o->end = mark;  /* (the pump runs on an empty output: nothing moved) */
         return -1;
     }
     if (!ka)
         up->up_client_ka = 0;
-    resp_count(rq, resp->status);
+    resp_count(rq, st);
     alog_bytes(rq, o->end - mark);
     alog_head(rq, o->data + mark, o->end - mark);
     alog_origin(rq, up);
-    alog_result(rq, up->up_reval ? "TCP_REFRESH_MISS" : "TCP_MISS", resp->status);
+    alog_result(rq, up->up_reval ? "TCP_REFRESH_MISS" : "TCP_MISS", st);
     return 0;
 }
 
@@ -1225,6 +1321,7 @@ static int
 proxy_rww_open(struct upstream *up, const struct http_req *resp)
 {
     struct filltab_rww v;
+    uint64_t wake[4];
     int idx;
 
     /* A Vary response is stored under its variant's key, but published
@@ -1244,6 +1341,9 @@ proxy_rww_open(struct upstream *up, const struct http_req *resp)
         return 0;
     up->up_rww = idx + 1;
     up->up_rww_next = RWW_STEP;
+    /* the requests that came before this head join now (req_wait_check) */
+    filltab_waiters(wk->shm->filltab, up->up_hash, proxy_now_ms(), wake);
+    proxy_wake_slots(wake);
     return 1;
 }
 
@@ -1416,7 +1516,15 @@ proxy_pump(struct req *rq)
             return proxy_revalidated(rq, up, resp);
         if (resp->status >= 500 && store_stale_on_error(rq))
             return proxy_serve_stale(rq, up, resp->status);
-        store_release(rq);   /* whatever we held, this answer replaces it */
+        if (up->up_cpl_on && resp->status == 206 && !store_cpl_joins(rq, &up->up_cpl, resp)) {
+            if (proxy_cpl_refetch(up))
+                return WK_WAIT;
+            up_fail(up, 502, "request too large to send again");
+            return WK_MORE;
+        }
+        up->up_cpl_join = up->up_cpl_on && resp->status == 206;
+        if (!up->up_cpl_join)
+            store_release(rq);   /* whatever we held, this answer replaces it */
         proxy_cache_response(up, resp);
         /* the request is answered: no retry will need its bytes */
         up->up_out.start = up->up_out.end = 0;
@@ -1431,6 +1539,13 @@ proxy_pump(struct req *rq)
                                    the response's (up_still_taking) */
         if (!resp->has_body)
             resp->body_done = 1;
+        /* a completed tail: the part's bytes go first, the origin is not
+         * read (nor timed) meanwhile: a slow client takes its time */
+        if (up->up_cpl_join && !up->up_cpl.after) {
+            event_del(&up->up_rev);
+            return proxy_cpl_lend(rq, up, up->up_cpl.pos, up->up_cpl.end) < 0 ? WK_ABORT
+                                                                                : WK_MORE;
+        }
         /* Body bytes that came with the head go out with it, in one
          * write.  The head goes out even when the body has to wait, or
          * turns out broken: the client then sees the head and the cut, as
@@ -1440,6 +1555,23 @@ proxy_pump(struct req *rq)
         return next == WK_WAIT || next == WK_ABORT ? WK_MORE : next;
     }
     return proxy_pump_body(rq, up);
+}
+
+/* Read the origin again, timed (a pending event keeps its timer; a
+ * stopped one gets it back). */
+static void
+up_read_again(struct upstream *up)
+{
+    struct timeval tv;
+
+    if (up->up_eof)
+        return;
+    if (!event_pending(&up->up_rev, EV_READ, NULL)) {
+        up_timer(up, &tv);
+        event_add(&up->up_rev, &tv);
+    }
+    if (tls_origin_pending(up))
+        event_active(&up->up_rev, EV_READ, 1);
 }
 
 /* proxy_pump() once the head is parsed: the body, then the end. */
@@ -1454,19 +1586,16 @@ proxy_pump_body(struct req *rq, struct upstream *up)
      * and left its decoder mid-way: never feed it again). */
     if (resp->reason)
         return WK_ABORT;
+    if (up->up_lent) {
+        /* the part's bytes before the origin's: the rest of them first */
+        if (rq->rq_hit_pos < rq->rq_hit_end)
+            return store_body_more(rq) ? WK_MORE : WK_ABORT;
+        up->up_lent = 0;
+        up_read_again(up);
+    }
     if (in->start == up->up_parsed && in->start == in->end) {
         in->start = in->end = up->up_parsed = 0;
-        if (!up->up_eof) {
-            /* the client took everything: the origin's turn, timed (a
-             * pending event keeps its timer; a stopped one gets it back) */
-            struct timeval tv;
-            if (!event_pending(&up->up_rev, EV_READ, NULL)) {
-                up_timer(up, &tv);
-                event_add(&up->up_rev, &tv);
-            }
-            if (tls_origin_pending(up))
-                event_active(&up->up_rev, EV_READ, 1);
-        }
+        up_read_again(up);  /* the client took everything: the origin's turn */
     }
     if (!resp->body_done && up->up_parsed < in->end) {
         size_t used;
@@ -1540,10 +1669,15 @@ proxy_pump_body(struct req *rq, struct upstream *up)
         origin_put(up);
     if (!up->up_req_done)
         client_ka = 0;  /* the rest of the request body is unread */
+    struct store_cpl cp = up->up_cpl;
+    int after = up->up_cpl_join && cp.after;
     up_free(rq);
     if (!client_ka)
         rq->rq_close = 1;
     rq->rq_body_owned = 0;
+    /* a completed head: the part's bytes follow, lent as a hit's are */
+    if (after && proxy_cpl_lend(rq, NULL, cp.pos, cp.end) < 0)
+        return WK_ABORT;
     return WK_DONE;
 }
 
@@ -1575,7 +1709,8 @@ proxy_client_sent(struct req *rq, size_t n)
 {
     struct upstream *up = rq->rq_up;
 
-    up->up_in.start += n;
+    if (!up->up_lent)
+        up->up_in.start += n;
 }
 
 /* Has enough of the fill come for it to go on without a client

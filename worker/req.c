@@ -504,31 +504,38 @@ req_topkey(struct req *rq, const struct req_route *rt, enum req_step s)
     metrics_url(rq, h);
 }
 
-/* A Range request the object's key does not answer: a stored part (a
- * 206, RFC 9111 3.3) under the part key may, when it is fresh and holds
- * every byte asked for.  1: a hit (held, rt->verdict STORE_HIT). */
+/* A GET the object's key does not answer: a stored part (a 206, RFC
+ * 9111 3.3) under the part key may, when it is fresh: a Range request
+ * it holds every byte of is a hit; one it holds the head or the tail of
+ * (or a request without Range) keeps it held, and the fetch asks only
+ * for the rest (store_part_plan, proxy.c).  1: a hit (held, rt->verdict
+ * STORE_HIT). */
 static int
 req_lookup_part(struct req *rq, struct req_route *rt)
 {
     char pkey[STORE_KEY_MAX], cs[sizeof(rt->cs)];
     const char *why;
+    struct store_cpl cp;
     uint8_t h[16];
     int v;
 
-    if (rq->r.method != HTTP_GET || http_field_find_id(&rq->r, HTTP_F_RANGE, 0) < 0
-        || http_field_find_id(&rq->r, HTTP_F_IF_RANGE, 0) >= 0
+    if (rq->r.method != HTTP_GET || http_field_find_id(&rq->r, HTTP_F_IF_RANGE, 0) >= 0
         || rt->keylen + STORE_PART_SUFFIX_LEN >= sizeof(pkey))
         return 0;
     memcpy(pkey, rt->key, rt->keylen);
     memcpy(pkey + rt->keylen, STORE_PART_SUFFIX, STORE_PART_SUFFIX_LEN);
     cache_key_hash(wk->cache, pkey, rt->keylen + STORE_PART_SUFFIX_LEN, h);
-    v = store_lookup(rq, pkey, rt->keylen + STORE_PART_SUFFIX_LEN, h, &why, cs, sizeof(cs));
+    /* (counted for a Range request, as before; not for the look a
+     * request without Range takes after its counted miss) */
+    v = store_lookup(rq, pkey, rt->keylen + STORE_PART_SUFFIX_LEN, h,
+                     rq->r.fidx[HTTP_F_RANGE] != 0, &why, cs, sizeof(cs));
     if (v == STORE_HIT && store_part_covers(rq)) {
         rt->verdict = STORE_HIT;
         memcpy(rt->cs, cs, sizeof(cs));
         return 1;
     }
-    store_release(rq);
+    if (v != STORE_HIT || !store_part_plan(rq, &cp))
+        store_release(rq);
     return 0;
 }
 
@@ -636,14 +643,16 @@ req_lookup(struct req *rq, struct req_route *rt)
             /* the key's hash, made once: the lookup's and the fill table's */
             cache_key_hash(wk->cache, rt->key, rt->keylen, rt->hash);
             hashed = 1;
-            rt->verdict = store_lookup(rq, rt->key, rt->keylen, rt->hash, &rt->fwd, rt->cs,
+            rt->verdict = store_lookup(rq, rt->key, rt->keylen, rt->hash, 1, &rt->fwd, rt->cs,
                                        sizeof(rt->cs));
             if (rt->verdict == STORE_HIT || rt->verdict == STORE_HIT_STALE)
                 return REQ_HIT;
-            if (rt->verdict == STORE_MISS && req_lookup_part(rq, rt))
+            if (rt->verdict == STORE_MISS && r->fidx[HTTP_F_RANGE] && req_lookup_part(rq, rt))
                 return REQ_HIT;
-            if (rt->verdict == STORE_MISS && req_slice(rq, rt))
+            if (rt->verdict == STORE_MISS && req_slice(rq, rt)) {
+                store_release(rq);      /* a part held to complete: the slice's */
                 return REQ_WAIT;        /* for the slice fetch (rt->hash) */
+            }
             if (rt->verdict == STORE_ONLY_CACHED) {
                 rq->syn.extra = "Cache-Status: cistern; fwd=miss; detail=only-if-cached\r\n";
                 rq->syn.status = 504;
@@ -676,16 +685,23 @@ req_lookup(struct req *rq, struct req_route *rt)
             rt->claimed = 1;
             break;
         case FT_WAIT:
-            if (stale)
-                store_release(rq);      /* looked up again once the wait ends */
+            if (stale || rq->obj_held)
+                store_release(rq);      /* looked up again once the wait ends
+                                           (a stale object, a part to complete) */
             return req_join(rq, rt);
         case FT_PASS:
             rt->fwd = "uri-miss";     /* hit-for-miss: straight to the origin */
-            break;
+            return REQ_FETCH;
         default:
             break;
         }
     }
+    /* Without Range, a stored part may be completed: looked up only now,
+     * once the fetch is ours (not for a hit-for-miss URL: a proxied
+     * request paid 5% for this lookup, scripts/profile.sh proxy). */
+    if (rt->verdict == STORE_MISS && !r->fidx[HTTP_F_RANGE] && r->method == HTTP_GET
+        && wk->cache && rt->keylen && rq->rq_pol.cache && !r->has_body)
+        req_lookup_part(rq, rt);
     return REQ_FETCH;
 }
 
@@ -701,9 +717,11 @@ step_lookup(struct req *rq, struct req_route *rt)
 
 /* Collapsed forwarding: wait for another worker's fill.  The request sits
  * on the worker's wait list (its owner reads nothing meanwhile) until the
- * fill table no longer shows the fill in progress (the filler's wake-up
- * on our eventfd, or the master's after the filler died), or until its
- * deadline, after which it goes to the origin itself, uncollapsed. */
+ * fill table no longer shows the fill in progress or shows it published
+ * for read-while-writer (the filler's wake-up on our eventfd, or the
+ * master's after the filler died), or until its deadline, after which it
+ * goes to the origin itself, uncollapsed.  Woken, it routes again: a
+ * published fill it joins (or, a Range or a condition, fetches alone). */
 static enum req_step
 step_wait(struct req *rq, struct req_route *rt)
 {
@@ -746,8 +764,10 @@ step_hit(struct req *rq, struct req_route *rt)
         rt->verdict = STORE_MISS;
         return REQ_FETCH;
     }
-    /* the lent body goes out first; then req_sent_all() */
-    return rq->rq_body_len ? REQ_PARK : REQ_DONE;
+    /* the lent body goes out first; then req_sent_all().  A joiner with
+     * nothing to send yet (it joined at the head: no body byte written)
+     * parks too, until the filler wakes it. */
+    return rq->rq_body_len || rww_waiting(rq) ? REQ_PARK : REQ_DONE;
 }
 
 static enum req_step
@@ -1376,8 +1396,9 @@ req_wait_check(struct worker *w, int deadlines_only)
         if (evutil_timercmp(&now, &rq->wdeadline, >=))
             req_wake(rq, 1);
         else if (!deadlines_only
-                 && !filltab_busy(w->shm->filltab, rq->whash, (int)w->slotno, now_ms))
-            req_wake(rq, 0);
+                 && (!filltab_busy(w->shm->filltab, rq->whash, (int)w->slotno, now_ms)
+                     || filltab_rww_published(w->shm->filltab, rq->whash)))
+            req_wake(rq, 0);    /* the fill ended, or it can be joined now */
         /* next was read before resuming: a resumed request may have
          * ended, never one further down the list */
     }

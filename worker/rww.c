@@ -4,7 +4,9 @@
  *
  * A GET that finds its miss being filled by any worker (FT_WAIT), where
  * the filler published the fill (a Content-Length over COLLAPSE_LARGE),
- * joins it: it copies the published state (header block and extents in
+ * joins it (a GET that came before the origin's head waits as a collapsed
+ * miss until the filler publishes, which wakes it to join): it copies the
+ * published state (header block and extents in
  * the ring, bytes written), pins the extents' segments, answers with the
  * origin's header block and Content-Length, and sends the body straight
  * from the mapping, span by span, up to the bytes written.  When it has

@@ -403,6 +403,110 @@ store_part_covers(const struct req *rq)
                               &a, &n);
 }
 
+/* The strong ETag of header block h, or NULL (none, or weak). */
+static const char *
+store_strong_etag(const char *h, size_t hl, size_t *len)
+{
+    const char *e = store_hdr_get(h, hl, "etag", len);
+
+    return e && *len >= 2 && e[0] == '"' ? e : NULL;
+}
+
+/* Completing a stored part (RFC 9111 3.3: a cache MAY complete it with a
+ * range request and combine the answer as 3.4 says).  Only the one piece
+ * missing from what the client asks for, when it is a contiguous tail or
+ * head: the origin is asked for it, with If-Range the part's strong ETag,
+ * and a 206 of exactly that range with that ETag combines (RFC 9110
+ * 15.3.7.3: parts combine only under one strong validator).  A part with
+ * no strong ETag is completed only for a request without Range: the rest
+ * is asked for all the same (an origin that ignores Range, or whose
+ * representation changed, answers the 200 the client needs), but a 206
+ * to it is never combined, since nothing proves it the same
+ * representation; proxy.c then fetches the whole. */
+int
+store_part_plan(const struct req *rq, struct store_cpl *cp)
+{
+    const struct cache_obj *o = &rq->obj;
+    struct store_cond sc;
+    const char *cr;
+    size_t crl = 0, el = 0;
+    uint64_t a, b;
+
+    memset(cp, 0, sizeof(*cp));
+    if (!rq->obj_held || o->meta.status != 206 || rq->r.method != HTTP_GET
+        || http_field_find_id(&rq->r, HTTP_F_IF_RANGE, 0) >= 0
+        || (cr = store_hdr_get(o->iov[0].iov_base, o->hdr_len, "content-range", &crl)) == NULL
+        || !store_content_range(cr, crl, &a, &b, &cp->n) || o->body_len != b - a + 1)
+        return 0;
+    cp->strong = store_strong_etag(o->iov[0].iov_base, o->hdr_len, &el) != NULL;
+    store_cond_from(&sc, &rq->r);
+    if (sc.range[0] == '\0') {
+        cp->whole = 1;
+        cp->ca = 0;
+        cp->cb = cp->n - 1;
+    } else if (!cp->strong || store_range(sc.range, cp->n, &cp->ca, &cp->cb) != 1) {
+        return 0;
+    }
+    if (cp->ca >= a && cp->ca <= b && cp->cb > b) {
+        cp->qa = b + 1;         /* the tail: the part's bytes go first */
+        cp->qb = cp->cb;
+        cp->pos = cp->ca - a;
+        cp->end = b + 1 - a;
+    } else if (cp->ca < a && cp->cb >= a && cp->cb <= b) {
+        cp->qa = cp->ca;        /* the head: the part's bytes follow */
+        cp->qb = a - 1;
+        cp->pos = 0;
+        cp->end = cp->cb + 1 - a;
+        cp->after = 1;
+    } else {
+        return 0;       /* covered (a hit), outside, or both ends missing */
+    }
+    return 1;
+}
+
+int
+store_cpl_put_range(const struct req *rq, const struct store_cpl *cp, struct buf *b)
+{
+    char v[64], *q = v;
+    size_t el = 0;
+    const char *e = store_strong_etag(rq->obj.iov[0].iov_base, rq->obj.hdr_len, &el);
+    int err;
+
+    q = fmt_u64(q, cp->qa);
+    *q++ = '-';
+    if (cp->qb + 1 < cp->n)     /* to the end: the open form, as a client would */
+        q = fmt_u64(q, cp->qb);
+    err = buf_lit(b, "Range: bytes=");
+    err |= buf_append(b, v, (size_t)(q - v));
+    err |= buf_lit(b, "\r\n");
+    if (cp->strong && e) {
+        err |= buf_lit(b, "If-Range: ");
+        err |= buf_append(b, e, el);
+        err |= buf_lit(b, "\r\n");
+    }
+    return err ? -1 : 0;
+}
+
+int
+store_cpl_joins(const struct req *rq, const struct store_cpl *cp, const struct http_req *resp)
+{
+    int ci = http_field_find_id(resp, HTTP_F_CONTENT_RANGE, 0);
+    int ei = http_field_find_id(resp, HTTP_F_ETAG, 0);
+    size_t el = 0;
+    const char *e = store_strong_etag(rq->obj.iov[0].iov_base, rq->obj.hdr_len, &el);
+    uint64_t a, b, n;
+
+    return cp->strong && e && resp->status == 206 && ci >= 0 && ei >= 0
+           && http_field_find_id(resp, HTTP_F_CONTENT_RANGE, ci + 1) < 0
+           && store_content_range(resp->base + resp->fields[ci].value,
+                                  resp->fields[ci].value_len, &a, &b, &n)
+           && a == cp->qa && b == cp->qb && n == cp->n && !resp->chunked
+           && resp->content_length == (int64_t)(b - a + 1)
+           && http_field_find_id(resp, HTTP_F_ETAG, ei + 1) < 0
+           && resp->fields[ei].value_len == el
+           && memcmp(resp->base + resp->fields[ei].value, e, el) == 0;
+}
+
 /* The head of a part's answer: the stored block minus its status line
  * and its Content-Range (ours says which bytes go out). */
 static void
@@ -565,8 +669,8 @@ store_stale_on_error(struct req *rq)
     struct req *q = rq;
     struct timeval now;
 
-    if (q == NULL || !q->obj_held)
-        return 0;
+    if (q == NULL || !q->obj_held || q->obj.meta.status == 206)
+        return 0;       /* (a part held to be completed answers nothing whole) */
     /* never for what must not be served stale (RFC 9111 5.2.2.2, 5.2.2.4) */
     if (q->obj.meta.flags & (STORE_F_NO_CACHE | STORE_F_MUST_REVALIDATE))
         return 0;
@@ -818,7 +922,7 @@ store_joinable(const struct req *q, const struct cache_obj *o)
 
 int
 store_lookup(struct req *rq, const char *key, size_t keylen, const uint8_t hash[16],
-             const char **why, char *cs, size_t cslen)
+             int count, const char **why, char *cs, size_t cslen)
 {
     struct req *q = rq;
     struct http_req *r = &q->r;
@@ -830,7 +934,8 @@ store_lookup(struct req *rq, const char *key, size_t keylen, const uint8_t hash[
 
     *why = "uri-miss";
     store_req_cc(q, &rcc);
-    if (cache_lookup_hashed(wk->cache, key, keylen, hash, o) != CACHE_OK)
+    if ((count ? cache_lookup_hashed(wk->cache, key, keylen, hash, o)
+               : cache_probe_hashed(wk->cache, key, keylen, hash, o)) != CACHE_OK)
         goto miss;
     if (o->meta.flags & STORE_F_VARY_MARKER) {
         if (store_follow_marker(key, keylen, r, o, q->obj_key, &q->obj_keylen) != CACHE_OK) {
@@ -1207,15 +1312,6 @@ store_part_release(struct store_part_old *old)
         cache_obj_release(wk->cache, &old->obj);
     old->held = 0;
     old->tail = old->end = 0;
-}
-
-/* The strong ETag of header block h, or NULL (none, or weak). */
-static const char *
-store_strong_etag(const char *h, size_t hl, size_t *len)
-{
-    const char *e = store_hdr_get(h, hl, "etag", len);
-
-    return e && *len >= 2 && e[0] == '"' ? e : NULL;
 }
 
 /* Write body bytes [from, to) of held object o into fill *f. */

@@ -186,6 +186,21 @@ struct store_part_old {
     int              held;
 };
 
+/* Completing a stored part (store_part_plan, RFC 9111 3.3): the one
+ * range asked of the origin, and the part's bytes that go with it. */
+struct store_cpl {
+    uint64_t         qa, qb;          /* the range asked of the origin */
+    uint64_t         n;               /* the representation's length */
+    uint64_t         ca, cb;          /* the bytes the client gets */
+    uint64_t         pos, end;        /* the part's body bytes [pos, end)
+                                         sent with the origin's */
+    unsigned         after:1;         /* they follow the origin's (the
+                                         head was missing), else precede */
+    unsigned         whole:1;         /* no Range: the client gets a 200 */
+    unsigned         strong:1;        /* the part has a strong ETag: sent
+                                         as If-Range, a 206 may combine */
+};
+
 struct upstream {
     uint32_t         up_magic;
     enum up_state    up_state;
@@ -270,6 +285,12 @@ struct upstream {
     struct cache_fill *up_fill;
     uint64_t         up_fill_got;     /* body bytes given to up_fill */
     struct store_part_old up_old;     /* a stored part this fill combines with */
+    struct store_cpl up_cpl;          /* completing the part rq->obj holds */
+    size_t           up_cpl_off;      /* where our Range starts in up_out */
+    unsigned         up_cpl_on:1;     /* our Range asks for the rest */
+    unsigned         up_cpl_join:1;   /* the 206 combines: the client gets
+                                         the part's bytes and the origin's */
+    unsigned         up_lent:1;       /* rq_body is the part's, not up_in's */
     int              up_rww;          /* read-while-writer: published in
                                          the fill table's slot up_rww - 1 */
     uint64_t         up_rww_next;     /* publish again at this many bytes */
@@ -421,11 +442,6 @@ void proxy_abort(struct req *rq);
 int  proxy_bg_fill(struct req *rq);
 
 /* store.c: hits and fills (the pure key, Vary and Range rules: variant.h) */
-/* Look key (hash: its cache_key_hash) up for the current request of c.
- * A verdict of STORE_HIT or STORE_HIT_STALE holds the object
- * (c->cn_req->obj) with its
- * Cache-Status in cs; STORE_REVALIDATE may hold a stale one for a
- * conditional request.  *why: Cache-Status fwd= for the others. */
 /* req.c: `cistern ctl cache lookup|purge URL`; 0, 1 (not stored), 4 */
 int  req_ctl_cache(int purge, const char *url, struct buf *out);
 int  store_ctl_lookup(const char *key, size_t keylen, const struct http_req *r,
@@ -433,8 +449,14 @@ int  store_ctl_lookup(const char *key, size_t keylen, const struct http_req *r,
 /* When key holds a Vary marker: the prefix of its current variants'
  * secondary keys (key, \x01, set id, \x01) into out; its length, or 0. */
 size_t store_variants_prefix(const char *key, size_t keylen, char *out, size_t outlen);
+/* Look key (hash: its cache_key_hash) up for the request rq, counted in
+ * the cache's hit and miss counters when count is set (a second look for
+ * one request is not).  A verdict of STORE_HIT or STORE_HIT_STALE holds
+ * the object (rq->obj) with its Cache-Status in cs; STORE_REVALIDATE may
+ * hold a stale one for a conditional request.  *why: Cache-Status fwd=
+ * for the others. */
 int  store_lookup(struct req *rq, const char *key, size_t keylen, const uint8_t hash[16],
-                  const char **why, char *cs, size_t cslen);
+                  int count, const char **why, char *cs, size_t cslen);
 void store_release(struct req *rq);
 /* A hit's body spans extents (cache_obj_span): lend the next span as
  * rq_body once the last one went out.  Returns 1 if one was lent. */
@@ -493,6 +515,19 @@ int  store_remove(const char *key, size_t keylen);
  * lookup would take it stored: the cookie rule, and fresh enough for q
  * without asking the origin?  1 or 0. */
 int  store_joinable(const struct req *q, const struct cache_obj *o);
+/* May the held part (a fresh 206) be completed for rq (a GET without
+ * If-Range) with one origin range, the missing tail or head of what rq
+ * asks for?  1 with *cp.  Without a strong ETag only a request without
+ * Range is (the answer must then be a 200: a 206 never combines). */
+int  store_part_plan(const struct req *rq, struct store_cpl *cp);
+/* The Range (and If-Range: the part's strong ETag) asking for cp's
+ * missing bytes, as request fields into b.  0, or -1 (no room). */
+int  store_cpl_put_range(const struct req *rq, const struct store_cpl *cp, struct buf *b);
+/* Is resp (a 206) exactly the range cp asked for, of the held part's
+ * representation: one Content-Range [qa, qb] of n, that Content-Length,
+ * the same strong ETag (RFC 9110 15.3.7.3)? */
+int  store_cpl_joins(const struct req *rq, const struct store_cpl *cp,
+                     const struct http_req *resp);
 /* Resolve rq->rq_pol for the routed request (res: its origin's URL, after
  * remap or, forward proxying, the target's). */
 void store_policy(struct req *rq, const struct conf_remap_result *res);

@@ -339,6 +339,20 @@ START_TEST(test_roundtrip)
     ck_assert_uint_ge(st.c.hits, 4);
     ck_assert_uint_ge(st.c.misses, 3);
     ck_assert_uint_gt(st.store_bytes_used, 100000);
+
+    /* a probe finds what a lookup finds, and counts in no counter */
+    struct cache_stats st2;
+    uint8_t h[16];
+    cache_key_hash(E.c, "http://a/2", 10, h);
+    ck_assert_int_eq(cache_probe_hashed(E.c, "http://a/2", 10, h, &o), CACHE_OK);
+    ck_assert_uint_eq(o.body_len, 100000);
+    cache_obj_release(E.c, &o);
+    cache_key_hash(E.c, "http://a/1", 10, h);
+    ck_assert_int_eq(cache_probe_hashed(E.c, "http://a/1", 10, h, &o), CACHE_MISS);
+    cache_stats_sum(E.area, &st2);
+    ck_assert_uint_eq(st2.c.hits, st.c.hits);
+    ck_assert_uint_eq(st2.c.misses, st.c.misses);
+    ck_assert_uint_eq(st2.c.bytes_served, st.c.bytes_served);
     ck_assert_str_eq(cache_strerror(CACHE_TOOBIG), "object too large for the cache");
 }
 END_TEST

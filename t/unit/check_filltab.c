@@ -242,6 +242,33 @@ panic_reap(pid_t pid, int sig)
         ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) != 0, "status %#x", status);
 }
 
+/* The waiters of a claim, for the filler that publishes its fill (they
+ * came before the origin's head): the claim's waiters only, not the
+ * filler, nothing once released, nothing for another key. */
+START_TEST(test_waiters_of_claim)
+{
+    uint8_t h[16], h2[16];
+    uint64_t wake[4];
+
+    key(h, 11);
+    key(h2, 12);
+    ck_assert_int_eq(filltab_claim(ft, h, 2, 1000, 5000), FT_CLAIMED);
+    filltab_waiters(ft, h, 1000, wake);
+    ck_assert(!wake[0] && !wake[1] && !wake[2] && !wake[3]);
+    ck_assert_int_eq(filltab_claim(ft, h, 5, 1001, 5000), FT_WAIT);
+    ck_assert_int_eq(filltab_claim(ft, h, 70, 1001, 5000), FT_WAIT);
+    filltab_waiters(ft, h, 1002, wake);
+    ck_assert_int_eq(bit(wake, 5), 1);
+    ck_assert_int_eq(bit(wake, 70), 1);
+    ck_assert_int_eq(bit(wake, 2), 0);
+    filltab_waiters(ft, h2, 1002, wake);
+    ck_assert_int_eq(bit(wake, 5), 0);
+    filltab_release(ft, h, 2, 1003, 0, wake);
+    filltab_waiters(ft, h, 1003, wake);
+    ck_assert_int_eq(bit(wake, 5), 0);
+}
+END_TEST
+
 /* Read-while-writer slots: publish, join, grow, end; a joiner's copy of a
  * reused slot is refused (generation); a dead filler fails its fills. */
 START_TEST(test_rww_publish_join_end)
@@ -610,6 +637,7 @@ main(void)
     tcase_add_test(tc, test_unwait_and_slot_reset);
     tcase_add_test(tc, test_full_table);
     tcase_add_test(tc, test_processes_contend);
+    tcase_add_test(tc, test_waiters_of_claim);
     tcase_add_test(tc, test_rww_publish_join_end);
     tcase_add_test(tc, test_rww_dead_filler);
     suite_add_tcase(s, tc);
