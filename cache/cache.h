@@ -75,6 +75,10 @@ void cache_key_hash(const struct cache *c, const char *key, size_t len,
 
 /* The largest body cache_fill_begin() accepts with an empty header block. */
 int64_t cache_max_doc_size(const struct cache *c);
+/* The most extents a fill of a body_len-byte body can take (each extent
+ * fills a segment but for its record's header, the key and header block
+ * of extent 0, and the first and last extents' partial segments). */
+uint64_t cache_fill_max_extents(const struct cache *c, uint64_t body_len);
 
 /* Look key up.  CACHE_OK: *obj holds iovecs into the mapping and metadata,
  * and stays valid (pinned) until cache_obj_release(); the hit is counted
@@ -147,6 +151,8 @@ uint32_t cache_fill_where(struct cache_fill *f, uint64_t *hdr_off, uint32_t *hdr
                           uint64_t *off, uint64_t *pos, uint32_t max);
 /* Body bytes written so far by an open fill. */
 uint64_t cache_fill_written(const struct cache_fill *f);
+/* The meta an open fill commits (before the purge rule, cache_fill_since). */
+const struct cache_meta *cache_fill_meta(const struct cache_fill *f);
 /* A reader of another process's fill pins the segment holding ring offset
  * off: 0, or -1 (not pinned) when those bytes are no longer in the ring. */
 int  cache_off_pin(struct cache *c, uint64_t off);

@@ -375,6 +375,15 @@ fill_write_chain(struct cache_fill *f, struct cache_rec *r, uint64_t *hoff)
     return CACHE_OK;
 }
 
+/* A purge ran while this fill was open: what it stores may be what the
+ * purge meant to remove, so its entry is stored stale (purge.c). */
+static void
+fill_purged_stale(const struct cache_fill *f, struct cache_ent *e)
+{
+    if (cache_purge_gen(f->c) != f->purge_gen && e->expires > (int64_t)time(NULL) - 1)
+        e->expires = (int64_t)time(NULL) - 1;
+}
+
 /* Commit a large fill: seal the last extent, write the CHAIN record,
  * then the entry (off = CHAIN record, body_off = extent 0). */
 static int
@@ -398,6 +407,7 @@ fill_commit_chain(struct cache_fill *f, int *replaced)
         return CACHE_ABORTED;
     }
     cache_ent_for_rec(c, &e, &r, hoff, f->ext[0].off);
+    fill_purged_stale(f, &e);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     rc = cache_index_put(c, f->hash, &e, replaced);
     if (rc != CACHE_OK) {
@@ -477,10 +487,7 @@ cache_fill_commit(struct cache_fill *f, int *replaced)
         goto out;
     }
     cache_ent_for_rec(c, &e, &r, f->off, f->off);
-    /* a purge ran while this fill was open: what it stores may be what the
-     * purge meant to remove, so it is stored stale (purge.c) */
-    if (cache_purge_gen(c) != f->purge_gen && e.expires > (int64_t)time(NULL) - 1)
-        e.expires = (int64_t)time(NULL) - 1;
+    fill_purged_stale(f, &e);
     /* The record's bytes must be visible before the entry that points at them. */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     rc = cache_index_put(c, f->hash, &e, replaced);
@@ -550,6 +557,13 @@ uint64_t
 cache_fill_written(const struct cache_fill *f)
 {
     return f->state == FILL_OPEN ? f->body_len : 0;
+}
+
+const struct cache_meta *
+cache_fill_meta(const struct cache_fill *f)
+{
+    assert(f && f->magic == CACHE_FILL_MAGIC);
+    return &f->meta;
 }
 
 int

@@ -455,6 +455,19 @@ cache_max_doc_size(const struct cache *c)
     return (int64_t)c->max_doc;
 }
 
+uint64_t
+cache_fill_max_extents(const struct cache *c, uint64_t body_len)
+{
+    /* extent 0 holds at least three quarters of a segment (its key and
+     * header block are at most a quarter), every other one all of a
+     * segment but its record's header and alignment */
+    uint64_t first = c->g.seg_size - c->g.seg_size / 4;
+
+    if (body_len <= first)
+        return 1;
+    return 2 + (body_len - first) / (c->g.seg_size - CACHE_REC_SIZE - CACHE_REC_ALIGN);
+}
+
 struct cache_counters *
 cache_counters(struct cache *c)
 {

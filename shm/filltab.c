@@ -33,7 +33,8 @@ struct ft_rww {
     int32_t            owner;       /* the filling slot */
     int32_t            pad;
     int64_t            until_ms;    /* DONE, FAILED: reusable after */
-    uint64_t           joiners[4];  /* slots to wake */
+    uint64_t           joiners[4];  /* slots to wake: those with a joiner */
+    uint16_t           njoin[FILLTAB_MAX_SLOTS];    /* joiners per slot */
     struct filltab_rww v;
 };
 
@@ -206,6 +207,31 @@ filltab_busy(struct filltab *ft, const uint8_t h[16], int slot, int64_t now_ms)
     return busy;
 }
 
+/* h's entry, live or not, or NULL (the caller holds the lock). */
+static struct ft_ent *
+ft_entry(struct filltab *ft, const uint8_t h[16])
+{
+    uint64_t a, b;
+    int found;
+    struct ft_ent *e;
+
+    ft_hash(h, &a, &b);
+    e = ft_find(ft, a, b, INT64_MIN, &found);
+    return found ? e : NULL;
+}
+
+void
+filltab_renew(struct filltab *ft, const uint8_t h[16], int slot, int64_t until_ms)
+{
+    struct ft_ent *e;
+
+    ft_lock(ft);
+    e = ft_entry(ft, h);
+    if (e && e->state == ENT_FILLING && e->owner == slot && e->until_ms < until_ms)
+        e->until_ms = until_ms;
+    ft_unlock(ft);
+}
+
 void
 filltab_waiters(struct filltab *ft, const uint8_t h[16], int64_t now_ms, uint64_t wake[4])
 {
@@ -247,14 +273,10 @@ filltab_release(struct filltab *ft, const uint8_t h[16], int slot, int64_t now_m
 void
 filltab_unwait(struct filltab *ft, const uint8_t h[16], int slot)
 {
-    uint64_t a, b;
-    int found;
     struct ft_ent *e;
 
-    ft_hash(h, &a, &b);
     ft_lock(ft);
-    e = ft_find(ft, a, b, INT64_MIN, &found);
-    if (found)
+    if ((e = ft_entry(ft, h)) != NULL)
         e->waiters[slot / 64] &= ~(1ull << (slot % 64));
     ft_unlock(ft);
 }
@@ -274,6 +296,7 @@ filltab_slot_reset(struct filltab *ft, int slot, uint64_t wake[4])
             ft_or(wake, r->joiners);
         }
         r->joiners[slot / 64] &= ~(1ull << (slot % 64));
+        r->njoin[slot] = 0;
     }
     for (uint32_t i = 0; i < ft->n; i++) {
         struct ft_ent *e = &ft->e[i];
@@ -316,6 +339,7 @@ filltab_rww_open(struct filltab *ft, const uint8_t h[16], int slot, int64_t now_
         r->h1 = b;
         r->owner = slot;
         memset(r->joiners, 0, sizeof(r->joiners));
+        memset(r->njoin, 0, sizeof(r->njoin));
         r->v = *v;
         r->v.gen = gen ? gen : 1;
         r->v.state = RWW_OPEN;
@@ -363,6 +387,8 @@ filltab_rww_join(struct filltab *ft, const uint8_t h[16], int slot, int64_t now_
         struct ft_rww *r = &ft->rww[i];
         if (r->v.state == RWW_OPEN && r->h0 == a && r->h1 == b) {
             ft_set_bit(r->joiners, slot);
+            if (r->njoin[slot] < UINT16_MAX)
+                r->njoin[slot]++;
             *out = r->v;
             idx = i;
             break;
@@ -370,6 +396,20 @@ filltab_rww_join(struct filltab *ft, const uint8_t h[16], int slot, int64_t now_
     }
     ft_unlock(ft);
     return idx;
+}
+
+void
+filltab_rww_leave(struct filltab *ft, int idx, uint32_t gen, int slot)
+{
+    struct ft_rww *r;
+
+    if (idx < 0 || idx >= FILLTAB_RWW || slot < 0 || slot >= FILLTAB_MAX_SLOTS)
+        return;
+    r = &ft->rww[idx];
+    ft_lock(ft);
+    if (r->v.gen == gen && r->njoin[slot] > 0 && --r->njoin[slot] == 0)
+        r->joiners[slot / 64] &= ~(1ull << (slot % 64));
+    ft_unlock(ft);
 }
 
 int

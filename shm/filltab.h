@@ -50,6 +50,10 @@ int filltab_claim(struct filltab *ft, const uint8_t h[16], int slot,
  * ours included)?  A waiter's check when woken or at its deadline. */
 int filltab_busy(struct filltab *ft, const uint8_t h[16], int slot, int64_t now_ms);
 
+/* The filler of h is still receiving its answer: its claim lasts until
+ * until_ms at least (while slot still holds it). */
+void filltab_renew(struct filltab *ft, const uint8_t h[16], int slot, int64_t until_ms);
+
 /* The filler is done with h: the entry goes away, or turns into a
  * hit-for-miss for pass_ms when pass_ms > 0.  The waiters' slots are
  * returned in wake[] (bitmask of FILLTAB_MAX_SLOTS bits). */
@@ -88,8 +92,10 @@ struct filltab_rww {
     uint32_t hdr_len;
     uint32_t next;                  /* extents known */
     int64_t  stored;                /* the object's stored time (Age) */
-    int32_t  status;                /* the origin's status (the access log's) */
-    int32_t  pad;
+    uint64_t purge_gen;             /* purges begun when it asked the origin */
+    int64_t  expires;               /* the stored meta: freshness, */
+    uint16_t status, flags;         /* status, STORE_F_* (no-cache...) */
+    uint32_t pad;
     uint64_t ext_off[FILLTAB_RWW_EXT];  /* body byte ext_pos[i]: ring offset */
     uint64_t ext_pos[FILLTAB_RWW_EXT];
 };
@@ -99,14 +105,17 @@ struct filltab_rww {
 int  filltab_rww_open(struct filltab *ft, const uint8_t h[16], int slot, int64_t now_ms,
                       const struct filltab_rww *v);
 /* The fill grew (avail, extents), or ended (state RWW_DONE or RWW_FAILED):
- * the joiners' slots to wake come back in wake[] (joiners stay registered
- * until the slot is reused). */
+ * the joiners' slots to wake come back in wake[] (a slot's joiners count
+ * until they leave, filltab_rww_leave). */
 void filltab_rww_update(struct filltab *ft, int idx, const struct filltab_rww *v,
                         int64_t now_ms, uint64_t wake[4]);
 /* Join the open fill of h from slot: a copy in *out, the index returned,
  * or -1 when no fill of h is published and open. */
 int  filltab_rww_join(struct filltab *ft, const uint8_t h[16], int slot, int64_t now_ms,
                       struct filltab_rww *out);
+/* A joiner of generation gen of slot idx leaves (its request ended, or it
+ * did not join after all): the slot's joiners no longer count it. */
+void filltab_rww_leave(struct filltab *ft, int idx, uint32_t gen, int slot);
 /* A joiner's fresh copy of slot idx, when it is still generation gen:
  * returns 0, else -1 (the fill is gone: treat as failed). */
 int  filltab_rww_get(struct filltab *ft, int idx, uint32_t gen, struct filltab_rww *out);
@@ -117,7 +126,7 @@ int  filltab_rww_get(struct filltab *ft, int idx, uint32_t gen, struct filltab_r
 void filltab_waiters(struct filltab *ft, const uint8_t h[16], int64_t now_ms, uint64_t wake[4]);
 /* Is a fill of h published and open? */
 int  filltab_rww_published(struct filltab *ft, const uint8_t h[16]);
-/* Has any slot joined the fill published in slot idx? */
+/* Does any joiner follow the fill published in slot idx now? */
 int  filltab_rww_joined(struct filltab *ft, int idx);
 /* The filler's own copy of its slot idx (0, or -1 when it is not open). */
 int  filltab_rww_peek(struct filltab *ft, int idx, struct filltab_rww *out);

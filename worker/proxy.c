@@ -54,6 +54,8 @@
 
 static void proxy_rww_grew(struct upstream *up);
 static void proxy_rww_end(struct upstream *up, int state);
+static int64_t proxy_now_ms(void);
+static void proxy_bg_orphan(struct upstream *up);
 /* How long a URL that answered uncacheable skips the fill table
  * (Varnish's hit-for-miss). */
 #define PASS_MS         10000
@@ -1046,6 +1048,21 @@ proxy_client_head(struct req *rq, struct upstream *up, struct http_req *resp)
     return 0;
 }
 
+/* A claim lasts transaction_no_activity_timeout_out + 5 s (req.c): a fill
+ * still receiving its answer renews it (at most once a second), else a
+ * long one loses it and the next request fetches the object again. */
+static void
+proxy_claim_renew(struct upstream *up)
+{
+    int64_t now = proxy_now_ms();
+
+    if (!up->up_claim || now < up->up_claim_renew)
+        return;
+    filltab_renew(wk->shm->filltab, up->up_hash, (int)wk->slotno,
+                  now + (int64_t)wk->conf->rec.txn_no_activity_out * 1000 + 5000);
+    up->up_claim_renew = now + 1000;
+}
+
 /* De-chunked body bytes for an HTTP/1.0 client (room was checked). */
 static void
 proxy_sink_client(void *arg, const char *p, size_t n)
@@ -1057,6 +1074,7 @@ proxy_sink_client(void *arg, const char *p, size_t n)
     alog_obody(rq, n);
     rq->rq_up->up_fill_got += n;
     store_fill_data(&rq->rq_up->up_fill, p, n);
+    proxy_claim_renew(rq->rq_up);
     proxy_rww_grew(rq->rq_up);
 }
 
@@ -1068,6 +1086,7 @@ proxy_sink_fill(void *arg, const char *p, size_t n)
 
     up->up_fill_got += n;
     store_fill_data(&up->up_fill, p, n);
+    proxy_claim_renew(up);
     proxy_rww_grew(up);
 }
 
@@ -1277,18 +1296,24 @@ proxy_now_ms(void)
     return (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000;
 }
 
-/* Where the fill's bytes are now, in v (0, or -1 when it has more
- * extents than a slot holds). */
+/* Where the fill's bytes are now and what it stores, in v (0, or -1
+ * when it has more extents than a slot holds). */
 static int
 proxy_rww_where(struct upstream *up, struct filltab_rww *v)
 {
     uint32_t n = cache_fill_where(up->up_fill, &v->hdr_off, &v->hdr_len, v->ext_off,
                                   v->ext_pos, FILLTAB_RWW_EXT);
+    const struct cache_meta *m = cache_fill_meta(up->up_fill);
 
     if (n == 0 || n > FILLTAB_RWW_EXT)
         return -1;
     v->next = n;
     v->avail = cache_fill_written(up->up_fill);
+    v->stored = m->stored;      /* (less the origin's Age: the joiner's Age) */
+    v->purge_gen = up->up_purge_gen;
+    v->expires = m->expires;
+    v->status = m->status;
+    v->flags = m->flags;
     return 0;
 }
 
@@ -1299,12 +1324,16 @@ proxy_rww_open(struct upstream *up, const struct http_req *resp)
     uint64_t wake[4];
     int idx;
 
-    if (!wk->conf->rec.rww_enable || up->up_fill == NULL || resp->content_length <= 0)
+    /* A Vary response is stored under its variant's key, but published
+     * under the URL's: a joiner of another variant would get this one.
+     * A fill needing more extents than a slot lists would cut its joiners
+     * when it outgrew the slot. */
+    if (!wk->conf->rec.rww_enable || up->up_fill == NULL || resp->content_length <= 0
+        || http_field_find_id(resp, HTTP_F_VARY, 0) >= 0
+        || cache_fill_max_extents(wk->cache, (uint64_t)resp->content_length) > FILLTAB_RWW_EXT)
         return 0;
     memset(&v, 0, sizeof(v));
     v.total = (uint64_t)resp->content_length;
-    v.stored = (int64_t)up->up_req_time;
-    v.status = resp->status;
     if (proxy_rww_where(up, &v) < 0)
         return 0;
     idx = filltab_rww_open(wk->shm->filltab, up->up_hash, (int)wk->slotno, proxy_now_ms(), &v);
@@ -1341,11 +1370,10 @@ proxy_rww_grew(struct upstream *up)
     }
     v.state = RWW_OPEN;
     v.total = (uint64_t)up->up_resp->content_length;
-    v.stored = (int64_t)up->up_req_time;
-    v.status = up->up_resp->status;
     filltab_rww_update(wk->shm->filltab, up->up_rww - 1, &v, proxy_now_ms(), wake);
     proxy_wake_slots(wake);
     up->up_rww_next = v.avail + RWW_STEP;
+    proxy_bg_orphan(up);
 }
 
 /* The fill ended: joiners that have everything finish, the others are
@@ -1600,6 +1628,11 @@ proxy_pump_body(struct req *rq, struct upstream *up)
             metrics_ohost_count(up, SHM_OH_ERR);
             return WK_ABORT;
         }
+        if (up->up_orphan) {
+            log_info("conn %llu: background fill dropped: its joiners left before "
+                     "background_fill_completed_threshold", (unsigned long long)rq->rq_id);
+            return WK_ABORT;
+        }
         if (used > 0)
             return WK_MORE;
     }
@@ -1685,27 +1718,47 @@ proxy_client_sent(struct req *rq, size_t n)
         up->up_in.start += n;
 }
 
-/* ATS's background fill: a fill whose client leaves goes on if at least
- * background_fill_completed_threshold of its Content-Length came (a
- * threshold of 0: always, a length or not), or while joiners follow it. */
-int
-proxy_bg_fill(const struct req *rq)
+/* Has enough of the fill come for it to go on without a client
+ * (background_fill_completed_threshold of its Content-Length; a
+ * threshold of 0: always, a length or not)? */
+static int
+proxy_bg_enough(const struct upstream *up)
 {
-    const struct upstream *up = rq->rq_up;
-    int64_t cl;
+    int64_t cl = up->up_resp ? up->up_resp->content_length : -1;
     int milli = wk->conf->rec.bg_fill_milli;
 
-    if (up == NULL || up->up_fill == NULL || up->up_state != UP_BODY || rq->rq_abort)
-        return 0;
-    /* Others follow this fill (read-while-writer): it goes on for them. */
-    if (up->up_rww && filltab_rww_joined(wk->shm->filltab, up->up_rww - 1))
-        return 1;
     if (milli > 1000)
         return 0;
-    cl = up->up_resp ? up->up_resp->content_length : -1;
     if (cl > 0)
         return up->up_fill_got * 1000 >= (uint64_t)cl * (uint64_t)milli;
     return milli == 0;
+}
+
+/* ATS's background fill: a fill whose client leaves goes on if enough of
+ * it came, or while joiners follow it (then up_bg_rww: it stops when the
+ * last one leaves before enough came, proxy_bg_orphan). */
+int
+proxy_bg_fill(struct req *rq)
+{
+    struct upstream *up = rq->rq_up;
+
+    if (up == NULL || up->up_fill == NULL || up->up_state != UP_BODY || rq->rq_abort)
+        return 0;
+    if (proxy_bg_enough(up))
+        return 1;
+    /* Others follow this fill (read-while-writer): it goes on for them. */
+    up->up_bg_rww = up->up_rww && filltab_rww_joined(wk->shm->filltab, up->up_rww - 1);
+    return up->up_bg_rww;
+}
+
+/* A background fill kept for its joiners, all gone before enough came?
+ * (Asked as the fill grows, every RWW_STEP bytes.) */
+static void
+proxy_bg_orphan(struct upstream *up)
+{
+    if (up->up_bg_rww && !proxy_bg_enough(up)
+        && !(up->up_rww && filltab_rww_joined(wk->shm->filltab, up->up_rww - 1)))
+        up->up_orphan = 1;
 }
 
 void

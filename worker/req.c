@@ -596,6 +596,30 @@ req_slice(struct req *rq, struct req_route *rt)
     }
 }
 
+/* Read-while-writer: follow a published fill from its bytes (a HIT); a
+ * request that cannot (Range, conditions), or that a lookup would not
+ * give it stored (cookies, freshness), goes to the origin rather than
+ * waiting for a large fill; else it waits (registered by the claim). */
+static enum req_step
+req_join(struct req *rq, struct req_route *rt)
+{
+    int j = rww_join(rq, rt->hash);
+
+    if (j == 0 && !store_joinable(rq, &rq->obj)) {
+        rww_release(rq);
+        j = -2;
+    }
+    switch (j) {
+    case 0:
+        return REQ_HIT;
+    case -2:
+        filltab_unwait(wk->shm->filltab, rt->hash, (int)wk->slotno);
+        return REQ_FETCH;
+    default:
+        return REQ_WAIT;
+    }
+}
+
 static enum req_step
 req_lookup(struct req *rq, struct req_route *rt)
 {
@@ -664,18 +688,7 @@ req_lookup(struct req *rq, struct req_route *rt)
             if (stale || rq->obj_held)
                 store_release(rq);      /* looked up again once the wait ends
                                            (a stale object, a part to complete) */
-            /* read-while-writer: follow a published fill from its bytes;
-             * a request that cannot (Range, conditions) goes to the origin
-             * rather than waiting for a large fill */
-            switch (rww_join(rq, rt->hash)) {
-            case 0:
-                return REQ_HIT;
-            case -2:
-                filltab_unwait(wk->shm->filltab, rt->hash, (int)wk->slotno);
-                return REQ_FETCH;
-            default:
-                return REQ_WAIT;
-            }
+            return req_join(rq, rt);
         case FT_PASS:
             rt->fwd = "uri-miss";     /* hit-for-miss: straight to the origin */
             return REQ_FETCH;
@@ -820,12 +833,15 @@ step_tunnel(struct req *rq, struct req_route *rt)
 static int
 req_purge_soft(struct req_route *rt)
 {
-    const char *keys[2] = { rt->key, rt->key };
-    size_t lens[2] = { rt->keylen, 0 };
+    char pkey[STORE_KEY_MAX];
+    const char *keys[3] = { rt->key, rt->key, pkey };
+    size_t lens[3] = { rt->keylen, 0, 0 };
     int n = 1;
 
     if (rt->rule == NULL && rt->keylen > sizeof(FORWARD_SUFFIX) - 1)
         lens[n++] = rt->keylen - (sizeof(FORWARD_SUFFIX) - 1);   /* and the plain copy */
+    if ((lens[n] = store_part_key(rt->key, rt->keylen, pkey)) != 0)
+        keys[n++] = pkey;       /* and its stored part */
     int64_t got = purge_run(SHM_PURGE_URL, keys, lens, n, 1);
     return got > 0 ? CACHE_OK : got == 0 ? CACHE_MISS : (int)got;
 }
@@ -843,13 +859,13 @@ step_purge(struct req *rq, struct req_route *rt)
 {
     int soft = wk->cache && req_soft_asked(&rq->r);
     int rc = soft ? req_purge_soft(rt)
-           : wk->cache ? cache_remove(wk->cache, rt->key, rt->keylen) : CACHE_MISS;
+           : wk->cache ? store_remove(rt->key, rt->keylen) : CACHE_MISS;
 
     if (!soft && wk->cache && rt->rule == NULL && rt->keylen > sizeof(FORWARD_SUFFIX) - 1) {
         /* a PURGE of an absolute URL no rule maps: the forward-proxied
          * copy too (req_key_forward), then the plain one (a PUSH's) */
         size_t plain = rt->keylen - (sizeof(FORWARD_SUFFIX) - 1);
-        int rc2 = cache_remove(wk->cache, rt->key, plain);
+        int rc2 = store_remove(rt->key, plain);
         if (rc != CACHE_OK && rc2 != CACHE_MISS)
             rc = rc2;       /* removed (OK) or failed: that is the answer */
     }
@@ -1266,9 +1282,9 @@ req_ctl_cache(int purge, const char *url, struct buf *out)
         rc = store_ctl_lookup(rt.key, rt.keylen, &rq->r, out) ? 0 : 1;
         req_ctl_hits(&rt, out);
     } else {
-        int r1 = wk->cache ? cache_remove(wk->cache, rt.key, rt.keylen) : CACHE_MISS;
+        int r1 = wk->cache ? store_remove(rt.key, rt.keylen) : CACHE_MISS;
         if (wk->cache && rt.rule == NULL && rt.keylen > sizeof(FORWARD_SUFFIX) - 1) {
-            int r2 = cache_remove(wk->cache, rt.key, rt.keylen - (sizeof(FORWARD_SUFFIX) - 1));
+            int r2 = store_remove(rt.key, rt.keylen - (sizeof(FORWARD_SUFFIX) - 1));
             if (r1 != CACHE_OK && r2 != CACHE_MISS)
                 r1 = r2;
         }

@@ -19,7 +19,12 @@
  * body never looks complete.  Requests with Range or a condition are not
  * joined: they fetch for themselves at once (rww_join says -2), as the
  * waiters of a large answer did before, instead of waiting for the whole
- * fill.
+ * fill; so are those after a purge that began once the fill had asked
+ * the origin, and (req.c, once joined) those a lookup would not give the
+ * stored object without asking the origin (a Cookie under
+ * cache_responses_to_cookies, a response or request no-cache, a zero
+ * lifetime: store_joinable, on the meta the slot carries).  A Vary response is not published
+ * (proxy.c: it is stored under its variant's key).
  *
  * The owner does not matter: an HTTP/1.1 connection and an HTTP/2 stream
  * both send what rww_more lends and park while rww_waiting (conn_flush;
@@ -80,6 +85,7 @@ rww_release(struct req *rq)
         return;
     rww_unlink(rq);
     wk->ctr->rww_joiners--;
+    filltab_rww_leave(wk->shm->filltab, j->idx, j->v.gen, (int)wk->slotno);
     for (uint32_t i = 0; i < j->pinned; i++)
         cache_off_unpin(wk->cache, j->v.ext_off[i]);
     free(j);
@@ -87,6 +93,7 @@ rww_release(struct req *rq)
     rq->rq_body = NULL;
     rq->rq_body_len = 0;
     rq->rq_hit_pos = rq->rq_hit_end = 0;
+    memset(&rq->obj, 0, sizeof(rq->obj));      /* the stand-in (never held) */
 }
 
 int
@@ -105,6 +112,7 @@ rww_join(struct req *rq, const uint8_t h[16])
     struct rww_join *j;
     struct timeval now;
     struct cache_obj *o = &rq->obj;
+    int stale;      /* it fetches for itself (-2) */
 
     if (!rww_joinable(rq))
         return wk->conf->rec.rww_enable && filltab_rww_published(wk->shm->filltab, h)
@@ -114,12 +122,11 @@ rww_join(struct req *rq, const uint8_t h[16])
     event_base_gettimeofday_cached(wk->base, &now);
     j->idx = filltab_rww_join(wk->shm->filltab, h, (int)wk->slotno,
                               (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000, &j->v);
-    if (j->idx < 0 || j->v.next == 0 || rww_pin_new(j) < 0) {
-        for (uint32_t i = 0; i < j->pinned; i++)
-            cache_off_unpin(wk->cache, j->v.ext_off[i]);
-        free(j);
-        return -1;
-    }
+    /* A fill that asked the origin before a purge began is stored stale
+     * (cache/fill.c): a request after the purge fetches for itself. */
+    stale = j->idx >= 0 && j->v.purge_gen != cache_purge_gen(wk->cache);
+    if (j->idx < 0 || j->v.next == 0 || stale || rww_pin_new(j) < 0)
+        goto fail;
     /* What store_send() reads of a held object: the header block (in
      * extent 0, pinned), the length, the stored time; never released as
      * one (obj_held stays 0). */
@@ -129,13 +136,21 @@ rww_join(struct req *rq, const uint8_t h[16])
     o->hdr_len = j->v.hdr_len;
     o->body_len = j->v.total;
     o->meta.stored = j->v.stored;
-    o->meta.status = (uint16_t)j->v.status;     /* (counted and logged) */
+    o->meta.expires = j->v.expires;
+    o->meta.status = j->v.status;
+    o->meta.flags = j->v.flags;
     memcpy(o->key_hash, h, 16);
     rq->rq_rww = j;
     j->next = wk->joinq;
     wk->joinq = rq;
     wk->ctr->rww_joiners++;
     return 0;
+fail:
+    filltab_rww_leave(wk->shm->filltab, j->idx, j->v.gen, (int)wk->slotno);
+    for (uint32_t i = 0; i < j->pinned; i++)
+        cache_off_unpin(wk->cache, j->v.ext_off[i]);
+    free(j);
+    return stale ? -2 : -1;
 }
 
 /* Lend the next span of the body written so far (store_body_more's

@@ -368,6 +368,29 @@ store_part_span(const char *hdr, size_t hdrlen, const char *range, uint64_t *fro
     return store_range(range, *n, from, to) == 1 && *from >= *a && *to <= b;
 }
 
+size_t
+store_part_key(const char *key, size_t keylen, char *pkey)
+{
+    if (keylen + STORE_PART_SUFFIX_LEN >= STORE_KEY_MAX)
+        return 0;
+    memcpy(pkey, key, keylen);
+    memcpy(pkey + keylen, STORE_PART_SUFFIX, STORE_PART_SUFFIX_LEN);
+    return keylen + STORE_PART_SUFFIX_LEN;
+}
+
+int
+store_remove(const char *key, size_t keylen)
+{
+    char pkey[STORE_KEY_MAX];
+    size_t pl = store_part_key(key, keylen, pkey);
+    int rc = cache_remove(wk->cache, key, keylen), rc2;
+
+    if (pl == 0)
+        return rc;
+    rc2 = cache_remove(wk->cache, pkey, pl);
+    return rc == CACHE_OK || rc2 == CACHE_MISS ? rc : rc2;
+}
+
 int
 store_part_covers(const struct req *rq)
 {
@@ -851,6 +874,52 @@ store_fresh(const struct cache_obj *o, const struct cc_req *rcc, const struct re
 
 /* ------------------------------------------------------------------ */
 
+/* The request's Cache-Control as the policy bends it. */
+static void
+store_req_cc(const struct req *q, struct cc_req *rcc)
+{
+    cachectl_parse_req(&q->r, rcc);
+    if (q->rq_pol.ign_client_nc)
+        rcc->no_cache = 0;      /* ignore_client_no_cache */
+    if (q->rq_pol.ign_client_max_age)
+        rcc->max_age = -1;      /* ignore_client_cc_max_age */
+}
+
+/* A request with Cookie, under cache_responses_to_cookies 0, 2-4, takes
+ * only what that value lets cookies share: 1 when it may not take o (its
+ * header block; set_cookie: its response had Set-Cookie). */
+static int
+store_cookie_refuses(const struct req *q, const struct cache_obj *o, int set_cookie)
+{
+    size_t ctl = 0, ccl = 0;
+    const char *ct, *cc;
+
+    if (!q->rq_pol.req_cookie || q->rq_pol.ttl_in_cache > 0)
+        return 0;
+    ct = store_hdr_get(o->iov[0].iov_base, o->hdr_len, "content-type", &ctl);
+    cc = store_hdr_get(o->iov[0].iov_base, o->hdr_len, "cache-control", &ccl);
+    return store_cookies_prevent(q->rq_pol.cookies, 1, set_cookie, ct, ctl,
+                                 cc && store_strcasestr_n(cc, ccl, "public"));
+}
+
+int
+store_joinable(const struct req *q, const struct cache_obj *o)
+{
+    struct cc_req rcc;
+    struct timeval now;
+    int64_t age, ttl;
+    int plain;
+
+    store_req_cc(q, &rcc);
+    event_base_gettimeofday_cached(wk->base, &now);
+    age = (int64_t)now.tv_sec - o->meta.stored;
+    if (age < 0)
+        age = 0;
+    ttl = o->meta.expires - (int64_t)now.tv_sec;
+    return !store_cookie_refuses(q, o, (o->meta.flags & STORE_F_SET_COOKIE) != 0)
+           && store_fresh(o, &rcc, &q->rq_pol, &q->r, age, &ttl, &plain);
+}
+
 int
 store_lookup(struct req *rq, const char *key, size_t keylen, const uint8_t hash[16],
              int count, const char **why, char *cs, size_t cslen)
@@ -864,11 +933,7 @@ store_lookup(struct req *rq, const char *key, size_t keylen, const uint8_t hash[
     int fresh;
 
     *why = "uri-miss";
-    cachectl_parse_req(r, &rcc);
-    if (q->rq_pol.ign_client_nc)
-        rcc.no_cache = 0;       /* ignore_client_no_cache */
-    if (q->rq_pol.ign_client_max_age)
-        rcc.max_age = -1;       /* ignore_client_cc_max_age */
+    store_req_cc(q, &rcc);
     if ((count ? cache_lookup_hashed(wk->cache, key, keylen, hash, o)
                : cache_probe_hashed(wk->cache, key, keylen, hash, o)) != CACHE_OK)
         goto miss;
@@ -888,18 +953,10 @@ store_lookup(struct req *rq, const char *key, size_t keylen, const uint8_t hash[
         age = 0;
     ttl = o->meta.expires - (int64_t)now.tv_sec;
 
-    /* A request with Cookie, under cache_responses_to_cookies 0, 2-4, takes
-     * only what that value lets cookies share. */
-    if (q->rq_pol.req_cookie && q->rq_pol.ttl_in_cache <= 0) {
-        size_t ctl = 0, ccl = 0;
-        const char *ct = store_hdr_get(o->iov[0].iov_base, o->hdr_len, "content-type", &ctl);
-        const char *cc = store_hdr_get(o->iov[0].iov_base, o->hdr_len, "cache-control", &ccl);
-        if (store_cookies_prevent(q->rq_pol.cookies, 1, (o->meta.flags & STORE_F_SET_COOKIE) != 0,
-                                  ct, ctl, cc && store_strcasestr_n(cc, ccl, "public"))) {
-            store_release(rq);
-            *why = "request";
-            goto miss;
-        }
+    if (store_cookie_refuses(q, o, (o->meta.flags & STORE_F_SET_COOKIE) != 0)) {
+        store_release(rq);
+        *why = "request";
+        goto miss;
     }
 
     /* Usable without asking the origin (RFC 9111 4.2, 5.2.1)? */
@@ -1541,7 +1598,7 @@ store_invalidate(const char *key, size_t keylen, const struct http_req *resp,
     static const char *const hdrs[] = { "location", "content-location" };
     char k2[STORE_KEY_MAX], path[STORE_KEY_MAX];
 
-    cache_remove(wk->cache, key, keylen);
+    store_remove(key, keylen);
     for (size_t h = 0; h < 2; h++) {
         int i = http_field_find(resp, hdrs[h], 0);
         if (i < 0)
@@ -1574,6 +1631,6 @@ store_invalidate(const char *key, size_t keylen, const struct http_req *resp,
             }
         }
         if (kl)
-            cache_remove(wk->cache, k2, kl);
+            store_remove(k2, kl);
     }
 }

@@ -255,9 +255,13 @@ struct upstream {
     const char      *up_cdetail;      /* why not stored, or NULL */
     unsigned         up_reval:1;      /* conditional on a held stale object */
     unsigned         up_claim:1;      /* we hold the fill-table entry */
+    unsigned         up_bg_rww:1;     /* a background fill kept for joiners */
+    unsigned         up_orphan:1;     /* ... all gone before enough came */
     int              up_unsent;       /* sock_unsent() at the last wait to
                                          write the request (up_on_timeout) */
     uint8_t          up_hash[16];
+    int64_t          up_claim_renew;  /* ms: renew the claim (a fill still
+                                         receiving) from then on */
     /* parent.config (worker/parent.c): up_host/up_port are the parent in
      * use while up_pidx >= 0; the origin is kept in up_ohost/up_oport */
     const struct conf_parent_rule *up_prule; /* the matching rule, or NULL */
@@ -433,8 +437,9 @@ void proxy_client_sent(struct req *rq, size_t n);
 int  proxy_client_body(struct req *rq);
 void proxy_abort(struct req *rq);
 /* Should rq's origin transaction go on without its client (a background
- * fill: the client left, a fill runs, enough of it arrived)? */
-int  proxy_bg_fill(const struct req *rq);
+ * fill: the client left, a fill runs, enough of it arrived or joiners
+ * follow it, until they all leave before enough came)? */
+int  proxy_bg_fill(struct req *rq);
 
 /* store.c: hits and fills (the pure key, Vary and Range rules: variant.h) */
 /* req.c: `cistern ctl cache lookup|purge URL`; 0, 1 (not stored), 4 */
@@ -500,6 +505,16 @@ int  store_fill_end_part(struct cache_fill **f, struct store_part_old *old, int 
 /* Does the held object (a stored 206) hold every byte the request's
  * single Range asks for? */
 int  store_part_covers(const struct req *rq);
+/* The part key of key in pkey[STORE_KEY_MAX]: its length, 0 when too long. */
+size_t store_part_key(const char *key, size_t keylen, char *pkey);
+/* Remove the object stored under key and its stored part (a PURGE, an
+ * invalidation): CACHE_OK when either was removed, CACHE_MISS when
+ * neither was there, else an error. */
+int  store_remove(const char *key, size_t keylen);
+/* May q take o, a fill's header block and meta (read-while-writer), as a
+ * lookup would take it stored: the cookie rule, and fresh enough for q
+ * without asking the origin?  1 or 0. */
+int  store_joinable(const struct req *q, const struct cache_obj *o);
 /* May the held part (a fresh 206) be completed for rq (a GET without
  * If-Range) with one origin range, the missing tail or head of what rq
  * asks for?  1 with *cp.  Without a strong ETag only a request without
@@ -761,7 +776,8 @@ void tls_origin_free(struct ssl_st *ssl);
 /* worker/rww.c: read-while-writer, the joiner's side */
 int  rww_joinable(const struct req *rq);
 /* 0 joined; -1 not (wait as before); -2 a published fill rq cannot join
- * (Range, conditions): fetch for itself */
+ * (Range, conditions; or it asked the origin before a purge began):
+ * fetch for itself */
 int  rww_join(struct req *rq, const uint8_t h[16]);
 int  rww_more(struct req *rq);
 int  rww_waiting(const struct req *rq);

@@ -870,6 +870,26 @@ START_TEST(test_large_objects)
 
     /* over the limit: refused */
     ck_assert_int_eq(put_obj(E.c, "L7", 4 * MiB, 7, 1), CACHE_TOOBIG);
+
+    /* cache_fill_max_extents bounds the extents a fill of a known length
+     * takes, within one (read-while-writer publishes a fill only when
+     * they fit in a fill table slot) */
+    for (uint64_t len = 1000; len <= 3 * MiB + MiB / 2; len += MiB / 7) {
+        static uint8_t buf[64 * 1024];
+        uint64_t hoff, off[8], pos[8];
+        uint32_t hl, nx;
+
+        ck_assert_int_eq(cache_fill_begin(E.c, "X", 1, &m, "X-A: b\r\n", 8, (int64_t)len, &f),
+                         CACHE_OK);
+        for (uint64_t w = 0; w < len; w += sizeof(buf))
+            ck_assert_int_eq(cache_fill_write(f, buf, len - w < sizeof(buf) ? (size_t)(len - w)
+                                                                            : sizeof(buf)),
+                             CACHE_OK);
+        nx = cache_fill_where(f, &hoff, &hl, off, pos, 8);
+        ck_assert_uint_le(nx, cache_fill_max_extents(E.c, len));
+        ck_assert_uint_ge(nx + 1, cache_fill_max_extents(E.c, len));
+        cache_fill_abort(f);
+    }
 }
 END_TEST
 

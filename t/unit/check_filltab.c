@@ -123,6 +123,12 @@ START_TEST(test_claim_deadline)
      * keeping the waiters it had */
     ck_assert(!filltab_busy(ft, h, 2, 1500));
     ck_assert_int_eq(filltab_claim(ft, h, 4, 1600, 500), FT_CLAIMED);
+    /* a filler still receiving renews its claim; another slot cannot */
+    filltab_renew(ft, h, 2, 5000);
+    ck_assert(!filltab_busy(ft, h, 2, 2100));
+    filltab_renew(ft, h, 4, 3000);
+    ck_assert(filltab_busy(ft, h, 2, 2900));
+    ck_assert(!filltab_busy(ft, h, 2, 3000));
     uint64_t wake[4];
     filltab_release(ft, h, 4, 1700, 0, wake);
     ck_assert(bit(wake, 2));
@@ -289,6 +295,15 @@ START_TEST(test_rww_publish_join_end)
     ck_assert_int_eq(got.state, RWW_OPEN);
     ck_assert_uint_eq(got.total, 1000);
     ck_assert_uint_eq(got.avail, 0);
+    ck_assert_int_eq(filltab_rww_joined(ft, idx), 1);
+    /* joiners leave: counted per slot; another generation's leave is void */
+    ck_assert_int_eq(filltab_rww_join(ft, h, 3, 0, &got), idx);
+    filltab_rww_leave(ft, idx, got.gen, 3);
+    filltab_rww_leave(ft, idx, got.gen + 1, 3);
+    ck_assert_int_eq(filltab_rww_joined(ft, idx), 1);
+    filltab_rww_leave(ft, idx, got.gen, 3);
+    ck_assert_int_eq(filltab_rww_joined(ft, idx), 0);
+    ck_assert_int_eq(filltab_rww_join(ft, h, 3, 0, &got), idx);
     ck_assert_int_eq(filltab_rww_joined(ft, idx), 1);
     /* the filler grows it: the joiner's slot is woken, its copy follows */
     v.avail = 600;
