@@ -224,9 +224,10 @@ static const struct rec_directive rec_table[] = {
       "1: a Range miss fetches and stores the whole object" },
     { "proxy.config.cistern.slice.blockbytes", REC_INT, rec_set_int,
       REC_FIELD(slice_blockbytes), "0", 0, 1073741824,
-      "ATS slice's --blockbytes: a `bytes=a-b` miss fetches the blocks of "
-      "this many bytes that hold it (aligned), stores them as a part and "
-      "answers from it; 0 = off" },
+      "ATS slice's --blockbytes: a `bytes=a-b` or `bytes=a-` miss fetches the "
+      "blocks of this many bytes that hold it (aligned), stores them as a "
+      "part and answers from it (a range over more than two blocks streamed "
+      "block by block, one ahead); 0 = off" },
     { "proxy.config.cistern.purge.forward_tags", REC_INT, rec_set_int,
       REC_FIELD(purge_forward_tags), "0", 0, 1,
       "1: send the Surrogate-Key and Cache-Tag fields (purge tags) to clients; "

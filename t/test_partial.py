@@ -14,6 +14,7 @@ suffix), and later Range requests that part covers are hits.
 """
 import base64
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -181,6 +182,12 @@ def test_validator_change_drops_part():
         expect(not is_hit(r), "weak ETags: not combined")
 
 
+def slicing(o, blk, store="cache 256M", **records):
+    """A Cistern mapping HOST to origin o with slice.blockbytes blk."""
+    records["proxy.config.cistern.slice.blockbytes"] = blk
+    return Cistern(storage=[store], remap=remap_for(o), records=records)
+
+
 def test_slices():
     """proxy.config.cistern.slice.blockbytes (ATS slice): Range misses on a
     large object fetch the aligned blocks that hold them (the origin sees
@@ -189,8 +196,7 @@ def test_slices():
     hit."""
     mib, n = 1 << 20, int(os.environ.get("CISTERN_PARTIAL_MB", "256")) << 20
     blk = 4 * mib
-    with Origin() as o, Cistern(storage=["cache 256M"], remap=remap_for(o),
-                                records={"proxy.config.cistern.slice.blockbytes": blk}) as c:
+    with Origin() as o, slicing(o, blk) as c:
         p = "/ranges/etag/big/bytes/%d/%s" % (n, CC)
         want = pattern(n)
         cases = [(blk - 100, blk + 100), (2 * blk - 1, 2 * blk), (0, 0),
@@ -220,13 +226,182 @@ def test_slice_slow_origin():
     the whole slice (it is not released to the origin with its own range
     when the head comes, as a joiner of a large miss is)."""
     mib = 1 << 20
-    with Origin() as o, Cistern(storage=["cache 64M"], remap=remap_for(o),
-                                records={"proxy.config.cistern.slice.blockbytes": 2 * mib}) as c:
+    with Origin() as o, slicing(o, 2 * mib, "cache 64M") as c:
         p = "/ranges/etag/s/slow-body/%d/300/%s" % (4 * mib, CC)
         r = get(c.port, p, "bytes=%d-%d" % (mib, 3 * mib))
         expect_part(r, mib, 3 * mib, 4 * mib, "across the block boundary")
         seen = [harness.header_of(q, "Range") for q in o.requests()]
         expect_eq(seen, ["bytes=0-4194303"], "the origin's ranges")
+
+
+def stream_get(port, path, rng, stop_after=None, rate=None, rcvbuf=None, timeout=30):
+    """GET path with Range rng on a socket of our own, reading the body as
+    it comes: all of it (its Content-Length), or stop_after bytes (then
+    close), at rate bytes/s when given.  (head bytes, body bytes, closed
+    by the peer)."""
+    s = socket.socket()
+    if rcvbuf:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.settimeout(timeout)
+    s.connect(("127.0.0.1", port))
+    s.sendall(b"GET %s HTTP/1.1\r\nHost: %s\r\nRange: %s\r\n\r\n"
+              % (path.encode(), HOST.encode(), rng.encode()))
+    head, body, t0, closed, want = b"", bytearray(), time.time(), False, None
+    try:
+        while want is None or len(body) < want:
+            d = s.recv(1 << 20)
+            if not d:
+                closed = True
+                break
+            if want is None:
+                head += d
+                if b"\r\n\r\n" not in head:
+                    continue
+                head, _, d = head.partition(b"\r\n\r\n")
+                m = re.search(rb"(?im)^content-length: *(\d+)", head)
+                want = int(m.group(1)) if m else 1 << 62
+                if stop_after is not None:
+                    want = min(want, stop_after)
+            body += d
+            if rate:
+                time.sleep(max(0, t0 + len(body) / float(rate) - time.time()))
+    except ConnectionResetError:
+        closed = True
+    s.close()
+    return head, bytes(body), closed
+
+
+def origin_blocks(o, blk, since=0):
+    """The origin's Range requests after the first since, each checked to
+    be one aligned block: their first bytes."""
+    starts = []
+    for q in o.requests()[since:]:
+        rg = harness.header_of(q, "Range")
+        m = re.match(r"bytes=(\d+)-(\d+)$", rg or "")
+        expect(m is not None, "origin Range %r: not a closed range" % rg)
+        a, b = int(m.group(1)), int(m.group(2))
+        expect(a % blk == 0 and b + 1 - a == blk, "origin range %r is not one aligned block" % rg)
+        starts.append(a)
+    return starts
+
+
+def test_slice_open_range():
+    """An open range (a video player's seek, `bytes=N-`) on a slicing rule:
+    a 206 to the end of the object, streamed block by block, byte-exact;
+    the origin sees one aligned block per request, each once, never the
+    whole.  A closed range over many blocks is streamed the same way."""
+    mib, n = 1 << 20, int(os.environ.get("CISTERN_PARTIAL_MB", "256")) << 20
+    blk = 4 * mib
+    with Origin() as o, slicing(o, blk) as c:
+        p = "/ranges/etag/open/bytes/%d/%s" % (n, CC)
+        want = pattern(n)
+        a = n // 2 + 12345
+        head, body, _ = stream_get(c.port, p, "bytes=%d-" % a, timeout=120)
+        expect(head.startswith(b"HTTP/1.1 206"), "status: %r" % head[:200])
+        expect_in(b"Content-Range: bytes %d-%d/%d" % (a, n - 1, n), head, "Content-Range")
+        expect_in(b"Content-Length: %d" % (n - a), head, "Content-Length")
+        expect_body(body, want[a:], "open range to the end")
+        starts = origin_blocks(o, blk)
+        expect_eq(sorted(starts), list(range(a // blk * blk, n, blk)),
+                  "each block from a's to the last, once")
+        # a closed range over five blocks elsewhere: streamed too
+        n0 = len(o.requests())
+        a, b = blk + 7, 6 * blk - 8
+        head, body, _ = stream_get(c.port, p, "bytes=%d-%d" % (a, b), timeout=60)
+        expect_in(b"Content-Range: bytes %d-%d/%d" % (a, b, n), head, "closed: Content-Range")
+        expect_body(body, want[a:b + 1], "closed range over five blocks")
+        expect_eq(sorted(origin_blocks(o, blk, n0)), list(range(blk, 6 * blk, blk)),
+                  "closed: its blocks, one request each")
+
+
+def test_slice_open_leave_and_reuse():
+    """A client that reads three blocks' worth of an open range and leaves:
+    the origin is asked for at most two blocks beyond what it read, not
+    for the rest of the file.  A second open range starting in the blocks
+    stored: they come from the store (no origin request for them), the
+    next ones from the origin, byte-exact."""
+    mib, n = 1 << 20, 64 << 20
+    blk = 4 * mib
+    with Origin() as o, slicing(o, blk) as c:
+        p = "/ranges/etag/leave/bytes/%d/%s" % (n, CC)
+        want = pattern(n)
+        a = 5 * blk + 100
+        head, body, closed = stream_get(c.port, p, "bytes=%d-" % a, stop_after=3 * blk,
+                                        rcvbuf=65536)
+        expect(head.startswith(b"HTTP/1.1 206") and not closed, "a 206 being sent: %r" % head[:80])
+        expect_body(body[:3 * blk], want[a:a + 3 * blk], "the three blocks read")
+        time.sleep(2)
+        starts = origin_blocks(o, blk)
+        read_last = (a + 3 * blk) // blk * blk
+        os.environ.get("CISTERN_TEST_VERBOSE") and print([s // blk for s in starts])
+        expect(max(starts) <= read_last + 2 * blk,
+               "at most two blocks beyond those read: %r" % [s // blk for s in starts])
+        expect_eq(len(starts), len(set(starts)), "no block twice")
+        got = sum(blk for _ in starts)
+        expect(got <= 6 * blk, "origin bytes %d for %d read" % (got, 3 * blk))
+        time.sleep(1)
+        expect_eq(len(o.requests()), len(starts), "nothing more asked for after the client left")
+        # the blocks stored serve a second open range from within them
+        stored_end = max(starts) + blk
+        n0 = len(o.requests())
+        a2 = 6 * blk + 1
+        head, body, _ = stream_get(c.port, p, "bytes=%d-" % a2, timeout=60)
+        expect_in(b"Content-Range: bytes %d-%d/%d" % (a2, n - 1, n), head, "reuse: Content-Range")
+        expect_body(body, want[a2:], "reuse: to the end")
+        again = origin_blocks(o, blk, n0)
+        expect_eq(sorted(again), list(range(stored_end, n, blk)),
+                  "only the blocks not stored asked for")
+
+
+def test_slice_block_fails():
+    """A block that does not come as the first did (answered 200, or with
+    another ETag) mid-stream: the client's body stops short of its
+    Content-Length and the connection closes; nothing mixed is stored."""
+    n, blk = 4000, 1000
+    body = bytes(pattern(n))
+    with Origin() as o, slicing(o, blk, "cache 64M") as c:
+        whole = {"status": 200, "body": body.decode("latin-1"),
+                 "headers": [["ETag", '"one"'], ["Cache-Control", "max-age=3600"]]}
+        for path, third in (("/two00", whole),
+                            ("/etag", part(body[2000:3000].decode("latin-1"), 2000, 2999, n,
+                                           '"two"'))):
+            o.script(path, [part(body[0:1000].decode("latin-1"), 0, 999, n, '"one"'),
+                            part(body[1000:2000].decode("latin-1"), 1000, 1999, n, '"one"'),
+                            third])
+            head, got, closed = stream_get(c.port, path, "bytes=500-", timeout=10)
+            expect(head.startswith(b"HTTP/1.1 206"), "%s: status %r" % (path, head[:80]))
+            expect_in(b"Content-Range: bytes 500-3999/4000", head, path + ": Content-Range")
+            expect(closed and len(got) < 3500, "%s: cut short (%d bytes, closed %r)"
+                   % (path, len(got), closed))
+            expect(got == body[500:500 + len(got)], path + ": what came is right")
+            n0 = len(o.requests())
+            if third is whole:
+                r = get(c.port, path, "bytes=0-1999")
+                expect(is_hit(r), path + ": the two blocks stored")
+                expect_body(r.body, body[:2000], path + ": the stored part")
+            else:
+                r = get(c.port, path, "bytes=2000-2999")
+                expect(is_hit(r), path + ": the block of the other ETag replaced the part")
+                expect_body(r.body, body[2000:3000], path + ": its bytes")
+                expect_eq(r.header("ETag"), '"two"', path + ": its ETag")
+            expect_eq(len(o.requests()), n0, path + ": hits")
+
+
+def test_slice_slow_client():
+    """A client reading an open range at 1 MiB/s is not cut: its blocks
+    are fetched as it reads (the origin's no-activity timeout, 1 s,
+    does not end it)."""
+    mib = 1 << 20
+    n = 6 * mib
+    with Origin() as o, slicing(o, mib, "cache 64M", **{
+            "proxy.config.http.transaction_no_activity_timeout_out": 1}) as c:
+        p = "/ranges/etag/slowc/bytes/%d/%s" % (n, CC)
+        a = mib // 2
+        head, body, _ = stream_get(c.port, p, "bytes=%d-" % a, rate=mib, rcvbuf=16384,
+                                   timeout=20)
+        expect_in(b"Content-Range: bytes %d-%d/%d" % (a, n - 1, n), head, "Content-Range")
+        expect_body(body, pattern(n)[a:], "the whole tail, slowly")
+        expect_eq(sorted(origin_blocks(o, mib)), list(range(0, n, mib)), "each block once")
 
 
 def origin_ranges(o, since):

@@ -514,29 +514,24 @@ conn_bg_revalidate(struct req *rq, const char *key, size_t keylen)
     conn_process(g);
 }
 
-/* ATS slice: fetch rq with its Range line replaced by range on an internal
- * connection (like a background revalidation: its answer goes nowhere but
- * the cache), carrying the fill claim on hash that the client waits on. */
+/* ATS slice: replay head (rq's, without its Range line and its empty
+ * line) with range on an internal connection (like a background
+ * revalidation: its answer goes nowhere but the cache), carrying the fill
+ * claim on hash that its clients wait on. */
 static int
-conn_bg_slice(struct req *rq, const uint8_t hash[16], const char *range)
+conn_bg_slice(struct req *rq, const char *head, size_t headlen, const uint8_t hash[16],
+              const char *range)
 {
-    struct http_req *r = &rq->r;
-    int i = http_field_find_id(r, HTTP_F_RANGE, 0);
     size_t rl = strlen(range);
     struct conn *g;
 
-    if (i < 0 || r->has_body)
+    if (rq->r.has_body)
         return -1;
-    const char *line = r->base + r->fields[i].name;
-    const char *eol = memchr(line, '\n', (size_t)(r->base + r->head_len - line));
-    if (eol == NULL)
-        return -1;
-    size_t pre = (size_t)(line - r->base), post = r->head_len - (size_t)(eol + 1 - r->base);
     g = conn_new(wk, -1, rq->rq_peer, sizeof(union conn_addr));
     if (g)
         conn_req_get(g);
     if (g == NULL || g->cn_req == NULL || buf_alloc(&g->cn_in) < 0
-        || buf_grow(&g->cn_in, pre + rl + 9 + post) < 0) {
+        || buf_grow(&g->cn_in, headlen + rl + 11) < 0) {
         if (g)
             conn_close(g);
         return -1;
@@ -547,16 +542,16 @@ conn_bg_slice(struct req *rq, const uint8_t hash[16], const char *range)
         g->cn_local_ok = 1;
     }
     g->cn_req->rq_bg = 1;
+    g->cn_req->rq_slicer = 1;
     g->cn_req->rq_nowait = 1;   /* no claim of the object's key: ours is the part's */
     g->cn_req->rq_claim = 1;
     memcpy(g->cn_req->whash, hash, 16);
     char *d = g->cn_in.data;
-    memcpy(d, r->base, pre);
-    memcpy(d + pre, "Range: ", 7);
-    memcpy(d + pre + 7, range, rl);
-    memcpy(d + pre + 7 + rl, "\r\n", 2);
-    memcpy(d + pre + rl + 9, eol + 1, post);
-    g->cn_in.end = pre + rl + 9 + post;
+    memcpy(d, head, headlen);
+    memcpy(d + headlen, "Range: ", 7);
+    memcpy(d + headlen + 7, range, rl);
+    memcpy(d + headlen + 7 + rl, "\r\n\r\n", 4);
+    g->cn_in.end = headlen + rl + 11;
     conn_process(g);
     return 0;
 }
@@ -1226,9 +1221,11 @@ conn_flush(struct conn *c)
     }
     c->cn_in_flush = 0;
     conn_unwant_write(c);
-    if (c->cn_req && rww_waiting(c->cn_req))
+    if (c->cn_req && (rww_waiting(c->cn_req)
+                      || (c->cn_req->rq_slice && slice_waiting(c->cn_req))))
         return 0;   /* a joiner that caught up with the fill: the filler
-                       wakes it (worker/rww.c), which flushes again */
+                       wakes it (worker/rww.c), which flushes again; a
+                       stream: its next block (worker/slice.c) */
     if (c->cn_fd < 0 && c->cn_state != CONN_PROXY && c->cn_state != CONN_WAIT) {
         conn_close(c);      /* the background transaction is over */
         return -1;

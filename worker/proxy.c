@@ -54,7 +54,6 @@
 
 static void proxy_rww_grew(struct upstream *up);
 static void proxy_rww_end(struct upstream *up, int state);
-static int64_t proxy_now_ms(void);
 static void proxy_bg_orphan(struct upstream *up);
 /* How long a URL that answered uncacheable skips the fill table
  * (Varnish's hit-for-miss). */
@@ -1287,7 +1286,7 @@ proxy_wake_slots(const uint64_t wake[4])
             if (write(wk->wake_fds[s], &one, sizeof(one)) < 0) { /* already pending */ }
 }
 
-static int64_t
+int64_t
 proxy_now_ms(void)
 {
     struct timeval now;
@@ -1516,6 +1515,12 @@ proxy_pump(struct req *rq)
             return proxy_revalidated(rq, up, resp);
         if (resp->status >= 500 && store_stale_on_error(rq))
             return proxy_serve_stale(rq, up, resp->status);
+        if (rq->rq_slicer && resp->status != 206) {
+            /* a slice's block (worker/slice.c) is a 206 or nothing: a 200
+             * would fetch the whole object for a seek */
+            up_fail(up, 502, "a slice's block answered without its range");
+            return WK_MORE;
+        }
         if (up->up_cpl_on && resp->status == 206 && !store_cpl_joins(rq, &up->up_cpl, resp)) {
             if (proxy_cpl_refetch(up))
                 return WK_WAIT;

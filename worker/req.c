@@ -90,6 +90,7 @@ req_new(void *owner, const struct req_owner_ops *ops)
     rq->rq_body_len = 0;
     rq->rq_hit_pos = rq->rq_hit_end = 0;
     rq->rq_rww = NULL;
+    rq->rq_slice = NULL;
     rq->rq_up = NULL;
     rq->rq_push = NULL;
     rq->rq_tunnel = NULL;
@@ -97,6 +98,7 @@ req_new(void *owner, const struct req_owner_ops *ops)
     rq->rq_claim = 0;
     rq->rq_bg = 0;
     rq->rq_sliced = 0;
+    rq->rq_slicer = 0;
     rq->rq_h2 = 0;
     rq->wnext = NULL;
     rq->log.active = 0;
@@ -504,12 +506,34 @@ req_topkey(struct req *rq, const struct req_route *rt, enum req_step s)
     metrics_url(rq, h);
 }
 
+/* ATS slice (proxy.config.cistern.slice.blockbytes): does slicing apply
+ * to rq, a cacheable GET with one Range that has a first byte, on an
+ * owner that can start slice fetches?  store_range_first's kind (1
+ * closed, 2 open) with [*a, *b], or 0. */
+static int
+req_sliceable(const struct req *rq, size_t keylen, uint64_t *a, uint64_t *b)
+{
+    int i;
+
+    if (wk->conf->rec.slice_blockbytes == 0 || wk->conf->rec.collapse_timeout <= 0
+        || rq->rq_bg || rq->rq_ops->slice == NULL   /* (nothing to wait with) */
+        || rq->r.method != HTTP_GET || rq->r.has_body || !rq->rq_pol.cache
+        || (i = http_field_find_id(&rq->r, HTTP_F_RANGE, 0)) < 0
+        || http_field_find_id(&rq->r, HTTP_F_RANGE, i + 1) >= 0
+        || http_field_find_id(&rq->r, HTTP_F_IF_RANGE, 0) >= 0
+        || keylen + STORE_PART_SUFFIX_LEN >= STORE_KEY_MAX || http_req_no_store(&rq->r))
+        return 0;
+    return store_range_first(rq->r.base + rq->r.fields[i].value, rq->r.fields[i].value_len,
+                             a, b);
+}
+
 /* A GET the object's key does not answer: a stored part (a 206, RFC
  * 9111 3.3) under the part key may, when it is fresh: a Range request
  * it holds every byte of is a hit; one it holds the head or the tail of
  * (or a request without Range) keeps it held, and the fetch asks only
- * for the rest (store_part_plan, proxy.c).  1: a hit (held, rt->verdict
- * STORE_HIT). */
+ * for the rest (store_part_plan, proxy.c).  On a slicing rule, a range
+ * the part holds the first byte of is streamed from it, block by block
+ * (worker/slice.c).  1: a hit (held, rt->verdict STORE_HIT). */
 static int
 req_lookup_part(struct req *rq, struct req_route *rt)
 {
@@ -517,6 +541,7 @@ req_lookup_part(struct req *rq, struct req_route *rt)
     const char *why;
     struct store_cpl cp;
     uint8_t h[16];
+    uint64_t a, b;
     int v;
 
     if (rq->r.method != HTTP_GET || http_field_find_id(&rq->r, HTTP_F_IF_RANGE, 0) >= 0
@@ -529,7 +554,10 @@ req_lookup_part(struct req *rq, struct req_route *rt)
      * request without Range takes after its counted miss) */
     v = store_lookup(rq, pkey, rt->keylen + STORE_PART_SUFFIX_LEN, h,
                      rq->r.fidx[HTTP_F_RANGE] != 0, &why, cs, sizeof(cs));
-    if (v == STORE_HIT && store_part_covers(rq)) {
+    if (v == STORE_HIT && (store_part_covers(rq)
+                           || (req_sliceable(rq, rt->keylen, &a, &b)
+                               && slice_begin(rq, pkey, rt->keylen + STORE_PART_SUFFIX_LEN, h,
+                                              a, b)))) {
         rt->verdict = STORE_HIT;
         memcpy(rt->cs, cs, sizeof(cs));
         return 1;
@@ -539,61 +567,29 @@ req_lookup_part(struct req *rq, struct req_route *rt)
     return 0;
 }
 
-/* ATS slice (proxy.config.cistern.slice.blockbytes): a `bytes=a-b` miss
- * fetches the aligned blocks that hold it, [a / S * S, (b / S + 1) * S - 1],
- * on an internal request of its own (stored as a part, combined with the
- * parts stored before), and waits for it like a collapsed miss: woken,
- * the part lookup answers it.  Once per request (a failed slice fetch
- * leaves it to go to the origin with its own range).  1: wait on
- * rt->hash. */
+/* ATS slice: a Range miss fetches the aligned blocks that hold it (a few
+ * at once for a short closed range, else the first one, streamed on by
+ * worker/slice.c) on an internal request of its own, stored as a part
+ * (combined with the part stored before), and waits for it like a
+ * collapsed miss: woken, the part lookup answers it.  Once per request
+ * (a failed slice fetch leaves it to go to the origin with its own
+ * range).  1: wait on rt->hash. */
 static int
 req_slice(struct req *rq, struct req_route *rt)
 {
-    uint64_t s = (uint64_t)wk->conf->rec.slice_blockbytes, a, b;
-    char pkey[STORE_KEY_MAX], rng[64];
-    struct timeval now;
+    char pkey[STORE_KEY_MAX];
     uint8_t h[16];
-    int i;
+    uint64_t a, b;
 
-    if (s == 0 || wk->conf->rec.collapse_timeout <= 0   /* (nothing to wait with) */
-        || rq->rq_bg || rq->rq_sliced || rq->rq_ops->slice == NULL
-        || rq->r.method != HTTP_GET || rq->r.has_body || !rq->rq_pol.cache
-        || (i = http_field_find_id(&rq->r, HTTP_F_RANGE, 0)) < 0
-        || http_field_find_id(&rq->r, HTTP_F_RANGE, i + 1) >= 0
-        || http_field_find_id(&rq->r, HTTP_F_IF_RANGE, 0) >= 0
-        || rt->keylen + STORE_PART_SUFFIX_LEN >= sizeof(pkey)
-        || http_req_no_store(&rq->r)
-        || store_range_closed(rq->r.base + rq->r.fields[i].value, rq->r.fields[i].value_len,
-                              &a, &b) != 1)
+    if (rq->rq_sliced || !req_sliceable(rq, rt->keylen, &a, &b))
         return 0;
-    snprintf(rng, sizeof(rng), "bytes=%llu-%llu", (unsigned long long)(a / s * s),
-             (unsigned long long)((b / s + 1) * s - 1));
     memcpy(pkey, rt->key, rt->keylen);
     memcpy(pkey + rt->keylen, STORE_PART_SUFFIX, STORE_PART_SUFFIX_LEN);
     cache_key_hash(wk->cache, pkey, rt->keylen + STORE_PART_SUFFIX_LEN, h);
-    event_base_gettimeofday_cached(wk->base, &now);
-    switch (filltab_claim(wk->shm->filltab, h, (int)wk->slotno,
-                          (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000,
-                          (int64_t)wk->conf->rec.txn_no_activity_out * 1000 + 5000)) {
-    case FT_CLAIMED:
-        rq->rq_sliced = 1;
-        if (rq->rq_ops->slice(rq, h, rng) != 0) {
-            fill_release(h, 0);
-            return 0;
-        }
-        /* the claim is the slice's now: wait on it as a waiter, woken by
-         * its release (else only by the worker's tick) */
-        if (filltab_claim(wk->shm->filltab, h, (int)wk->slotno,
-                          (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000, 1000) == FT_CLAIMED)
-            fill_release(h, 0);      /* it ended already */
-        memcpy(rt->hash, h, 16);    /* what step_wait waits on */
-        return 1;
-    case FT_WAIT:
-        memcpy(rt->hash, h, 16);
-        return 1;       /* another slice of this object is being fetched */
-    default:
+    if (!slice_start(rq, h, a, b))
         return 0;
-    }
+    memcpy(rt->hash, h, 16);    /* what step_wait waits on */
+    return 1;
 }
 
 /* Read-while-writer: follow a published fill from its bytes (a HIT); a
@@ -757,9 +753,11 @@ step_hit(struct req *rq, struct req_route *rt)
     if (rt->verdict == STORE_HIT_STALE && rq->rq_ops->revalidate)
         rq->rq_ops->revalidate(rq, rt->key, rt->keylen);
     store_cond_from(&sc, &rq->r);
-    if (store_send(rq, &sc, req_keep_alive(rq) && req_body_discardable(&rq->r),
-                   rq->rq_rww ? "cistern; hit; detail=read-while-writer" : rt->cs,
-                   NULL, 0) < 0) {
+    int ka = req_keep_alive(rq) && req_body_discardable(&rq->r);
+    if ((rq->rq_slice ? slice_send(rq, &sc, ka, rt->cs)
+                      : store_send(rq, &sc, ka,
+                                   rq->rq_rww ? "cistern; hit; detail=read-while-writer" : rt->cs,
+                                   NULL, 0)) < 0) {
         store_release(rq);
         rt->verdict = STORE_MISS;
         return REQ_FETCH;
@@ -946,6 +944,8 @@ step_done(struct req *rq, struct req_route *rt)
     if (rq->rq_push)
         push_free(rq);      /* its answer (SYNTH) may have quoted it */
     store_release(rq);
+    if (rq->rq_slice)
+        slice_end(rq);
     if (rq->rq_plugged)
         plug_txn_end(rq);
     return REQ_PARK;
@@ -1349,8 +1349,9 @@ req_answer_ours(struct req *rq)
 void
 req_sent_all(struct req *rq)
 {
-    if (rq->rq_step == REQ_HIT && rww_waiting(rq))
-        return;     /* a joiner that sent what the fill has: woken for more */
+    if (rq->rq_step == REQ_HIT && (rww_waiting(rq) || (rq->rq_slice && slice_sent(rq))))
+        return;     /* a joiner that sent what the fill has, a stream that
+                       sent what its part holds: woken for more */
     if (rq->rq_step == REQ_HIT
         || (rq->rq_step == REQ_FETCH && rq->rq_up == NULL))
         req_steps(rq, REQ_DONE);
@@ -1404,4 +1405,6 @@ req_wait_check(struct worker *w, int deadlines_only)
     }
     if (!deadlines_only && w->joinq)
         rww_wake_all(w);
+    if (!deadlines_only && w->sliceq)
+        slice_wake_all(w);
 }

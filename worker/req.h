@@ -145,11 +145,13 @@ struct req_owner_ops {
     /* Start a background revalidation of key, replaying rq's head, on an
      * owner of its own whose answer goes nowhere. */
     void (*revalidate)(struct req *rq, const char *key, size_t keylen);
-    /* Start a fetch of rq with its Range replaced by range (a slice-aligned
-     * one), on an owner of its own, carrying the fill claim on hash.
-     * Returns 0 when started (the claim is its), -1 (the claim is ours).
-     * NULL: the owner cannot (then no slicing). */
-    int (*slice)(struct req *rq, const uint8_t hash[16], const char *range);
+    /* Start a fetch replaying head (rq's, without its Range line and its
+     * ending empty line: headlen bytes) with range (a slice-aligned one),
+     * on an owner of its own, carrying the fill claim on hash.  Returns 0
+     * when started (the claim is its), -1 (the claim is ours).  NULL: the
+     * owner cannot (then no slicing). */
+    int (*slice)(struct req *rq, const char *head, size_t headlen, const uint8_t hash[16],
+                 const char *range);
     /* The local address the request arrived on (remap's @in_ip= and
      * map_with_recv_port), or NULL when unknown.  Asked only when a rule
      * needs it: the owner may look it up then (one getsockname per
@@ -171,6 +173,7 @@ struct req {
     unsigned         rq_collapsed:1;  /* answered by another's fill */
     unsigned         rq_bg:1;         /* a background revalidation */
     unsigned         rq_sliced:1;     /* started its slice fetch already */
+    unsigned         rq_slicer:1;     /* a slice's fetch: only a 206 will do */
     unsigned         rq_claim:1;      /* holds the fill claim whash (a
                                          background revalidation's, until
                                          its fetch takes it over) */
@@ -204,6 +207,8 @@ struct req {
     uint64_t         rq_hit_end;      /* and the end of what is sent */
     void            *rq_rww;          /* read-while-writer: the fill joined
                                          (worker/rww.c), or NULL */
+    void            *rq_slice;        /* a range streamed block by block
+                                         (worker/slice.c), or NULL */
     struct upstream *rq_up;           /* FETCH's origin transaction */
     struct push     *rq_push;         /* PUSH's body being stored */
     struct tunnel   *rq_tunnel;       /* a tunnel connecting, or waiting

@@ -412,6 +412,26 @@ store_strong_etag(const char *h, size_t hl, size_t *len)
     return e && *len >= 2 && e[0] == '"' ? e : NULL;
 }
 
+int
+store_part_ident(const struct cache_obj *o, uint64_t *a, uint64_t *b, uint64_t *n,
+                 const char **etag, size_t *elen)
+{
+    const char *cr;
+    size_t crl = 0;
+
+    if (o->meta.status == 200 && o->body_len > 0) {
+        *a = 0;
+        *b = o->body_len - 1;
+        *n = o->body_len;
+    } else if (o->meta.status != 206
+        || (cr = store_hdr_get(o->iov[0].iov_base, o->hdr_len, "content-range", &crl)) == NULL
+        || !store_content_range(cr, crl, a, b, n) || o->body_len != *b - *a + 1) {
+        return 0;
+    }
+    *etag = store_strong_etag(o->iov[0].iov_base, o->hdr_len, elen);
+    return 1;
+}
+
 /* Completing a stored part (RFC 9111 3.3: a cache MAY complete it with a
  * range request and combine the answer as 3.4 says).  Only the one piece
  * missing from what the client asks for, when it is a contiguous tail or
@@ -526,9 +546,13 @@ store_copy_part_head(struct buf *b, const char *hdr, size_t len, int strip)
     }
 }
 
-int
-store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
-           const char *cstatus, const char *hdr, size_t hdrlen)
+/* store_send, or with span (not NULL) the held part's answer for a range
+ * streamed block by block (worker/slice.c): the 206 says span's bytes,
+ * the part lends those it holds. */
+static int
+store_send_as(struct req *rq, const struct store_cond *sc, int keep_alive,
+              const char *cstatus, const char *hdr, size_t hdrlen,
+              const struct store_span *span)
 {
     struct cache_obj *o = &rq->obj;
     struct buf *b = rq->rq_out;
@@ -541,10 +565,16 @@ store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
         hdr = o->iov[0].iov_base;
         hdrlen = o->hdr_len;
     }
-    if (o->meta.status == 206
-        && (sc->method != HTTP_GET || sc->if_range[0]
-            || !store_part_span(hdr, hdrlen, sc->range, &from, &to, &base, &total)))
+    if (span) {
+        from = span->from;
+        to = span->to;
+        base = span->base;
+        total = span->total;
+    } else if (o->meta.status == 206
+               && (sc->method != HTTP_GET || sc->if_range[0]
+                   || !store_part_span(hdr, hdrlen, sc->range, &from, &to, &base, &total))) {
         return -1;      /* a part answers only the ranges it covers */
+    }
     event_base_gettimeofday_cached(wk->base, &now);
     age = (int64_t)now.tv_sec - o->meta.stored;
     if (age < 0)
@@ -630,9 +660,28 @@ store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
         rq->rq_hit_pos = status == 206 ? from - base : 0;
         rq->rq_hit_end = status == 206 ? to + 1 - base : o->body_len;
         alog_bytes(rq, rq->rq_hit_end - rq->rq_hit_pos);
+        if (span && rq->rq_hit_end > o->body_len)
+            rq->rq_hit_end = o->body_len;   /* a stream: the rest block by block */
         store_body_more(rq);
     }
     return 0;
+}
+
+int
+store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
+           const char *cstatus, const char *hdr, size_t hdrlen)
+{
+    return store_send_as(rq, sc, keep_alive, cstatus, hdr, hdrlen, NULL);
+}
+
+int
+store_send_span(struct req *rq, const struct store_cond *sc, int keep_alive,
+                const char *cstatus, const struct store_span *span)
+{
+    if (rq->obj.meta.status != 206 || span->from < span->base
+        || span->from - span->base >= rq->obj.body_len)
+        return -1;
+    return store_send_as(rq, sc, keep_alive, cstatus, NULL, 0, span);
 }
 
 /* Case-insensitive search for needle in p[0..n). */
@@ -1354,7 +1403,11 @@ store_part_old(const char *key, size_t keylen, const struct http_req *resp, uint
     if (o->meta.status == 206 && e && el == resp->fields[ei].value_len
         && memcmp(e, resp->base + resp->fields[ei].value, el) == 0 && cr
         && store_content_range(cr, crl, oa, ob, &on) && on == n && o->body_len == *ob - *oa + 1
-        && a <= *ob + 1 && *oa <= b + 1)
+        && a <= *ob + 1 && *oa <= b + 1
+        /* (combined beyond the largest object, ours replaces it: a long
+         * range streamed block by block goes on from the newest blocks) */
+        && (*ob > b ? *ob : b) - (*oa < a ? *oa : a) + 1 + o->hdr_len
+           <= (uint64_t)cache_max_doc_size(wk->cache))
         return 1;
     cache_obj_release(wk->cache, o);
     old->held = 0;

@@ -373,13 +373,17 @@ store_content_range(const char *v, size_t vl, uint64_t *a, uint64_t *b, uint64_t
 }
 
 int
-store_range_closed(const char *v, size_t vl, uint64_t *a, uint64_t *b)
+store_range_first(const char *v, size_t vl, uint64_t *a, uint64_t *b)
 {
     char t[RANGE_TEXT_MAX];
     const char *e = range_text(v, vl, "bytes=", t);
 
-    if (e == NULL || (e = range_pos(e, a)) == NULL || *e != '-')
+    if (e == NULL || (e = range_pos(e, a)) == NULL || *e != '-' || *a >= UINT64_MAX / 2)
         return 0;
+    if (e[1] == '\0') {
+        *b = UINT64_MAX;
+        return 2;
+    }
     if ((e = range_pos(e + 1, b)) == NULL || *e != '\0')
         return 0;
     return *a <= *b && *b < UINT64_MAX / 2;

@@ -78,8 +78,9 @@ int store_range(const char *v, uint64_t len, uint64_t *from, uint64_t *to);
  * with a complete length and a <= b < n.  Returns 1 with them, else 0
  * ("bytes * /n", "bytes a-b/ *", malformed). */
 int store_content_range(const char *v, size_t vl, uint64_t *a, uint64_t *b, uint64_t *n);
-/* A Range value v[0..vl) that is one closed range "bytes=a-b" (a <= b):
- * 1 with them, else 0. */
-int store_range_closed(const char *v, size_t vl, uint64_t *a, uint64_t *b);
+/* A Range value v[0..vl) that is one range with a first byte: 1 for
+ * "bytes=a-b" (a <= b) with them, 2 for "bytes=a-" with *a and *b
+ * UINT64_MAX, else 0 (a suffix range, a list, malformed). */
+int store_range_first(const char *v, size_t vl, uint64_t *a, uint64_t *b);
 
 #endif /* CISTERN_VARIANT_H */

@@ -250,7 +250,7 @@ worker_on_tick(evutil_socket_t fd, short what, void *arg)
     struct timeval now;
 
     magic_check(w->magic, WORKER_MAGIC);
-    if (w->waitq)
+    if (w->waitq || w->sliceq)
         req_wait_check(w, 0);
     event_base_gettimeofday_cached(w->base, &now);
     w->slot->heartbeat = (uint64_t)now.tv_sec;

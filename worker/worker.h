@@ -346,6 +346,8 @@ struct worker {
     struct event        *wake_ev;
     struct req          *waitq;       /* requests in REQ_WAIT */
     struct req          *joinq;       /* joiners of fills (worker/rww.c) */
+    struct req          *sliceq;      /* ranges streamed block by block
+                                         (worker/slice.c) */
     int                  cache_area_ok;/* the shm cache area is laid out */
 };
 
@@ -466,6 +468,15 @@ void store_cond_from(struct store_cond *sc, const struct http_req *r);
  * hdr/hdrlen replace its stored header block when not NULL. */
 int  store_send(struct req *rq, const struct store_cond *sc, int keep_alive,
                 const char *cstatus, const char *hdr, size_t hdrlen);
+/* A range streamed block by block (worker/slice.c): bytes [from, to] of
+ * total, the held part (a 206) starting at base. */
+struct store_span {
+    uint64_t from, to, base, total;
+};
+/* store_send for the held part's first bytes of span: the 206 says all
+ * of span, the part lends what it holds of it (rq_hit_pos, rq_hit_end). */
+int  store_send_span(struct req *rq, const struct store_cond *sc, int keep_alive,
+                     const char *cstatus, const struct store_span *span);
 /* Validators of the held object as request fields into b; 1 if any. */
 int  store_validators(struct req *rq, struct buf *b);
 /* Merge a 304 into the held object's headers and store them (stale, when
@@ -515,6 +526,11 @@ int  store_remove(const char *key, size_t keylen);
  * lookup would take it stored: the cookie rule, and fresh enough for q
  * without asking the origin?  1 or 0. */
 int  store_joinable(const struct req *q, const struct cache_obj *o);
+/* A stored part o: its bytes [*a, *b] of *n and its strong ETag (*etag
+ * NULL when none); a whole object (a 200) is [0, len - 1] of len.  0 when
+ * o is neither (a 206 without a complete length, an empty 200, ...). */
+int  store_part_ident(const struct cache_obj *o, uint64_t *a, uint64_t *b, uint64_t *n,
+                      const char **etag, size_t *elen);
 /* May the held part (a fresh 206) be completed for rq (a GET without
  * If-Range) with one origin range, the missing tail or head of what rq
  * asks for?  1 with *cp.  Without a strong ETag only a request without
@@ -552,6 +568,8 @@ void proxy_release_claim(struct upstream *up, int64_t pass_ms);
 /* Release our claim on key hash h (pass_ms: hit-for-miss for that long)
  * and wake every worker with waiters on it: the one way a claim ends. */
 void fill_release(const uint8_t h[16], int64_t pass_ms);
+/* The event loop's cached time in milliseconds (the fill table's clock). */
+int64_t proxy_now_ms(void);
 
 /* resp.c: our own answers, and the counting of every answer */
 /* Count a response to c's client by its status (the access log's and
@@ -783,5 +801,26 @@ int  rww_more(struct req *rq);
 int  rww_waiting(const struct req *rq);
 void rww_release(struct req *rq);
 void rww_wake_all(struct worker *w);
+
+/* worker/slice.c: ranges over many blocks streamed block by block */
+/* Fetch the slice blocks of rq's miss for [a, b] (b UINT64_MAX: open)
+ * under the part key's hash h: a closed range of a few blocks whole, else
+ * the block holding a.  1: wait on h (a fetch runs); 0: not sliced. */
+int  slice_start(struct req *rq, const uint8_t h[16], uint64_t a, uint64_t b);
+/* The held part (rq->obj, a fresh 206 under key, hash h) holds a but not
+ * the whole of [a, b]: stream it (1, rq->rq_slice set), or 0. */
+int  slice_begin(struct req *rq, const char *key, size_t keylen, const uint8_t h[16],
+                 uint64_t a, uint64_t b);
+/* HIT's answer of a stream (store_send_span); 0, or -1 as store_send. */
+int  slice_send(struct req *rq, const struct store_cond *sc, int keep_alive,
+                const char *cstatus);
+/* The bytes lent are out (req_sent_all): 1 when the stream goes on (its
+ * next bytes are lent from this worker's next wake-up, slice_wake_all,
+ * once their block is stored), 0 when it is over. */
+int  slice_sent(struct req *rq);
+/* Has the stream (rq_slice) more to send than it has lent? */
+int  slice_waiting(const struct req *rq);
+void slice_end(struct req *rq);
+void slice_wake_all(struct worker *w);
 
 #endif /* CISTERN_WORKER_H */
