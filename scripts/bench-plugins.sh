@@ -8,17 +8,20 @@
 # Cistern and, when traffic_server is installed, ATS with its own
 # generator.so, cachekey.so and header_rewrite.so.
 #
-# Usage: scripts/bench-plugins.sh [-d SECONDS] [--no-ats] [--port-base N]
+# Usage: scripts/bench-plugins.sh [-d SECONDS] [--no-ats] [--pin] [--port-base N]
+#        --pin: the server on CPU 1, wrk and ab on CPU 0 (taskset), so
+#        the two do not take turns on one core (steadier figures)
 #        CISTERN_BIN names the daemon (default _build/plain/cistern), its
 #        plugins are the build's (plugins/ next to it).
 set -euo pipefail
-secs=10 ats=1 base=18480
+secs=10 ats=1 base=18480 srv_cpu=() cli_cpu=()
 while (($#)); do
     case $1 in
     -d) secs=$2; shift 2 ;;
     --no-ats) ats=0; shift ;;
+    --pin) srv_cpu=(taskset -c 1) cli_cpu=(taskset -c 0); shift ;;
     --port-base) base=$2; shift 2 ;;
-    -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-plugins: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -41,27 +44,48 @@ wait_ok() { # URL HOST
     done
     echo "bench-plugins: $1 (Host $2) never answered 200" >&2; return 1
 }
+# tree_ticks PID: CPU time (user + system, clock ticks) of PID and its
+# children (Cistern's workers, ATS's traffic_server under its manager)
+tree_ticks() {
+    local t=0 p
+    for p in $1 $(pgrep -P "$1" || true); do
+        [[ -r /proc/$p/stat ]] || continue
+        t=$((t + $(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$p/stat")))
+    done
+    echo "$t"
+}
+# us_per_req TICKS REQUESTS: the server's CPU time per request, in us
+us_per_req() {
+    awk -v t="$1" -v n="$2" -v hz="$(getconf CLK_TCK)" \
+        'BEGIN { if (n > 0) printf "%.2f", t * 1e6 / hz / n; else print "-" }'
+}
 # run NAME PORT HOST PATH CONNS [HIT-RE]: warm, check that the next answer
-# is a hit (its head matches HIT-RE), then wrk; one row
+# is a hit (its head matches HIT-RE), then wrk; one row.  The last column
+# is the server's CPU time per request (srv_pid's tree): on two cores
+# shared with the client it varies far less from run to run than req/s.
 run() {
-    local name=$1 host=$3 c=$5 url="http://127.0.0.1:$2$4" hit=${6:-} out
+    local name=$1 host=$3 c=$5 url="http://127.0.0.1:$2$4" hit=${6:-} out t0
     wait_ok "$url" "$host"
     curl -s -o /dev/null -H "Host: $host" "$url"
     if [[ -n $hit ]] && ! curl -s -D - -o /dev/null -H "Host: $host" "$url" | grep -qiE "$hit"; then
         echo "bench-plugins: $name: $url (Host $host) is not a cache hit; no figure taken" >&2
         return 1
     fi
-    out=$(wrk -t1 -c"$c" -d"$secs" --latency -H "Host: $host" "$url")
-    printf '%-34s %10s req/s  p50 %8s  mean %8s\n' "$name" \
+    t0=$(tree_ticks "$srv_pid")
+    out=$("${cli_cpu[@]}" wrk -t1 -c"$c" -d"$secs" --latency -H "Host: $host" "$url")
+    printf '%-34s %10s req/s  p50 %8s  mean %8s  cpu %6s us/req\n' "$name" \
         "$(awk '/Requests\/sec/ { print $2 }' <<<"$out")" \
         "$(awk '$1 == "50%" { print $2 }' <<<"$out")" \
-        "$(awk '$1 == "Latency" { print $2; exit }' <<<"$out")"
+        "$(awk '$1 == "Latency" { print $2; exit }' <<<"$out")" \
+        "$(us_per_req $(($(tree_ticks "$srv_pid") - t0)) "$(awk '/requests in/ { print $1 }' <<<"$out")")"
     if ((c > 1)); then  # the issue's second client: ab -k -c100, as many requests as wrk made
-        out=$(ab -q -k -c100 -t"$secs" -n 5000000 -H "Host: $host" "$url" 2>&1)
-        printf '%-34s %10s req/s  p50 %8s  failed %s\n' "${name/-c50/ab -k -c100}" \
+        t0=$(tree_ticks "$srv_pid")
+        out=$("${cli_cpu[@]}" ab -q -k -c100 -t"$secs" -n 5000000 -H "Host: $host" "$url" 2>&1)
+        printf '%-34s %10s req/s  p50 %8s  failed %6s  cpu %6s us/req\n' "${name/-c50/ab -k -c100}" \
             "$(awk '/Requests per second/ { print $4 }' <<<"$out")" \
             "$(awk '$1 == "50%" { print $2 "ms" }' <<<"$out")" \
-            "$(awk '/Failed requests/ { print $3 }' <<<"$out")"
+            "$(awk '/Failed requests/ { print $3 }' <<<"$out")" \
+            "$(us_per_req $(($(tree_ticks "$srv_pid") - t0)) "$(awk '/Complete requests/ { print $3 }' <<<"$out")")"
     fi
 }
 
@@ -89,8 +113,9 @@ map http://127.0.0.1:$cp/ http://127.0.0.1/ @plugin=generator.so
 map http://plain.test/ http://127.0.0.1:$cp/
 map http://both.test/ http://127.0.0.1:$cp/ @plugin=headers.so @pparam=set-resp:X-Served-By:edge @plugin=cachekey.so @pparam=--exclude-params=utm
 CONF
-"$bin" -c "$tmp/c/conf" -f >"$tmp/c/stderr" 2>&1 &
+"${srv_cpu[@]}" "$bin" -c "$tmp/c/conf" -f >"$tmp/c/stderr" 2>&1 &
 pids+=($!)
+srv_pid=$!
 echo "# wrk -t1, ${secs}s, a 1 KiB cached object (cistern: $bin)"
 run "cistern generator hit (-c1)" "$cp" gen.test /cache/1024/1 1 "$chit"
 run "cistern plain map hit (-c1)" "$cp" plain.test /cache/1024/1 1 "$chit"
@@ -131,8 +156,9 @@ map http://both.test/ http://127.0.0.1:$cp/ @plugin=header_rewrite.so @pparam=$d
 CONF
     printf 'ip_allow:\n  - apply: in\n    ip_addrs: 0/0\n    action: allow\n    methods: ALL\n' >"$d/etc/ip_allow.yaml"
     echo "logging: {}" >"$d/etc/logging.yaml"
-    (cd "$d" && exec traffic_server --run-root="$d/runroot.yaml" >"$d/stderr.log" 2>&1) &
+    (cd "$d" && exec "${srv_cpu[@]}" traffic_server --run-root="$d/runroot.yaml" >"$d/stderr.log" 2>&1) &
     pids+=($!)
+    srv_pid=$!
     run "ats generator hit (-c1)" "$ap" gen.test /cache/1024/1 1 "$ahit"
     run "ats plain map hit (-c1)" "$ap" plain.test /cache/1024/1 1 "$ahit"
     run "ats no plugins (-c50)" "$ap" plain.test /cache/1024/2 50 "$ahit"
