@@ -319,12 +319,20 @@ def test_top_in_tmux_under_ab():
         subprocess.run(tm + ["new-session", "-d", "-x", "100", "-y", "30", cmd], check=True)
         try:
             # a known load: 4 clients on keep-alive, every answer a hit
-            abp = subprocess.Popen(["ab", "-q", "-k", "-c", "4", "-t", "6", "-n", "10000000",
+            abp = subprocess.Popen(["ab", "-q", "-k", "-c", "4", "-t", "10", "-n", "10000000",
                                     "-H", "Host: a.test", c.url(CACHEABLE)],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            time.sleep(4)
-            screen = subprocess.run(tm + ["capture-pane", "-p"], capture_output=True,
-                                    text=True).stdout
+            # a frame with the load in it: from 3 s on (the rates need two
+            # samples), the first whose URL rows are drawn; on a loaded
+            # machine the first frames may come late
+            time.sleep(3)
+            t_end = time.monotonic() + 5
+            while True:
+                screen = subprocess.run(tm + ["capture-pane", "-p"], capture_output=True,
+                                        text=True).stdout
+                if re.search(r"1  a\.test", screen) or time.monotonic() > t_end:
+                    break
+                time.sleep(0.5)
             out = abp.communicate(timeout=60)[0].decode()
             rps = float(re.search(r"Requests per second:\s+([\d.]+)", out).group(1))
             print("---- top under ab (ab: %.0f req/s) ----\n%s----" % (rps, screen.rstrip()))
