@@ -76,7 +76,8 @@ struct slice_stream {
                                          at the next wake-up */
     unsigned         failed:1;        /* the next block did not come */
     unsigned         moved:1;         /* the part looked at was ours (its
-                                         ETag and length) without st->pos */
+                                         ETag and length) without st->pos,
+                                         nor the bytes held before */
     unsigned         again:3;         /* asked again for this block */
     uint8_t          h[16];           /* the part key's hash */
     uint8_t          oh[16];          /* the object key's: the blocks
@@ -192,7 +193,9 @@ slice_take(struct req *rq)
         || el != st->elen || memcmp(e, st->etag, el) != 0)
         return 0;
     if (st->pos < pa || st->pos > pb) {
-        st->moved = 1;      /* another range of ours replaced it */
+        /* another run of our blocks replaced the one we held (not the
+         * same part still there: then our block did not come) */
+        st->moved |= pa > st->base || pb < st->end;
         return 0;
     }
     st->base = pa;
