@@ -161,7 +161,12 @@ part completion, h2 joiners, the plugin head scan):
   block replaced the slow client's next one before it took it; the slow
   client took that for a failed origin answer and was reset mid-body
   (worker/slice.c now asks again, a few times, when the part it finds
-  is the stream's representation without its byte).
+  is the stream's representation without its byte);
+- an open range with If-None-Match on a slicing rule, its first block
+  stored: the block fetches replayed the client's head, condition and
+  all, so the origin answered them 304 and the client's 206 was reset
+  after the first block (a request with a condition is not sliced now:
+  the origin answers it, completing the part or not).
 
 Found by reading, fixed, with no test here: a fill needing more than a
 slot's 64 extents (over about 4 GiB with 64 MiB segments) was published,
@@ -1922,6 +1927,36 @@ def test_two_slice_streams_at_different_offsets_both_complete():
         expect(head.startswith(b"HTTP/1.1 206"), "the slow client: %r" % head[:80])
         expect(not cut, "the slow client was cut at %d of %d bytes" % (len(body), n - 100))
         expect(body == want[100:], "the slow client's bytes")
+
+
+@harness.timeout(60)
+def test_conditional_open_range_on_a_sliced_object_is_answered():
+    """An open range with If-None-Match on a slicing rule,
+    the object's first block stored: the stream's block fetches replayed
+    the client's head, its condition with it, so the origin answered
+    them 304, never the 206 a block must be, and the client's 206
+    was reset after the first block.  A condition is the origin's to
+    answer: the request gets a complete answer, 304 for a matching
+    If-None-Match, the whole range for one that does not match."""
+    n, blk = 10000, 1000
+    path = "/ranges/etag/inm/bytes/%d/headers?Cache-Control=max-age%%3D3600" % n
+    with Origin() as o, Cistern(storage=["cache 64M"], remap=[
+            "map http://s.test/ http://%s/" % o.authority],
+            records={"proxy.config.cistern.slice.blockbytes": blk}) as c:
+        want = harness.pattern(n)
+
+        def get(*h):
+            return harness.one_request(c.port, "GET", path, None, list(h), "s.test", None, 10)
+        r = get(("Range", "bytes=0-500"))
+        expect(r is not None and r.status == 206, "the first block stored")
+        r = get(("Range", "bytes=100-"), ("If-None-Match", '"inm"'))
+        expect(r is not None, "If-None-Match that matches: no complete answer")
+        expect_eq(r.status, 304, "If-None-Match that matches")
+        r = get(("Range", "bytes=100-"), ("If-None-Match", '"other"'))
+        expect(r is not None, "If-None-Match that does not match: no complete answer")
+        expect_eq((r.status, r.header("Content-Range")), (206, "bytes 100-%d/%d" % (n - 1, n)),
+                  "If-None-Match that does not match")
+        expect(r.body == want[100:], "its body")
 
 
 if __name__ == "__main__":
