@@ -1861,39 +1861,14 @@ def test_a_background_fill_kept_for_joiners_stops_when_they_leave():
     _abandoned_fill_stops("bgj2", filler_close=0.8, joiner_close=1.4)
 
 
-def _slice_stream(port, host, path, rng, pause_after=None, pause=0.0, timeout=60):
-    """GET path with Range rng on a socket of our own (a small receive
-    buffer), reading the body as it comes, pausing `pause` s after
-    pause_after bytes: (head, body, closed by the peer before its
-    Content-Length)."""
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
-    s.settimeout(timeout)
-    s.connect(("127.0.0.1", port))
-    s.sendall(b"GET %s HTTP/1.1\r\nHost: %s\r\nRange: %s\r\n\r\n"
-              % (path.encode(), host.encode(), rng.encode()))
-    head, body, want = b"", bytearray(), None
-    try:
-        while want is None or len(body) < want:
-            d = s.recv(1 << 20)
-            if not d:
-                break
-            if want is None:
-                head += d
-                if b"\r\n\r\n" not in head:
-                    continue
-                head, _, d = head.partition(b"\r\n\r\n")
-                m = re.search(rb"(?im)^content-length: *(\d+)", head)
-                want = int(m.group(1)) if m else 1 << 62
-            body += d
-            if pause_after is not None and len(body) >= pause_after:
-                pause_after = None
-                time.sleep(pause)
-    except ConnectionResetError:
-        pass
-    s.close()
-    return head, bytes(body), want is None or len(body) < want
 
+def _slice_stream(port, path, rng, **kw):
+    """test_partial.stream_get (Host p.test), a small receive buffer:
+    (head, body, cut short of its Content-Length)."""
+    import test_partial
+    head, body, _ = test_partial.stream_get(port, path, rng, rcvbuf=65536, **kw)
+    m = re.search(rb"(?im)^content-length: *(\d+)", head)
+    return head, body, m is None or len(body) < int(m.group(1))
 
 @harness.timeout(120)
 def test_two_slice_streams_at_different_offsets_both_complete():
@@ -1908,18 +1883,17 @@ def test_two_slice_streams_at_different_offsets_both_complete():
     n, blk = 64 * MiB, 4 * MiB
     path = "/ranges/etag/two/bytes/%d/headers?Cache-Control=max-age%%3D3600" % n
     with Origin() as o, Cistern(storage=["cache 256M"], remap=[
-            "map http://s.test/ http://%s/" % o.authority],
+            "map http://p.test/ http://%s/" % o.authority],
             records={"proxy.config.cistern.slice.blockbytes": blk}) as c:
         want = harness.pattern(n)
         out = {}
 
         def slow():
-            out["a"] = _slice_stream(c.port, "s.test", path, "bytes=100-",
-                                     pause_after=MiB, pause=4.0)
+            out["a"] = _slice_stream(c.port, path, "bytes=100-", pause=(MiB, 4.0), timeout=60)
         t = threading.Thread(target=slow, daemon=True)
         t.start()
         time.sleep(1.0)
-        head, body, cut = _slice_stream(c.port, "s.test", path, "bytes=%d-" % (10 * blk + 5))
+        head, body, cut = _slice_stream(c.port, path, "bytes=%d-" % (10 * blk + 5), timeout=60)
         expect(not cut and body == want[10 * blk + 5:], "the fast client: %r, %d bytes"
                % (head[:40], len(body)))
         t.join(90)
