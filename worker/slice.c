@@ -33,7 +33,10 @@
  * stores nothing of it; another ETag or length, which replaced the part)
  * the answer is cut: rq_abort, the connection reset, never a complete-
  * looking short body.  Nothing mixed is stored: parts combine only under
- * one strong ETag and complete length (store.c).
+ * one strong ETag and complete length (store.c).  A part of the stream's
+ * ETag and length that holds neither the next byte nor the bytes held
+ * before is another stream's run of blocks of the object (one part per
+ * object): the block is asked for again, SLICE_AGAIN times at most.
  *
  * Ownership: a streaming request's state (struct slice_stream, with a
  * copy of its head to replay, since the connection may move its input
