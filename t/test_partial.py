@@ -234,11 +234,13 @@ def test_slice_slow_origin():
         expect_eq(seen, ["bytes=0-4194303"], "the origin's ranges")
 
 
-def stream_get(port, path, rng, stop_after=None, rate=None, rcvbuf=None, timeout=30):
+def stream_get(port, path, rng, stop_after=None, rate=None, rcvbuf=None, timeout=30,
+               pause=None):
     """GET path with Range rng on a socket of our own, reading the body as
     it comes: all of it (its Content-Length), or stop_after bytes (then
-    close), at rate bytes/s when given.  (head bytes, body bytes, closed
-    by the peer)."""
+    close), at rate bytes/s when given, reading nothing for pause[1] s
+    once pause[0] bytes came.  (head bytes, body bytes, closed by the
+    peer)."""
     s = socket.socket()
     if rcvbuf:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
@@ -265,6 +267,9 @@ def stream_get(port, path, rng, stop_after=None, rate=None, rcvbuf=None, timeout
             body += d
             if rate:
                 time.sleep(max(0, t0 + len(body) / float(rate) - time.time()))
+            if pause and len(body) >= pause[0]:
+                time.sleep(pause[1])
+                pause = None
     except ConnectionResetError:
         closed = True
     s.close()

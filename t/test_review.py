@@ -153,6 +153,21 @@ Issue 21 review (large objects, read-while-writer, partial content;
   was asked, not the stored time): Age: 3000 from the origin reached
   joiners as Age: 0.
 
+Review of this session's issue 21 and 22 work (6b7b5cd..e0935fa: slices,
+part completion, h2 joiners, the plugin head scan):
+
+- two clients streaming open ranges of one object from offsets blocks
+  apart: the part key holds one run of blocks, and the other client's
+  block replaced the slow client's next one before it took it; the slow
+  client took that for a failed origin answer and was reset mid-body
+  (worker/slice.c now asks again, a few times, when the part it finds
+  is the stream's representation without its byte);
+- an open range with If-None-Match on a slicing rule, its first block
+  stored: the block fetches replayed the client's head, condition and
+  all, so the origin answered them 304 and the client's 206 was reset
+  after the first block (a request with a condition is not sliced now:
+  the origin answers it, completing the part or not).
+
 Found by reading, fixed, with no test here: a fill needing more than a
 slot's 64 extents (over about 4 GiB with 64 MiB segments) was published,
 and proxy_rww_grew declared it FAILED when it outgrew the slot, cutting
@@ -1844,6 +1859,78 @@ def test_a_background_fill_kept_for_joiners_stops_when_they_leave():
     limit).  Once the last joiner leaves, a fill below the threshold must
     stop as it would have without joiners."""
     _abandoned_fill_stops("bgj2", filler_close=0.8, joiner_close=1.4)
+
+
+
+def _slice_stream(port, path, rng, **kw):
+    """test_partial.stream_get (Host p.test), a small receive buffer:
+    (head, body, cut short of its Content-Length)."""
+    import test_partial
+    head, body, _ = test_partial.stream_get(port, path, rng, rcvbuf=65536, **kw)
+    m = re.search(rb"(?im)^content-length: *(\d+)", head)
+    return head, body, m is None or len(body) < int(m.group(1))
+
+@harness.timeout(120)
+def test_two_slice_streams_at_different_offsets_both_complete():
+    """Two clients streaming open ranges of one object on a slicing rule,
+    from offsets blocks apart: the part key holds one run of blocks, and a
+    block that does not adjoin it replaces it.  A client that reads slowly
+    asks for its next block one ahead; the other client's blocks replaced
+    it before the slow one looked, and the slow one took its own block's
+    absence for a failed origin answer (never asked again): its
+    connection was reset mid-body though the origin answered every block
+    right.  Both must get their whole range, byte-exact."""
+    n, blk = 64 * MiB, 4 * MiB
+    path = "/ranges/etag/two/bytes/%d/headers?Cache-Control=max-age%%3D3600" % n
+    with Origin() as o, Cistern(storage=["cache 256M"], remap=[
+            "map http://p.test/ http://%s/" % o.authority],
+            records={"proxy.config.cistern.slice.blockbytes": blk}) as c:
+        want = harness.pattern(n)
+        out = {}
+
+        def slow():
+            out["a"] = _slice_stream(c.port, path, "bytes=100-", pause=(MiB, 4.0), timeout=60)
+        t = threading.Thread(target=slow, daemon=True)
+        t.start()
+        time.sleep(1.0)
+        head, body, cut = _slice_stream(c.port, path, "bytes=%d-" % (10 * blk + 5), timeout=60)
+        expect(not cut and body == want[10 * blk + 5:], "the fast client: %r, %d bytes"
+               % (head[:40], len(body)))
+        t.join(90)
+        head, body, cut = out["a"]
+        expect(head.startswith(b"HTTP/1.1 206"), "the slow client: %r" % head[:80])
+        expect(not cut, "the slow client was cut at %d of %d bytes" % (len(body), n - 100))
+        expect(body == want[100:], "the slow client's bytes")
+
+
+@harness.timeout(60)
+def test_conditional_open_range_on_a_sliced_object_is_answered():
+    """An open range with If-None-Match on a slicing rule,
+    the object's first block stored: the stream's block fetches replayed
+    the client's head, its condition with it, so the origin answered
+    them 304, never the 206 a block must be, and the client's 206
+    was reset after the first block.  A condition is the origin's to
+    answer: the request gets a complete answer, 304 for a matching
+    If-None-Match, the whole range for one that does not match."""
+    n, blk = 10000, 1000
+    path = "/ranges/etag/inm/bytes/%d/headers?Cache-Control=max-age%%3D3600" % n
+    with Origin() as o, Cistern(storage=["cache 64M"], remap=[
+            "map http://s.test/ http://%s/" % o.authority],
+            records={"proxy.config.cistern.slice.blockbytes": blk}) as c:
+        want = harness.pattern(n)
+
+        def get(*h):
+            return harness.one_request(c.port, "GET", path, None, list(h), "s.test", None, 10)
+        r = get(("Range", "bytes=0-500"))
+        expect(r is not None and r.status == 206, "the first block stored")
+        r = get(("Range", "bytes=100-"), ("If-None-Match", '"inm"'))
+        expect(r is not None, "If-None-Match that matches: no complete answer")
+        expect_eq(r.status, 304, "If-None-Match that matches")
+        r = get(("Range", "bytes=100-"), ("If-None-Match", '"other"'))
+        expect(r is not None, "If-None-Match that does not match: no complete answer")
+        expect_eq((r.status, r.header("Content-Range")), (206, "bytes 100-%d/%d" % (n - 1, n)),
+                  "If-None-Match that does not match")
+        expect(r.body == want[100:], "its body")
 
 
 if __name__ == "__main__":

@@ -520,7 +520,11 @@ req_sliceable(const struct req *rq, size_t keylen, uint64_t *a, uint64_t *b)
         || rq->r.method != HTTP_GET || rq->r.has_body || !rq->rq_pol.cache
         || (i = http_field_find_id(&rq->r, HTTP_F_RANGE, 0)) < 0
         || http_field_find_id(&rq->r, HTTP_F_RANGE, i + 1) >= 0
-        || http_field_find_id(&rq->r, HTTP_F_IF_RANGE, 0) >= 0
+        /* a condition is the origin's to answer (a 304, a 412): a
+         * block fetch replaying it gets that and not its 206 */
+        || rq->r.fidx[HTTP_F_IF_RANGE] || rq->r.fidx[HTTP_F_IF_NONE_MATCH]
+        || rq->r.fidx[HTTP_F_IF_MODIFIED_SINCE] || http_field_find(&rq->r, "if-match", 0) >= 0
+        || http_field_find(&rq->r, "if-unmodified-since", 0) >= 0
         || keylen + STORE_PART_SUFFIX_LEN >= STORE_KEY_MAX || http_req_no_store(&rq->r))
         return 0;
     return store_range_first(rq->r.base + rq->r.fields[i].value, rq->r.fields[i].value_len,

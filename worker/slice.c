@@ -33,7 +33,10 @@
  * stores nothing of it; another ETag or length, which replaced the part)
  * the answer is cut: rq_abort, the connection reset, never a complete-
  * looking short body.  Nothing mixed is stored: parts combine only under
- * one strong ETag and complete length (store.c).
+ * one strong ETag and complete length (store.c).  A part of the stream's
+ * ETag and length that holds neither the next byte nor the bytes held
+ * before is another stream's run of blocks of the object (one part per
+ * object): the block is asked for again, SLICE_AGAIN times at most.
  *
  * Ownership: a streaming request's state (struct slice_stream, with a
  * copy of its head to replay, since the connection may move its input
@@ -58,6 +61,9 @@
 #define SLICE_AT_ONCE 2
 /* A strong ETag longer than this is not followed across blocks. */
 #define SLICE_ETAG_MAX 256
+/* A block fetched and then replaced by another stream's before we took
+ * it is asked for again at most this many times. */
+#define SLICE_AGAIN 4
 
 struct slice_stream {
     struct req      *next;            /* the worker's streams (wk->sliceq) */
@@ -72,6 +78,10 @@ struct slice_stream {
     unsigned         want:1;          /* the bytes lent are out: lend more
                                          at the next wake-up */
     unsigned         failed:1;        /* the next block did not come */
+    unsigned         moved:1;         /* the part looked at was ours (its
+                                         ETag and length) without st->pos,
+                                         nor the bytes held before */
+    unsigned         again:3;         /* asked again for this block */
     uint8_t          h[16];           /* the part key's hash */
     uint8_t          oh[16];          /* the object key's: the blocks
                                          may complete the object */
@@ -183,8 +193,14 @@ slice_take(struct req *rq)
     size_t el = 0;
 
     if (!store_part_ident(&rq->obj, &pa, &pb, &n, &e, &el) || e == NULL || n != st->n
-        || el != st->elen || memcmp(e, st->etag, el) != 0 || st->pos < pa || st->pos > pb)
+        || el != st->elen || memcmp(e, st->etag, el) != 0)
         return 0;
+    if (st->pos < pa || st->pos > pb) {
+        /* another run of our blocks replaced the one we held (not the
+         * same part still there: then our block did not come) */
+        st->moved |= pa > st->base || pb < st->end;
+        return 0;
+    }
     st->base = pa;
     st->end = pb;
     rq->rq_hit_pos = st->pos - pa;
@@ -313,12 +329,21 @@ slice_more(struct req *rq)
         st->fetching = 0;
     }
     store_release(rq);
+    st->moved = 0;
     if (slice_look(rq)) {
+        st->again = 0;
         if (st->end < st->last)
             slice_ahead(rq, st->end + 1);
         return store_body_more(rq);
     }
     blk = st->pos / st->bs * st->bs;
+    if (st->asked == blk + 1 && st->moved && st->again < SLICE_AGAIN) {
+        /* our block came, and another stream's of the same object
+         * (the part holds one run of blocks) replaced it before we
+         * took it: not a failure, ask again */
+        st->asked = 0;
+        st->again++;
+    }
     if (st->asked != blk + 1) {
         /* not asked for yet (another's fetch ran, or ours could not
          * start): ask now */
