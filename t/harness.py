@@ -427,6 +427,27 @@ def descendants_of(pid):
     return sorted(out)
 
 
+def dhat_worker_blocks(d, pids):
+    """The most heap blocks any of pids allocated in its lifetime, from the
+    dhat.PID files valgrind --tool=dhat wrote in d (removed after, unless
+    CISTERN_KEEP_DHAT is set): with several children (a worker, the cache
+    manager) the worker is the one that allocated the most."""
+    import json
+    import shutil
+    blocks = {}
+    for name in os.listdir(d):
+        if name.startswith("dhat."):
+            with open(os.path.join(d, name)) as f:
+                blocks[name[5:]] = sum(p["tbk"] for p in json.load(f)["pps"])
+    if os.environ.get("CISTERN_KEEP_DHAT"):
+        print("    dhat files in %s (children %s)" % (d, pids))
+    else:
+        shutil.rmtree(d, ignore_errors=True)
+    kids = [blocks[p] for p in pids if p in blocks]
+    expect(kids, "no dhat output for the children %s (have %s)" % (pids, sorted(blocks)))
+    return max(kids)
+
+
 def rss_anon(pid):
     """RssAnon of pid in bytes (0 if it is gone)."""
     try:

@@ -12,7 +12,6 @@ here by hand (struct) or by python3-h2 (Debian's, read from
 /usr/lib/python3/dist-packages when the interpreter does not see it).
 """
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -485,18 +484,7 @@ def _dhat_h2_blocks(streams):
             del os.environ["CISTERN_BIN"]
         else:
             os.environ["CISTERN_BIN"] = old
-    blocks = {}
-    for name in os.listdir(d):
-        if name.startswith("dhat."):
-            with open(os.path.join(d, name)) as f:
-                blocks[name[5:]] = sum(p["tbk"] for p in json.load(f)["pps"])
-    if not os.environ.get("CISTERN_KEEP_DHAT"):
-        shutil.rmtree(d, ignore_errors=True)
-    else:
-        print("    dhat files in %s (worker %s)" % (d, pids))
-    kids = [blocks[p] for p in pids if p in blocks]
-    expect(kids, "no dhat output for the worker %s" % pids)
-    return max(kids)
+    return harness.dhat_worker_blocks(d, pids)
 
 
 @harness.timeout(400)

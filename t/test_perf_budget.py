@@ -17,7 +17,6 @@ Skipped (77) when strace is not installed or ptrace is not permitted.
 """
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -320,18 +319,7 @@ def _dhat_worker_blocks(hits, path=PATH, fetches=1):
             del os.environ["CISTERN_BIN"]
         else:
             os.environ["CISTERN_BIN"] = old
-    blocks = {}
-    for name in os.listdir(d):
-        if name.startswith("dhat."):
-            with open(os.path.join(d, name)) as f:
-                data = json.load(f)
-            blocks[name[5:]] = sum(p["tbk"] for p in data["pps"])
-    shutil.rmtree(d, ignore_errors=True)
-    # the children's files (worker and cache manager); the worker allocates
-    # more than the manager (connections, the hit path)
-    kids = [blocks[p] for p in pids if p in blocks]
-    expect(kids, "no dhat output for the children %s (have %s)" % (pids, sorted(blocks)))
-    return max(kids)
+    return harness.dhat_worker_blocks(d, pids)
 
 
 @harness.timeout(300)

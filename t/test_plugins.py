@@ -428,15 +428,7 @@ def _dhat_blocks(n, path, remap):
             del os.environ["CISTERN_BIN"]
         else:
             os.environ["CISTERN_BIN"] = old
-    blocks = {}
-    for name in os.listdir(d):
-        if name.startswith("dhat."):
-            with open(os.path.join(d, name)) as f:
-                blocks[name[5:]] = sum(p["tbk"] for p in json.load(f)["pps"])
-    shutil.rmtree(d, ignore_errors=True)
-    kids = [blocks[p] for p in pids if p in blocks]
-    expect(kids, "no dhat output for %s" % pids)
-    return max(kids)
+    return harness.dhat_worker_blocks(d, pids)
 
 
 @harness.timeout(600)
