@@ -111,9 +111,10 @@ def wait_for(fn, timeout=5.0, interval=0.01, what="condition"):
         interval = min(interval * 1.5, 0.1)
 
 
-def access_lines(c, n, timeout=5):
-    """The daemon's access log lines, once there are at least n of them."""
-    path = os.path.join(c.log_dir, "access.log")
+def log_lines(c, name, n, timeout=5):
+    """The lines of log_dir/name, once there are at least n of them
+    (workers flush each second)."""
+    path = os.path.join(c.log_dir, name)
 
     def read():
         try:
@@ -122,7 +123,12 @@ def access_lines(c, n, timeout=5):
         except FileNotFoundError:
             return None
         return lines if len(lines) >= n else None
-    return wait_for(read, timeout, what="%d access log lines" % n)
+    return wait_for(read, timeout, what="%d lines in %s" % (n, name))
+
+
+def access_lines(c, n, timeout=5):
+    """The daemon's access log lines, once there are at least n of them."""
+    return log_lines(c, "access.log", n, timeout)
 
 
 class Collector:

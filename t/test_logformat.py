@@ -78,18 +78,7 @@ def remap_for(o):
     return ["map http://m.test/ http://%s/" % o.authority]
 
 
-def log_lines(c, name, n, timeout=5):
-    """Wait for at least n lines in log_dir/name (workers flush each second)."""
-    path = os.path.join(c.log_dir, name)
-
-    def read():
-        try:
-            with open(path) as f:
-                lines = f.read().splitlines()
-        except FileNotFoundError:
-            return None
-        return lines if len(lines) >= n else None
-    return wait_for(read, timeout, what="%d lines in %s" % (n, name))
+log_lines = harness.log_lines
 
 
 def raw(c, head):
