@@ -47,6 +47,7 @@ struct sockaddr;
 struct cst_txn;                 /* one request: valid only during a hook call */
 struct cst_icpt;                /* an intercept: valid until its done is called */
 struct cst_timer;               /* a timer of cst_api.timer_add */
+struct cst_field;               /* a field checked once (cst_api.field_prepare) */
 
 /* Which head a field call works on. */
 #define CST_REQUEST  0          /* the client's request (as sent to the origin) */
@@ -60,6 +61,19 @@ struct cst_timer;               /* a timer of cst_api.timer_add */
 #define CST_AGAIN    (-2)       /* intercept, or a body producer: nothing
                                    yet; called again after
                                    cst_api.intercept_resume */
+
+/* The hooks, as bits (cst_api.hooks_off). */
+#define CST_HOOK_READ_REQUEST  0x01u
+#define CST_HOOK_REMAP         0x02u
+#define CST_HOOK_SEND_REQUEST  0x04u
+#define CST_HOOK_INTERCEPT     0x08u
+#define CST_HOOK_READ_RESPONSE 0x10u
+#define CST_HOOK_SEND_RESPONSE 0x20u
+#define CST_HOOK_TXN_END       0x40u
+
+/* How cst_api.field_put puts a prepared field. */
+#define CST_FIELD_SET 0         /* in place of every field of its name */
+#define CST_FIELD_ADD 1         /* beside them */
 
 /* Log levels of cst_api.log (the error log's). */
 #define CST_LOG_DEBUG 0
@@ -160,6 +174,28 @@ struct cst_api {
      * when out of memory).  timer_cancel only before it has fired. */
     struct cst_timer *(*timer_add)(int ms, void (*fn)(void *arg), void *arg);
     void (*timer_cancel)(struct cst_timer *tm);
+
+    /* Later still (check with CST_API_HAS): */
+
+    /* create only: this instance is never called for these hooks
+     * (CST_HOOK_ bits), though its plugin has them: an instance whose
+     * arguments need no remap hook, say, costs its rule's requests no
+     * remap call.  0, or -1 outside create. */
+    int  (*hooks_off)(unsigned hooks);
+    /* remap only: the cache key as it stands, without a copy (valid until
+     * key_set or the hook's return; not NUL-terminated), *len its length;
+     * NULL when there is none (the request is not cacheable). */
+    const char *(*key_peek)(struct cst_txn *t, size_t *len);
+    /* A field checked and formatted once, for a plugin that puts the same
+     * field on many requests: made in create (NULL when name or value has
+     * a byte a head cannot carry, or out of memory), put with field_put
+     * (how: CST_FIELD_SET or CST_FIELD_ADD; in the hooks where field_set
+     * and field_add may be called, with their results), freed with
+     * field_free in destroy. */
+    struct cst_field *(*field_prepare)(const char *name, size_t nlen, const char *val,
+                                       size_t vlen);
+    int  (*field_put)(struct cst_txn *t, int head, const struct cst_field *f, int how);
+    void (*field_free)(struct cst_field *f);
 };
 
 /* What a plugin exports as `cistern_plugin`.  Hooks left NULL cost
@@ -184,6 +220,10 @@ struct cst_plugin {
     int   (*intercept)(void *inst, struct cst_txn *t);
     void  (*txn_end)(void *inst, struct cst_txn *t);
 };
+
+/* Does the daemon's table have member (one added after the first API)? */
+#define CST_API_HAS(api, member) \
+    ((api)->size >= offsetof(struct cst_api, member) + sizeof((api)->member))
 
 #define CST_PLUGIN_SYMBOL "cistern_plugin"
 /* Put before the definition of cistern_plugin: it stays visible when the

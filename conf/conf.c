@@ -241,6 +241,7 @@ conf_free(struct conf *c)
     conf_cache_free(&c->cache);
     conf_parent_free(&c->parents);
     conf_plugins_free(c->globals, c->nglobals);
+    free(c->gplan);
     conf_logging_free(&c->logging);
     free(c->confdir);
     free(c);

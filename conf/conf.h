@@ -292,13 +292,13 @@ struct conf_plugin {
     void    *handle;                  /* dlopen's */
     const struct cst_plugin *p;       /* the exported cistern_plugin */
     void    *inst;                    /* create()'s */
+    unsigned hooks;                   /* CONF_PH_ bits it is called for */
     int      line;
 };
 
-/* The hooks a list of instances has, as bits (struct conf_remap_rule's
- * phooks, struct conf's ghooks; set by conf_plugins_load): a request
- * skips a step whose hook none of its plugins has, without looking at
- * each plugin. */
+/* The hooks, as bits (cistern/plugin.h's CST_HOOK_ bits, the same
+ * values): an instance's (its plugin's hooks less those its create()
+ * turned off with hooks_off) and a plan's (any of its instances'). */
 #define CONF_PH_READ_REQUEST  0x01u
 #define CONF_PH_REMAP         0x02u
 #define CONF_PH_SEND_REQUEST  0x04u
@@ -306,6 +306,33 @@ struct conf_plugin {
 #define CONF_PH_READ_RESPONSE 0x10u
 #define CONF_PH_SEND_RESPONSE 0x20u
 #define CONF_PH_TXN_END       0x40u
+#define CONF_PH_COUNT         7
+#define CONF_PLAN_MAX         16      /* instances on one request (global + rule) */
+
+/* One hook call of a plan: the function, its instance and its slot. */
+struct cst_txn;
+struct conf_pcall {
+    union {
+        int  (*hook)(void *inst, struct cst_txn *t);
+        void (*end)(void *inst, struct cst_txn *t);
+    } fn;
+    void       *inst;
+    const char *name;                 /* the plugin's, for logs and panics */
+    const struct conf_plugin *pl;
+    int         k;                    /* its slot: its index in pl[] */
+};
+
+/* The plugins a request runs, made once per configuration (conf_plugins_
+ * load): the global ones (struct conf's gplan), or the global ones then a
+ * rule's (the rule's plan).  A step calls calls[first[h] .. first[h + 1])
+ * for hook bit 1 << h: no test per instance, no lookup per call. */
+struct conf_plan {
+    unsigned hooks;                   /* CONF_PH_ bits: some call has it */
+    int      n;                       /* instances (at most CONF_PLAN_MAX) */
+    const struct conf_plugin *pl[CONF_PLAN_MAX];    /* by slot */
+    uint8_t  first[CONF_PH_COUNT + 1];
+    struct conf_pcall calls[];        /* first[CONF_PH_COUNT] of them */
+};
 
 struct conf_remap_rule {
     enum conf_remap_type type;
@@ -322,7 +349,7 @@ struct conf_remap_rule {
     int      acl_local;               /* some filter has @in_ip= */
     struct conf_plugin *plugins;      /* @plugin= in order, or NULL: none */
     int      nplugins;
-    unsigned phooks;                  /* their hooks, CONF_PH_ bits */
+    struct conf_plan *plan;           /* the global plugins' then these, or NULL */
     const char *name;                 /* @name=NAME (issue 25: the metrics'
                                          rule label), or NULL; a string in
                                          struct conf_remap */
@@ -667,7 +694,7 @@ struct conf {
     struct conf_parents  parents;     /* parent.config (issue 20) */
     struct conf_plugin  *globals;     /* plugin.config (issue 22), in order */
     int                  nglobals;
-    unsigned             ghooks;      /* their hooks, CONF_PH_ bits */
+    struct conf_plan    *gplan;       /* their plan, or NULL: none */
     struct conf_logging  logging;     /* logging.yaml (issue 25) */
 };
 
@@ -683,6 +710,9 @@ int  conf_plugins_load(struct conf *c, struct conf_errors *e);
 /* The function table plugins get (worker/plugin.c's), set once by the
  * process before any conf_load(); NULL in programs without workers. */
 void conf_plugin_set_api(const void *api);
+/* During a create() (the API's hooks_off): the instance being created is
+ * not called for these CONF_PH_ bits.  0, or -1 outside a create(). */
+int  conf_plugin_hooks_off(unsigned hooks);
 
 /* Load and validate everything under confdir.  Returns the new config, or
  * NULL when any error was recorded in *errs (warnings alone do not fail).

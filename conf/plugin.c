@@ -29,6 +29,7 @@
 #include "conf/conf.h"
 
 static const void *conf_api;
+static struct conf_plugin *conf_creating;     /* in its create() */
 
 void
 conf_plugin_set_api(const void *api)
@@ -114,6 +115,27 @@ conf_plugins_free(struct conf_plugin *v, int n)
     free(v);
 }
 
+/* The hooks a plugin has, CONF_PH_ bits. */
+static unsigned
+conf_plugin_hooks(const struct cst_plugin *p)
+{
+    return (p->read_request ? CONF_PH_READ_REQUEST : 0) | (p->remap ? CONF_PH_REMAP : 0)
+           | (p->send_request ? CONF_PH_SEND_REQUEST : 0)
+           | (p->intercept ? CONF_PH_INTERCEPT : 0)
+           | (p->read_response ? CONF_PH_READ_RESPONSE : 0)
+           | (p->send_response ? CONF_PH_SEND_RESPONSE : 0)
+           | (p->txn_end ? CONF_PH_TXN_END : 0);
+}
+
+int
+conf_plugin_hooks_off(unsigned hooks)
+{
+    if (conf_creating == NULL)
+        return -1;
+    conf_creating->hooks &= ~hooks;
+    return 0;
+}
+
 /* Load and create one plugin; errors at file:line. */
 static int
 conf_plugin_load(struct conf_plugin *pl, const char *dir, const char *file,
@@ -153,7 +175,10 @@ conf_plugin_load(struct conf_plugin *pl, const char *dir, const char *file,
     if (p->create == NULL)
         return 0;
     err[0] = '\0';
+    pl->hooks = conf_plugin_hooks(p);
+    conf_creating = pl;
     pl->inst = p->create(conf_api, pl->argc, pl->argv, err, sizeof(err));
+    conf_creating = NULL;
     if (pl->inst == NULL) {
         conf_error(e, file, pl->line, "plugin %s: %s", pl->path,
                    err[0] ? err : "its create() failed");
@@ -163,18 +188,70 @@ conf_plugin_load(struct conf_plugin *pl, const char *dir, const char *file,
     return 0;
 }
 
-/* A loaded instance's hooks, CONF_PH_ bits. */
-static unsigned
-conf_plugin_hooks(const struct conf_plugin *pl)
+/* One call of hook bit h to instance pl in slot k. */
+static void
+conf_pcall_set(struct conf_pcall *pc, unsigned h, const struct conf_plugin *pl, int k)
 {
     const struct cst_plugin *p = pl->p;
 
-    return (p->read_request ? CONF_PH_READ_REQUEST : 0) | (p->remap ? CONF_PH_REMAP : 0)
-           | (p->send_request ? CONF_PH_SEND_REQUEST : 0)
-           | (p->intercept ? CONF_PH_INTERCEPT : 0)
-           | (p->read_response ? CONF_PH_READ_RESPONSE : 0)
-           | (p->send_response ? CONF_PH_SEND_RESPONSE : 0)
-           | (p->txn_end ? CONF_PH_TXN_END : 0);
+    switch (h) {
+    case CONF_PH_READ_REQUEST: pc->fn.hook = p->read_request; break;
+    case CONF_PH_REMAP: pc->fn.hook = p->remap; break;
+    case CONF_PH_SEND_REQUEST: pc->fn.hook = p->send_request; break;
+    case CONF_PH_INTERCEPT: pc->fn.hook = p->intercept; break;
+    case CONF_PH_READ_RESPONSE: pc->fn.hook = p->read_response; break;
+    case CONF_PH_SEND_RESPONSE: pc->fn.hook = p->send_response; break;
+    default: pc->fn.end = p->txn_end; break;
+    }
+    pc->inst = pl->inst;
+    pc->name = pl->name;
+    pc->pl = pl;
+    pc->k = k;
+}
+
+/* The plan of the global instances g[0..ng) then the rule's r[0..nr), the
+ * first CONF_PLAN_MAX of them; NULL when out of memory. */
+static struct conf_plan *
+conf_plan_make(const struct conf_plugin *g, int ng, const struct conf_plugin *r, int nr)
+{
+    int n = ng + nr < CONF_PLAN_MAX ? ng + nr : CONF_PLAN_MAX, ncalls = 0, c = 0;
+    const struct conf_plugin *pl[CONF_PLAN_MAX];
+    struct conf_plan *pn;
+
+    for (int k = 0; k < n; k++) {
+        pl[k] = k < ng ? &g[k] : &r[k - ng];
+        ncalls += __builtin_popcount(pl[k]->hooks);
+    }
+    if ((pn = calloc(1, sizeof(*pn) + sizeof(pn->calls[0]) * (size_t)ncalls)) == NULL)
+        return NULL;
+    pn->n = n;
+    memcpy(pn->pl, pl, sizeof(pl[0]) * (size_t)n);
+    for (int h = 0; h < CONF_PH_COUNT; h++) {
+        pn->first[h] = (uint8_t)c;
+        for (int k = 0; k < n; k++)
+            if (pl[k]->hooks & (1u << h))
+                conf_pcall_set(&pn->calls[c++], 1u << h, pl[k], k);
+        if (c > pn->first[h])
+            pn->hooks |= 1u << h;
+    }
+    pn->first[CONF_PH_COUNT] = (uint8_t)c;
+    return pn;
+}
+
+/* The plans of c: the global one, each rule's with plugins.  0 or -1. */
+static int
+conf_plans_make(struct conf *c)
+{
+    if (c->nglobals > 0 && (c->gplan = conf_plan_make(c->globals, c->nglobals, NULL, 0)) == NULL)
+        return -1;
+    for (int r = 0; r < c->remap.nrules; r++) {
+        struct conf_remap_rule *rule = &c->remap.rules[r];
+        if (rule->nplugins > 0
+            && (rule->plan = conf_plan_make(c->globals, c->nglobals, rule->plugins,
+                                            rule->nplugins)) == NULL)
+            return -1;
+    }
+    return 0;
 }
 
 /* plugin.config: "NAME.so ARG ..." per line. */
@@ -230,7 +307,6 @@ conf_plugins_load(struct conf *c, struct conf_errors *e)
         if (conf_plugin_load(&c->globals[i], dir, path, e) == 0) {
             conf_note(e, CONF_NOTE_USED, path, c->globals[i].line, "global plugin %s",
                       c->globals[i].name);
-            c->ghooks |= conf_plugin_hooks(&c->globals[i]);
             nload++;
         }
     }
@@ -242,10 +318,11 @@ conf_plugins_load(struct conf *c, struct conf_errors *e)
                 break;      /* the rest of the rule would run without it */
             conf_note(e, CONF_NOTE_USED, rule->file, rule->line, "@plugin=%s",
                       rule->plugins[i].path);
-            rule->phooks |= conf_plugin_hooks(&rule->plugins[i]);
             nload++;
         }
     }
     (void)nload;
+    if (e->n == n0 && conf_plans_make(c) < 0)
+        conf_error(e, c->confdir, 0, "out of memory");
     return e->n == n0 ? 0 : -1;
 }

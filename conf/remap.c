@@ -920,6 +920,8 @@ remap_rule_free(struct conf_remap_rule *rule)
     rule->acl = NULL;
     rule->nacl = 0;
     conf_plugins_free(rule->plugins, rule->nplugins);
+    free(rule->plan);
+    rule->plan = NULL;
     rule->plugins = NULL;
     rule->nplugins = 0;
 }

@@ -45,6 +45,11 @@ ck_create(const struct cst_api *api, int argc, char **argv, char *err, size_t er
     if (k == NULL)
         return NULL;
     k->api = api;
+    if (!CST_API_HAS(api, key_peek)) {
+        snprintf(err, errlen, "this Cistern's plugin API is older than cachekey.so's");
+        free(k);
+        return NULL;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--remove-all-params=true") == 0)
@@ -83,22 +88,20 @@ ck_listed(const char *list, const char *name, size_t n)
     return 0;
 }
 
-static int
-ck_remap(void *inst, struct cst_txn *t)
+/* The key cur (n bytes) changed, in a copy, and set. */
+static __attribute__((noinline)) int
+ck_rekey(struct ck *k, struct cst_txn *t, const char *cur, size_t n)
 {
-    struct ck *k = inst;
     const struct cst_api *api = k->api;
     char key[CK_KEY_MAX];
-    size_t n = api->key_get(t, key, sizeof(key)), q;
+    size_t q, n0;
     char *qm;
-    size_t n0;
 
-    if (n == 0)
-        return CST_CONTINUE;        /* not cacheable anyway */
-    /* the key is "scheme://authority/path?query[ more]": the query */
+    if (n >= sizeof(key))
+        return CST_CONTINUE;        /* too long to change */
+    memcpy(key, cur, n);
+    key[n] = '\0';
     qm = memchr(key, '?', n);
-    if (qm == NULL && k->headers == NULL)
-        return CST_CONTINUE;        /* nothing to change: the key stays */
     n0 = n;
     if (qm != NULL && (k->remove_all || k->exclude || k->include)) {
         char *w = qm, *p = qm + 1, *end = key + n, *sp = memchr(qm, ' ', n - (size_t)(qm - key));
@@ -151,6 +154,23 @@ ck_remap(void *inst, struct cst_txn *t)
     if ((q = n) > 0 && q != n0)
         api->key_set(t, key, q);
     return CST_CONTINUE;
+}
+
+static int
+ck_remap(void *inst, struct cst_txn *t)
+{
+    struct ck *k = inst;
+    size_t n;
+    const char *cur = k->api->key_peek(t, &n);
+
+    if (cur == NULL)
+        return CST_CONTINUE;        /* not cacheable anyway */
+    /* the key is "scheme://authority/path?query[ more]": a key without a
+     * query and no field to add is looked at, not copied (nor is a frame
+     * of two keys' room set up) */
+    if (memchr(cur, '?', n) == NULL && k->headers == NULL)
+        return CST_CONTINUE;
+    return ck_rekey(k, t, cur, n);
 }
 
 CST_PLUGIN_EXPORT const struct cst_plugin cistern_plugin = {

@@ -42,6 +42,7 @@ struct hrule {
     char      *name, *value;
     size_t     nlen, vlen;
     int        cond;                  /* index into conds, -1: none */
+    struct cst_field *f;              /* set and add: checked at load */
 };
 
 struct hdrs {
@@ -50,7 +51,8 @@ struct hdrs {
     int           nrules;
     struct hcond *conds;
     int           nconds;
-    int           has[3];             /* rules for W_REQ, W_ORIGIN, W_RESP */
+    int           has[3];             /* how many rules for W_REQ, W_ORIGIN, W_RESP */
+    int          *by[3];              /* their indexes in rules, in order */
 };
 
 static void
@@ -61,11 +63,15 @@ hdrs_destroy(void *inst)
     for (int i = 0; i < h->nrules; i++) {
         free(h->rules[i].name);
         free(h->rules[i].value);
+        if (h->rules[i].f)
+            h->api->field_free(h->rules[i].f);
     }
     for (int i = 0; i < h->nconds; i++) {
         free(h->conds[i].field);
         free(h->conds[i].fvalue);
     }
+    for (int w = 0; w < 3; w++)
+        free(h->by[w]);
     free(h->rules);
     free(h->conds);
     free(h);
@@ -121,6 +127,11 @@ hdrs_create(const struct cst_api *api, int argc, char **argv, char *err, size_t 
     if (h == NULL)
         return NULL;
     h->api = api;
+    if (!CST_API_HAS(api, field_free)) {
+        snprintf(err, errlen, "this Cistern's plugin API is older than headers.so's");
+        free(h);
+        return NULL;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *c1, *c2;
         static const struct { const char *p; enum hop op; enum where w; } ops[] = {
@@ -163,6 +174,7 @@ hdrs_create(const struct cst_api *api, int argc, char **argv, char *err, size_t 
             goto fail;
         h->rules = nr;
         nr += h->nrules++;
+        nr->f = NULL;
         nr->op = ops[k].op;
         nr->where = ops[k].w;
         nr->cond = cond;
@@ -172,12 +184,31 @@ hdrs_create(const struct cst_api *api, int argc, char **argv, char *err, size_t 
             goto fail;
         nr->nlen = strlen(nr->name);
         nr->vlen = nr->value ? strlen(nr->value) : 0;
-        h->has[nr->where] = 1;
+        if (nr->op != H_RM
+            && (nr->f = api->field_prepare(nr->name, nr->nlen, nr->value, nr->vlen)) == NULL) {
+            snprintf(err, errlen, "\"%s\": a field name is a token (no space, "
+                     "control byte or ':'), a value has no CR, LF or NUL", a);
+            goto fail;
+        }
+        h->has[nr->where]++;
     }
     if (h->nrules == 0) {
         snprintf(err, errlen, "no operation given (e.g. @pparam=set-resp:X-A:1)");
         goto fail;
     }
+    for (int w = 0; w < 3; w++) {
+        if (h->has[w] == 0)
+            continue;
+        if ((h->by[w] = malloc(sizeof(int) * (size_t)h->has[w])) == NULL)
+            goto fail;
+        for (int i = 0, n = 0; i < h->nrules; i++)
+            if (h->rules[i].where == (enum where)w)
+                h->by[w][n++] = i;
+    }
+    /* the hooks this instance's operations need, no call for the others */
+    api->hooks_off((h->has[W_REQ] ? 0 : CST_HOOK_REMAP)
+                   | (h->has[W_ORIGIN] ? 0 : CST_HOOK_READ_RESPONSE)
+                   | (h->has[W_RESP] ? 0 : CST_HOOK_SEND_RESPONSE));
     return h;
 fail:
     hdrs_destroy(h);
@@ -217,19 +248,17 @@ hdrs_apply(struct hdrs *h, struct cst_txn *t, enum where w, int head)
 {
     int status = -1;
 
-    if (!h->has[w])
-        return CST_CONTINUE;
-    for (int i = 0; i < h->nrules; i++) {
-        const struct hrule *r = &h->rules[i];
+    for (int i = 0; i < h->has[w]; i++) {
+        const struct hrule *r = &h->rules[h->by[w][i]];
 
-        if (r->where != w || (r->cond >= 0 && !hdrs_cond_ok(h, t, r->cond, &status)))
+        if (r->cond >= 0 && !hdrs_cond_ok(h, t, r->cond, &status))
             continue;
         switch (r->op) {
         case H_SET:
-            h->api->field_set(t, head, r->name, r->nlen, r->value, r->vlen);
+            h->api->field_put(t, head, r->f, CST_FIELD_SET);
             break;
         case H_ADD:
-            h->api->field_add(t, head, r->name, r->nlen, r->value, r->vlen);
+            h->api->field_put(t, head, r->f, CST_FIELD_ADD);
             break;
         case H_RM:
             h->api->field_remove(t, head, r->name, r->nlen);

@@ -6,7 +6,9 @@
  * "X-Field-Results: 0 -1 ...".  The names and values put every refused
  * byte at the start, the middle and the end of strings of 1 to 17 bytes
  * (worker/plugin.c checks them eight bytes at a time, and under eight
- * bytes as one word).
+ * bytes as one word).  The same table is prepared at load
+ * (field_prepare: NULL for a refused one) and put over the added lines
+ * (field_put, CST_FIELD_SET), its results in "X-Put-Results".
  */
 #include <stdio.h>
 #include <string.h>
@@ -42,6 +44,15 @@ static const struct field_case cases[] = {
     F("X-V", "a\rcdefg"),
 };
 
+#define NCASES (sizeof(cases) / sizeof(cases[0]))
+
+struct fields {
+    const struct cst_api *api;
+    struct cst_field     *prep[NCASES];
+};
+
+static struct fields the_fields;
+
 static void *
 fields_create(const struct cst_api *api, int argc, char **argv, char *err, size_t errlen)
 {
@@ -49,28 +60,42 @@ fields_create(const struct cst_api *api, int argc, char **argv, char *err, size_
     (void)argv;
     (void)err;
     (void)errlen;
-    return (void *)api;
+    the_fields.api = api;
+    for (size_t i = 0; i < NCASES; i++)
+        the_fields.prep[i] = api->field_prepare(cases[i].name, cases[i].nlen, cases[i].value,
+                                                cases[i].vlen);
+    return &the_fields;
 }
 
 static void
 fields_destroy(void *inst)
 {
-    (void)inst;
+    struct fields *f = inst;
+
+    for (size_t i = 0; i < NCASES; i++)
+        if (f->prep[i])
+            f->api->field_free(f->prep[i]);
 }
 
 static int
 fields_send_response(void *inst, struct cst_txn *t)
 {
-    const struct cst_api *api = inst;
-    char out[256];
-    size_t n = 0;
+    const struct fields *f = inst;
+    const struct cst_api *api = f->api;
+    char out[256], put[256];
+    size_t n = 0, pn = 0;
 
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    for (size_t i = 0; i < NCASES; i++) {
         const struct field_case *c = &cases[i];
         int rc = api->field_add(t, CST_RESPONSE, c->name, c->nlen, c->value, c->vlen);
         n += (size_t)snprintf(out + n, sizeof(out) - n, "%s%d", i ? " " : "", rc);
     }
+    for (size_t i = 0; i < NCASES; i++) {
+        int rc = f->prep[i] ? api->field_put(t, CST_RESPONSE, f->prep[i], CST_FIELD_SET) : -1;
+        pn += (size_t)snprintf(put + pn, sizeof(put) - pn, "%s%d", i ? " " : "", rc);
+    }
     api->field_add(t, CST_RESPONSE, "X-Field-Results", 15, out, n);
+    api->field_add(t, CST_RESPONSE, "X-Put-Results", 13, put, pn);
     return CST_CONTINUE;
 }
 

@@ -173,6 +173,10 @@ def test_fields_refused_and_found_anywhere():
                       "field_add's answers (t/plugin_fields.c's table)")
             expect_eq((r.header("X-Served-By"), r.header("X-Tab")), ("edge", "a\tb"),
                       "accepted fields are in the head")
+            expect_eq(r.header("X-Put-Results"), " ".join(["0"] * 5 + ["-1"] * 14),
+                      "field_prepare's and field_put's answers, the same table")
+            expect_eq((named(r, "X-Served-By"), named(r, "X-Abcdefg")), (["edge"], [""]),
+                      "field_put's CST_FIELD_SET replaced field_add's line")
             for pad in range(100):
                 r = get(c, "/headers?X-Pad=%s&X-Kept=old&X-Gone=1&x-gone=2" % ("p" * pad),
                         "s.test")
@@ -217,6 +221,11 @@ def test_check_reports_plugin_errors():
              "plugin.config:3: plugin headers.so: no operation given"),
             (["map http://a.test/ http://o.test/ @plugin=/lib/x86_64-linux-gnu/libc.so.6"],
              None, "exports no cistern_plugin"),
+            # headers.so checks its fields when it loads (field_prepare)
+            (["map http://a.test/ http://o.test/ @plugin=headers.so "
+              "@pparam=set-resp:X-Bad\x01Name:1"], None,
+             'remap.config:1: plugin headers.so: "set-resp:X-Bad\x01Name:1": a field name '
+             "is a token"),
         ]
         for remap, pcfg, want in cases:
             files = {"plugin.config": pcfg} if pcfg else None

@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
@@ -46,16 +47,22 @@ static char plug_scratch[65536];       /* a head being rewritten */
 /* ------------------------------------------------------------------ */
 /* Which instances run on a request: the global ones, then the rule's */
 
-/* Instance k of the t->n (slot k): kept in the transaction when it
- * begins and at remap, not looked up in the config per call. */
-static inline const struct conf_plugin *
-plug_at(const struct cst_txn *t, int k)
-{
-    return k < t->ng ? &t->gplug[k] : &t->rplug[k - t->ng];
-}
+/* The plan of a request without plugins of its own or global ones. */
+static const struct conf_plan plug_noplan;
 
-#define PLUG_CALL(pl, fn, t) \
-    (panic_plugin = (pl)->name, (t)->cur = k, (pl)->p->fn((pl)->inst, (t)))
+_Static_assert(PLUG_MAX == CONF_PLAN_MAX, "a slot per instance of a plan");
+_Static_assert(CST_HOOK_REMAP == CONF_PH_REMAP && CST_HOOK_TXN_END == CONF_PH_TXN_END
+               && CST_HOOK_SEND_RESPONSE == CONF_PH_SEND_RESPONSE,
+               "hooks_off's bits are the plan's");
+
+/* Each call of hook bit h (a constant) in t's plan, as pc. */
+#define PLUG_EACH(t, h, pc)                                                            \
+    for (const struct conf_pcall *pc = &(t)->plan->calls[(t)->plan->first[__builtin_ctz(h)]], \
+         *pc##_end = &(t)->plan->calls[(t)->plan->first[__builtin_ctz(h) + 1]];       \
+         pc < pc##_end; pc++)
+
+#define PLUG_CALL(pc, t) \
+    (panic_plugin = (pc)->name, (t)->cur = (pc)->k, (pc)->fn.hook((pc)->inst, (t)))
 #define PLUG_DONE() (panic_plugin = NULL)
 
 static struct cst_txn *
@@ -75,10 +82,7 @@ plug_begin(struct req *rq)
         t->produce = NULL;
         t->icpt = NULL;
         t->slotset = 0;         /* api_slot clears a slot when first asked */
-        t->hooks = cf->ghooks;
-        t->gplug = cf->globals;
-        t->rplug = NULL;
-        t->ng = t->n = cf->nglobals < PLUG_MAX ? cf->nglobals : PLUG_MAX;
+        t->plan = cf->gplan ? cf->gplan : &plug_noplan;
         rq->rq_plugged = 1;
     }
     return t;
@@ -337,66 +341,91 @@ plug_out_add(struct cst_txn *t, const char *name, size_t nlen, const char *val, 
     return 0;
 }
 
-/* The head scan's AVX2 clone, picked by the loader where the CPU has it
- * (GCC's function multi-versioning: x86-64 and an ifunc-capable libc
- * only; elsewhere the one generic build). */
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__gnu_linux__)
-#define PLUG_SCAN_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define PLUG_SCAN_CLONES
-#endif
-
-/* Is there a line start in p[0..32 * n) + 1, a '\n' at p[i] followed by
- * a byte whose fold (| 0x20) is fc?  n is 1 or 2.  GCC's vector
- * extension: SSE2 steps on plain x86-64, AVX2 ones in its clone. */
-static inline __attribute__((always_inline)) int
-plug_hit(const char *p, unsigned char fc, int n)
-{
-    typedef unsigned char v32 __attribute__((vector_size(32)));
-    v32 a, b, hit = { 0 };
-    uint64_t m[4];
-
-    for (int i = 0; i < n; i++, p += 32) {
-        memcpy(&a, p, 32);
-        memcpy(&b, p + 1, 32);
-        hit |= (v32)(a == '\n') & (v32)((b | 0x20) == fc);
-    }
-    memcpy(m, &hit, 32);
-    return (m[0] | m[1] | m[2] | m[3]) != 0;
-}
-
-/* The first line start in (p, end) whose first byte is c or c ^ 0x20
- * (a name's first letter, either case; for another byte, a candidate
- * the caller checks): the byte after a '\n' there, or NULL.  64 bytes
- * a step, then 32, the last step on the last 32 (its bytes seen before
- * cannot match); byte by byte only in the 32 that match.  Two memchr
- * scans of the head (for c's lower and upper case, each again after a
- * false hit: "max-age" for an X-) cost ~280 instructions a hit's
- * 250-byte head; this ~120 where the CPU has AVX2 (a clone of the
- * function for it, chosen when the daemon starts), ~150 with SSE2. */
-PLUG_SCAN_CLONES static char *
-plug_line_at(char *p, const char *end, unsigned char c)
+/* The search of the client's head for a field a plugin sets or removes:
+ * the first line start in (p, end) whose first byte is c or c ^ 0x20 (a
+ * name's first letter, either case; for another byte, a candidate the
+ * caller checks), i.e. the byte after a '\n' there, or NULL.
+ *
+ * On x86-64 it compares 16 (SSE2) or 32 (AVX2, picked when the daemon
+ * starts) bytes and their successors a step and takes the first match's
+ * place from the compare's bit mask: ~70 instructions for a hit's 200-byte
+ * head with AVX2 (the clone of a vector loop with a byte-by-byte finish
+ * took 118, two memchr scans ~280).  The last step overlaps the one
+ * before, its bits for bytes seen masked off.  Elsewhere, byte by byte. */
+static char *
+plug_line_at_bytes(char *p, const char *end, unsigned char c)
 {
     const unsigned char fc = c | 0x20;
-    const char *stop = end - 1;     /* a '\n' there has no line after it */
 
-    if (end - p >= 33) {
-        while (end - p >= 65 && !plug_hit(p, fc, 2))
-            p += 64;
-        if (end - p < 33)
-            p = (char *)end - 33;
-        while (!plug_hit(p, fc, 1)) {
-            if (end - (p + 32) < 2)
-                return NULL;
-            p = end - (p + 32) >= 33 ? p + 32 : (char *)end - 33;
-        }
-        stop = p + 32;
-    }
-    for (; p < stop; p++)
+    for (; p + 1 < end; p++)
         if (p[0] == '\n' && ((unsigned char)p[1] | 0x20) == fc)
             return p + 1;
     return NULL;
 }
+
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__gnu_linux__)
+#include <immintrin.h>
+
+/* One step of w bytes at q: the bit mask of the '\n's followed by fc;
+ * two a turn while the head has them. */
+#define PLUG_STEP(w, load, eq, or, and, mask, set1, q, fc)                       \
+    ((uint32_t)mask(and(eq(load((const void *)(q)), set1('\n')),                 \
+                        eq(or(load((const void *)((q) + 1)), set1(0x20)), set1((char)(fc))))))
+
+#define PLUG_SCAN(w, step)                                                        \
+    const unsigned char fc = c | 0x20;                                          \
+    uint64_t m;                                                                 \
+    char *q = p;                                                                \
+    if (end - p < (w) + 1)                                                      \
+        return plug_line_at_bytes(p, end, c);                                   \
+    for (; end - q >= 2 * (w) + 1; q += 2 * (w))                                \
+        if ((m = step(q, fc) | (uint64_t)step(q + (w), fc) << (w)) != 0)       \
+            return q + __builtin_ctzll(m) + 1;                                  \
+    if (end - q >= (w) + 1) {                                                   \
+        if ((m = step(q, fc)) != 0)                                             \
+            return q + __builtin_ctzll(m) + 1;                                  \
+        q += (w);                                                               \
+    }                                                                           \
+    if (q + 1 >= end)                                                           \
+        return NULL;                                                            \
+    /* the last bytes: the step ending at end - 1, without those seen */        \
+    m = step(end - (w) - 1, fc) >> ((w) - (end - 1 - q));                         \
+    return m ? q + __builtin_ctzll(m) + 1 : NULL
+
+#define PLUG_STEP16(q, fc) PLUG_STEP(16, _mm_loadu_si128, _mm_cmpeq_epi8, _mm_or_si128, \
+                                     _mm_and_si128, _mm_movemask_epi8, _mm_set1_epi8, q, fc)
+#define PLUG_STEP32(q, fc) PLUG_STEP(32, _mm256_loadu_si256, _mm256_cmpeq_epi8,        \
+                                     _mm256_or_si256, _mm256_and_si256,                 \
+                                     _mm256_movemask_epi8, _mm256_set1_epi8, q, fc)
+
+static char *
+plug_line_at_sse2(char *p, const char *end, unsigned char c)
+{
+    PLUG_SCAN(16, PLUG_STEP16);
+}
+
+__attribute__((target("avx2"))) static char *
+plug_line_at_avx2(char *p, const char *end, unsigned char c)
+{
+    PLUG_SCAN(32, PLUG_STEP32);
+}
+
+/* The scan, picked at its first call (not an ifunc: a resolver runs
+ * before the sanitizers' runtime is up). */
+typedef char *plug_scan_fn(char *p, const char *end, unsigned char c);
+static char *plug_line_at_first(char *p, const char *end, unsigned char c);
+static plug_scan_fn *plug_line_at = plug_line_at_first;
+
+static char *
+plug_line_at_first(char *p, const char *end, unsigned char c)
+{
+    __builtin_cpu_init();
+    plug_line_at = __builtin_cpu_supports("avx2") ? plug_line_at_avx2 : plug_line_at_sse2;
+    return plug_line_at(p, end, c);
+}
+#else
+#define plug_line_at plug_line_at_bytes
+#endif
 
 /* send_response: every line named name taken out of the client's head
  * where it is: a scan of its lines, a move only for a line removed. */
@@ -455,6 +484,82 @@ api_field_set(struct cst_txn *t, int head, const char *name, size_t nlen, const 
     if (api_field_remove(t, head, name, nlen) < 0)
         return -1;
     return api_field_add(t, head, name, nlen, val, vlen);
+}
+
+/* A prepared field: checked when made, so putting it is a copy. */
+#define FIELD_MAGIC 0x464c4450u         /* "FLDP" */
+#define FIELD_MAX   4096                /* a prepared line's bytes */
+
+struct cst_field {
+    uint32_t magic;
+    uint16_t nlen, llen;                /* the name's; the line's, CRLF included */
+    char     line[];                    /* "Name: value\r\n" */
+};
+
+static struct cst_field *
+api_field_prepare(const char *name, size_t nlen, const char *val, size_t vlen)
+{
+    struct cst_field *f;
+    size_t llen = nlen + vlen + 4;
+
+    if (name == NULL || (val == NULL && vlen > 0) || llen > FIELD_MAX
+        || !plug_field_ok(name, nlen, val ? val : "", vlen)
+        || (f = malloc(sizeof(*f) + llen)) == NULL)
+        return NULL;
+    f->magic = FIELD_MAGIC;
+    f->nlen = (uint16_t)nlen;
+    f->llen = (uint16_t)llen;
+    memcpy(f->line, name, nlen);
+    memcpy(f->line + nlen, ": ", 2);
+    if (vlen > 0)
+        memcpy(f->line + nlen + 2, val, vlen);
+    memcpy(f->line + llen - 2, "\r\n", 2);
+    return f;
+}
+
+static void
+api_field_free(struct cst_field *f)
+{
+    if (f != NULL && f->magic == FIELD_MAGIC) {
+        f->magic = 0;
+        free(f);
+    }
+}
+
+/* send_response: a prepared line into the client's head where it is. */
+static inline __attribute__((always_inline)) int
+plug_out_line(struct cst_txn *t, const struct cst_field *f)
+{
+    struct buf *b = t->out;
+
+    if (b->end - t->mark < 4 || plug_out_room(b, f->llen) < 0)
+        return -1;
+    char *p = b->data + b->end - 2;         /* the blank line's CRLF */
+    memcpy(p, f->line, f->llen);
+    memcpy(p + f->llen, "\r\n", 2);
+    b->end += f->llen;
+    return 0;
+}
+
+static int
+api_field_put(struct cst_txn *t, int head, const struct cst_field *f, int how)
+{
+    struct plug_edits *ed;
+
+    if (f == NULL || f->magic != FIELD_MAGIC || (how != CST_FIELD_SET && how != CST_FIELD_ADD))
+        return -1;
+    if (head == CST_RESPONSE && t->hook == PLUG_H_SEND_RESPONSE) {
+        if (how == CST_FIELD_SET && plug_out_remove(t, f->line, f->nlen) < 0)
+            return -1;
+        return plug_out_line(t, f);
+    }
+    if ((ed = plug_edits_for(t, head, 1)) == NULL
+        || (how == CST_FIELD_SET && plug_edit_remove(ed, f->line, f->nlen) < 0)
+        || (size_t)ed->addlen + f->llen > sizeof(ed->add))
+        return -1;
+    memcpy(ed->add + ed->addlen, f->line, f->llen);
+    ed->addlen = (uint16_t)(ed->addlen + f->llen);
+    return 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -520,6 +625,15 @@ api_key_get(struct cst_txn *t, char *out, size_t cap)
     memcpy(out, t->key, *t->keylen);
     out[*t->keylen] = '\0';
     return *t->keylen;
+}
+
+static const char *
+api_key_peek(struct cst_txn *t, size_t *len)
+{
+    if (t->hook != PLUG_H_REMAP || t->key == NULL || *t->keylen == 0)
+        return NULL;
+    *len = *t->keylen;
+    return t->key;
 }
 
 static int
@@ -620,6 +734,12 @@ static void api_intercept_resume(struct cst_icpt *ic);
 static struct cst_timer *api_timer_add(int ms, void (*fn)(void *), void *arg);
 static void api_timer_cancel(struct cst_timer *tm);
 
+static int
+api_hooks_off(unsigned hooks)
+{
+    return conf_plugin_hooks_off(hooks);
+}
+
 const struct cst_api plug_api = {
     .abi = CST_PLUGIN_ABI,
     .size = sizeof(struct cst_api),
@@ -644,6 +764,11 @@ const struct cst_api plug_api = {
     .intercept_resume = api_intercept_resume,
     .timer_add = api_timer_add,
     .timer_cancel = api_timer_cancel,
+    .hooks_off = api_hooks_off,
+    .key_peek = api_key_peek,
+    .field_prepare = api_field_prepare,
+    .field_put = api_field_put,
+    .field_free = api_field_free,
 };
 
 /* ------------------------------------------------------------------ */
@@ -664,19 +789,18 @@ int
 plug_read_request(struct req *rq)
 {
     struct cst_txn *t = plug_begin(rq);
-    int n = t->n, rc = CST_CONTINUE;
+    int rc = CST_CONTINUE;
 
-    if (!(t->hooks & CONF_PH_READ_REQUEST))
+    if (!(t->plan->hooks & CONF_PH_READ_REQUEST))
         return 0;
     t->hook = PLUG_H_READ_REQUEST;
     t->deny_status = 0;
     t->deny_text[0] = '\0';
-    for (int k = 0; k < n && rc == CST_CONTINUE; k++) {
-        const struct conf_plugin *pl = plug_at(t, k);
-        if (pl->p->read_request) {
-            rc = PLUG_CALL(pl, read_request, t);
-            PLUG_DONE();
-        }
+    PLUG_EACH(t, CONF_PH_READ_REQUEST, pc) {
+        rc = PLUG_CALL(pc, t);
+        PLUG_DONE();
+        if (rc != CST_CONTINUE)
+            break;
     }
     return rc == CST_DENY ? plug_denied(rq, t) : 0;
 }
@@ -686,17 +810,14 @@ plug_remap(struct req *rq, const struct conf_remap_rule *rule, struct conf_remap
            char *key, size_t *keylen, size_t keycap)
 {
     struct cst_txn *t = plug_begin(rq);
-    int rc = CST_CONTINUE, n, k;
+    int rc = CST_CONTINUE;
 
-    if (rule != NULL && rule->nplugins > 0) {
+    if (rule != NULL && rule->plan != NULL) {
         rq->rq_prule = rule;
-        t->rplug = rule->plugins;
-        t->hooks = wk->conf->ghooks | rule->phooks;
-        t->n = t->ng + rule->nplugins < PLUG_MAX ? t->ng + rule->nplugins : PLUG_MAX;
+        t->plan = rule->plan;
     }
     t->res = res;               /* url_get's, in the later hooks too */
-    n = t->n;
-    if (!(t->hooks & CONF_PH_REMAP))
+    if (!(t->plan->hooks & CONF_PH_REMAP))
         return PLUG_OK;         /* no remap hook (a generator's rule) */
     if (t->remapped) {
         /* again after a WAIT: the remap hooks' own changes start over */
@@ -714,12 +835,11 @@ plug_remap(struct req *rq, const struct conf_remap_rule *rule, struct conf_remap
     t->url_set = t->key_set = 0;
     t->deny_status = 0;
     t->deny_text[0] = '\0';
-    for (k = 0; k < n && rc == CST_CONTINUE; k++) {
-        const struct conf_plugin *pl = plug_at(t, k);
-        if (pl->p->remap) {
-            rc = PLUG_CALL(pl, remap, t);
-            PLUG_DONE();
-        }
+    PLUG_EACH(t, CONF_PH_REMAP, pc) {
+        rc = PLUG_CALL(pc, t);
+        PLUG_DONE();
+        if (rc != CST_CONTINUE)
+            break;
     }
     t->key = NULL;
     if (rc == CST_DENY)
@@ -731,17 +851,13 @@ void
 plug_send_request(struct req *rq)
 {
     struct cst_txn *t = &rq->rq_plug;
-    int n = t->n;
 
-    if (!(t->hooks & CONF_PH_SEND_REQUEST))
+    if (!(t->plan->hooks & CONF_PH_SEND_REQUEST))
         return;
     t->hook = PLUG_H_SEND_REQUEST;
-    for (int k = 0; k < n; k++) {
-        const struct conf_plugin *pl = plug_at(t, k);
-        if (pl->p->send_request) {
-            (void)PLUG_CALL(pl, send_request, t);
-            PLUG_DONE();
-        }
+    PLUG_EACH(t, CONF_PH_SEND_REQUEST, pc) {
+        (void)PLUG_CALL(pc, t);
+        PLUG_DONE();
     }
 }
 
@@ -800,9 +916,8 @@ plug_read_response(struct req *rq, struct upstream *up)
     struct cst_txn *t = &rq->rq_plug;
     struct http_req *resp = up->up_resp;
     struct buf *in = &up->up_in;
-    int n = t->n, called = 0;
 
-    if (!(t->hooks & CONF_PH_READ_RESPONSE))
+    if (!(t->plan->hooks & CONF_PH_READ_RESPONSE))
         return 0;
     plug_redits.addlen = plug_redits.dellen = 0;
     t->hook = PLUG_H_READ_RESPONSE;
@@ -810,17 +925,11 @@ plug_read_response(struct req *rq, struct upstream *up)
     t->status = resp->status;
     t->uncacheable = 0;
     t->ttl = 0;
-    for (int k = 0; k < n; k++) {
-        const struct conf_plugin *pl = plug_at(t, k);
-        if (pl->p->read_response) {
-            (void)PLUG_CALL(pl, read_response, t);
-            PLUG_DONE();
-            called = 1;
-        }
+    PLUG_EACH(t, CONF_PH_READ_RESPONSE, pc) {
+        (void)PLUG_CALL(pc, t);
+        PLUG_DONE();
     }
     t->resp = NULL;
-    if (!called)
-        return 0;
     if (t->uncacheable) {
         up->up_store = 0;
         up->up_cdetail = "plugin";
@@ -858,21 +967,17 @@ int
 plug_send_response(struct req *rq, struct buf *b, size_t mark, int status)
 {
     struct cst_txn *t = &rq->rq_plug;
-    int n = t->n;
 
-    if (!(t->hooks & CONF_PH_SEND_RESPONSE))
+    if (!(t->plan->hooks & CONF_PH_SEND_RESPONSE))
         return 0;
     /* the hooks' field calls edit b[mark..end) in place */
     t->hook = PLUG_H_SEND_RESPONSE;
     t->out = b;
     t->mark = mark;
     t->status = status;
-    for (int k = 0; k < n; k++) {
-        const struct conf_plugin *pl = plug_at(t, k);
-        if (pl->p->send_response) {
-            (void)PLUG_CALL(pl, send_response, t);
-            PLUG_DONE();
-        }
+    PLUG_EACH(t, CONF_PH_SEND_RESPONSE, pc) {
+        (void)PLUG_CALL(pc, t);
+        PLUG_DONE();
     }
     t->out = NULL;
     return 0;
@@ -884,13 +989,12 @@ plug_txn_end(struct req *rq)
     struct cst_txn *t = &rq->rq_plug;
 
     t->hook = PLUG_H_END;
-    if (t->hooks & CONF_PH_TXN_END) {
-        for (int k = 0; k < t->n; k++) {
-            const struct conf_plugin *pl = plug_at(t, k);
-            if (pl->p->txn_end) {
-                PLUG_CALL(pl, txn_end, t);
-                PLUG_DONE();
-            }
+    if (t->plan->hooks & CONF_PH_TXN_END) {
+        PLUG_EACH(t, CONF_PH_TXN_END, pc) {
+            panic_plugin = pc->name;
+            t->cur = pc->k;
+            pc->fn.end(pc->inst, t);
+            PLUG_DONE();
         }
     }
     rq->rq_plugged = 0;
@@ -1038,14 +1142,16 @@ static int
 plug_icpt_rehook(struct cst_icpt *ic)
 {
     struct cst_txn *t = &ic->rq->rq_plug;
-    int k = ic->k, rc;
+    int rc;
 
     t->hook = PLUG_H_INTERCEPT;
     t->icpt = ic;
     t->produce = NULL;
     plug_redits.addlen = plug_redits.dellen = 0;
     ic->resumed = 0;
-    rc = PLUG_CALL(ic->pl, intercept, t);
+    panic_plugin = ic->pl->name;
+    t->cur = ic->k;
+    rc = ic->pl->p->intercept(ic->pl->inst, t);
     PLUG_DONE();
     if (rc == 1 && t->produce != NULL && plug_icpt_head(ic, t) == 0) {
         plug_icpt_arm(ic, 1);
@@ -1194,27 +1300,22 @@ api_intercept_resume(struct cst_icpt *ic)
 static const struct conf_plugin *
 plug_intercept_hooks(struct cst_txn *t, int *kp, int *again)
 {
-    int n = t->n;
-
-    if (!(t->hooks & CONF_PH_INTERCEPT))
+    if (!(t->plan->hooks & CONF_PH_INTERCEPT))
         return NULL;
     t->hook = PLUG_H_INTERCEPT;
-    for (int k = 0; k < n; k++) {
-        const struct conf_plugin *pl = plug_at(t, k);
-        if (pl->p->intercept == NULL)
-            continue;
+    PLUG_EACH(t, CONF_PH_INTERCEPT, pc) {
         plug_redits.addlen = plug_redits.dellen = 0;
         t->produce = NULL;
         t->icpt = NULL;
-        int rc = PLUG_CALL(pl, intercept, t);
+        int rc = PLUG_CALL(pc, t);
         PLUG_DONE();
         if ((rc == 1 && t->produce != NULL) || (rc == CST_AGAIN && t->icpt != NULL)) {
-            *kp = k;
+            *kp = pc->k;
             *again = rc == CST_AGAIN;
-            return pl;
+            return pc->pl;
         }
         if (t->icpt != NULL) {      /* a handle taken, the request not */
-            t->icpt->pl = pl;
+            t->icpt->pl = pc->pl;
             plug_icpt_put(t->icpt);
             t->icpt = NULL;
         }

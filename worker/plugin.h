@@ -8,7 +8,9 @@
  * per-transaction slots and the changes they asked of the request head.
  * Every call from the steps into this file is behind a test of
  * rq_plugged, or of the rule's nplugins and the config's nglobals: a
- * request without plugins pays those tests and nothing else.
+ * request without plugins pays those tests and nothing else.  A plugged
+ * request runs its plan (conf/conf.h's struct conf_plan): for each hook,
+ * the list of the instances to call, made when the config was loaded.
  */
 #ifndef CISTERN_WORKER_PLUGIN_H
 #define CISTERN_WORKER_PLUGIN_H
@@ -18,7 +20,8 @@
 
 #include "cistern/plugin.h"
 
-#define PLUG_MAX      16        /* instances on one request (global + rule) */
+#define PLUG_MAX      16        /* instances on one request (global + rule):
+                                   CONF_PLAN_MAX */
 #define PLUG_ADD_MAX  2048      /* bytes of fields a request's plugins add */
 #define PLUG_DEL_MAX  512       /* bytes of the names they remove */
 
@@ -37,6 +40,7 @@ struct http_req;
 struct conf_remap_result;
 struct conf_remap_rule;
 struct conf_plugin;
+struct conf_plan;
 
 enum plug_hook {
     PLUG_H_READ_REQUEST = 1, PLUG_H_REMAP, PLUG_H_SEND_REQUEST, PLUG_H_INTERCEPT,
@@ -50,10 +54,9 @@ struct cst_txn {
     unsigned         remapped:1;      /* the remap hooks ran (a WAIT
                                          comes back to ROUTE) */
     unsigned         url_set:1, key_set:1, uncacheable:1;
-    unsigned         hooks;           /* the instances' hooks, CONF_PH_ bits */
-    int              n, ng;           /* instances (at most PLUG_MAX), global ones */
-    const struct conf_plugin *gplug;  /* the global instances, then */
-    const struct conf_plugin *rplug;  /* the rule's (n - ng of them) */
+    const struct conf_plan *plan;     /* the instances and their calls:
+                                         the config's global plan, then at
+                                         remap the rule's */
     uint32_t         slotset;         /* slot[k] is set (else NULL) */
     int              ttl;             /* > 0: ttl_set's */
     uint16_t         mark_add, mark_del;  /* request edits before remap */

@@ -34,7 +34,43 @@ static char               tmpdir[64];
 static struct conf_errors errs;
 static void              *probe;      /* our own hold on probe.so */
 static char              *events;     /* its probe_events */
-static const struct cst_api api = { .abi = CST_PLUGIN_ABI, .size = sizeof(struct cst_api) };
+/* The API table a daemon gives, with what create() calls: hooks_off is
+ * conf/'s; a prepared field here is only something to free. */
+struct cst_field {
+    size_t len;
+};
+
+static struct cst_field *
+t_field_prepare(const char *name, size_t nlen, const char *val, size_t vlen)
+{
+    struct cst_field *f = malloc(sizeof(*f));
+
+    (void)name;
+    (void)val;
+    if (f != NULL)
+        f->len = nlen + vlen;
+    return f;
+}
+
+static void
+t_field_free(struct cst_field *f)
+{
+    free(f);
+}
+
+static int
+t_hooks_off(unsigned hooks)
+{
+    return conf_plugin_hooks_off(hooks);
+}
+
+static const struct cst_api api = {
+    .abi = CST_PLUGIN_ABI,
+    .size = sizeof(struct cst_api),
+    .hooks_off = t_hooks_off,
+    .field_prepare = t_field_prepare,
+    .field_free = t_field_free,
+};
 
 static void
 setup(void)
@@ -255,6 +291,62 @@ START_TEST(test_load_creates_in_order_and_destroys)
 }
 END_TEST
 
+/* The calls of hook bit h in plan pn: their slots, as "k k ..." */
+static const char *
+plan_slots(const struct conf_plan *pn, unsigned h)
+{
+    static char out[64];
+    int ix = __builtin_ctz(h), l = 0;
+
+    out[0] = '\0';
+    for (int i = pn->first[ix]; i < pn->first[ix + 1]; i++)
+        l += snprintf(out + l, sizeof(out) - (size_t)l, "%s%d", l ? " " : "", pn->calls[i].k);
+    return out;
+}
+
+/* The plans: per hook, the instances that have it, in order (globals
+ * first), less what create() turned off with hooks_off. */
+START_TEST(test_plans_list_each_hook_calls)
+{
+    struct conf *c;
+
+    put("plugin.config", PROBE " g1\n" PROBE " g2 noremap\n");
+    c = load("map http://a/ http://o/ @plugin=" PROBE " @pparam=r1 @plugin=" PROBE
+             " @pparam=r2 @pparam=noremap @plugin=" PROBE " @pparam=r3\n"
+             "map http://b/ http://o/ @plugin=headers.so @pparam=set-resp:X-A:1\n"
+             "map http://c/ http://o/\n");
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_eq(errs.n, 0);
+    ck_assert_ptr_nonnull(c->gplan);
+    ck_assert_int_eq(c->gplan->n, 2);
+    ck_assert_uint_eq(c->gplan->hooks, CONF_PH_REMAP | CONF_PH_TXN_END);
+    ck_assert_str_eq(plan_slots(c->gplan, CONF_PH_REMAP), "0");
+    ck_assert_str_eq(plan_slots(c->gplan, CONF_PH_TXN_END), "0 1");
+
+    const struct conf_plan *pn = c->remap.rules[0].plan;
+    ck_assert_ptr_nonnull(pn);
+    ck_assert_int_eq(pn->n, 5);
+    ck_assert_str_eq(plan_slots(pn, CONF_PH_REMAP), "0 2 4");
+    ck_assert_str_eq(plan_slots(pn, CONF_PH_TXN_END), "0 1 2 3 4");
+    ck_assert_str_eq(plan_slots(pn, CONF_PH_SEND_RESPONSE), "");
+    ck_assert_str_eq(pn->calls[pn->first[1] + 1].name, "probe.so");
+    ck_assert_str_eq((const char *)pn->calls[pn->first[1] + 1].inst, "r1");
+    ck_assert_ptr_eq(pn->pl[3], &c->remap.rules[0].plugins[1]);
+
+    /* headers.so with set-resp only: no remap or read_response call */
+    pn = c->remap.rules[1].plan;
+    ck_assert_ptr_nonnull(pn);
+    ck_assert_uint_eq(pn->pl[2]->hooks, CONF_PH_SEND_RESPONSE);
+    ck_assert_str_eq(plan_slots(pn, CONF_PH_SEND_RESPONSE), "2");
+    ck_assert_str_eq(plan_slots(pn, CONF_PH_REMAP), "0");
+    ck_assert_str_eq(plan_slots(pn, CONF_PH_READ_RESPONSE), "");
+    ck_assert_ptr_null(c->remap.rules[2].plan);
+    /* outside a create(), hooks_off changes nothing */
+    ck_assert_int_eq(conf_plugin_hooks_off(CONF_PH_TXN_END), -1);
+    conf_free(c);
+}
+END_TEST
+
 START_TEST(test_load_errors)
 {
     struct conf *c;
@@ -343,6 +435,7 @@ plugin_suite(void)
     tcase_add_test(tc, test_remap_rules);
     tcase_add_test(tc, test_remap_errors);
     tcase_add_test(tc, test_load_creates_in_order_and_destroys);
+    tcase_add_test(tc, test_plans_list_each_hook_calls);
     tcase_add_test(tc, test_load_errors);
     tcase_add_test(tc, test_plugin_config_errors);
     tcase_add_test(tc, test_plugin_config_absent_or_empty);

@@ -30,12 +30,17 @@ probe_create(const struct cst_api *api, int argc, char **argv, char *err, size_t
 {
     char *name;
 
-    (void)api;
-    for (int i = 1; i < argc; i++)
+    for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "fail") == 0) {
             snprintf(err, errlen, "asked to fail");
             return NULL;
         }
+        /* "noremap": this instance is not called at remap (hooks_off) */
+        if (strcmp(argv[i], "noremap") == 0 && api->hooks_off(CST_HOOK_REMAP) < 0) {
+            snprintf(err, errlen, "hooks_off refused");
+            return NULL;
+        }
+    }
     probe_put("create");
     for (int i = 1; i < argc; i++) {
         probe_put(" ");
@@ -55,9 +60,27 @@ probe_destroy(void *inst)
     free(inst);
 }
 
+/* Hooks for the plans to list (never called here). */
+static int
+probe_remap(void *inst, struct cst_txn *t)
+{
+    (void)inst;
+    (void)t;
+    return CST_CONTINUE;
+}
+
+static void
+probe_end(void *inst, struct cst_txn *t)
+{
+    (void)inst;
+    (void)t;
+}
+
 CST_PLUGIN_EXPORT const struct cst_plugin cistern_plugin = {
     .abi = PROBE_ABI,
     .name = "probe",
     .create = probe_create,
     .destroy = probe_destroy,
+    .remap = probe_remap,
+    .txn_end = probe_end,
 };
