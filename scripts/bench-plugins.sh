@@ -8,20 +8,27 @@
 # Cistern and, when traffic_server is installed, ATS with its own
 # generator.so, cachekey.so and header_rewrite.so.
 #
-# Usage: scripts/bench-plugins.sh [-d SECONDS] [--no-ats] [--pin] [--port-base N]
+# Usage: scripts/bench-plugins.sh [-d SECONDS] [--no-ats] [--pin] [--pairs N]
+#                                  [--port-base N]
 #        --pin: the server on CPU 1, wrk and ab on CPU 0 (taskset), so
 #        the two do not take turns on one core (steadier figures)
+#        --pairs N: only the 3% question, asked N times: Cistern's rule
+#        without plugins and with headers+cachekey, wrk -c50 then ab -k
+#        -c100 each, in turns (ABBA: drift cancels), then the medians of
+#        req/s and of the server's CPU time per request, and the rows'
+#        difference in percent
 #        CISTERN_BIN names the daemon (default _build/plain/cistern), its
 #        plugins are the build's (plugins/ next to it).
 set -euo pipefail
-secs=10 ats=1 base=18480 srv_cpu=() cli_cpu=()
+secs=10 ats=1 base=18480 srv_cpu=() cli_cpu=() pairs=0
 while (($#)); do
     case $1 in
     -d) secs=$2; shift 2 ;;
     --no-ats) ats=0; shift ;;
     --pin) srv_cpu=(taskset -c 1) cli_cpu=(taskset -c 0); shift ;;
+    --pairs) pairs=$2; shift 2 ;;
     --port-base) base=$2; shift 2 ;;
-    -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-plugins: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -116,6 +123,56 @@ CONF
 "${srv_cpu[@]}" "$bin" -c "$tmp/c/conf" -f >"$tmp/c/stderr" 2>&1 &
 pids+=($!)
 srv_pid=$!
+# one CLIENT (wrk or ab) against HOST's /cache/1024/2: "req/s cpu-us/req"
+measure() {
+    local url="http://127.0.0.1:$cp/cache/1024/2" out t0 rps n
+    t0=$(tree_ticks "$srv_pid")
+    if [[ $1 == wrk ]]; then
+        out=$("${cli_cpu[@]}" wrk -t1 -c50 -d"$secs" -H "Host: $2" "$url")
+        rps=$(awk '/Requests\/sec/ { print $2 }' <<<"$out")
+        n=$(awk '/requests in/ { print $1 }' <<<"$out")
+    else
+        out=$("${cli_cpu[@]}" ab -q -k -c100 -t"$secs" -n 5000000 -H "Host: $2" "$url" 2>&1)
+        rps=$(awk '/Requests per second/ { print $4 }' <<<"$out")
+        n=$(awk '/Complete requests/ { print $3 }' <<<"$out")
+    fi
+    echo "$rps $(us_per_req $(($(tree_ticks "$srv_pid") - t0)) "$n")"
+}
+if ((pairs > 0)); then
+    for h in plain.test both.test; do
+        wait_ok "http://127.0.0.1:$cp/cache/1024/2" "$h"
+        curl -s -D - -o /dev/null -H "Host: $h" "http://127.0.0.1:$cp/cache/1024/2" |
+            grep -qiE "$chit" || { echo "bench-plugins: $h is not a hit" >&2; exit 1; }
+    done
+    echo "# $pairs pairs, ${secs}s each: no plugins (plain.test) vs headers+cachekey (both.test)"
+    : >"$tmp/pairs"
+    for ((i = 1; i <= pairs; i++)); do
+        order="plain.test both.test"
+        ((i % 2 == 0)) && order="both.test plain.test"
+        for tool in wrk ab; do
+            for h in $order; do
+                r=$(measure "$tool" "$h")
+                echo "$tool $h $r" >>"$tmp/pairs"
+                printf 'round %2d  %-4s %-11s %10s req/s  cpu %6s us/req\n' "$i" "$tool" "$h" $r
+            done
+        done
+    done
+    python3 - "$tmp/pairs" <<'EOP'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    tool, host, rps, cpu = line.split()
+    rows.setdefault((tool, host), []).append((float(rps), float(cpu)))
+for tool, name in (("wrk", "wrk -t1 -c50"), ("ab", "ab -k -c100")):
+    a, b = rows[(tool, "plain.test")], rows[(tool, "both.test")]
+    ra, rb = statistics.median(x[0] for x in a), statistics.median(x[0] for x in b)
+    ca, cb = statistics.median(x[1] for x in a), statistics.median(x[1] for x in b)
+    print("%-13s no plugins %9.0f req/s %6.2f us/req | headers+cachekey %9.0f req/s "
+          "%6.2f us/req | req/s %+5.1f%%  cpu/req %+5.1f%%"
+          % (name, ra, ca, rb, cb, 100 * (rb - ra) / ra, 100 * (cb - ca) / ca))
+EOP
+    exit 0
+fi
 echo "# wrk -t1, ${secs}s, a 1 KiB cached object (cistern: $bin)"
 run "cistern generator hit (-c1)" "$cp" gen.test /cache/1024/1 1 "$chit"
 run "cistern plain map hit (-c1)" "$cp" plain.test /cache/1024/1 1 "$chit"
