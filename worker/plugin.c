@@ -34,6 +34,7 @@
 
 #include "shm/log.h"
 #include "shm/panic.h"
+#include "worker/linescan.h"
 #include "worker/plugin.h"
 #include "worker/req.h"
 #include "worker/worker.h"
@@ -341,91 +342,7 @@ plug_out_add(struct cst_txn *t, const char *name, size_t nlen, const char *val, 
     return 0;
 }
 
-/* The search of the client's head for a field a plugin sets or removes:
- * the first line start in (p, end) whose first byte is c or c ^ 0x20 (a
- * name's first letter, either case; for another byte, a candidate the
- * caller checks), i.e. the byte after a '\n' there, or NULL.
- *
- * On x86-64 it compares 16 (SSE2) or 32 (AVX2, picked when the daemon
- * starts) bytes and their successors a step and takes the first match's
- * place from the compare's bit mask: ~70 instructions for a hit's 200-byte
- * head with AVX2 (the clone of a vector loop with a byte-by-byte finish
- * took 118, two memchr scans ~280).  The last step overlaps the one
- * before, its bits for bytes seen masked off.  Elsewhere, byte by byte. */
-static char *
-plug_line_at_bytes(char *p, const char *end, unsigned char c)
-{
-    const unsigned char fc = c | 0x20;
-
-    for (; p + 1 < end; p++)
-        if (p[0] == '\n' && ((unsigned char)p[1] | 0x20) == fc)
-            return p + 1;
-    return NULL;
-}
-
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__gnu_linux__)
-#include <immintrin.h>
-
-/* One step of w bytes at q: the bit mask of the '\n's followed by fc;
- * two a turn while the head has them. */
-#define PLUG_STEP(w, load, eq, or, and, mask, set1, q, fc)                       \
-    ((uint32_t)mask(and(eq(load((const void *)(q)), set1('\n')),                 \
-                        eq(or(load((const void *)((q) + 1)), set1(0x20)), set1((char)(fc))))))
-
-#define PLUG_SCAN(w, step)                                                        \
-    const unsigned char fc = c | 0x20;                                          \
-    uint64_t m;                                                                 \
-    char *q = p;                                                                \
-    if (end - p < (w) + 1)                                                      \
-        return plug_line_at_bytes(p, end, c);                                   \
-    for (; end - q >= 2 * (w) + 1; q += 2 * (w))                                \
-        if ((m = step(q, fc) | (uint64_t)step(q + (w), fc) << (w)) != 0)       \
-            return q + __builtin_ctzll(m) + 1;                                  \
-    if (end - q >= (w) + 1) {                                                   \
-        if ((m = step(q, fc)) != 0)                                             \
-            return q + __builtin_ctzll(m) + 1;                                  \
-        q += (w);                                                               \
-    }                                                                           \
-    if (q + 1 >= end)                                                           \
-        return NULL;                                                            \
-    /* the last bytes: the step ending at end - 1, without those seen */        \
-    m = step(end - (w) - 1, fc) >> ((w) - (end - 1 - q));                         \
-    return m ? q + __builtin_ctzll(m) + 1 : NULL
-
-#define PLUG_STEP16(q, fc) PLUG_STEP(16, _mm_loadu_si128, _mm_cmpeq_epi8, _mm_or_si128, \
-                                     _mm_and_si128, _mm_movemask_epi8, _mm_set1_epi8, q, fc)
-#define PLUG_STEP32(q, fc) PLUG_STEP(32, _mm256_loadu_si256, _mm256_cmpeq_epi8,        \
-                                     _mm256_or_si256, _mm256_and_si256,                 \
-                                     _mm256_movemask_epi8, _mm256_set1_epi8, q, fc)
-
-static char *
-plug_line_at_sse2(char *p, const char *end, unsigned char c)
-{
-    PLUG_SCAN(16, PLUG_STEP16);
-}
-
-__attribute__((target("avx2"))) static char *
-plug_line_at_avx2(char *p, const char *end, unsigned char c)
-{
-    PLUG_SCAN(32, PLUG_STEP32);
-}
-
-/* The scan, picked at its first call (not an ifunc: a resolver runs
- * before the sanitizers' runtime is up). */
-typedef char *plug_scan_fn(char *p, const char *end, unsigned char c);
-static char *plug_line_at_first(char *p, const char *end, unsigned char c);
-static plug_scan_fn *plug_line_at = plug_line_at_first;
-
-static char *
-plug_line_at_first(char *p, const char *end, unsigned char c)
-{
-    __builtin_cpu_init();
-    plug_line_at = __builtin_cpu_supports("avx2") ? plug_line_at_avx2 : plug_line_at_sse2;
-    return plug_line_at(p, end, c);
-}
-#else
-#define plug_line_at plug_line_at_bytes
-#endif
+/* linescan: worker/linescan.h (vectorised; its own unit test). */
 
 /* send_response: every line named name taken out of the client's head
  * where it is: a scan of its lines, a move only for a line removed. */
@@ -438,7 +355,7 @@ plug_out_remove(struct cst_txn *t, const char *name, size_t nlen)
 
     if (nlen == 0)
         return -1;
-    while ((q = plug_line_at(p, end, (unsigned char)name[0])) != NULL) {
+    while ((q = linescan(p, end, (unsigned char)name[0])) != NULL) {
         p = q;
         if ((size_t)(end - q) <= nlen || q[nlen] != ':' || strncasecmp(q, name, nlen) != 0
             || (e = memchr(q, '\n', (size_t)(end - q))) == NULL)

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "worker/http.h"
+#include "worker/linescan.h"
 
 static struct http_req r;
 static char head[70000];
@@ -571,6 +572,48 @@ START_TEST(test_head_ctl_every_offset)
 }
 END_TEST
 
+/* worker/linescan.h: the vector scans find what the byte loop finds, for
+ * every length to 300 and every start, in text dense with '\n' and the
+ * letter (either case), where the last step's overlap and the masks of
+ * bytes seen matter. */
+START_TEST(test_linescan_agrees)
+{
+    static char buf[320];
+    const char alphabet[] = "\nxX\rab:";
+    unsigned seed = 12345;
+    linescan_fn *impl[3] = { linescan_bytes, NULL, NULL };
+    int nimpl = 1;
+
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__gnu_linux__)
+    impl[nimpl++] = linescan_sse2;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2"))
+        impl[nimpl++] = linescan_avx2;
+#endif
+    for (int round = 0; round < 400; round++) {
+        for (size_t i = 0; i < sizeof(buf); i++) {
+            seed = seed * 1103515245u + 12345u;
+            buf[i] = alphabet[(seed >> 16) % (round % 3 ? 8 : 3)];
+        }
+        for (size_t len = 0; len <= 300; len += (round % 7) + 1)
+            for (size_t start = 0; start <= len && start < 70; start += 1 + round % 5) {
+                char *want = linescan_bytes(buf + start, buf + len, 'x');
+                for (int k = 1; k < nimpl; k++)
+                    ck_assert_msg(impl[k](buf + start, buf + len, 'X') == want,
+                                  "impl %d, round %d, start %zu, len %zu", k, round, start, len);
+            }
+    }
+    /* one match, at each place of a 200-byte head */
+    for (size_t at = 0; at < 200; at++) {
+        memset(buf, 'a', 200);
+        buf[at] = '\n';
+        buf[at + 1] = 'X';
+        for (int k = 0; k < nimpl; k++)
+            ck_assert_ptr_eq(impl[k](buf, buf + 200, 'x'), at + 1 < 200 ? buf + at + 1 : NULL);
+    }
+}
+END_TEST
+
 static Suite *
 http_suite(void)
 {
@@ -586,6 +629,7 @@ http_suite(void)
     tcase_add_test(tc, test_head_table);
     tcase_add_test(tc, test_head_limits);
     tcase_add_test(tc, test_head_ctl_every_offset);
+    tcase_add_test(tc, test_linescan_agrees);
     suite_add_tcase(s, tc);
     return s;
 }
