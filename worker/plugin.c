@@ -419,7 +419,8 @@ api_field_prepare(const char *name, size_t nlen, const char *val, size_t vlen)
     struct cst_field *f;
     size_t llen = nlen + vlen + 4;
 
-    if (name == NULL || (val == NULL && vlen > 0) || llen > FIELD_MAX
+    if (name == NULL || (val == NULL && vlen > 0) || nlen > FIELD_MAX || vlen > FIELD_MAX
+        || llen > FIELD_MAX
         || !plug_field_ok(name, nlen, val ? val : "", vlen)
         || (f = malloc(sizeof(*f) + llen)) == NULL)
         return NULL;
@@ -556,9 +557,11 @@ api_key_peek(struct cst_txn *t, size_t *len)
 static int
 api_key_set(struct cst_txn *t, const char *key, size_t len)
 {
-    if (t->hook != PLUG_H_REMAP || t->key == NULL || len == 0 || len + 1 > t->keycap)
+    if (t->hook != PLUG_H_REMAP || t->key == NULL || len + 1 > t->keycap
+        || (key == NULL && len > 0))
         return -1;
-    memmove(t->key, key, len);
+    if (len > 0)
+        memmove(t->key, key, len);
     t->key[len] = '\0';
     *t->keylen = len;
     t->key_set = 1;
