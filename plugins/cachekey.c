@@ -6,7 +6,8 @@
  *   --exclude-params=a,b          the key's query without these
  *   --include-params=a,b          the key's query with only these
  *   --include-headers=X-A,X-B     the values of these request fields are
- *                                 appended to the key (" X-A:value");
+ *                                 appended to the key (" X-A:value", a
+ *                                 space or '%' in it as %20 or %25);
  *                                 a request whose key has no room for
  *                                 one is not cached (key_set, length 0)
  *
@@ -140,6 +141,39 @@ ck_params(const struct ck *k, char *key, size_t n, char *qm)
     return (size_t)(w - key) + tl;
 }
 
+/* " NAME:value" after key[0..*np) (CK_KEY_MAX bytes with its NUL), the
+ * value's spaces and '%'s as %20 and %25: a value cannot hold the next
+ * field's " NAME:" (X-T "a X-U:b" is not X-T "a" and X-U "b").  -1 when it
+ * does not fit. */
+static int
+ck_field(char *key, size_t *np, const char *name, size_t nlen, const char *v, size_t vl)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = *np;
+
+    if (n + nlen + 2 > CK_KEY_MAX - 1)
+        return -1;
+    key[n++] = ' ';
+    memcpy(key + n, name, nlen);
+    n += nlen;
+    key[n++] = ':';
+    for (size_t i = 0; i < vl; i++) {
+        unsigned char ch = (unsigned char)v[i];
+        int esc = ch == ' ' || ch == '%';
+        if (n + (esc ? 3 : 1) > CK_KEY_MAX - 1)
+            return -1;
+        if (esc) {
+            key[n++] = '%';
+            key[n++] = hex[ch >> 4];
+            key[n++] = hex[ch & 15];
+        } else {
+            key[n++] = (char)ch;
+        }
+    }
+    *np = n;
+    return 0;
+}
+
 /* The key cur (n bytes) changed, in a copy, and set. */
 static __attribute__((noinline)) int
 ck_rekey(struct ck *k, struct cst_txn *t, const char *cur, size_t n)
@@ -160,19 +194,12 @@ ck_rekey(struct ck *k, struct cst_txn *t, const char *cur, size_t n)
     for (const char *h = k->headers; h && *h;) {
         const char *e = strchr(h, ','), *v;
         size_t hl = e ? (size_t)(e - h) : strlen(h), vl;
-        if (api->field_get(t, CST_REQUEST, h, hl, 0, &v, &vl)) {
-            if (n + hl + vl + 2 >= sizeof(key)) {
-                /* a key without the value would be another value's too:
-                 * no key, the request is not cached */
-                api->key_set(t, NULL, 0);
-                return CST_CONTINUE;
-            }
-            key[n++] = ' ';
-            memcpy(key + n, h, hl);
-            n += hl;
-            key[n++] = ':';
-            memcpy(key + n, v, vl);
-            n += vl;
+        if (api->field_get(t, CST_REQUEST, h, hl, 0, &v, &vl)
+            && ck_field(key, &n, h, hl, v, vl) < 0) {
+            /* a key without the value would be another value's too: no
+             * key, the request is not cached */
+            api->key_set(t, NULL, 0);
+            return CST_CONTINUE;
         }
         h = e ? e + 1 : NULL;
     }

@@ -187,7 +187,10 @@ Plugin plans review (issue 22, 4053e4a..72a5dd5):
   earlier instance appended for the query's, and left out of the key a
   field without room under 4096 bytes: in each case two tenants (X-T)
   shared one object.  A key without room is now no key (key_set with
-  length 0: not cached).
+  length 0: not cached);
+- cachekey.so's --include-headers wrote values as they came: a space in
+  one could forge the next listed field (X-T "a X-U:b" keyed as X-T "a"
+  with X-U "b").
 """
 import contextlib
 import os
@@ -2035,6 +2038,24 @@ def test_cachekey_keys_that_differ_stay_apart():
         expect_eq(len(o.requests()), n0, "the same tenant's object is a hit")
         _plug_get(c, long_path, "k.test", [("X-T", "t1")])
         expect_eq(len(o.requests()), n0 + 1, "a key without room for X-T: not cached")
+
+
+def test_cachekey_a_field_value_cannot_forge_the_next_field():
+    """--include-headers=X-T,X-U appended " X-T:value X-U:value" as the
+    values came: X-T "a X-U:b" without X-U made the key of X-T "a" with
+    X-U "b", so one client's request filled (or read) another's object.
+    A space (and '%') in a value is now written %20 (%25)."""
+    with Origin() as o, Cistern(records=test_plugins.REC, storage=["cache 64M"], remap=[
+            "map http://k.test/ http://%s/ @plugin=cachekey.so "
+            "@pparam=--include-headers=X-T,X-U" % o.authority]) as c:
+        lm = "/last-modified/1000000000/bytes/10"
+        for hs in ([("X-T", "a X-U:b")], [("X-T", "a"), ("X-U", "b")],
+                   [("X-T", "a%20X-U:b")], [("X-T", "a%2520X-U:b")]):
+            r = _plug_get(c, lm, "k.test", hs)
+            expect(r is not None and r.status == 200, "%r: %r" % (hs, r))
+        expect_eq(len(o.requests()), 4, "four requests of four keys")
+        _plug_get(c, lm, "k.test", [("X-T", "a X-U:b")])
+        expect_eq(len(o.requests()), 4, "the first again is a hit")
 
 
 if __name__ == "__main__":
