@@ -7,7 +7,8 @@
  *   --include-params=a,b          the key's query with only these
  *   --include-headers=X-A,X-B     the values of these request fields are
  *                                 appended to the key (" X-A:value", a
- *                                 space or '%' in it as %20 or %25);
+ *                                 space or '%' in it as %20 or %25; a
+ *                                 field given twice: " X-A:one,two");
  *                                 a request whose key has no room for
  *                                 one is not cached (key_set, length 0)
  *
@@ -141,28 +142,20 @@ ck_params(const struct ck *k, char *key, size_t n, char *qm)
     return (size_t)(w - key) + tl;
 }
 
-/* " NAME:value" after key[0..*np) (CK_KEY_MAX bytes with its NUL), the
- * value's spaces and '%'s as %20 and %25: a value cannot hold the next
- * field's " NAME:" (X-T "a X-U:b" is not X-T "a" and X-U "b").  -1 when it
- * does not fit. */
+/* s[0..len) after key[0..*np) (CK_KEY_MAX bytes with its NUL); esc: its
+ * spaces and '%'s as %20 and %25.  -1 when it does not fit. */
 static int
-ck_field(char *key, size_t *np, const char *name, size_t nlen, const char *v, size_t vl)
+ck_put(char *key, size_t *np, const char *s, size_t len, int esc)
 {
     static const char hex[] = "0123456789ABCDEF";
     size_t n = *np;
 
-    if (n + nlen + 2 > CK_KEY_MAX - 1)
-        return -1;
-    key[n++] = ' ';
-    memcpy(key + n, name, nlen);
-    n += nlen;
-    key[n++] = ':';
-    for (size_t i = 0; i < vl; i++) {
-        unsigned char ch = (unsigned char)v[i];
-        int esc = ch == ' ' || ch == '%';
-        if (n + (esc ? 3 : 1) > CK_KEY_MAX - 1)
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        int e = esc && (ch == ' ' || ch == '%');
+        if (n + (e ? 3 : 1) > CK_KEY_MAX - 1)
             return -1;
-        if (esc) {
+        if (e) {
             key[n++] = '%';
             key[n++] = hex[ch >> 4];
             key[n++] = hex[ch & 15];
@@ -172,6 +165,24 @@ ck_field(char *key, size_t *np, const char *name, size_t nlen, const char *v, si
     }
     *np = n;
     return 0;
+}
+
+/* Line nth of field NAME, value v, after the key: " NAME:v" for the
+ * first, ",v" for the next ones (the field's lines as one list).  Its
+ * value's spaces are escaped, so a value cannot hold the next field's
+ * " NAME:" (X-T "a X-U:b" is not X-T "a" and X-U "b").  -1: no room. */
+static int
+ck_field(char *key, size_t *np, const char *name, size_t nlen, int nth, const char *v,
+         size_t vl)
+{
+    if (nth == 0) {
+        if (ck_put(key, np, " ", 1, 0) < 0 || ck_put(key, np, name, nlen, 0) < 0
+            || ck_put(key, np, ":", 1, 0) < 0)
+            return -1;
+    } else if (ck_put(key, np, ",", 1, 0) < 0) {
+        return -1;
+    }
+    return ck_put(key, np, v, vl, 1);
 }
 
 /* The key cur (n bytes) changed, in a copy, and set. */
@@ -194,13 +205,13 @@ ck_rekey(struct ck *k, struct cst_txn *t, const char *cur, size_t n)
     for (const char *h = k->headers; h && *h;) {
         const char *e = strchr(h, ','), *v;
         size_t hl = e ? (size_t)(e - h) : strlen(h), vl;
-        if (api->field_get(t, CST_REQUEST, h, hl, 0, &v, &vl)
-            && ck_field(key, &n, h, hl, v, vl) < 0) {
-            /* a key without the value would be another value's too: no
-             * key, the request is not cached */
-            api->key_set(t, NULL, 0);
-            return CST_CONTINUE;
-        }
+        for (int nth = 0; api->field_get(t, CST_REQUEST, h, hl, nth, &v, &vl); nth++)
+            if (ck_field(key, &n, h, hl, nth, v, vl) < 0) {
+                /* a key without the value would be another value's too:
+                 * no key, the request is not cached */
+                api->key_set(t, NULL, 0);
+                return CST_CONTINUE;
+            }
         h = e ? e + 1 : NULL;
     }
     /* a parameter taken out and a field put in may leave the length as

@@ -190,7 +190,7 @@ Plugin plans review (issue 22, 4053e4a..72a5dd5):
   length 0: not cached);
 - cachekey.so's --include-headers wrote values as they came: a space in
   one could forge the next listed field (X-T "a X-U:b" keyed as X-T "a"
-  with X-U "b").
+  with X-U "b"), and keyed only a repeated field's first line.
 """
 import contextlib
 import os
@@ -2056,6 +2056,24 @@ def test_cachekey_a_field_value_cannot_forge_the_next_field():
         expect_eq(len(o.requests()), 4, "four requests of four keys")
         _plug_get(c, lm, "k.test", [("X-T", "a X-U:b")])
         expect_eq(len(o.requests()), 4, "the first again is a hit")
+
+
+def test_cachekey_a_repeated_field_is_keyed_whole():
+    """--include-headers keyed a field's first line only: X-T "v" and a
+    second X-T "evil" (which the origin gets too) made the key of X-T "v"
+    alone, so that request filled the object of the client who sends only
+    X-T "v".  Every line's value is in the key now, joined by ','."""
+    with Origin() as o, Cistern(records=test_plugins.REC, storage=["cache 64M"], remap=[
+            "map http://k.test/ http://%s/ @plugin=cachekey.so "
+            "@pparam=--include-headers=X-T" % o.authority]) as c:
+        lm = "/last-modified/1000000000/bytes/10"
+        for hs in ([("X-T", "v"), ("X-T", "evil")], [("X-T", "v")]):
+            r = _plug_get(c, lm, "k.test", hs)
+            expect(r is not None and r.status == 200, "%r: %r" % (hs, r))
+        expect_eq(len(o.requests()), 2, "two requests of two keys")
+        for hs in ([("X-T", "v,evil")], [("X-T", "v")]):
+            _plug_get(c, lm, "k.test", hs)
+        expect_eq(len(o.requests()), 2, "the same fields again (one line or two): hits")
 
 
 if __name__ == "__main__":
