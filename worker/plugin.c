@@ -52,9 +52,13 @@ static char plug_scratch[65536];       /* a head being rewritten */
 static const struct conf_plan plug_noplan;
 
 _Static_assert(PLUG_MAX == CONF_PLAN_MAX, "a slot per instance of a plan");
-_Static_assert(CST_HOOK_REMAP == CONF_PH_REMAP && CST_HOOK_TXN_END == CONF_PH_TXN_END
-               && CST_HOOK_SEND_RESPONSE == CONF_PH_SEND_RESPONSE,
-               "hooks_off's bits are the plan's");
+_Static_assert(CST_HOOK_READ_REQUEST == CONF_PH_READ_REQUEST && CST_HOOK_REMAP == CONF_PH_REMAP
+               && CST_HOOK_SEND_REQUEST == CONF_PH_SEND_REQUEST
+               && CST_HOOK_INTERCEPT == CONF_PH_INTERCEPT
+               && CST_HOOK_READ_RESPONSE == CONF_PH_READ_RESPONSE
+               && CST_HOOK_SEND_RESPONSE == CONF_PH_SEND_RESPONSE
+               && CST_HOOK_TXN_END == CONF_PH_TXN_END && CONF_PH_COUNT == 7,
+               "hooks_off's bits are the plan's, each of them");
 
 /* Each call of hook bit h (a constant) in t's plan, as pc. */
 #define PLUG_EACH(t, h, pc)                                                            \
