@@ -123,7 +123,8 @@ struct cst_api {
      * unless key_set said otherwise).  scheme "http" or "https". */
     int  (*url_set)(struct cst_txn *t, const char *scheme, const char *host, int port,
                     const char *path, size_t pathlen);
-    /* remap only: the cache key (default: the routed URL). */
+    /* remap only: the cache key (default: the routed URL); key_set with
+     * len 0: no key, the request is not cached. */
     size_t (*key_get)(struct cst_txn *t, char *out, size_t cap);
     int  (*key_set)(struct cst_txn *t, const char *key, size_t len);
     /* read_request, remap: refuse with status (and a short text body),

@@ -172,10 +172,10 @@ conf_plugin_load(struct conf_plugin *pl, const char *dir, const char *file,
         return -1;
     }
     pl->p = p;
+    pl->hooks = conf_plugin_hooks(p);   /* a plugin without create() has them too */
     if (p->create == NULL)
         return 0;
     err[0] = '\0';
-    pl->hooks = conf_plugin_hooks(p);
     conf_creating = pl;
     pl->inst = p->create(conf_api, pl->argc, pl->argv, err, sizeof(err));
     conf_creating = NULL;
@@ -209,8 +209,8 @@ conf_pcall_set(struct conf_pcall *pc, unsigned h, const struct conf_plugin *pl, 
     pc->k = k;
 }
 
-/* The plan of the global instances g[0..ng) then the rule's r[0..nr), the
- * first CONF_PLAN_MAX of them; NULL when out of memory. */
+/* The plan of the global instances g[0..ng) then the rule's r[0..nr) (at
+ * most CONF_PLAN_MAX of them: conf_plans_check); NULL when out of memory. */
 static struct conf_plan *
 conf_plan_make(const struct conf_plugin *g, int ng, const struct conf_plugin *r, int nr)
 {
@@ -236,6 +236,31 @@ conf_plan_make(const struct conf_plugin *g, int ng, const struct conf_plugin *r,
     }
     pn->first[CONF_PH_COUNT] = (uint8_t)c;
     return pn;
+}
+
+/* More instances on a request than a plan holds is an error, not a
+ * silent cut: the ones past CONF_PLAN_MAX (a rule's access check, say)
+ * would never run.  0, or -1 with the errors recorded. */
+static int
+conf_plans_check(const struct conf *c, const char *pcfg, struct conf_errors *e)
+{
+    int rc = 0;
+
+    if (c->nglobals > CONF_PLAN_MAX) {
+        conf_error(e, pcfg, c->globals[CONF_PLAN_MAX].line, "%d global plugins: at most %d "
+                   "run on a request", c->nglobals, CONF_PLAN_MAX);
+        return -1;
+    }
+    for (int r = 0; r < c->remap.nrules; r++) {
+        const struct conf_remap_rule *rule = &c->remap.rules[r];
+        if (rule->nplugins > 0 && c->nglobals + rule->nplugins > CONF_PLAN_MAX) {
+            conf_error(e, rule->file, rule->line, "%d plugins run on this rule's requests "
+                       "(%d global, %d its own): at most %d", c->nglobals + rule->nplugins,
+                       c->nglobals, rule->nplugins, CONF_PLAN_MAX);
+            rc = -1;
+        }
+    }
+    return rc;
 }
 
 /* The plans of c: the global one, each rule's with plugins.  0 or -1. */
@@ -310,6 +335,8 @@ conf_plugins_load(struct conf *c, struct conf_errors *e)
             nload++;
         }
     }
+    if (e->n == n0)
+        (void)conf_plans_check(c, path, e);
     free(path);
     for (int r = 0; r < c->remap.nrules; r++) {
         struct conf_remap_rule *rule = &c->remap.rules[r];

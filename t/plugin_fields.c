@@ -11,6 +11,7 @@
  * (field_put, CST_FIELD_SET), its results in "X-Put-Results".
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cistern/plugin.h"
@@ -51,8 +52,6 @@ struct fields {
     struct cst_field     *prep[NCASES];
 };
 
-static struct fields the_fields;
-
 static void *
 fields_create(const struct cst_api *api, int argc, char **argv, char *err, size_t errlen)
 {
@@ -60,11 +59,17 @@ fields_create(const struct cst_api *api, int argc, char **argv, char *err, size_
     (void)argv;
     (void)err;
     (void)errlen;
-    the_fields.api = api;
+    /* an instance of its own: a reload creates the new one before the old
+     * one is destroyed, so one static struct would lose the new fields */
+    struct fields *f = calloc(1, sizeof(*f));
+
+    if (f == NULL)
+        return NULL;
+    f->api = api;
     for (size_t i = 0; i < NCASES; i++)
-        the_fields.prep[i] = api->field_prepare(cases[i].name, cases[i].nlen, cases[i].value,
-                                                cases[i].vlen);
-    return &the_fields;
+        f->prep[i] = api->field_prepare(cases[i].name, cases[i].nlen, cases[i].value,
+                                        cases[i].vlen);
+    return f;
 }
 
 static void
@@ -75,6 +80,7 @@ fields_destroy(void *inst)
     for (size_t i = 0; i < NCASES; i++)
         if (f->prep[i])
             f->api->field_free(f->prep[i]);
+    free(f);
 }
 
 static int

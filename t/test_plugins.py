@@ -8,6 +8,7 @@ down only its worker (respawned, the plugin named in the log).
 
 The plugins are the build tree's (proxy.config.plugin.plugin_dir points at
 the build's plugins/); the ABI-mismatch plugin is compiled by the test."""
+import contextlib
 import os
 import shutil
 import socket
@@ -460,6 +461,132 @@ def test_no_heap_allocation_per_plugged_request():
         print("    %s: heap blocks %d after 200, %d after 2000" % (path, few, many))
         expect(many - few <= 2, "%s: %d more blocks for 1800 more requests"
                % (path, many - few))
+
+
+@contextlib.contextmanager
+def _plug_dir():
+    d = tempfile.mkdtemp(prefix="cistern-rv-")
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _one(c, path, host, headers=()):
+    return harness.one_request(c.port, "GET", path, None, list(headers), host, None, 10)
+
+
+def test_sixteen_plans_global_and_rules_under_a_reload():
+    """16 instances on a request (10 global, 6 a rule's), a rule without
+    plugins under the global ones, hooks_off in create (twice, with bits
+    no hook has, and once outside create), a prepared field put on the
+    request in send_response (refused) and set over a field the client's
+    head has three times; then a reload that swaps the plans while ab
+    runs: every answer is one whole generation's."""
+    with _plug_dir() as d:
+        rv = _test_plugin(d, "review")
+        glob = "".join("%s tag=g%d\n" % (rv, i) for i in range(9))
+        glob += "%s tag=goff off=12 off2=ff00\n" % rv      # no remap, no read_response
+        rule = ("map http://r.test/ http://%s/ " + " ".join(
+            "@plugin=%s @pparam=tag=r%d" % (rv, i) for i in range(5))
+            + " @plugin=%s @pparam=put-req @pparam=set=X-Three:new @pparam=tag=r5")
+        with Origin() as o:
+            with Cistern(records=REC, storage=["cache 64M"], remap=[
+                    rule % (o.authority, rv), "map http://p.test/ http://%s/" % o.authority],
+                    files={"plugin.config": glob}) as c:
+                path = "/headers?X-Three=1&x-three=2&X-THREE=3"
+                r = _one(c, path, "r.test")
+                expect(r is not None and r.status == 200, "r.test: %r" % r)
+                tags = [v.split() for v in named(r, "X-Rv")]
+                all4 = "%x" % (0x01 | 0x02 | 0x10 | 0x20)
+                want = [["g%d" % i, all4] for i in range(9)] + [["goff", "21"]]
+                want += [["r%d" % i, "32"] for i in range(6)]   # no read_request on a rule's
+                expect_eq(tags, want, "16 instances, each its hooks, in order")
+                expect_eq(named(r, "X-Rv-Create"), ["0 0"], "hooks_off in create, twice")
+                expect_eq(set(named(r, "X-Rv-Late")), {"-1"}, "hooks_off outside create")
+                expect_eq(named(r, "X-Rv-Put-Req"), ["-1"], "field_put on CST_REQUEST in "
+                          "send_response")
+                expect_eq(named(r, "X-Three"), ["new"], "CST_FIELD_SET over three lines")
+                r = _one(c, "/x", "p.test")
+                tags = [v.split()[0] for v in named(r, "X-Rv")]
+                expect_eq(tags, ["g%d" % i for i in range(9)] + ["goff"],
+                          "a rule without plugins: the global plan")
+                # the reload swaps in plans of another shape under load
+                glob2 = "%s tag=new off=1\n" % rv
+                ab = subprocess.Popen(["ab", "-q", "-k", "-n", "20000", "-c", "8", "-H",
+                                       "Host: r.test", c.url("/x")],
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                time.sleep(1.0)
+                c.write_file("plugin.config", glob2)
+                c.reload()
+                seen = set()
+                t_end = time.time() + 6
+                while time.time() < t_end:
+                    r = _one(c, "/x", "r.test")
+                    expect(r is not None and r.status == 200, "during the reload: %r" % r)
+                    seen.add(tuple(v.split()[0] for v in named(r, "X-Rv")))
+                    if len(seen) == 2 and ab.poll() is not None:
+                        break
+                out = ab.communicate(timeout=60)[0].decode("latin-1")
+                expect("Failed requests:        0" in out, "ab: %s" % out[-600:])
+                old = tuple(["g%d" % i for i in range(9)] + ["goff"]
+                            + ["r%d" % i for i in range(6)])
+                new = tuple(["new"] + ["r%d" % i for i in range(6)])
+                expect(seen <= {old, new} and new in seen, "generations seen: %r" % seen)
+                expect(c.alive(), "the master died")
+
+
+def test_a_crash_in_txn_end_or_send_response_names_its_plugin():
+    """A plugin crashing in txn_end (a plan's call of another shape, fn.end)
+    or in send_response is named in the master's log like one crashing in
+    its intercept."""
+    if _sanitizer_build():
+        raise harness.SkipTest("sanitizer build: ASan reports the deliberate crash itself")
+    with _plug_dir() as d:
+        rv = _test_plugin(d, "review")
+        with Origin() as o, Cistern(records=REC, workers=1, remap=[
+                "map http://x.test/ http://%s/ @plugin=%s @pparam=crash-end" % (o.authority, rv),
+                "map http://y.test/ http://%s/ @plugin=headers.so @pparam=add-resp:X-A:1 "
+                "@plugin=%s @pparam=crash-send" % (o.authority, rv)]) as c:
+            c.expect_log(r"killed by signal|SIGSEGV")
+            _one(c, "/x", "x.test")
+            c.wait_log(r"killed by signal 11.*in plugin review\.so", timeout=10)
+            n = c.error_log().count("in plugin review.so")
+            wait_for(lambda: c.worker_pids() or None, 10, what="the worker respawned")
+            time.sleep(0.5)
+            _one(c, "/y", "y.test")
+            wait_for(lambda: c.error_log().count("in plugin review.so") > n, 10,
+                     what="the send_response crash named")
+
+
+def test_prepared_fields_at_the_buffer_edge():
+    """send_response's prepared fields (field_put) and headers.so's on a
+    client head that ends near the output buffer's 16 KiB (so that the
+    additions grow it, plug_out_room), miss and hit: the head's last field
+    removed then set again, a SET over two lines and over three, a long
+    add; the head still frames the body."""
+    with _plug_dir() as d:
+        rv = _test_plugin(d, "review")
+        with Origin() as o, Cistern(records=REC, storage=["cache 64M"], remap=[
+                "map http://b.test/ http://%s/ @plugin=headers.so @pparam=rm-resp:Server "
+                "@pparam=set-resp:Server:again @pparam=set-resp:X-Two:v "
+                "@pparam=add-resp:X-Add:%s @plugin=%s @pparam=set=X-Three:new"
+                % (o.authority, "a" * 300, rv)]) as c:
+            for pad in range(15800, 16400, 5):
+                path = "/big/%d" % pad
+                o.script(path, [{"status": 200, "headers": [
+                    ["Cache-Control", "max-age=60"], ["X-Two", "1"], ["x-two", "2"],
+                    ["X-Three", "a"], ["X-Pad", "p" * pad], ["X-Three", "b"]],
+                    "body": "hello"}])
+                for what in ("miss", "hit"):
+                    r = _one(c, path, "b.test")
+                    expect(r is not None and r.status == 200, "%d %s: %r" % (pad, what, r))
+                    if what == "hit":
+                        expect("hit" in r.header("Cache-Status", ""), "a hit: %r" % r)
+                    expect_eq((named(r, "X-Two"), named(r, "X-Three"), named(r, "Server"),
+                               len(named(r, "X-Add")), r.body),
+                              (["v"], ["new"], ["again"], 1, b"hello"),
+                              "%s after %d bytes of padding" % (what, pad))
 
 
 if __name__ == "__main__":

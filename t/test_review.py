@@ -175,6 +175,22 @@ every joiner at about 4 GiB while the fill went on and was stored.  The
 reproduction (4100 MiB through an 8.6 GB store) ran over 15 minutes on
 this machine; check_cache tests the bound the publication now uses
 (cache_fill_max_extents).
+
+Plugin plans review (issue 22, 4053e4a..72a5dd5):
+
+- a plugin that exports no create() was never called: its instance's
+  hooks were set only after create() ran, so the plans had no call for it;
+- more than 16 instances on a request (global ones and a rule's) kept the
+  first 16 without a word; now a file:line error;
+- cachekey.so took "the same length" for "the same key" (a parameter
+  taken out as long as the field put in), took a '?' in a field an
+  earlier instance appended for the query's, and left out of the key a
+  field without room under 4096 bytes: in each case two tenants (X-T)
+  shared one object.  A key without room is now no key (key_set with
+  length 0: not cached);
+- cachekey.so's --include-headers wrote values as they came: a space in
+  one could forge the next listed field (X-T "a X-U:b" keyed as X-T "a"
+  with X-U "b"), and keyed only a repeated field's first line.
 """
 import contextlib
 import os
@@ -188,6 +204,7 @@ import struct
 import time
 
 import harness
+import test_plugins
 from harness import Cistern, Origin, expect, expect_eq, parse_responses, raw
 
 
@@ -1931,6 +1948,132 @@ def test_conditional_open_range_on_a_sliced_object_is_answered():
         expect_eq((r.status, r.header("Content-Range")), (206, "bytes 100-%d/%d" % (n - 1, n)),
                   "If-None-Match that does not match")
         expect(r.body == want[100:], "its body")
+
+
+
+# ---------------------------------------------------------------------------
+# Plugin plans review, 2026-12-02 (issue 22: conf/plugin.c's plans,
+# hooks_off, key_peek, prepared fields; 4053e4a..72a5dd5)
+
+def _plug_get(c, path, host, headers=()):
+    return harness.one_request(c.port, "GET", path, None, list(headers), host, None, 10)
+
+
+def test_a_plugin_without_create_still_has_its_hooks():
+    """A plugin that exports no create() (nothing to set up: its hooks
+    need no instance) was never called: conf_plugin_load returned before
+    it set the instance's hooks, so its plan had no call for it.  Here a
+    global one that refuses every request let every request through."""
+    with test_plugins._plug_dir() as d:
+        nc = test_plugins._test_plugin(d, "nocreate")
+        with Origin() as o, Cistern(records=test_plugins.REC, remap=[
+                "map http://n.test/ http://%s/" % o.authority],
+                files={"plugin.config": nc + "\n"}) as c:
+            r = _plug_get(c, "/x", "n.test")
+            expect(r is not None, "no answer")
+            expect_eq(r.status, 403, "the global read_request's CST_DENY")
+            expect_eq(len(o.requests()), 0, "the origin was asked")
+
+
+def test_more_plugins_than_a_plan_holds_is_an_error():
+    """17 instances on a rule's requests (global ones and the rule's): the
+    plan kept the first 16 and the 17th never ran, without a word (the
+    last of a rule's plugins is often its access check).  cistern -t
+    says which rule, and a rule without plugins under the same global
+    ones is fine."""
+    hdr = "@plugin=headers.so @pparam=add-resp:X-N:%d"
+    rule17 = "map http://a.test/ http://o.test/ " + " ".join(hdr % i for i in range(17))
+    r = harness.check_config(records=test_plugins.REC, remap=[rule17])
+    expect(r.rc != 0, "cistern -t passed 17 plugins on one rule")
+    expect(re.search(r"remap\.config:1: 17 plugins run on this rule's requests "
+                     r"\(0 global, 17 its own\): at most 16", r.stdout + r.stderr),
+           "cistern -t output: %r" % r)
+    glob = "".join("headers.so add-resp:X-G:%d\n" % i for i in range(10))
+    rules = ["map http://a.test/ http://o.test/ " + " ".join(hdr % i for i in range(6)),
+             "map http://b.test/ http://o.test/ " + " ".join(hdr % i for i in range(7)),
+             "map http://c.test/ http://o.test/"]
+    r = harness.check_config(records=test_plugins.REC, remap=rules, files={"plugin.config": glob})
+    expect(re.search(r"remap\.config:2: 17 plugins run on this rule's requests "
+                     r"\(10 global, 7 its own\)", r.stdout + r.stderr), "output: %r" % r)
+    expect("remap.config:1:" not in r.stderr, "16 on a request is fine: %r" % r)
+    r = harness.check_config(records=test_plugins.REC, remap=rules[::2], files={
+        "plugin.config": glob})
+    expect_eq(r.rc, 0, "10 global and 6 of a rule's: %r" % r)
+    r = harness.check_config(records=test_plugins.REC, remap=rules[2:], files={
+        "plugin.config": glob * 2})
+    expect(re.search(r"plugin\.config:17: 20 global plugins: at most 16",
+                     r.stdout + r.stderr), "output: %r" % r)
+
+
+def test_cachekey_keys_that_differ_stay_apart():
+    """cachekey.so kept a key whose change left its length as it was
+    ("the same length is the same key"): an excluded parameter of 7 bytes
+    and a field of 7 (" X-T:ab") left the key without the field, so two
+    tenants shared an object.  A '?' after the URL (in a field an earlier
+    instance appended) was taken for the query's, the tail cut there; and
+    a field value that did not fit under the key's 4096 bytes was left
+    out of the key, the request still cached under the shorter one."""
+    with Origin() as o, Cistern(records=test_plugins.REC, storage=["cache 64M"], remap=[
+            "map http://k.test/ http://%s/ @plugin=cachekey.so "
+            "@pparam=--exclude-params=u @pparam=--include-headers=X-T" % o.authority,
+            "map http://q.test/ http://%s/ @plugin=cachekey.so "
+            "@pparam=--include-headers=X-T @plugin=cachekey.so "
+            "@pparam=--remove-all-params=true" % o.authority]) as c:
+        cc = "/headers?Cache-Control=max-age%3D60"
+        lm = "/last-modified/1000000000/bytes/10"       # a URL without a query
+        long_key = "http://%s%s&p=" % (o.authority, cc)
+        long_path = cc + "&p=" + "p" * (4090 - len(long_key))   # a key of 4090 bytes
+        for host, path, tenants in (("k.test", cc + "&u=1234", ("ab", "cd")),
+                                    ("q.test", lm, ("a?b", "a")),
+                                    ("k.test", long_path, ("t1", "t2"))):
+            n0 = len(o.requests())
+            for t in tenants:
+                r = _plug_get(c, path, host, [("X-T", t)])
+                expect(r is not None and r.status == 200, "%s %s: %r" % (host, t, r))
+            expect_eq(len(o.requests()) - n0, 2, "%s: X-T %r, two objects" % (host, tenants))
+        # the same tenant again: a hit, but for the one too long to key
+        n0 = len(o.requests())
+        _plug_get(c, cc + "&u=1234", "k.test", [("X-T", "ab")])
+        _plug_get(c, lm, "q.test", [("X-T", "a")])
+        expect_eq(len(o.requests()), n0, "the same tenant's object is a hit")
+        _plug_get(c, long_path, "k.test", [("X-T", "t1")])
+        expect_eq(len(o.requests()), n0 + 1, "a key without room for X-T: not cached")
+
+
+def test_cachekey_a_field_value_cannot_forge_the_next_field():
+    """--include-headers=X-T,X-U appended " X-T:value X-U:value" as the
+    values came: X-T "a X-U:b" without X-U made the key of X-T "a" with
+    X-U "b", so one client's request filled (or read) another's object.
+    A space (and '%') in a value is now written %20 (%25)."""
+    with Origin() as o, Cistern(records=test_plugins.REC, storage=["cache 64M"], remap=[
+            "map http://k.test/ http://%s/ @plugin=cachekey.so "
+            "@pparam=--include-headers=X-T,X-U" % o.authority]) as c:
+        lm = "/last-modified/1000000000/bytes/10"
+        for hs in ([("X-T", "a X-U:b")], [("X-T", "a"), ("X-U", "b")],
+                   [("X-T", "a%20X-U:b")], [("X-T", "a%2520X-U:b")]):
+            r = _plug_get(c, lm, "k.test", hs)
+            expect(r is not None and r.status == 200, "%r: %r" % (hs, r))
+        expect_eq(len(o.requests()), 4, "four requests of four keys")
+        _plug_get(c, lm, "k.test", [("X-T", "a X-U:b")])
+        expect_eq(len(o.requests()), 4, "the first again is a hit")
+
+
+def test_cachekey_a_repeated_field_is_keyed_whole():
+    """--include-headers keyed a field's first line only: X-T "v" and a
+    second X-T "evil" (which the origin gets too) made the key of X-T "v"
+    alone, so that request filled the object of the client who sends only
+    X-T "v".  Every line's value is in the key now, joined by ','."""
+    with Origin() as o, Cistern(records=test_plugins.REC, storage=["cache 64M"], remap=[
+            "map http://k.test/ http://%s/ @plugin=cachekey.so "
+            "@pparam=--include-headers=X-T" % o.authority]) as c:
+        lm = "/last-modified/1000000000/bytes/10"
+        for hs in ([("X-T", "v"), ("X-T", "evil")], [("X-T", "v")]):
+            r = _plug_get(c, lm, "k.test", hs)
+            expect(r is not None and r.status == 200, "%r: %r" % (hs, r))
+        expect_eq(len(o.requests()), 2, "two requests of two keys")
+        for hs in ([("X-T", "v,evil")], [("X-T", "v")]):
+            _plug_get(c, lm, "k.test", hs)
+        expect_eq(len(o.requests()), 2, "the same fields again (one line or two): hits")
 
 
 if __name__ == "__main__":

@@ -52,9 +52,13 @@ static char plug_scratch[65536];       /* a head being rewritten */
 static const struct conf_plan plug_noplan;
 
 _Static_assert(PLUG_MAX == CONF_PLAN_MAX, "a slot per instance of a plan");
-_Static_assert(CST_HOOK_REMAP == CONF_PH_REMAP && CST_HOOK_TXN_END == CONF_PH_TXN_END
-               && CST_HOOK_SEND_RESPONSE == CONF_PH_SEND_RESPONSE,
-               "hooks_off's bits are the plan's");
+_Static_assert(CST_HOOK_READ_REQUEST == CONF_PH_READ_REQUEST && CST_HOOK_REMAP == CONF_PH_REMAP
+               && CST_HOOK_SEND_REQUEST == CONF_PH_SEND_REQUEST
+               && CST_HOOK_INTERCEPT == CONF_PH_INTERCEPT
+               && CST_HOOK_READ_RESPONSE == CONF_PH_READ_RESPONSE
+               && CST_HOOK_SEND_RESPONSE == CONF_PH_SEND_RESPONSE
+               && CST_HOOK_TXN_END == CONF_PH_TXN_END && CONF_PH_COUNT == 7,
+               "hooks_off's bits are the plan's, each of them");
 
 /* Each call of hook bit h (a constant) in t's plan, as pc. */
 #define PLUG_EACH(t, h, pc)                                                            \
@@ -419,7 +423,8 @@ api_field_prepare(const char *name, size_t nlen, const char *val, size_t vlen)
     struct cst_field *f;
     size_t llen = nlen + vlen + 4;
 
-    if (name == NULL || (val == NULL && vlen > 0) || llen > FIELD_MAX
+    if (name == NULL || (val == NULL && vlen > 0) || nlen > FIELD_MAX || vlen > FIELD_MAX
+        || llen > FIELD_MAX
         || !plug_field_ok(name, nlen, val ? val : "", vlen)
         || (f = malloc(sizeof(*f) + llen)) == NULL)
         return NULL;
@@ -556,9 +561,11 @@ api_key_peek(struct cst_txn *t, size_t *len)
 static int
 api_key_set(struct cst_txn *t, const char *key, size_t len)
 {
-    if (t->hook != PLUG_H_REMAP || t->key == NULL || len == 0 || len + 1 > t->keycap)
+    if (t->hook != PLUG_H_REMAP || t->key == NULL || len + 1 > t->keycap
+        || (key == NULL && len > 0))
         return -1;
-    memmove(t->key, key, len);
+    if (len > 0)
+        memmove(t->key, key, len);
     t->key[len] = '\0';
     *t->keylen = len;
     t->key_set = 1;
