@@ -99,9 +99,9 @@ ck_listed(const char *list, const char *name, size_t n)
 static const char *
 ck_query(const char *key, size_t n)
 {
-    const char *sp = memchr(key, ' ', n);
+    const char *q = memchr(key, '?', n);    /* a key without one: one search */
 
-    return memchr(key, '?', sp ? (size_t)(sp - key) : n);
+    return q && memchr(key, ' ', (size_t)(q - key)) == NULL ? q : NULL;
 }
 
 /* The key's query without the parameters this instance drops: key[0..n)
