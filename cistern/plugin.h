@@ -192,7 +192,8 @@ struct cst_api {
      * a byte a head cannot carry, or out of memory), put with field_put
      * (how: CST_FIELD_SET or CST_FIELD_ADD; in the hooks where field_set
      * and field_add may be called, with their results), freed with
-     * field_free in destroy. */
+     * field_free in destroy (after which it must not be put: no check of
+     * every use could tell a freed field from a live one for free). */
     struct cst_field *(*field_prepare)(const char *name, size_t nlen, const char *val,
                                        size_t vlen);
     int  (*field_put)(struct cst_txn *t, int head, const struct cst_field *f, int how);
