@@ -175,6 +175,15 @@ every joiner at about 4 GiB while the fill went on and was stored.  The
 reproduction (4100 MiB through an 8.6 GB store) ran over 15 minutes on
 this machine; check_cache tests the bound the publication now uses
 (cache_fill_max_extents).
+
+HTTP/1.1 review on today's main (4053e4a): hostile requests and origin
+heads against worker/http.c, conn.c and proxy.c (framing, smuggling,
+1xx, pooling after extra bytes, Host and Vary poisoning), fixed:
+
+- an HTTP/1.0 request with Expect: 100-continue was sent "HTTP/1.1 100
+  Continue" (proxied and PUSH), which such a client reads as its answer;
+- "http://@host/" (an empty userinfo) was accepted where "http://u@host/"
+  is refused.
 """
 import contextlib
 import os
@@ -1931,6 +1940,52 @@ def test_conditional_open_range_on_a_sliced_object_is_answered():
         expect_eq((r.status, r.header("Content-Range")), (206, "bytes 100-%d/%d" % (n - 1, n)),
                   "If-None-Match that does not match")
         expect(r.body == want[100:], "its body")
+
+
+# ---------------------------------------------------------------------------
+# HTTP/1.1 review, 2026-12-02 (hostile input against worker/http.c,
+# conn.c, proxy.c: framing, origin heads, cache poisoning)
+
+def test_http10_expect_100_continue_gets_no_interim():
+    """RFC 9110 10.1.1 and 15.2: a 100-continue expectation in an HTTP/1.0
+    request is ignored, and an HTTP/1.0 client is never sent a 1xx (it
+    takes the first status line it reads for the answer).  Cistern
+    answered "HTTP/1.1 100 Continue" to an HTTP/1.0 POST with Expect (and
+    to a PUSH), whose client then read "100" as the answer and the real
+    one as garbage after it."""
+    sw = b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nContent-Length: 2\r\n\r\nab"
+    with Origin() as o, Cistern(storage=["cache 64M"], remap=[
+            "map http://m.test/ http://%s/" % o.authority],
+            records={"proxy.config.http.push_method_enabled": 1}) as c:
+        for name, req, want in (
+                ("proxied POST", b"POST /echo HTTP/1.0\r\nHost: m.test\r\n"
+                 b"Expect: 100-continue\r\nContent-Length: 5\r\n\r\nhello", 200),
+                ("PUSH", b"PUSH /pushed HTTP/1.0\r\nHost: m.test\r\nExpect: 100-continue\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (len(sw), sw), 201)):
+            data, closed = raw(c.port, req, timeout=3)
+            expect(data.startswith(b"HTTP/1.1 %d " % want),
+                   "%s: an HTTP/1.0 client's first status line: %r" % (name, data[:60]))
+            expect(b" 100 Continue" not in data, "%s: a 100 Continue to HTTP/1.0" % name)
+            expect(closed, "%s: HTTP/1.0 without keep-alive: closed" % name)
+        # HTTP/1.1 keeps its 100 Continue
+        data, _ = raw(c.port, b"POST /echo HTTP/1.1\r\nHost: m.test\r\nExpect: 100-continue\r\n"
+                      b"Content-Length: 5\r\nConnection: close\r\n\r\nhello", timeout=3)
+        expect(data.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 "),
+               "HTTP/1.1 with Expect: %r" % data[:60])
+
+
+def test_absolute_target_with_empty_userinfo_400():
+    """RFC 9110 4.2.4: userinfo (and its '@') in an http(s) URI received is
+    an error; "http://u:p@host/" was refused but "http://@host/" went
+    through (http-parser marks no userinfo when it is empty), and was
+    routed and keyed as "http://host/"."""
+    with Origin() as o, Cistern(remap=["map http://m.test/ http://%s/" % o.authority]) as c:
+        for tgt in (b"http://@m.test/a", b"http://u@m.test/a", b"http://:@m.test:80/a"):
+            data, closed = raw(c.port, b"GET %s HTTP/1.1\r\nHost: m.test\r\n\r\n" % tgt)
+            rs = parse_responses(data)
+            expect(rs and rs[0].status == 400, "%r: %r" % (tgt, data[:60]))
+            expect(closed, "%r: closed after the 400" % tgt)
+        expect_eq(o.requests(), [], "requests that reached the origin")
 
 
 if __name__ == "__main__":
