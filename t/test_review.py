@@ -183,9 +183,17 @@ heads against worker/http.c, conn.c and proxy.c (framing, smuggling,
 - an HTTP/1.0 request with Expect: 100-continue was sent "HTTP/1.1 100
   Continue" (proxied and PUSH), which such a client reads as its answer;
 - "http://@host/" (an empty userinfo) was accepted where "http://u@host/"
-  is refused.
+  is refused;
+- a proxied request's head, which rq->r keeps pointing to in the input
+  buffer until the response is done, was overwritten by input read
+  meanwhile (the empty buffer reset to offset 0, a full one compacted to
+  the front): a pipelined request or the request's own body replaced its
+  fields for the response hooks, so headers.so's if-field=Cookie at
+  read_response missed a Cookie and the personal answer was stored for
+  everyone, and Via's client codes were wrong.
 """
 import contextlib
+import hashlib
 import os
 import pwd
 import re
@@ -197,7 +205,7 @@ import struct
 import time
 
 import harness
-from harness import Cistern, Origin, expect, expect_eq, parse_responses, raw
+from harness import Cistern, Origin, expect, expect_eq, expect_in, parse_responses, raw
 
 
 def _status(port, target, host="m.test"):
@@ -1986,6 +1994,102 @@ def test_absolute_target_with_empty_userinfo_400():
             expect(rs and rs[0].status == 400, "%r: %r" % (tgt, data[:60]))
             expect(closed, "%r: closed after the 400" % tgt)
         expect_eq(o.requests(), [], "requests that reached the origin")
+
+
+def _stale_head_cases(path):
+    """(name, the client's bytes and pauses) whose first request is
+    path with a Cookie: later bytes (pipelined requests, its body) land in
+    the input buffer while it is proxied."""
+    pad = b"".join(b"GET /p%d HTTP/1.1\r\nHost: m.test\r\nX-Pad: %s\r\n\r\n" % (i, b"z" * 900)
+                   for i in range(24))
+    one = b"GET /p HTTP/1.1\r\nHost: m.test\r\nX-Pad: %s\r\n\r\n" % (b"z" * 400)
+    get = b"GET %s HTTP/1.1\r\nHost: m.test\r\nCookie: session=1\r\n\r\n"
+    body = b"x" * 100000
+    post = (b"POST %s HTTP/1.1\r\nHost: m.test\r\nCookie: session=1\r\n"
+            b"Content-Length: %d\r\n\r\n" % (b"%s", len(body)))
+    return [
+        ("one pipelined request a little later", [get % path(1), 0.1, one], 2),
+        ("24 KB of pipelined requests at once", [get % path(2) + pad], 2),
+        ("24 KB of pipelined requests later", [get % path(3), 0.1, pad], 2),
+        ("a 100 KB body", [post % path(4), 0.05, body], 1),
+    ]
+
+
+def _send_steps(port, steps, n):
+    """Send steps (bytes, or a float: a pause) on one connection and
+    return its first n responses."""
+    k = harness.Conn(port, timeout=10)
+    try:
+        for s in steps:
+            if isinstance(s, float):
+                time.sleep(s)
+            else:
+                k.send(s)
+        return k.responses(n)
+    finally:
+        k.close()
+
+
+def test_live_request_head_is_not_overwritten_by_later_input():
+    """A proxied request's head stays in the input buffer (rq->r points
+    into it) until its response is done: the response hooks read it (Via's
+    client codes; plugins' request fields, headers.so's if-field= among
+    them).  Input read meanwhile was written over it: an empty buffer was
+    reset to offset 0, and a full one compacted to the front, so a
+    pipelined request sent behind the first (or the first's own body)
+    replaced its fields.  With headers.so making answers to requests with
+    a Cookie private (not stored), a request with a Cookie followed by a
+    pipelined one had its personal answer stored and served to everyone
+    (Cistern's own Cookie rules came from the head when it was whole).
+    The live head is kept now; the buffer compacts behind it."""
+    pd = os.path.join(os.path.dirname(os.path.abspath(harness.cistern_bin())), "plugins")
+    with Origin() as o, Cistern(storage=["cache 64M"], workers=1, remap=[
+            "map http://m.test/ http://%s/ @plugin=headers.so @pparam=if-field=Cookie "
+            "@pparam=set-origin:Cache-Control:private" % o.authority], records={
+            "proxy.config.plugin.plugin_dir": pd,
+            "proxy.config.http.insert_response_via_str": 3}) as c:
+        def path(i):
+            return b"/delay/300/headers?Cache-Control=max-age%%3D600&case=%d" % i
+        with harness.Collector() as col:
+            for name, steps, n in _stale_head_cases(path):
+                with col.case(name):
+                    rs = _send_steps(c.port, steps, n)
+                    r = rs[0]
+                    expect_eq(r.status, 200, "status")
+                    expect_eq(r.header("Cache-Control"), "private",
+                              "if-field=Cookie at read_response (Cache-Status %r)"
+                              % r.header("Cache-Status"))
+                    expect_in("[uC", r.header("Via", ""), "Via's client code (a Cookie)")
+        # nothing personal was stored: a request without a Cookie misses
+        r = harness.one_request(c.port, "GET", path(2).decode(), host="m.test")
+        expect(r is not None and "; hit" not in r.header("Cache-Status", ""),
+               "a Cookie request's answer served from the store: %r"
+               % (r and r.header("Cache-Status")))
+
+
+def test_head_filling_the_buffer_then_a_body():
+    """Keeping the live head in the input buffer (above) leaves no room
+    when the head alone fills it: the buffer then grows for the body
+    instead of stopping to read.  Heads around the 16 KiB and 32 KiB
+    buffer sizes, each followed by a 100 KB body and a pipelined request:
+    the origin gets every body byte, both are answered."""
+    with Origin() as o, Cistern(workers=1, remap=[
+            "map http://m.test/ http://%s/" % o.authority]) as c:
+        body = harness.seeded("head-fill", 100000)
+        want = hashlib.sha256(body).hexdigest()
+        with harness.Collector() as col:
+            for hl in list(range(16370, 16400, 2)) + list(range(32750, 32780, 5)):
+                with col.case("head of %d bytes" % hl):
+                    base = (b"POST /sink HTTP/1.1\r\nHost: m.test\r\nContent-Length: %d\r\n"
+                            b"X-Pad: " % len(body))
+                    head = base + b"p" * (hl - len(base) - 4) + b"\r\n\r\n"
+                    o.reset()
+                    rs = _send_steps(c.port, [head, 0.02, body + b"GET /after HTTP/1.1\r\n"
+                                              b"Host: m.test\r\nConnection: close\r\n\r\n"], 2)
+                    expect_eq([r.status for r in rs], [200, 200], "statuses")
+                    got = o.requests()[0]
+                    expect_eq((got.get("body_len"), got.get("body_sha256")), (len(body), want),
+                              "the body the origin got")
 
 
 if __name__ == "__main__":
