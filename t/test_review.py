@@ -190,10 +190,20 @@ heads against worker/http.c, conn.c and proxy.c (framing, smuggling,
   the front): a pipelined request or the request's own body replaced its
   fields for the response hooks, so headers.so's if-field=Cookie at
   read_response missed a Cookie and the personal answer was stored for
-  everyone, and Via's client codes were wrong.
+  everyone, and Via's client codes were wrong;
+- an answer with Vary naming a field Cistern writes from the client's
+  address (X-Forwarded-For, Forwarded; Via) was stored by the value
+  forwarded and looked up by the client's own: a client sending another
+  client's forwarded value was served that client's answer.
+
+Found, not fixed: with pristine_host_hdr 0, Vary: Host never hits (the
+variant is stored with the origin's Host, looked up with the client's):
+every request misses and stores the same variant again; the same for a
+field a plugin's set-req rewrites.
 """
 import contextlib
 import hashlib
+import json
 import os
 import pwd
 import re
@@ -2090,6 +2100,38 @@ def test_head_filling_the_buffer_then_a_body():
                     got = o.requests()[0]
                     expect_eq((got.get("body_len"), got.get("body_sha256")), (len(body), want),
                               "the body the origin got")
+
+
+def test_vary_on_a_field_we_write_is_not_stored():
+    """A variant is stored by the values of the Vary fields as forwarded
+    but looked up by the client's own.  For a field Cistern writes from
+    the client's address (X-Forwarded-For, Forwarded, appended to; Via),
+    one client sending the value another was forwarded with got that
+    client's answer: an origin answering by address with Vary:
+    X-Forwarded-For had its answer to 127.0.0.1 served to 127.0.0.2
+    sending "X-Forwarded-For: 127.0.0.1", where the origin would have seen
+    "127.0.0.1, 127.0.0.2".  Such an answer is not stored now."""
+    with Origin() as o, Cistern(storage=["cache 64M"], workers=1, remap=[
+            "map http://m.test/ http://%s/" % o.authority], records={
+            "proxy.config.http.insert_squid_x_forwarded_for": 1,
+            "proxy.config.http.insert_forwarded": "for",
+            "proxy.config.http.insert_request_via_str": 1}) as c:
+        with harness.Collector() as col:
+            for fld in ("X-Forwarded-For", "Forwarded", "Via"):
+                with col.case(fld):
+                    path = "/echo/%s/headers?Cache-Control=max-age%%3D600&Vary=%s" % (fld, fld)
+                    r = harness.one_request(c.port, "GET", path, host="m.test", src="127.0.0.1")
+                    expect(r is not None and r.status == 200, "the first answer")
+                    sent = [v for k, v in json.loads(r.body)["headers"]
+                            if k.lower() == fld.lower()]
+                    expect(sent, "the origin got no %s" % fld)
+                    first = r.header("Cache-Status", "")
+                    r = harness.one_request(c.port, "GET", path, host="m.test",
+                                            headers=[(fld, sent[0])], src="127.0.0.2")
+                    expect(r is not None and "; hit" not in r.header("Cache-Status", ""),
+                           "127.0.0.2 sending %s: %s was served 127.0.0.1's answer (%r)"
+                           % (fld, sent[0], r and r.header("Cache-Status")))
+                    expect_in("vary-ours", first, "the first answer's Cache-Status")
 
 
 if __name__ == "__main__":
