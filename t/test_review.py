@@ -194,7 +194,12 @@ heads against worker/http.c, conn.c and proxy.c (framing, smuggling,
 - an answer with Vary naming a field Cistern writes from the client's
   address (X-Forwarded-For, Forwarded; Via) was stored by the value
   forwarded and looked up by the client's own: a client sending another
-  client's forwarded value was served that client's answer.
+  client's forwarded value was served that client's answer;
+- a request body read whole into the input buffer (behind requests
+  proxied before it, in a buffer a large head had grown) was forwarded
+  one origin-buffer piece at a time, each next piece waiting on more
+  input: the origin took the first at once, its call to read more did
+  nothing from inside conn_process, and none came; the POST stalled.
 
 Found, not fixed: with pristine_host_hdr 0, Vary: Host never hits (the
 variant is stored with the origin's Host, looked up with the client's):
@@ -2132,6 +2137,35 @@ def test_vary_on_a_field_we_write_is_not_stored():
                            "127.0.0.2 sending %s: %s was served 127.0.0.1's answer (%r)"
                            % (fld, sent[0], r and r.header("Cache-Status")))
                     expect_in("vary-ours", first, "the first answer's Cache-Status")
+
+
+def test_body_already_read_is_forwarded_without_more_input():
+    """A request body lies in the input buffer whole (read while the
+    requests pipelined before it were proxied, into a buffer grown by a
+    large head), and the origin takes each piece at once: conn_process
+    moved one piece (up to the origin buffer's room) and stopped, since
+    the origin's call to read more (body_resume) does nothing from inside
+    it, and no more input came to start it again.  The POST never reached
+    the origin; its client waited until the timeout."""
+    with Origin() as o, Cistern(workers=1, remap=[
+            "map http://m.test/ http://%s/" % o.authority]) as c:
+        body = harness.seeded("body-read-whole", 70000)
+        reqs = (b"GET /echo/1 HTTP/1.1\r\nHost: m.test\r\nX-Pad: %s\r\n\r\n" % (b"q" * 20000)
+                + b"GET /echo/2 HTTP/1.1\r\nHost: m.test\r\nX-Pad: %s\r\n\r\n" % (b"q" * 9000)
+                + b"POST /sink HTTP/1.1\r\nHost: m.test\r\nContent-Length: %d\r\n\r\n"
+                % len(body) + body)
+        k = harness.Conn(c.port, timeout=8)
+        try:
+            k.send(reqs)
+            rs = k.responses(3, methods=["GET", "GET", "POST"])
+        except harness.TestFailure as e:
+            harness.fail("not every request answered: %s" % str(e)[:120])
+        finally:
+            k.close()
+        expect_eq([r.status for r in rs], [200, 200, 200], "statuses")
+        got = [r for r in o.requests() if r["method"] == "POST"]
+        expect(got and got[0].get("body_sha256") == hashlib.sha256(body).hexdigest(),
+               "the body the origin got: %r" % (got and got[0].get("body_len")))
 
 
 if __name__ == "__main__":

@@ -970,6 +970,32 @@ conn_h2_preface(const struct conn *c)
     return avail >= H2_PREFACE_LEN ? 1 : -1;
 }
 
+/* conn_process, a body the origin transaction owns: hand it what the
+ * input holds.  1: go on (more of it is read already), 0: stop here. */
+static int
+conn_body_proxied(struct conn *c)
+{
+    size_t from = c->cn_in.start;
+    int rc = proxy_client_body(c->cn_req);
+
+    conn_sync(c);
+    /* The origin may have taken that piece at once (its body_resume,
+     * called from in here, does nothing): the rest of the body already
+     * read is not left waiting for more input that may never come. */
+    if (rc == HTTP_AGAIN && c->cn_in.start != from && c->cn_state == CONN_BODY
+        && c->cn_in.end > c->cn_in.start)
+        return 1;
+    if (rc == HTTP_AGAIN || rc == HTTP_OK)
+        return 0;       /* more body later, or the response */
+    if (conn_up(c) && conn_up(c)->up_state == UP_BODY) {
+        c->cn_abort = 1;
+        return 0;
+    }
+    proxy_abort(c->cn_req);
+    conn_refuse(c, rc, c->cn_req->r.reason);
+    return 0;
+}
+
 /* Parse and answer as many complete requests as the input holds.
  * Returns 0, or -1 when the connection was closed (c is gone). */
 static int
@@ -1050,16 +1076,8 @@ conn_process(struct conn *c)
                 continue;
             }
             if (conn_up(c)) {
-                rc = proxy_client_body(c->cn_req);
-                conn_sync(c);
-                if (rc == HTTP_AGAIN || rc == HTTP_OK)
-                    break;      /* more body later, or the response */
-                if (conn_up(c) && conn_up(c)->up_state == UP_BODY) {
-                    c->cn_abort = 1;
-                    break;
-                }
-                proxy_abort(c->cn_req);
-                conn_refuse(c, rc, r->reason);
+                if (conn_body_proxied(c))
+                    continue;
                 break;
             }
             rc = http_req_body(r, c->cn_in.data + c->cn_in.start, avail,
