@@ -191,8 +191,39 @@ Plugin plans review (issue 22, 4053e4a..72a5dd5):
 - cachekey.so's --include-headers wrote values as they came: a space in
   one could forge the next listed field (X-T "a X-U:b" keyed as X-T "a"
   with X-U "b"), and keyed only a repeated field's first line.
+HTTP/1.1 review on today's main (4053e4a): hostile requests and origin
+heads against worker/http.c, conn.c and proxy.c (framing, smuggling,
+1xx, pooling after extra bytes, Host and Vary poisoning), fixed:
+
+- an HTTP/1.0 request with Expect: 100-continue was sent "HTTP/1.1 100
+  Continue" (proxied and PUSH), which such a client reads as its answer;
+- "http://@host/" (an empty userinfo) was accepted where "http://u@host/"
+  is refused;
+- a proxied request's head, which rq->r keeps pointing to in the input
+  buffer until the response is done, was overwritten by input read
+  meanwhile (the empty buffer reset to offset 0, a full one compacted to
+  the front): a pipelined request or the request's own body replaced its
+  fields for the response hooks, so headers.so's if-field=Cookie at
+  read_response missed a Cookie and the personal answer was stored for
+  everyone, and Via's client codes were wrong;
+- an answer with Vary naming a field Cistern writes from the client's
+  address (X-Forwarded-For, Forwarded; Via) was stored by the value
+  forwarded and looked up by the client's own: a client sending another
+  client's forwarded value was served that client's answer;
+- a request body read whole into the input buffer (behind requests
+  proxied before it, in a buffer a large head had grown) was forwarded
+  one origin-buffer piece at a time, each next piece waiting on more
+  input: the origin took the first at once, its call to read more did
+  nothing from inside conn_process, and none came; the POST stalled.
+
+Found, not fixed: with pristine_host_hdr 0, Vary: Host never hits (the
+variant is stored with the origin's Host, looked up with the client's):
+every request misses and stores the same variant again; the same for a
+field a plugin's set-req rewrites.
 """
 import contextlib
+import hashlib
+import json
 import os
 import pwd
 import re
@@ -205,7 +236,7 @@ import time
 
 import harness
 import test_plugins
-from harness import Cistern, Origin, expect, expect_eq, parse_responses, raw
+from harness import Cistern, Origin, expect, expect_eq, expect_in, parse_responses, raw
 
 
 def _status(port, target, host="m.test"):
@@ -2074,6 +2105,207 @@ def test_cachekey_a_repeated_field_is_keyed_whole():
         for hs in ([("X-T", "v,evil")], [("X-T", "v")]):
             _plug_get(c, lm, "k.test", hs)
         expect_eq(len(o.requests()), 2, "the same fields again (one line or two): hits")
+# ---------------------------------------------------------------------------
+# HTTP/1.1 review, 2026-12-02 (hostile input against worker/http.c,
+# conn.c, proxy.c: framing, origin heads, cache poisoning)
+
+def test_http10_expect_100_continue_gets_no_interim():
+    """RFC 9110 10.1.1 and 15.2: a 100-continue expectation in an HTTP/1.0
+    request is ignored, and an HTTP/1.0 client is never sent a 1xx (it
+    takes the first status line it reads for the answer).  Cistern
+    answered "HTTP/1.1 100 Continue" to an HTTP/1.0 POST with Expect (and
+    to a PUSH), whose client then read "100" as the answer and the real
+    one as garbage after it."""
+    sw = b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nContent-Length: 2\r\n\r\nab"
+    with Origin() as o, Cistern(storage=["cache 64M"], remap=[
+            "map http://m.test/ http://%s/" % o.authority],
+            records={"proxy.config.http.push_method_enabled": 1}) as c:
+        for name, req, want in (
+                ("proxied POST", b"POST /echo HTTP/1.0\r\nHost: m.test\r\n"
+                 b"Expect: 100-continue\r\nContent-Length: 5\r\n\r\nhello", 200),
+                ("PUSH", b"PUSH /pushed HTTP/1.0\r\nHost: m.test\r\nExpect: 100-continue\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (len(sw), sw), 201)):
+            data, closed = raw(c.port, req, timeout=3)
+            expect(data.startswith(b"HTTP/1.1 %d " % want),
+                   "%s: an HTTP/1.0 client's first status line: %r" % (name, data[:60]))
+            expect(b" 100 Continue" not in data, "%s: a 100 Continue to HTTP/1.0" % name)
+            expect(closed, "%s: HTTP/1.0 without keep-alive: closed" % name)
+        # HTTP/1.1 keeps its 100 Continue
+        data, _ = raw(c.port, b"POST /echo HTTP/1.1\r\nHost: m.test\r\nExpect: 100-continue\r\n"
+                      b"Content-Length: 5\r\nConnection: close\r\n\r\nhello", timeout=3)
+        expect(data.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 "),
+               "HTTP/1.1 with Expect: %r" % data[:60])
+
+
+def test_absolute_target_with_empty_userinfo_400():
+    """RFC 9110 4.2.4: userinfo (and its '@') in an http(s) URI received is
+    an error; "http://u:p@host/" was refused but "http://@host/" went
+    through (http-parser marks no userinfo when it is empty), and was
+    routed and keyed as "http://host/"."""
+    with Origin() as o, Cistern(remap=["map http://m.test/ http://%s/" % o.authority]) as c:
+        for tgt in (b"http://@m.test/a", b"http://u@m.test/a", b"http://:@m.test:80/a"):
+            data, closed = raw(c.port, b"GET %s HTTP/1.1\r\nHost: m.test\r\n\r\n" % tgt)
+            rs = parse_responses(data)
+            expect(rs and rs[0].status == 400, "%r: %r" % (tgt, data[:60]))
+            expect(closed, "%r: closed after the 400" % tgt)
+        expect_eq(o.requests(), [], "requests that reached the origin")
+
+
+def _stale_head_cases(path):
+    """(name, the client's bytes and pauses) whose first request is
+    path with a Cookie: later bytes (pipelined requests, its body) land in
+    the input buffer while it is proxied."""
+    pad = b"".join(b"GET /p%d HTTP/1.1\r\nHost: m.test\r\nX-Pad: %s\r\n\r\n" % (i, b"z" * 900)
+                   for i in range(24))
+    one = b"GET /p HTTP/1.1\r\nHost: m.test\r\nX-Pad: %s\r\n\r\n" % (b"z" * 400)
+    get = b"GET %s HTTP/1.1\r\nHost: m.test\r\nCookie: session=1\r\n\r\n"
+    body = b"x" * 100000
+    post = (b"POST %s HTTP/1.1\r\nHost: m.test\r\nCookie: session=1\r\n"
+            b"Content-Length: %d\r\n\r\n" % (b"%s", len(body)))
+    return [
+        ("one pipelined request a little later", [get % path(1), 0.1, one], 2),
+        ("24 KB of pipelined requests at once", [get % path(2) + pad], 2),
+        ("24 KB of pipelined requests later", [get % path(3), 0.1, pad], 2),
+        ("a 100 KB body", [post % path(4), 0.05, body], 1),
+    ]
+
+
+def _send_steps(port, steps, n):
+    """Send steps (bytes, or a float: a pause) on one connection and
+    return its first n responses."""
+    k = harness.Conn(port, timeout=10)
+    try:
+        for s in steps:
+            if isinstance(s, float):
+                time.sleep(s)
+            else:
+                k.send(s)
+        return k.responses(n)
+    finally:
+        k.close()
+
+
+def test_live_request_head_is_not_overwritten_by_later_input():
+    """A proxied request's head stays in the input buffer (rq->r points
+    into it) until its response is done: the response hooks read it (Via's
+    client codes; plugins' request fields, headers.so's if-field= among
+    them).  Input read meanwhile was written over it: an empty buffer was
+    reset to offset 0, and a full one compacted to the front, so a
+    pipelined request sent behind the first (or the first's own body)
+    replaced its fields.  With headers.so making answers to requests with
+    a Cookie private (not stored), a request with a Cookie followed by a
+    pipelined one had its personal answer stored and served to everyone
+    (Cistern's own Cookie rules came from the head when it was whole).
+    The live head is kept now; the buffer compacts behind it."""
+    pd = os.path.join(os.path.dirname(os.path.abspath(harness.cistern_bin())), "plugins")
+    with Origin() as o, Cistern(storage=["cache 64M"], workers=1, remap=[
+            "map http://m.test/ http://%s/ @plugin=headers.so @pparam=if-field=Cookie "
+            "@pparam=set-origin:Cache-Control:private" % o.authority], records={
+            "proxy.config.plugin.plugin_dir": pd,
+            "proxy.config.http.insert_response_via_str": 3}) as c:
+        def path(i):
+            return b"/delay/300/headers?Cache-Control=max-age%%3D600&case=%d" % i
+        with harness.Collector() as col:
+            for name, steps, n in _stale_head_cases(path):
+                with col.case(name):
+                    rs = _send_steps(c.port, steps, n)
+                    r = rs[0]
+                    expect_eq(r.status, 200, "status")
+                    expect_eq(r.header("Cache-Control"), "private",
+                              "if-field=Cookie at read_response (Cache-Status %r)"
+                              % r.header("Cache-Status"))
+                    expect_in("[uC", r.header("Via", ""), "Via's client code (a Cookie)")
+        # nothing personal was stored: a request without a Cookie misses
+        r = harness.one_request(c.port, "GET", path(2).decode(), host="m.test")
+        expect(r is not None and "; hit" not in r.header("Cache-Status", ""),
+               "a Cookie request's answer served from the store: %r"
+               % (r and r.header("Cache-Status")))
+
+
+def test_head_filling_the_buffer_then_a_body():
+    """Keeping the live head in the input buffer (above) leaves no room
+    when the head alone fills it: the buffer then grows for the body
+    instead of stopping to read.  Heads around the 16 KiB and 32 KiB
+    buffer sizes, each followed by a 100 KB body and a pipelined request:
+    the origin gets every body byte, both are answered."""
+    with Origin() as o, Cistern(workers=1, remap=[
+            "map http://m.test/ http://%s/" % o.authority]) as c:
+        body = harness.seeded("head-fill", 100000)
+        want = hashlib.sha256(body).hexdigest()
+        with harness.Collector() as col:
+            for hl in list(range(16370, 16400, 2)) + list(range(32750, 32780, 5)):
+                with col.case("head of %d bytes" % hl):
+                    base = (b"POST /sink HTTP/1.1\r\nHost: m.test\r\nContent-Length: %d\r\n"
+                            b"X-Pad: " % len(body))
+                    head = base + b"p" * (hl - len(base) - 4) + b"\r\n\r\n"
+                    o.reset()
+                    rs = _send_steps(c.port, [head, 0.02, body + b"GET /after HTTP/1.1\r\n"
+                                              b"Host: m.test\r\nConnection: close\r\n\r\n"], 2)
+                    expect_eq([r.status for r in rs], [200, 200], "statuses")
+                    got = o.requests()[0]
+                    expect_eq((got.get("body_len"), got.get("body_sha256")), (len(body), want),
+                              "the body the origin got")
+
+
+def test_vary_on_a_field_we_write_is_not_stored():
+    """A variant is stored by the values of the Vary fields as forwarded
+    but looked up by the client's own.  For a field Cistern writes from
+    the client's address (X-Forwarded-For, Forwarded, appended to; Via),
+    one client sending the value another was forwarded with got that
+    client's answer: an origin answering by address with Vary:
+    X-Forwarded-For had its answer to 127.0.0.1 served to 127.0.0.2
+    sending "X-Forwarded-For: 127.0.0.1", where the origin would have seen
+    "127.0.0.1, 127.0.0.2".  Such an answer is not stored now."""
+    with Origin() as o, Cistern(storage=["cache 64M"], workers=1, remap=[
+            "map http://m.test/ http://%s/" % o.authority], records={
+            "proxy.config.http.insert_squid_x_forwarded_for": 1,
+            "proxy.config.http.insert_forwarded": "for",
+            "proxy.config.http.insert_request_via_str": 1}) as c:
+        with harness.Collector() as col:
+            for fld in ("X-Forwarded-For", "Forwarded", "Via"):
+                with col.case(fld):
+                    path = "/echo/%s/headers?Cache-Control=max-age%%3D600&Vary=%s" % (fld, fld)
+                    r = harness.one_request(c.port, "GET", path, host="m.test", src="127.0.0.1")
+                    expect(r is not None and r.status == 200, "the first answer")
+                    sent = [v for k, v in json.loads(r.body)["headers"]
+                            if k.lower() == fld.lower()]
+                    expect(sent, "the origin got no %s" % fld)
+                    first = r.header("Cache-Status", "")
+                    r = harness.one_request(c.port, "GET", path, host="m.test",
+                                            headers=[(fld, sent[0])], src="127.0.0.2")
+                    expect(r is not None and "; hit" not in r.header("Cache-Status", ""),
+                           "127.0.0.2 sending %s: %s was served 127.0.0.1's answer (%r)"
+                           % (fld, sent[0], r and r.header("Cache-Status")))
+                    expect_in("vary-ours", first, "the first answer's Cache-Status")
+
+
+def test_body_already_read_is_forwarded_without_more_input():
+    """A request body lies in the input buffer whole (read while the
+    requests pipelined before it were proxied, into a buffer grown by a
+    large head), and the origin takes each piece at once: conn_process
+    moved one piece (up to the origin buffer's room) and stopped, since
+    the origin's call to read more (body_resume) does nothing from inside
+    it, and no more input came to start it again.  The POST never reached
+    the origin; its client waited until the timeout."""
+    with Origin() as o, Cistern(workers=1, remap=[
+            "map http://m.test/ http://%s/" % o.authority]) as c:
+        body = harness.seeded("body-read-whole", 70000)
+        reqs = (b"GET /echo/1 HTTP/1.1\r\nHost: m.test\r\nX-Pad: %s\r\n\r\n" % (b"q" * 20000)
+                + b"GET /echo/2 HTTP/1.1\r\nHost: m.test\r\nX-Pad: %s\r\n\r\n" % (b"q" * 9000)
+                + b"POST /sink HTTP/1.1\r\nHost: m.test\r\nContent-Length: %d\r\n\r\n"
+                % len(body) + body)
+        k = harness.Conn(c.port, timeout=8)
+        try:
+            k.send(reqs)
+            rs = k.responses(3, methods=["GET", "GET", "POST"])
+        except harness.TestFailure as e:
+            harness.fail("not every request answered: %s" % str(e)[:120])
+        finally:
+            k.close()
+        expect_eq([r.status for r in rs], [200, 200, 200], "statuses")
+        got = [r for r in o.requests() if r["method"] == "POST"]
+        expect(got and got[0].get("body_sha256") == hashlib.sha256(body).hexdigest(),
+               "the body the origin got: %r" % (got and got[0].get("body_len")))
 
 
 if __name__ == "__main__":

@@ -834,6 +834,29 @@ conn_of(const struct req *rq)
     return c;
 }
 
+/* The end of the live head in cn_in, or 0.  A request still in progress
+ * after its head was stepped over (proxied, its body read or dropped)
+ * is still read through rq->r, which points into cn_in: at the response,
+ * Via's codes and the plugins' request fields (headers.so's if-field=,
+ * deciding what is stored).  Pipelined bytes or body bytes read into the
+ * buffer must not land on it: neither the reset of an empty buffer nor a
+ * compaction goes below this end.  (A request answered at once had its
+ * head reset when it was stepped over: 0.) */
+static size_t
+conn_head_end(const struct conn *c)
+{
+    const struct buf *in = &c->cn_in;
+    const struct http_req *r;
+    uintptr_t b, d = (uintptr_t)in->data;
+
+    if (c->cn_req == NULL || in->data == NULL || (r = &c->cn_req->r)->head_len == 0)
+        return 0;
+    b = (uintptr_t)r->base;
+    if (b < d || b + r->head_len > d + in->start)
+        return 0;       /* not in this buffer, or not stepped over yet */
+    return (size_t)(b - d) + r->head_len;
+}
+
 /* The current head has been dispatched: step over it. */
 static void
 conn_consume_head(struct conn *c)
@@ -947,6 +970,32 @@ conn_h2_preface(const struct conn *c)
     return avail >= H2_PREFACE_LEN ? 1 : -1;
 }
 
+/* conn_process, a body the origin transaction owns: hand it what the
+ * input holds.  1: go on (more of it is read already), 0: stop here. */
+static int
+conn_body_proxied(struct conn *c)
+{
+    size_t from = c->cn_in.start;
+    int rc = proxy_client_body(c->cn_req);
+
+    conn_sync(c);
+    /* The origin may have taken that piece at once (its body_resume,
+     * called from in here, does nothing): the rest of the body already
+     * read is not left waiting for more input that may never come. */
+    if (rc == HTTP_AGAIN && c->cn_in.start != from && c->cn_state == CONN_BODY
+        && c->cn_in.end > c->cn_in.start)
+        return 1;
+    if (rc == HTTP_AGAIN || rc == HTTP_OK)
+        return 0;       /* more body later, or the response */
+    if (conn_up(c) && conn_up(c)->up_state == UP_BODY) {
+        c->cn_abort = 1;
+        return 0;
+    }
+    proxy_abort(c->cn_req);
+    conn_refuse(c, rc, c->cn_req->r.reason);
+    return 0;
+}
+
 /* Parse and answer as many complete requests as the input holds.
  * Returns 0, or -1 when the connection was closed (c is gone). */
 static int
@@ -1027,16 +1076,8 @@ conn_process(struct conn *c)
                 continue;
             }
             if (conn_up(c)) {
-                rc = proxy_client_body(c->cn_req);
-                conn_sync(c);
-                if (rc == HTTP_AGAIN || rc == HTTP_OK)
-                    break;      /* more body later, or the response */
-                if (conn_up(c) && conn_up(c)->up_state == UP_BODY) {
-                    c->cn_abort = 1;
-                    break;
-                }
-                proxy_abort(c->cn_req);
-                conn_refuse(c, rc, r->reason);
+                if (conn_body_proxied(c))
+                    continue;
                 break;
             }
             rc = http_req_body(r, c->cn_in.data + c->cn_in.start, avail,
@@ -1066,7 +1107,7 @@ conn_process(struct conn *c)
         break;
     }
     if (c->cn_in.start == c->cn_in.end)
-        c->cn_in.start = c->cn_in.end = 0;
+        c->cn_in.start = c->cn_in.end = conn_head_end(c);
     c->cn_in_process = 0;
     return conn_flush(c);
 }
@@ -1369,6 +1410,46 @@ conn_read_tls(struct conn *c)
     return 0;
 }
 
+/* cn_in's unread bytes to the front, behind the live head if there is
+ * one (conn_head_end), which moves to the very front first.  0, or -1
+ * when no room could be made (the unread bytes fill all the rest). */
+static int
+conn_compact(struct conn *c)
+{
+    struct buf *in = &c->cn_in;
+    size_t keep = conn_head_end(c);
+    struct http_req *r;
+
+    if (keep == 0) {
+        buf_grow(in, 1);    /* compacts; never grows */
+        return 0;
+    }
+    r = &c->cn_req->r;
+    if (r->base != in->data) {
+        memmove(in->data, r->base, r->head_len);
+        r->base = in->data;
+        keep = r->head_len;
+    }
+    if (keep < in->start) {
+        memmove(in->data + keep, in->data + in->start, in->end - in->start);
+        in->end -= in->start - keep;
+        in->start = keep;
+        return 0;
+    }
+    if (in->end > in->start)
+        return -1;
+    /* a head as large as the buffer, all else read: room for the body
+     * (start 0 for the call: buf_grow would compact over the head) */
+    in->start = 0;
+    if (buf_grow(in, BUF_SIZE) < 0) {
+        in->start = keep;
+        return -1;
+    }
+    in->start = keep;
+    r->base = in->data;
+    return 0;
+}
+
 /* conn_on_read: room in cn_in for more.  0, or -1 when it was handled
  * instead (read blocked, refused or closed). */
 static int
@@ -1383,8 +1464,8 @@ conn_read_room(struct conn *c)
     }
     if (in->end < in->size)
         return 0;
-    if (in->start > 0) {
-        buf_grow(in, 1);    /* compacts; never grows */
+    if (in->start > 0 && conn_compact(c) == 0) {
+        /* room at the end */
     } else if (c->cn_state == CONN_HEAD && in->size < limit) {
         if (buf_grow(in, BUF_SIZE) < 0) {
             conn_close(c);

@@ -1130,7 +1130,9 @@ http_req_target(struct http_req *r)
         if (http_parser_parse_url(t, tl, 0, &u) != 0
             || !(u.field_set & (1 << UF_SCHEMA)) || !(u.field_set & (1 << UF_HOST)))
             return http_refuse(r, 400, "invalid request target");
-        if (u.field_set & (1 << UF_USERINFO))
+        /* an empty userinfo ("http://@host/") is one too: http-parser
+         * sets no UF_USERINFO for it, but its '@' precedes the host */
+        if ((u.field_set & (1 << UF_USERINFO)) || memchr(t, '@', u.field_data[UF_HOST].off))
             return http_refuse(r, 400, "userinfo in the request target");
         const char *sch = t + u.field_data[UF_SCHEMA].off;
         size_t schl = u.field_data[UF_SCHEMA].len;
@@ -1227,8 +1229,10 @@ http_req_parse(struct http_req *r, char *head)
         } else if (f->id == HTTP_F_CONNECTION) {
             http_conn_tokens(r, &marks, f);
         } else if (f->id == HTTP_F_EXPECT) {
+            /* RFC 9110 10.1.1: ignored in an HTTP/1.0 request, whose
+             * client takes no 1xx (15.2) and sends its body anyway */
             if (f->value_len == 12 && strncasecmp(head + f->value, "100-continue", 12) == 0)
-                r->expect_continue = 1;
+                r->expect_continue = r->minor >= 1;
             else
                 return http_refuse(r, 417, "unsupported expectation");
         }

@@ -1071,6 +1071,24 @@ store_skip_field(const struct http_req *resp, int i)
     }
 }
 
+/* Does the Vary list v[0..vl) name a request field whose forwarded
+ * value we made from the client's address or our own name (X-Forwarded-
+ * For, Forwarded and Via appended to, Client-ip replaced)?  A variant is
+ * stored by the value forwarded but looked up by the client's own, so a
+ * client sending the value another was forwarded with would be served
+ * that client's answer (an origin that answers by the address, for one):
+ * such an answer is not stored. */
+static int
+store_vary_ours(const char *v, size_t vl)
+{
+    const struct conf_records *rec = &wk->conf->rec;
+
+    return (rec->insert_xff && http_list_has(v, vl, "x-forwarded-for"))
+           || (rec->insert_forwarded && http_list_has(v, vl, "forwarded"))
+           || (rec->via_req_level > 0 && http_list_has(v, vl, "via"))
+           || (rec->insert_client_ip == 2 && http_list_has(v, vl, "client-ip"));
+}
+
 /* Does resp carry purge tags (kept in the header block, indexed by the
  * store, stripped from answers unless purge.forward_tags)? */
 static int
@@ -1270,6 +1288,8 @@ store_fill_begin_as(const char *key, size_t keylen, const struct http_req *resp,
          * Vary line: several are not stored. */
         if (http_field_find_id(resp, HTTP_F_VARY, vi + 1) >= 0)
             return "vary-several-lines";
+        if (store_vary_ours(v, vl))
+            return "vary-ours";
         il = store_marker(key, keylen, v, vl, id, sizeof(id), now.tv_sec);
         kl = il ? store_variant_key(key, keylen, v, vl, id, il, req, vkey, sizeof(vkey),
                                     wk->conf->rec.normalize_ae) : 0;
