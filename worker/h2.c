@@ -129,6 +129,8 @@ struct h2c {
     int64_t               minute;     /* the counters' minute (ms) */
     unsigned              n_rst, n_settings, n_setvals, n_ping, n_prio;
     unsigned              n_cont, n_wu, n_data;
+    int32_t               last_sid;   /* the highest stream the client opened */
+    int32_t               gap_lo, gap_hi; /* the ids it skipped last: closed unused */
 };
 
 static struct pool h2c_pool, h2s_pool;
@@ -971,6 +973,29 @@ h2_calm(struct h2c *h, const char *what, unsigned n)
     return NGHTTP2_ERR_CALLBACK_FAILURE;
 }
 
+/* A client's HEADERS on stream id: -1 when the id is one it skipped.
+ * RFC 9113 5.1.1: opening a stream closes every idle one below it, and a
+ * HEADERS on such an id (the ids going down) is a connection error
+ * PROTOCOL_ERROR.  nghttp2 ignores HEADERS on any id below the last it
+ * does not hold open, as it cannot tell trailers meeting our RST_STREAM
+ * from that; an id the client skipped was never opened, so no frame of
+ * it can be in flight.  Clients open ids in order: the last gap is kept. */
+static int
+h2_sid_down(struct h2c *h, int32_t id)
+{
+    if (!(id & 1))
+        return 0;       /* nghttp2's own check */
+    if (id > h->last_sid) {
+        if (id > h->last_sid + 2) {
+            h->gap_lo = h->last_sid + 2;
+            h->gap_hi = id - 2;
+        }
+        h->last_sid = id;
+        return 0;
+    }
+    return id >= h->gap_lo && id <= h->gap_hi && h->gap_hi > 0 ? -1 : 0;
+}
+
 /* Every frame's header, before its payload: the per-minute budgets. */
 static int
 h2_cb_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *arg)
@@ -986,6 +1011,12 @@ h2_cb_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *arg)
         h->n_cont = h->n_wu = h->n_data = 0;
     }
     switch (hd->type) {
+    case NGHTTP2_HEADERS:
+        if (h2_sid_down(h, hd->stream_id) < 0) {
+            nghttp2_session_terminate_session(h->ss, NGHTTP2_PROTOCOL_ERROR);
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        }
+        break;
     case NGHTTP2_RST_STREAM:
         if (++h->n_rst > (unsigned)rec->h2_rst_min)
             return h2_calm(h, "RST_STREAM (rapid reset)", h->n_rst);
@@ -1007,6 +1038,13 @@ h2_cb_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *arg)
     case NGHTTP2_PRIORITY:
         if (++h->n_prio > (unsigned)rec->h2_priority_min)
             return h2_calm(h, "PRIORITY", h->n_prio);
+        if (hd->stream_id == 0) {
+            /* RFC 9113 6.3: a connection error.  nghttp2 skips the
+             * payload of every PRIORITY once we said
+             * NO_RFC7540_PRIORITIES, and this check with it. */
+            nghttp2_session_terminate_session(h->ss, NGHTTP2_PROTOCOL_ERROR);
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        }
         break;
     case NGHTTP2_CONTINUATION:
         if (++h->n_cont > (unsigned)rec->h2_cont_min)
