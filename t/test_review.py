@@ -186,7 +186,13 @@ test_field_rules_and_what_reaches_the_origin):
   skipped (5, then 3), was ignored, not the connection error
   PROTOCOL_ERROR of RFC 9113 5.1.1 (h2spec 5.1.1/2): nghttp2 ignores
   HEADERS on any lower id it no longer holds, since trailers may cross
-  our RST_STREAM; a skipped id was never opened, so h2.c checks those.
+  our RST_STREAM; a skipped id was never opened, so h2.c checks those;
+- a HEADERS on a stream the client had itself ended (END_STREAM, or its
+  RST_STREAM) and we had closed was ignored, not the STREAM_CLOSED error
+  of RFC 9113 5.1 (h2spec 5.1/9 and 5.1/12), for the same reason: no
+  frame of the client's can have crossed such a close, so h2.c
+  remembers the last 16 of them.  (A DATA on them nghttp2 drops before
+  any callback; trailers that cross our own RST_STREAM stay ignored.)
 
 Found by reading, fixed, with no test here: a fill needing more than a
 slot's 64 extents (over about 4 GiB with 64 MiB segments) was published,
@@ -2055,6 +2061,48 @@ def test_h2_stream_ids_going_down_are_a_connection_error():
             if not want:
                 expect_eq(sorted({sid for t, sid, _ in frames if t == 1}), list(ids),
                           "streams answered")
+
+
+def test_h2_headers_on_a_stream_the_client_ended_is_stream_closed():
+    """RFC 9113 5.1 (h2spec http2/5.1/9 and 5.1/12): once the client has
+    ended a stream (END_STREAM, here a GET answered in full; or its own
+    RST_STREAM) and the stream is closed, a HEADERS on it is an error
+    STREAM_CLOSED.  nghttp2 forgets closed streams (no_closed_streams)
+    and ignored it.  Now GOAWAY(STREAM_CLOSED).  Trailers that cross a
+    RST_STREAM of ours (a POST answered 400 before its body ended) are
+    still ignored and the connection serves on."""
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _h2_frame(4, 0, 0)
+    trailers = _h2_frame(1, 5, 1, b"\x00\x03x-t\x011")
+    post = _h2_frame(1, 4, 1, b"\x00\x07:method\x04POST\x00\x07:scheme\x04http"
+                     b"\x00\x0a:authority\x07h2.test\x00\x05:path\x03/a#")
+    with Origin() as o, Cistern(records={"proxy.config.http.server_ports":
+                                         "0 0:proto=http;http2"},
+                                remap=["map http://h2.test/ http://%s/" % o.authority],
+                                workers=1) as c:
+        for what, first, then, want in (
+                ("a GET answered", _h2_frame(1, 5, 1, _h2_get(b"/bytes/10", b"h2.test")),
+                 trailers, [5]),
+                ("a POST the client reset", post + _h2_frame(3, 0, 1, b"\0\0\0\x08"),
+                 trailers, [5]),
+                ("a POST we answered 400 before its body", post, trailers, [])):
+            conn = harness.Conn(c.ports[1], timeout=5)
+            conn.send(preface + first)
+            time.sleep(0.5)
+            conn.send(then + _h2_frame(1, 5, 3, _h2_get(b"/bytes/10", b"h2.test")))
+            closed = conn.read_until_close(2)
+            buf = conn.buf
+            conn.close()
+            frames = []
+            while len(buf) >= 9:
+                n = struct.unpack(">I", b"\0" + buf[:3])[0]
+                frames.append((buf[3], struct.unpack(">I", buf[5:9])[0], buf[9:9 + n]))
+                buf = buf[9 + n:]
+            goaway = [struct.unpack(">I", p[4:8])[0] for t, _, p in frames if t == 7]
+            expect_eq(goaway, want, "GOAWAY codes, HEADERS after %s" % what)
+            expect_eq(closed, bool(want), "closed, HEADERS after %s" % what)
+            if not want:
+                expect(any(t == 1 and sid == 3 for t, sid, _ in frames),
+                       "stream 3 not answered after %s" % what)
 
 if __name__ == "__main__":
     harness.main()

@@ -78,6 +78,7 @@
 #define H2_READ_MAX   16384
 #define H2_LINGER_MS  2000
 #define H2_NV_MAX     (HTTP_MAX_FIELDS + 2)
+#define H2_DONE_MAX   16               /* closed streams remembered */
 
 struct h2c;
 
@@ -103,6 +104,7 @@ struct h2s {
     unsigned         eof:1;           /* the answer is complete */
     unsigned         kick:1;          /* to pump */
     unsigned         dead:1;          /* reset: nothing more */
+    unsigned         client_rst:1;    /* the client reset it */
 };
 
 /* One HTTP/2 connection. */
@@ -131,6 +133,8 @@ struct h2c {
     unsigned              n_cont, n_wu, n_data;
     int32_t               last_sid;   /* the highest stream the client opened */
     int32_t               gap_lo, gap_hi; /* the ids it skipped last: closed unused */
+    int32_t               done[H2_DONE_MAX]; /* streams the client ended, closed */
+    unsigned              ndone;
 };
 
 static struct pool h2c_pool, h2s_pool;
@@ -996,6 +1000,26 @@ h2_sid_down(struct h2c *h, int32_t id)
     return id >= h->gap_lo && id <= h->gap_hi && h->gap_hi > 0 ? -1 : 0;
 }
 
+/* Did the client end stream id (END_STREAM or RST_STREAM) before it
+ * closed?  Then a HEADERS on it is a connection error STREAM_CLOSED (RFC
+ * 9113 5.1: nothing can follow the sender's own end), which nghttp2
+ * ignores once it has let the stream go (it cannot tell it from trailers
+ * that crossed a RST_STREAM of ours; these cannot have).  The last
+ * H2_DONE_MAX such streams are remembered.  (A DATA on them nghttp2
+ * drops before any callback: not seen here.) */
+static int
+h2_sid_done(const struct h2c *h, int32_t id)
+{
+    unsigned n = h->ndone < H2_DONE_MAX ? h->ndone : H2_DONE_MAX;
+
+    if (id == 0 || nghttp2_session_find_stream(h->ss, id) != NULL)
+        return 0;       /* open (or idle): nghttp2's rules */
+    for (unsigned i = 0; i < n; i++)
+        if (h->done[i] == id)
+            return 1;
+    return 0;
+}
+
 /* Every frame's header, before its payload: the per-minute budgets. */
 static int
 h2_cb_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *arg)
@@ -1014,6 +1038,10 @@ h2_cb_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *arg)
     case NGHTTP2_HEADERS:
         if (h2_sid_down(h, hd->stream_id) < 0) {
             nghttp2_session_terminate_session(h->ss, NGHTTP2_PROTOCOL_ERROR);
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        }
+        if (h2_sid_done(h, hd->stream_id)) {
+            nghttp2_session_terminate_session(h->ss, NGHTTP2_STREAM_CLOSED);
             return NGHTTP2_ERR_CALLBACK_FAILURE;
         }
         break;
@@ -1097,10 +1125,15 @@ h2_cb_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
     struct h2c *h = arg;
     struct h2s *s;
 
-    if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA)
+    if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA
+        && f->hd.type != NGHTTP2_RST_STREAM)
         return 0;
     if ((s = nghttp2_session_get_stream_user_data(ss, f->hd.stream_id)) == NULL)
         return 0;
+    if (f->hd.type == NGHTTP2_RST_STREAM) {
+        s->client_rst = 1;
+        return 0;
+    }
     if (f->hd.type == NGHTTP2_HEADERS && !s->started) {
         h2s_start(h, s, (f->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0);
         return 0;
@@ -1213,6 +1246,8 @@ h2_cb_stream_close(nghttp2_session *ss, int32_t id, uint32_t code, void *arg)
     (void)code;
     if (s == NULL)
         return 0;
+    if ((s->started && (!s->body || s->body_end)) || s->client_rst)
+        h->done[h->ndone++ % H2_DONE_MAX] = id;     /* the client ended it */
     nghttp2_session_set_stream_user_data(ss, id, NULL);
     h2s_free(h, s);
     if (!h->draining && worker_closing())
