@@ -56,6 +56,11 @@
  * or DATA nor takes DATA (a zero-window stall), unless a stream waits on
  * its origin.  The drain on reload sends GOAWAY and lets the open
  * streams finish.
+ *
+ * Protocol rules are nghttp2's, but for three it leaves out by choice,
+ * checked in h2_cb_begin_frame: PRIORITY on stream 0, HEADERS on a
+ * stream id the client skipped (h2_sid_down) or on one it ended
+ * (h2_sid_done).
  */
 #include "config.h"
 
