@@ -128,12 +128,14 @@ def req_block(path="/", method="GET", extra=()):
 
 
 class Raw:
-    """One h2c connection on the prior-knowledge port."""
+    """One h2c connection on the prior-knowledge port (preface=False: the
+    caller sends the preface and its SETTINGS)."""
 
-    def __init__(self, port, settings=b""):
+    def __init__(self, port, settings=b"", preface=True):
         self.s = socket.create_connection(("127.0.0.1", port), timeout=5)
         self.buf = b""
-        self.s.sendall(PREFACE + frame(SETTINGS, 0, 0, settings))
+        if preface:
+            self.s.sendall(PREFACE + frame(SETTINGS, 0, 0, settings))
 
     def send(self, data):
         try:
@@ -654,6 +656,48 @@ def test_frame_rules_h2spec():
             if got != want:
                 bad.append("%s: %r, want %r" % (what, got, want))
         expect(not bad, "\n".join(bad))
+
+
+def test_bad_connection_preface():
+    """h2spec 3.5: a connection preface other than PRI * HTTP/2.0 ... SM
+    ends the connection: over TLS after ALPN h2, our SETTINGS then
+    GOAWAY(PROTOCOL_ERROR) and the close; on the h2c port beside
+    HTTP/1.1, an HTTP/1.1 error answer (505 for the wrong magic) and the
+    close, never an h2 session; the magic split over reads still works."""
+    with Origin() as o, daemon(o, storage=False, workers=1) as c:
+        bad = b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n"
+        s = ssl.create_default_context(cafile=cert()[0])
+        s.set_alpn_protocols(["h2"])
+        t = s.wrap_socket(socket.create_connection(("127.0.0.1", c.ports[1]), timeout=5),
+                          server_hostname=HOST)
+        t.sendall(bad)
+        data = b""
+        while True:
+            try:
+                d = t.recv(65536)
+            except (OSError, ssl.SSLError):
+                break
+            if not d:
+                break
+            data += d
+        t.close()
+        fr = []
+        while len(data) >= 9:
+            n = struct.unpack(">I", b"\0" + data[:3])[0]
+            fr.append((data[3], data[4], 0, data[9:9 + n]))
+            data = data[9 + n:]
+        expect_eq(goaway_code(fr), PROTOCOL_ERROR, "TLS h2, bad preface: %r" % fr)
+        data, closed = harness.raw(c.ports[2], bad)
+        expect(data.startswith(b"HTTP/1.1 505") and closed, "h2c port, bad preface: %r" % data[:80])
+        r = Raw(c.ports[2], preface=False)
+        for piece in (PREFACE[:5], PREFACE[5:18], PREFACE[18:]):
+            r.send(piece)
+            time.sleep(0.2)
+        r.send(frame(SETTINGS, 0, 0) + frame(HEADERS, 5, 1, req_block("/bytes/10")))
+        fr, _ = r.frames(lambda f: f[0] == DATA and f[2] == 1 and f[1] & 1)
+        expect(any(f[0] == HEADERS and f[2] == 1 and _status_bytes(f[3]) == b"200" for f in fr),
+               "split preface: %r" % [(f[0], f[2]) for f in fr])
+        r.close()
 
 
 def _field_cases():
