@@ -558,6 +558,10 @@ def _frame_cases():
     st = lambda k, v: frame(SETTINGS, 0, 0, struct.pack(">HI", k, v))      # noqa: E731
     ping = frame(PING, 0, 0, b"8 bytes!")
     return [
+        ("4.1 a PING with undefined flags", [frame(PING, 0xfe, 0, b"8 bytes!")], "PING"),
+        ("4.1 a PING with the reserved bit", [frame(PING, 0, 0x80000000, b"8 bytes!")], "PING"),
+        ("4.2 HEADERS over SETTINGS_MAX_FRAME_SIZE",
+         [frame(HEADERS, 5, 1, get + hpack_lit("x-a", "v") * (16384 // 7))], ("GOAWAY", 6)),
         ("4.2 DATA over SETTINGS_MAX_FRAME_SIZE", [frame(HEADERS, 4, 1, post),
                                                   frame(DATA, 1, 1, b"x" * 16385)], ("GOAWAY", 6)),
         ("6.2 HEADERS padding past the payload", [frame(HEADERS, 0xd, 1, b"\xc8" + get)],
