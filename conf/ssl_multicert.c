@@ -238,9 +238,29 @@ tls_sni_cb(SSL *s, int *al, void *arg)
     return SSL_TLSEXT_ERR_OK;
 }
 
+/* May this TLS carry HTTP/2?  RFC 9113 9.2: TLS 1.2 or later, and on
+ * TLS 1.2 none of the suites of its Appendix A (all but AEAD ones with an
+ * ephemeral key exchange), which browsers answer with INADEQUATE_SECURITY.
+ * TLS 1.0/1.1 (proxy.config.ssl.TLSv1*) and their CBC suites stay for
+ * HTTP/1.1.  Called from the ALPN callback, where OpenSSL has chosen the
+ * version and the cipher already. */
+static int
+tls_h2_ok(const SSL *s)
+{
+    const SSL_CIPHER *c = SSL_get_pending_cipher(s);
+    int kx;
+
+    if (SSL_version(s) < TLS1_2_VERSION || c == NULL || !SSL_CIPHER_is_aead(c))
+        return 0;
+    kx = SSL_CIPHER_get_kx_nid(c);
+    return kx == NID_kx_ecdhe || kx == NID_kx_dhe || kx == NID_kx_any
+           || kx == NID_kx_ecdhe_psk || kx == NID_kx_dhe_psk;
+}
+
 /* ALPN: what the port speaks (the worker sets it on each connection with
  * conf_tls_set_protos: CONF_PROTO_* in the SSL's app data, 0 meaning
- * HTTP/1.1 alone), h2 first; never refuse a client that offers neither. */
+ * HTTP/1.1 alone), h2 first when this TLS may carry it; never refuse a
+ * client that offers neither. */
 static int
 tls_alpn_cb(SSL *s, const unsigned char **out, unsigned char *outlen,
             const unsigned char *in, unsigned int inlen, void *arg)
@@ -254,6 +274,11 @@ tls_alpn_cb(SSL *s, const unsigned char **out, unsigned char *outlen,
     unsigned char *sel;
 
     (void)arg;
+    if ((protos & CONF_PROTO_H2) && !tls_h2_ok(s)) {
+        if (!(protos & CONF_PROTO_H1))
+            return SSL_TLSEXT_ERR_ALERT_FATAL;  /* h2 alone: no_application_protocol */
+        protos &= ~(uintptr_t)CONF_PROTO_H2;
+    }
     if ((protos & CONF_PROTO_H2) && (protos & CONF_PROTO_H1)) {
         ours = both;
         ourlen = sizeof(both) - 1;

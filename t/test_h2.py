@@ -128,12 +128,14 @@ def req_block(path="/", method="GET", extra=()):
 
 
 class Raw:
-    """One h2c connection on the prior-knowledge port."""
+    """One h2c connection on the prior-knowledge port (preface=False: the
+    caller sends the preface and its SETTINGS)."""
 
-    def __init__(self, port, settings=b""):
+    def __init__(self, port, settings=b"", preface=True):
         self.s = socket.create_connection(("127.0.0.1", port), timeout=5)
         self.buf = b""
-        self.s.sendall(PREFACE + frame(SETTINGS, 0, 0, settings))
+        if preface:
+            self.s.sendall(PREFACE + frame(SETTINGS, 0, 0, settings))
 
     def send(self, data):
         try:
@@ -542,6 +544,304 @@ def test_protocol_rules():
         st = [f for f in fr if f[0] == HEADERS and f[2] == 1]
         expect(st and _status_bytes(st[0][3]) == b"501", "CONNECT: %r" % fr)
         r.close()
+
+
+# h2spec's sections, by hand: (what, frames after the SETTINGS exchange,
+# the error: ("GOAWAY", code) a connection error and the close, ("RST",
+# code) a stream error on stream 1, "PING" ignored (a PING sent after
+# it is answered)).  FRAME_SIZE_ERROR 6, FLOW_CONTROL_ERROR 3,
+# STREAM_CLOSED 5, COMPRESSION_ERROR 9.
+def _frame_cases():
+    get = req_block("/rules")
+    post = req_block("/rules", "POST")
+    wu = lambda sid, n: frame(WINDOW_UPDATE, 0, sid, struct.pack(">I", n))  # noqa: E731
+    st = lambda k, v: frame(SETTINGS, 0, 0, struct.pack(">HI", k, v))      # noqa: E731
+    ping = frame(PING, 0, 0, b"8 bytes!")
+    return [
+        ("4.1 a PING with undefined flags", [frame(PING, 0xfe, 0, b"8 bytes!")], "PING"),
+        ("4.1 a PING with the reserved bit", [frame(PING, 0, 0x80000000, b"8 bytes!")], "PING"),
+        ("4.2 HEADERS over SETTINGS_MAX_FRAME_SIZE",
+         [frame(HEADERS, 5, 1, get + hpack_lit("x-a", "v") * (16384 // 7))], ("GOAWAY", 6)),
+        ("4.2 DATA over SETTINGS_MAX_FRAME_SIZE", [frame(HEADERS, 4, 1, post),
+                                                  frame(DATA, 1, 1, b"x" * 16385)], ("GOAWAY", 6)),
+        ("6.2 HEADERS padding past the payload", [frame(HEADERS, 0xd, 1, b"\xc8" + get)],
+         ("GOAWAY", PROTOCOL_ERROR)),
+        ("6.1 DATA padding as long as the payload", [frame(HEADERS, 4, 1, post),
+                                                     frame(DATA, 9, 1, b"\x06abcde")],
+         ("GOAWAY", PROTOCOL_ERROR)),
+        ("6.1 DATA on stream 0", [frame(DATA, 0, 0, b"x")], ("GOAWAY", PROTOCOL_ERROR)),
+        ("6.2 HEADERS on stream 0", [frame(HEADERS, 5, 0, get)], ("GOAWAY", PROTOCOL_ERROR)),
+        ("6.4 RST_STREAM on stream 0", [frame(RST_STREAM, 0, 0, b"\0\0\0\x08")],
+         ("GOAWAY", PROTOCOL_ERROR)),
+        ("6.4 RST_STREAM of 3 octets", [frame(HEADERS, 5, 1, get), frame(RST_STREAM, 0, 1, b"\0\0\0")],
+         ("GOAWAY", 6)),
+        ("6.3 PRIORITY of 4 octets", [frame(PRIORITY, 0, 1, b"\0\0\0\0")], ("GOAWAY", 6)),
+        ("6.5.2 SETTINGS_ENABLE_PUSH 2", [st(2, 2)], ("GOAWAY", PROTOCOL_ERROR)),
+        ("6.5.2 SETTINGS_INITIAL_WINDOW_SIZE 2^31", [st(4, 2**31)], ("GOAWAY", 3)),
+        ("6.5.2 SETTINGS_MAX_FRAME_SIZE 16383", [st(5, 16383)], ("GOAWAY", PROTOCOL_ERROR)),
+        ("6.5.2 SETTINGS_MAX_FRAME_SIZE 2^24", [st(5, 2**24)], ("GOAWAY", PROTOCOL_ERROR)),
+        ("6.5.2 an unknown setting", [st(0x99, 1), ping], "PING"),
+        ("6.5 SETTINGS ACK with a payload", [frame(SETTINGS, 1, 0, struct.pack(">HI", 4, 100))],
+         ("GOAWAY", 6)),
+        ("6.5 SETTINGS of 3 octets", [frame(SETTINGS, 0, 0, b"\0\0\0")], ("GOAWAY", 6)),
+        ("6.5 SETTINGS on stream 1", [frame(SETTINGS, 0, 1, struct.pack(">HI", 4, 100))],
+         ("GOAWAY", PROTOCOL_ERROR)),
+        ("6.7 PING of 7 octets", [frame(PING, 0, 0, b"1234567")], ("GOAWAY", 6)),
+        ("6.7 PING on stream 1", [frame(PING, 0, 1, b"12345678")], ("GOAWAY", PROTOCOL_ERROR)),
+        ("6.9 WINDOW_UPDATE of 0, connection", [wu(0, 0)], ("GOAWAY", PROTOCOL_ERROR)),
+        ("6.9 WINDOW_UPDATE of 0, stream", [frame(HEADERS, 5, 1, req_block("/delay/500/r")),
+                                            wu(1, 0)], ("GOAWAY", PROTOCOL_ERROR)),
+        ("6.9.1 connection window past 2^31-1", [wu(0, 2**31 - 1), wu(0, 2**31 - 1)], ("GOAWAY", 3)),
+        ("6.9.1 stream window past 2^31-1", [frame(HEADERS, 5, 1, req_block("/delay/500/r")),
+                                             wu(1, 2**31 - 1)], ("RST", 3)),
+        ("6.9 WINDOW_UPDATE of 3 octets", [frame(WINDOW_UPDATE, 0, 0, b"\0\0\1")], ("GOAWAY", 6)),
+        ("5.1 DATA on an idle stream", [frame(DATA, 1, 3, b"x")], ("GOAWAY", PROTOCOL_ERROR)),
+        ("5.1 RST_STREAM on an idle stream", [frame(RST_STREAM, 0, 5, b"\0\0\0\x08")],
+         ("GOAWAY", PROTOCOL_ERROR)),
+        ("5.1 WINDOW_UPDATE on an idle stream", [wu(5, 1)], ("GOAWAY", PROTOCOL_ERROR)),
+        ("5.1 DATA on a half-closed stream", [frame(HEADERS, 5, 1, req_block("/delay/500/r")),
+                                              frame(DATA, 1, 1, b"x")], ("GOAWAY", 5)),
+        ("5.1 HEADERS on a half-closed stream", [frame(HEADERS, 5, 1, req_block("/delay/500/r")),
+                                                 frame(HEADERS, 4, 1, get)], ("GOAWAY", 5)),
+        ("5.1.1 an even stream id", [frame(HEADERS, 5, 2, get)], ("GOAWAY", PROTOCOL_ERROR)),
+        ("6.10 PING inside a header block", [frame(HEADERS, 1, 1, get), ping],
+         ("GOAWAY", PROTOCOL_ERROR)),
+        ("6.10 CONTINUATION of another stream", [frame(HEADERS, 1, 1, get),
+                                                 frame(CONTINUATION, 4, 3, hpack_lit("x", "y"))],
+         ("GOAWAY", PROTOCOL_ERROR)),
+        ("6.10 CONTINUATION without HEADERS", [frame(CONTINUATION, 4, 1, get)],
+         ("GOAWAY", PROTOCOL_ERROR)),
+        ("6.10 CONTINUATION after END_HEADERS", [frame(HEADERS, 4, 1, post),
+                                                 frame(CONTINUATION, 4, 1, hpack_lit("x", "y"))],
+         ("GOAWAY", PROTOCOL_ERROR)),
+        ("5.5 an unknown frame inside a header block", [frame(HEADERS, 1, 1, get),
+                                                        frame(0x20, 0, 1, b"abc")],
+         ("GOAWAY", PROTOCOL_ERROR)),
+        ("5.5 an unknown frame type", [frame(0x20, 0, 0, b"abc"), ping], "PING"),
+        ("5.3.1 HEADERS depending on itself", [frame(HEADERS, 0x25, 1, b"\0\0\0\x01\x10" + get)],
+         ("GOAWAY", PROTOCOL_ERROR)),
+        ("8.4 PUSH_PROMISE from a client", [frame(PUSH_PROMISE, 4, 1, b"\0\0\0\x02" + get)],
+         ("GOAWAY", PROTOCOL_ERROR)),
+        ("4.3 HPACK index past the tables", [frame(HEADERS, 5, 1, b"\xff\x7f")], ("GOAWAY", 9)),
+        ("4.3 HPACK table size past SETTINGS", [frame(HEADERS, 5, 1, b"\x3f\xe1\x7f" + get)],
+         ("GOAWAY", 9)),
+        ("4.3 HPACK table size update after a field", [frame(HEADERS, 5, 1, get + b"\x20")],
+         ("GOAWAY", 9)),
+    ]
+
+
+def test_frame_rules_h2spec():
+    """RFC 9113's frame rules as h2spec checks them, one connection each
+    (_frame_cases): frame sizes, padding, frames on stream 0 and on idle
+    or half-closed streams, bad SETTINGS values and lengths, PING and
+    WINDOW_UPDATE of the wrong length or 0, windows past 2^31-1, stream
+    ids, CONTINUATION interleaved, self-dependency, PUSH_PROMISE from a
+    client, HPACK errors: each the connection error (GOAWAY with its code,
+    then the close) or stream error it must be; unknown frame types and
+    settings ignored."""
+    with Origin() as o, daemon(o, storage=False, workers=1) as c:
+        bad = []
+        for what, frames_, want in _frame_cases():
+            r = Raw(c.ports[2])
+            r.frames(lambda f: f[0] == SETTINGS and not f[1] & 1, timeout=3)
+            r.send(frame(SETTINGS, 1, 0) + b"".join(frames_))
+            fr, closed = r.frames(lambda f: f[0] in (GOAWAY, RST_STREAM)
+                                  or (f[0] == PING and f[1] & 1), timeout=3)
+            if want == "PING":
+                got = "PING" if any(f[0] == PING for f in fr) else goaway_code(fr)
+            elif want[0] == "RST":
+                got = ("RST", rst_codes(fr).get(1))
+            else:
+                got = ("GOAWAY", goaway_code(fr))
+                _, closed = r.frames(timeout=3)
+                if got == want and not closed:
+                    got = ("GOAWAY but left open", got[1])
+            r.close()
+            if got != want:
+                bad.append("%s: %r, want %r" % (what, got, want))
+        expect(not bad, "\n".join(bad))
+
+
+def test_bad_connection_preface():
+    """h2spec 3.5: a connection preface other than PRI * HTTP/2.0 ... SM
+    ends the connection: over TLS after ALPN h2, our SETTINGS then
+    GOAWAY(PROTOCOL_ERROR) and the close; on the h2c port beside
+    HTTP/1.1, an HTTP/1.1 error answer (505 for the wrong magic) and the
+    close, never an h2 session; the magic split over reads still works."""
+    with Origin() as o, daemon(o, storage=False, workers=1) as c:
+        bad = b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n"
+        s = ssl.create_default_context(cafile=cert()[0])
+        s.set_alpn_protocols(["h2"])
+        t = s.wrap_socket(socket.create_connection(("127.0.0.1", c.ports[1]), timeout=5),
+                          server_hostname=HOST)
+        t.sendall(bad)
+        data = b""
+        while True:
+            try:
+                d = t.recv(65536)
+            except (OSError, ssl.SSLError):
+                break
+            if not d:
+                break
+            data += d
+        t.close()
+        fr = []
+        while len(data) >= 9:
+            n = struct.unpack(">I", b"\0" + data[:3])[0]
+            fr.append((data[3], data[4], 0, data[9:9 + n]))
+            data = data[9 + n:]
+        expect_eq(goaway_code(fr), PROTOCOL_ERROR, "TLS h2, bad preface: %r" % fr)
+        data, closed = harness.raw(c.ports[2], bad)
+        expect(data.startswith(b"HTTP/1.1 505") and closed, "h2c port, bad preface: %r" % data[:80])
+        r = Raw(c.ports[2], preface=False)
+        for piece in (PREFACE[:5], PREFACE[5:18], PREFACE[18:]):
+            r.send(piece)
+            time.sleep(0.2)
+        r.send(frame(SETTINGS, 0, 0) + frame(HEADERS, 5, 1, req_block("/bytes/10")))
+        fr, _ = r.frames(lambda f: f[0] == DATA and f[2] == 1 and f[1] & 1)
+        expect(any(f[0] == HEADERS and f[2] == 1 and _status_bytes(f[3]) == b"200" for f in fr),
+               "split preface: %r" % [(f[0], f[2]) for f in fr])
+        r.close()
+
+
+def _field_cases():
+    """RFC 9113 8.2 and 8.3: requests that must be reset PROTOCOL_ERROR,
+    as (what, frames on stream 1).  Paths start with /f."""
+    def blk(fields, extra=()):
+        return b"".join(hpack_lit(n, v) for n, v in list(fields) + list(extra))
+
+    def get(path="/f", extra=(), method="GET", authority=HOST, flags=5):
+        return [frame(HEADERS, flags, 1, req_block(path, method, extra) if authority == HOST
+                      else blk([(":method", method), (":scheme", "http"),
+                                (":authority", authority), (":path", path)], extra))]
+
+    def post(extra, *data):
+        return [frame(HEADERS, 4, 1, req_block("/f-post", "POST", extra))] + list(data)
+    m = [(":method", "GET"), (":scheme", "http"), (":authority", HOST)]
+    d = lambda b, fl=1: frame(DATA, fl, 1, b)       # noqa: E731
+    trailers = lambda n, v: frame(HEADERS, 5, 1, hpack_lit(n, v))   # noqa: E731
+    cases = [("an uppercase name", get(extra=[("X-Up", "1")])),
+             ("te: trailers, gzip", get(extra=[("te", "trailers, gzip")])),
+             ("te: gzip", get(extra=[("te", "gzip")]))]
+    cases += [(n, get(extra=[(n, "1")])) for n in
+              ("connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade")]
+    cases += [
+        ("no :method", [frame(HEADERS, 5, 1, blk(m[1:] + [(":path", "/f")]))]),
+        ("no :scheme", [frame(HEADERS, 5, 1, blk([m[0], m[2], (":path", "/f")]))]),
+        ("no :path", [frame(HEADERS, 5, 1, blk(m))]),
+        ("two :path", [frame(HEADERS, 5, 1, req_block("/f") + hpack_lit(":path", "/f2"))]),
+        ("a pseudo field after a regular one", [frame(HEADERS, 5, 1, blk(m + [("x-a", "1"),
+                                                                             (":path", "/f")]))]),
+        ("an unknown pseudo field", get(extra=[(":foo", "1")])),
+        (":status in a request", get(extra=[(":status", "200")])),
+        ("an empty :path", get("")),
+        (":path without /", get("f")),
+        (":path * for GET", get("*")),
+        (":path with a space", get("/f HTTP/1.1")),
+        (":path with a tab", get("/f\tx")),
+        (":path with CR LF", get("/f\r\nX-Inj: 1")),
+        (":path with DEL", get("/f\x7f")),
+        ("a value with NUL", get(extra=[("x-a", "a\x00b")])),
+        ("a value with CR LF", get(extra=[("x-a", "a\r\nX-Inj: 1")])),
+        ("a value with LF", get(extra=[("x-a", "a\nb")])),
+        ("a value with a leading space", get(extra=[("x-a", " a")])),
+        ("a value with a trailing tab", get(extra=[("x-a", "a\t")])),
+        ("a name with ':' inside", get(extra=[("x:y", "1")])),
+        ("a name with a space", get(extra=[("x y", "1")])),
+        ("an empty name", get(extra=[("", "1")])),
+        (":method with spaces", get(method="GET /x HTTP/1.1")),
+        (":authority with a space", get(authority=HOST + " x")),
+        (":authority with CR LF", get(authority=HOST + "\r\nX-Inj: 1")),
+        (":authority with a path", get(authority=HOST + "/x")),
+        ("an empty :authority and host", [frame(HEADERS, 5, 1, blk(
+            [m[0], m[1], (":authority", ""), (":path", "/f"), ("host", HOST)]))]),
+        ("two host fields", [frame(HEADERS, 5, 1, blk(
+            [m[0], m[1], (":path", "/f"), ("host", HOST), ("host", "nowhere.test")]))]),
+        ("CONNECT with :path", [frame(HEADERS, 5, 1, blk(
+            [(":method", "CONNECT"), (":authority", "x.test:443"), (":path", "/f")]))]),
+        ("CONNECT with :scheme", [frame(HEADERS, 5, 1, blk(
+            [(":method", "CONNECT"), (":scheme", "http"), (":authority", "x.test:443")]))]),
+        ("CONNECT without :authority", [frame(HEADERS, 5, 1, blk([(":method", "CONNECT")]))]),
+        ("CONNECT with :protocol", [frame(HEADERS, 5, 1, blk(
+            [(":method", "CONNECT"), (":protocol", "websocket")] + m[1:] + [(":path", "/f")]))]),
+        ("content-length 3, 6 bytes", post([("content-length", "3")], d(b"abcdef"))),
+        ("content-length 3, 2 + 4 bytes", post([("content-length", "3")], d(b"ab", 0), d(b"cdef"))),
+        ("content-length 6, 3 bytes", post([("content-length", "6")], d(b"abc"))),
+        ("content-length 6, END_STREAM on HEADERS", get("/f", [("content-length", "6")], "POST")),
+        ("content-length abc", post([("content-length", "abc")], d(b"abc"))),
+        ("content-length 3 and 4", post([("content-length", "3"), ("content-length", "4")],
+                                        d(b"abc"))),
+        ("content-length 3, 3", post([("content-length", "3, 3")], d(b"abc"))),
+        ("trailers with a pseudo field", post([], d(b"abc", 0), trailers(":path", "/x"))),
+        ("trailers with CR LF", post([], d(b"abc", 0), trailers("x-t", "a\r\nb"))),
+        ("trailers without END_STREAM", post([], d(b"abc", 0),
+                                             frame(HEADERS, 4, 1, hpack_lit("x-t", "1")))),
+    ]
+    return cases
+
+
+def test_field_rules_and_what_reaches_the_origin():
+    """RFC 9113 8.2 and 8.3 (_field_cases: uppercase and connection-specific
+    fields, te other than trailers, pseudo fields missing, twice, late,
+    unknown or of a response, :path empty or not origin-form, NUL CR LF
+    and edge whitespace in values, ':' and spaces in names, CONNECT's
+    rules, content-length against the DATA, trailers with a pseudo field
+    or CR LF): each stream reset PROTOCOL_ERROR and no such request
+    reaches the origin whole (no HTTP/1.1 smuggled through the
+    translation).  What passes: te: trailers (not forwarded), cookie
+    crumbs joined into one Cookie line, :authority routing and keying
+    the request whatever host says (a host field cannot steer it to
+    another site's cache entries), and after a content-length lie the
+    next request reaches the origin intact on a clean upstream."""
+    with Origin() as o, daemon(o, workers=1) as c:
+        bad = []
+        for what, frames_ in _field_cases():
+            r = Raw(c.ports[2])
+            r.frames(lambda f: f[0] == SETTINGS and not f[1] & 1, timeout=3)
+            r.send(frame(SETTINGS, 1, 0) + b"".join(frames_))
+            fr, _ = r.frames(lambda f: f[0] in (GOAWAY, RST_STREAM, HEADERS), timeout=3)
+            r.close()
+            got = rst_codes(fr).get(1)
+            if got != PROTOCOL_ERROR:
+                bad.append("%s: %r" % (what, [(f[0], f[2], f[3][:30]) for f in fr
+                                              if f[0] != SETTINGS]))
+        expect(not bad, "not reset PROTOCOL_ERROR:\n" + "\n".join(bad))
+        cl = H2(c.ports[2], validate=False)
+        s_lie = cl.request("/lie", "POST", headers=[("content-length", "6")], body=b"abc")
+        expect(cl.pump(lambda: s_lie in cl.reset), "content-length lie not reset")
+        s_te = cl.request("/ok/te" + CC, headers=[("te", "trailers")])
+        s_ck = cl.request("/ok/ck", headers=[("cookie", "a=1"), ("x-b", "2"), ("cookie", "b=2")])
+        s_after = cl.request("/ok/after", "POST", headers=[("content-length", "5")], body=b"hello")
+        s_host = cl.request("/ok/host" + CC, headers=[("host", "nowhere.test")])
+        expect(cl.pump(lambda: {s_te, s_ck, s_after, s_host} <= cl.ended), "answers")
+        expect_eq([cl.resp[s].get(":status") for s in (s_te, s_ck, s_after, s_host)],
+                  ["200"] * 4, "statuses")
+        # :authority unmapped, host mapped: refused, not routed by host
+        cl.c.send_headers(cl.c.get_next_available_stream_id(), [
+            (":method", "GET"), (":scheme", "http"), (":authority", "nowhere.test"),
+            (":path", "/ok/host" + CC), ("host", HOST)], end_stream=True)
+        s_other = cl.c.highest_outbound_stream_id
+        cl.flush()
+        expect(cl.pump(lambda: s_other in cl.ended), "answer to :authority nowhere.test")
+        expect_eq(cl.resp[s_other].get(":status"), "404", ":authority unmapped, host mapped")
+        cl.close()
+        reqs = o.requests()
+        expect(not [q for q in reqs if q["path"].startswith(("/f", "/lie"))],
+               "malformed requests reached the origin: %r" % [
+                   (q["target"], q["body"][:40]) for q in reqs if not q["path"].startswith("/ok")])
+        by = {q["path"].replace("/headers", ""): q for q in reqs}
+        names = lambda q: [h[0].lower() for h in q["headers"]]    # noqa: E731
+        expect("te" not in names(by["/ok/te"]), "te forwarded: %r" % by["/ok/te"]["headers"])
+        expect_eq([h[1] for h in by["/ok/ck"]["headers"] if h[0].lower() == "cookie"],
+                  ["a=1; b=2"], "cookie crumbs")
+        expect_eq((by["/ok/after"]["method"], by["/ok/after"]["body"]), ("POST", "hello"),
+                  "the request after the lie")
+        expect(not any("nowhere" in h[1] for h in by["/ok/host"]["headers"]),
+               "host field forwarded: %r" % by["/ok/host"]["headers"])
+        # the entry is :authority's: an HTTP/1.1 request for it is a hit
+        r = curl(["-H", "Host: " + HOST, "http://127.0.0.1:%d/ok/host%s" % (c.ports[0], CC)])
+        expect_eq((r.status, r.header("x-origin-seq")), (200, str(by["/ok/host"]["seq"])),
+                  "keyed by :authority")
 
 
 def _calm(c, frames_fn, what, settings=b""):

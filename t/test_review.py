@@ -168,6 +168,32 @@ part completion, h2 joiners, the plugin head scan):
   after the first block (a request with a condition is not sliced now:
   the origin answers it, completing the part or not).
 
+HTTP/2 review, 2026-12-02 (worker/h2.c, h2head.c as h2spec and a
+hostile-input suite would attack them; the rules that held are in
+test_h2.py's test_frame_rules_h2spec and
+test_field_rules_and_what_reaches_the_origin):
+
+- a PRIORITY frame on stream 0 was ignored, not the connection error
+  PROTOCOL_ERROR RFC 9113 6.3 requires (h2spec 6.3/1): nghttp2 skips
+  every PRIORITY payload once we send SETTINGS_NO_RFC7540_PRIORITIES,
+  and its checks with it;
+- with proxy.config.ssl.TLSv1 or TLSv1_1 on, ALPN chose h2 over TLS 1.0
+  and 1.1, and over TLS 1.2 with a CBC suite, all of which RFC 9113 9.2
+  rules out for HTTP/2 (browsers end such a connection with
+  INADEQUATE_SECURITY): h2 is now offered only over TLS 1.2 with an
+  AEAD, ephemeral-key suite or TLS 1.3, HTTP/1.1 otherwise;
+- a HEADERS on a stream id below one the client had opened, an id it
+  skipped (5, then 3), was ignored, not the connection error
+  PROTOCOL_ERROR of RFC 9113 5.1.1 (h2spec 5.1.1/2): nghttp2 ignores
+  HEADERS on any lower id it no longer holds, since trailers may cross
+  our RST_STREAM; a skipped id was never opened, so h2.c checks those;
+- a HEADERS on a stream the client had itself ended (END_STREAM, or its
+  RST_STREAM) and we had closed was ignored, not the STREAM_CLOSED error
+  of RFC 9113 5.1 (h2spec 5.1/9 and 5.1/12), for the same reason: no
+  frame of the client's can have crossed such a close, so h2.c
+  remembers the last 16 of them.  (A DATA on them nghttp2 drops before
+  any callback; trailers that cross our own RST_STREAM stay ignored.)
+
 Found by reading, fixed, with no test here: a fill needing more than a
 slot's 64 extents (over about 4 GiB with 64 MiB segments) was published,
 and proxy_rww_grew declared it FAILED when it outgrew the slot, cutting
@@ -232,6 +258,7 @@ import subprocess
 import threading
 import socket
 import struct
+import tempfile
 import time
 
 import harness
@@ -2307,6 +2334,148 @@ def test_body_already_read_is_forwarded_without_more_input():
         expect(got and got[0].get("body_sha256") == hashlib.sha256(body).hexdigest(),
                "the body the origin got: %r" % (got and got[0].get("body_len")))
 
+
+# HTTP/2 review, 2026-12-02
+
+def _h2_exchange(port, data, timeout=2):
+    """Send data on a new connection; (type, stream, payload) of every
+    frame read until the peer closes or is quiet for timeout seconds,
+    and whether it closed."""
+    buf, closed = raw(port, data, timeout=timeout)
+    out = []
+    while len(buf) >= 9:
+        n = struct.unpack(">I", b"\0" + buf[:3])[0]
+        out.append((buf[3], struct.unpack(">I", buf[5:9])[0] & 0x7fffffff, buf[9:9 + n]))
+        buf = buf[9 + n:]
+    return out, closed
+
+
+def test_h2_priority_on_stream_0_is_a_connection_error():
+    """RFC 9113 6.3 (h2spec http2/6.3/1): a PRIORITY frame on stream 0 is
+    a connection error PROTOCOL_ERROR.  With the RFC 7540 priorities off
+    (SETTINGS_NO_RFC7540_PRIORITIES, our default) nghttp2 skipped the
+    frame's payload and this check with it: the connection went on and
+    answered the PING behind it.  Now GOAWAY(PROTOCOL_ERROR), the close;
+    a PRIORITY on a stream is still taken."""
+    with Origin() as o, Cistern(records={"proxy.config.http.server_ports":
+                                         "0 0:proto=http;http2"},
+                                remap=["map http://h2.test/ http://%s/" % o.authority],
+                                workers=1) as c:
+        for sid, want in ((0, [1]), (1, [])):
+            frames, closed = _h2_exchange(c.ports[1], b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+                                          + _h2_frame(4, 0, 0)
+                                          + _h2_frame(2, 0, sid, struct.pack(">IB", 3, 16))
+                                          + _h2_frame(6, 0, 0, b"8 bytes!"))
+            goaway = [struct.unpack(">I", p[4:8])[0] for t, _, p in frames if t == 7]
+            expect_eq(goaway, want, "GOAWAY codes after PRIORITY on stream %d" % sid)
+            expect_eq(closed, bool(want), "closed after PRIORITY on stream %d" % sid)
+            expect_eq(any(t == 6 for t, _, _ in frames), not want,
+                      "PING answered after PRIORITY on stream %d" % sid)
+
+
+def test_h2_never_over_tls_below_1_2_or_a_prohibited_suite():
+    """RFC 9113 9.2: HTTP/2 over TLS needs TLS 1.2 or later and, on 1.2,
+    none of the suites of its Appendix A (the non-AEAD ones, and those
+    without an ephemeral key exchange); browsers end such a connection
+    with INADEQUATE_SECURITY.  With proxy.config.ssl.TLSv1 and TLSv1_1 on
+    (which add the ECDHE CBC suites), ALPN chose h2 for a TLS 1.0, a TLS
+    1.1 and a TLS 1.2 CBC handshake alike.  Now those get http/1.1, and
+    TLS 1.2 GCM and TLS 1.3 still h2 (the second a resumed session)."""
+    tmp = tempfile.mkdtemp(prefix="cistern-h2tls-")
+    crt, key = os.path.join(tmp, "c.pem"), os.path.join(tmp, "c.key")
+    subprocess.run(["openssl", "req", "-x509", "-days", "30", "-subj", "/CN=h2.test",
+                    "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", key, "-out", crt], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    files = {"c.pem": open(crt).read(), "c.key": open(key).read(),
+             "ssl_multicert.config": "dest_ip=* ssl_cert_name=c.pem ssl_key_name=c.key\n"}
+    with Cistern(records={"proxy.config.http.server_ports": "0:ssl",
+                          "proxy.config.ssl.TLSv1": 1, "proxy.config.ssl.TLSv1_1": 1},
+                 files=files, workers=1) as c:
+        sess = os.path.join(tmp, "sess")
+
+        def alpn(*args):
+            p = subprocess.run(["openssl", "s_client", "-connect", "127.0.0.1:%d" % c.port,
+                                "-alpn", "h2,http/1.1"] + list(args), input=b"",
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=20)
+            out = p.stdout.decode(errors="replace")
+            m = re.search(r"ALPN protocol: (\S+)|No ALPN negotiated", out)
+            expect(m is not None and "Cipher is (NONE)" not in out,
+                   "no handshake (%s): %s" % (args, out[-400:]))
+            return m.group(1), "Reused," in out
+        legacy = "ALL:@SECLEVEL=0"
+        expect_eq(alpn("-tls1", "-cipher", legacy)[0], "http/1.1", "TLS 1.0")
+        expect_eq(alpn("-tls1_1", "-cipher", legacy)[0], "http/1.1", "TLS 1.1")
+        expect_eq(alpn("-tls1_2", "-cipher", "ECDHE-ECDSA-AES128-SHA")[0], "http/1.1",
+                  "TLS 1.2, a CBC suite")
+        expect_eq(alpn("-tls1_2", "-sess_out", sess)[0], "h2", "TLS 1.2, GCM")
+        expect_eq(alpn("-tls1_2", "-sess_in", sess), ("h2", True), "TLS 1.2 GCM, resumed")
+        expect_eq(alpn("-tls1_3")[0], "h2", "TLS 1.3")
+
+
+def test_h2_stream_ids_going_down_are_a_connection_error():
+    """RFC 9113 5.1.1 (h2spec http2/5.1.1/2): opening stream 5 closes the
+    idle streams 1 and 3; a HEADERS on 3 after it is a connection error
+    PROTOCOL_ERROR.  nghttp2 ignored it (a lower id it does not hold:
+    maybe trailers crossing our RST_STREAM) and answered neither error
+    nor the request.  Now GOAWAY(PROTOCOL_ERROR) and the close; ids in
+    order with a gap (1, 5, 7) are still served."""
+    with Origin() as o, Cistern(records={"proxy.config.http.server_ports":
+                                         "0 0:proto=http;http2"},
+                                remap=["map http://h2.test/ http://%s/" % o.authority],
+                                workers=1) as c:
+        for ids, want in (((5, 3), [1]), ((1, 5, 7), [])):
+            frames, closed = _h2_exchange(
+                c.ports[1], b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _h2_frame(4, 0, 0)
+                + b"".join(_h2_frame(1, 5, sid, _h2_get(b"/bytes/10", b"h2.test")) for sid in ids))
+            goaway = [struct.unpack(">I", p[4:8])[0] for t, _, p in frames if t == 7]
+            expect_eq(goaway, want, "GOAWAY codes after HEADERS on %r" % (ids,))
+            expect_eq(closed, bool(want), "closed after HEADERS on %r" % (ids,))
+            if not want:
+                expect_eq(sorted({sid for t, sid, _ in frames if t == 1}), list(ids),
+                          "streams answered")
+
+
+def test_h2_headers_on_a_stream_the_client_ended_is_stream_closed():
+    """RFC 9113 5.1 (h2spec http2/5.1/9 and 5.1/12): once the client has
+    ended a stream (END_STREAM, here a GET answered in full; or its own
+    RST_STREAM) and the stream is closed, a HEADERS on it is an error
+    STREAM_CLOSED.  nghttp2 forgets closed streams (no_closed_streams)
+    and ignored it.  Now GOAWAY(STREAM_CLOSED).  Trailers that cross a
+    RST_STREAM of ours (a POST answered 400 before its body ended) are
+    still ignored and the connection serves on."""
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _h2_frame(4, 0, 0)
+    trailers = _h2_frame(1, 5, 1, b"\x00\x03x-t\x011")
+    post = _h2_frame(1, 4, 1, b"\x00\x07:method\x04POST\x00\x07:scheme\x04http"
+                     b"\x00\x0a:authority\x07h2.test\x00\x05:path\x03/a#")
+    with Origin() as o, Cistern(records={"proxy.config.http.server_ports":
+                                         "0 0:proto=http;http2"},
+                                remap=["map http://h2.test/ http://%s/" % o.authority],
+                                workers=1) as c:
+        for what, first, then, want in (
+                ("a GET answered", _h2_frame(1, 5, 1, _h2_get(b"/bytes/10", b"h2.test")),
+                 trailers, [5]),
+                ("a POST the client reset", post + _h2_frame(3, 0, 1, b"\0\0\0\x08"),
+                 trailers, [5]),
+                ("a POST we answered 400 before its body", post, trailers, [])):
+            conn = harness.Conn(c.ports[1], timeout=5)
+            conn.send(preface + first)
+            time.sleep(0.5)
+            conn.send(then + _h2_frame(1, 5, 3, _h2_get(b"/bytes/10", b"h2.test")))
+            closed = conn.read_until_close(2)
+            buf = conn.buf
+            conn.close()
+            frames = []
+            while len(buf) >= 9:
+                n = struct.unpack(">I", b"\0" + buf[:3])[0]
+                frames.append((buf[3], struct.unpack(">I", buf[5:9])[0], buf[9:9 + n]))
+                buf = buf[9 + n:]
+            goaway = [struct.unpack(">I", p[4:8])[0] for t, _, p in frames if t == 7]
+            expect_eq(goaway, want, "GOAWAY codes, HEADERS after %s" % what)
+            expect_eq(closed, bool(want), "closed, HEADERS after %s" % what)
+            if not want:
+                expect(any(t == 1 and sid == 3 for t, sid, _ in frames),
+                       "stream 3 not answered after %s" % what)
 
 if __name__ == "__main__":
     harness.main()

@@ -56,6 +56,11 @@
  * or DATA nor takes DATA (a zero-window stall), unless a stream waits on
  * its origin.  The drain on reload sends GOAWAY and lets the open
  * streams finish.
+ *
+ * Protocol rules are nghttp2's, but for three it leaves out by choice,
+ * checked in h2_cb_begin_frame: PRIORITY on stream 0, HEADERS on a
+ * stream id the client skipped (h2_sid_down) or on one it ended
+ * (h2_sid_done).
  */
 #include "config.h"
 
@@ -78,6 +83,7 @@
 #define H2_READ_MAX   16384
 #define H2_LINGER_MS  2000
 #define H2_NV_MAX     (HTTP_MAX_FIELDS + 2)
+#define H2_DONE_MAX   16               /* closed streams remembered */
 
 struct h2c;
 
@@ -103,6 +109,7 @@ struct h2s {
     unsigned         eof:1;           /* the answer is complete */
     unsigned         kick:1;          /* to pump */
     unsigned         dead:1;          /* reset: nothing more */
+    unsigned         client_rst:1;    /* the client reset it */
 };
 
 /* One HTTP/2 connection. */
@@ -129,6 +136,10 @@ struct h2c {
     int64_t               minute;     /* the counters' minute (ms) */
     unsigned              n_rst, n_settings, n_setvals, n_ping, n_prio;
     unsigned              n_cont, n_wu, n_data;
+    int32_t               last_sid;   /* the highest stream the client opened */
+    int32_t               gap_lo, gap_hi; /* the ids it skipped last: closed unused */
+    int32_t               done[H2_DONE_MAX]; /* streams the client ended, closed */
+    unsigned              ndone;
 };
 
 static struct pool h2c_pool, h2s_pool;
@@ -971,6 +982,49 @@ h2_calm(struct h2c *h, const char *what, unsigned n)
     return NGHTTP2_ERR_CALLBACK_FAILURE;
 }
 
+/* A client's HEADERS on stream id: -1 when the id is one it skipped.
+ * RFC 9113 5.1.1: opening a stream closes every idle one below it, and a
+ * HEADERS on such an id (the ids going down) is a connection error
+ * PROTOCOL_ERROR.  nghttp2 ignores HEADERS on any id below the last it
+ * does not hold open, as it cannot tell trailers meeting our RST_STREAM
+ * from that; an id the client skipped was never opened, so no frame of
+ * it can be in flight.  Clients open ids in order: the last gap is kept. */
+static int
+h2_sid_down(struct h2c *h, int32_t id)
+{
+    if (!(id & 1))
+        return 0;       /* nghttp2's own check */
+    if (id > h->last_sid) {
+        if (id > h->last_sid + 2) {
+            h->gap_lo = h->last_sid + 2;
+            h->gap_hi = id - 2;
+        }
+        h->last_sid = id;
+        return 0;
+    }
+    return id >= h->gap_lo && id <= h->gap_hi && h->gap_hi > 0 ? -1 : 0;
+}
+
+/* Did the client end stream id (END_STREAM or RST_STREAM) before it
+ * closed?  Then a HEADERS on it is a connection error STREAM_CLOSED (RFC
+ * 9113 5.1: nothing can follow the sender's own end), which nghttp2
+ * ignores once it has let the stream go (it cannot tell it from trailers
+ * that crossed a RST_STREAM of ours; these cannot have).  The last
+ * H2_DONE_MAX such streams are remembered.  (A DATA on them nghttp2
+ * drops before any callback: not seen here.) */
+static int
+h2_sid_done(const struct h2c *h, int32_t id)
+{
+    unsigned n = h->ndone < H2_DONE_MAX ? h->ndone : H2_DONE_MAX;
+
+    if (id == 0 || nghttp2_session_find_stream(h->ss, id) != NULL)
+        return 0;       /* open (or idle): nghttp2's rules */
+    for (unsigned i = 0; i < n; i++)
+        if (h->done[i] == id)
+            return 1;
+    return 0;
+}
+
 /* Every frame's header, before its payload: the per-minute budgets. */
 static int
 h2_cb_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *arg)
@@ -986,6 +1040,16 @@ h2_cb_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *arg)
         h->n_cont = h->n_wu = h->n_data = 0;
     }
     switch (hd->type) {
+    case NGHTTP2_HEADERS:
+        if (h2_sid_down(h, hd->stream_id) < 0) {
+            nghttp2_session_terminate_session(h->ss, NGHTTP2_PROTOCOL_ERROR);
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        }
+        if (h2_sid_done(h, hd->stream_id)) {
+            nghttp2_session_terminate_session(h->ss, NGHTTP2_STREAM_CLOSED);
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        }
+        break;
     case NGHTTP2_RST_STREAM:
         if (++h->n_rst > (unsigned)rec->h2_rst_min)
             return h2_calm(h, "RST_STREAM (rapid reset)", h->n_rst);
@@ -1007,6 +1071,13 @@ h2_cb_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *arg)
     case NGHTTP2_PRIORITY:
         if (++h->n_prio > (unsigned)rec->h2_priority_min)
             return h2_calm(h, "PRIORITY", h->n_prio);
+        if (hd->stream_id == 0) {
+            /* RFC 9113 6.3: a connection error.  nghttp2 skips the
+             * payload of every PRIORITY once we said
+             * NO_RFC7540_PRIORITIES, and this check with it. */
+            nghttp2_session_terminate_session(h->ss, NGHTTP2_PROTOCOL_ERROR);
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        }
         break;
     case NGHTTP2_CONTINUATION:
         if (++h->n_cont > (unsigned)rec->h2_cont_min)
@@ -1059,10 +1130,15 @@ h2_cb_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
     struct h2c *h = arg;
     struct h2s *s;
 
-    if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA)
+    if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA
+        && f->hd.type != NGHTTP2_RST_STREAM)
         return 0;
     if ((s = nghttp2_session_get_stream_user_data(ss, f->hd.stream_id)) == NULL)
         return 0;
+    if (f->hd.type == NGHTTP2_RST_STREAM) {
+        s->client_rst = 1;
+        return 0;
+    }
     if (f->hd.type == NGHTTP2_HEADERS && !s->started) {
         h2s_start(h, s, (f->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0);
         return 0;
@@ -1175,6 +1251,8 @@ h2_cb_stream_close(nghttp2_session *ss, int32_t id, uint32_t code, void *arg)
     (void)code;
     if (s == NULL)
         return 0;
+    if ((s->started && (!s->body || s->body_end)) || s->client_rst)
+        h->done[h->ndone++ % H2_DONE_MAX] = id;     /* the client ended it */
     nghttp2_session_set_stream_user_data(ss, id, NULL);
     h2s_free(h, s);
     if (!h->draining && worker_closing())
