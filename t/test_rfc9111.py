@@ -810,6 +810,41 @@ def test_4_1_accept_encoding_lines_are_one_list():
                   "Accept-Encoding at the origin")
 
 
+def test_4_1_blanks_next_to_commas_select_one_variant():
+    """RFC 9111 4.1: selecting fields match across "adding or removing
+    whitespace, where allowed in the header field's syntax": `1,2`,
+    `1, 2` and `1 ,2` (a list's OWS) select one stored response; `1,,2`
+    and a quoted `"1, 2"` are other values."""
+    path = hp("/vws/bytes/10", ("Cache-Control", "max-age=60"), ("Vary", "Foo"))
+    with Origin() as o, daemon(o) as c:
+        r1 = fetch(c.port, path, headers=[("Foo", "1,2")])
+        expect_cs(r1, r"stored", "first")
+        for v in ("1, 2", "1 ,2", "1 ,\t 2"):
+            expect_hit(fetch(c.port, path, headers=[("Foo", v)]), "Foo: %r" % v)
+        expect_hit(fetch(c.port, path, headers=[("Foo", "1"), ("Foo", "2")]),
+                   "Foo on two lines")
+        for v in ("1,,2", '"1, 2"', "12"):
+            expect_not_hit(fetch(c.port, path, headers=[("Foo", v)]), "Foo: %r" % v)
+        expect_origin(o, path, 4)
+
+
+def test_4_1_accept_language_case_normalised():
+    """RFC 9111 4.1 allows "case-normalization, where values are defined
+    to be case-insensitive", as language ranges are (RFC 4647 2.1):
+    `Accept-Language: EN-us, De` selects the response to `en-US, de`; the
+    same values in another field do not."""
+    path = hp("/vlang/bytes/10", ("Cache-Control", "max-age=60"),
+              ("Vary", "Accept-Language, X-L"))
+    with Origin() as o, daemon(o) as c:
+        r1 = fetch(c.port, path, headers=[("Accept-Language", "en-US, de"), ("X-L", "a")])
+        expect_cs(r1, r"stored", "first")
+        r2 = fetch(c.port, path, headers=[("Accept-Language", "EN-us,De"), ("X-L", "a")])
+        expect_hit(r2, "Accept-Language in other case")
+        r3 = fetch(c.port, path, headers=[("Accept-Language", "en-US, de"), ("X-L", "A")])
+        expect_not_hit(r3, "X-L in other case")
+        expect_origin(o, path, 2)
+
+
 def test_4_1_purge_removes_all_variants():
     """RFC 9111 4.1 / PURGE: purging the URL removes every variant."""
     path = "/vpurge"
