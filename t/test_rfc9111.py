@@ -696,6 +696,60 @@ def test_9111_4_3_3_200_on_revalidation_replaces():
         expect_eq(qh(qs[1], "If-None-Match"), '"a"', "If-None-Match")
 
 
+def test_9111_4_3_5_head_200_refreshes_stored_get():
+    """RFC 9111 4.3.5: a 200 to a HEAD forwarded for a stale stored GET
+    response, with the same ETag and Content-Length, updates it (3.2): the
+    HEAD is answered from the updated object (its stored fields kept, the
+    HEAD's added), and the new freshness makes the next GET a hit with the
+    stored body."""
+    path = "/headref"
+    with Origin() as o, daemon(o) as c:
+        script(o, path,
+               ok("hello world", Cache_Control="max-age=1", ETag='"h1"', X_Kept="1"),
+               {"status": 200, "body": "hello world", "headers": [
+                   ("Cache-Control", "max-age=60"), ("ETag", '"h1"'), ("X-New", "2")]})
+        s = align()
+        fetch(c.port, path)
+        at(s + 1)
+        h = fetch(c.port, path, method="HEAD")
+        expect_eq(h.status, 200, "HEAD status")
+        expect_cs(h, r"fwd=stale; fwd-status=200$", "HEAD refreshed the object")
+        expect_eq((h.header("X-Kept"), h.header("X-New")), ("1", "2"), "HEAD fields")
+        expect_eq(h.header("Content-Length"), "11", "HEAD Content-Length")
+        r = fetch(c.port, path)
+        expect_hit(r, "GET after the HEAD")
+        expect(ttl(r) >= 55, "ttl after the HEAD: %d" % ttl(r))
+        expect_eq((r.body, r.header("X-New")), (b"hello world", "2"), "GET after the HEAD")
+        qs = expect_origin(o, path, 2)
+        expect_eq([q["method"] for q in qs], ["GET", "HEAD"], "origin methods")
+
+
+def test_9111_4_3_5_head_200_other_validator_invalidates():
+    """RFC 9111 4.3.5: a 200 to a HEAD whose ETag (or Content-Length) is
+    not the stored response's means the origin has another one: the HEAD
+    answer is the origin's, and the stored response is no longer used (the
+    next GET is a plain fetch, not a revalidation of the old ETag)."""
+    for name, head in (("etag", [("ETag", '"h2"')]),
+                       ("length", [("ETag", '"h1"'), ("Content-Length", "99")])):
+        path = "/headinv-" + name
+        with Origin() as o, daemon(o) as c:
+            script(o, path,
+                   ok("hello world", Cache_Control="max-age=1", ETag='"h1"'),
+                   {"status": 200, "headers": [("Cache-Control", "max-age=60"), ("X-Head", "y")]
+                    + head},
+                   ok("new body", Cache_Control="max-age=60", ETag='"h2"'))
+            s = align()
+            fetch(c.port, path)
+            at(s + 1)
+            h = fetch(c.port, path, method="HEAD")
+            expect_eq((h.status, h.header("X-Head")), (200, "y"), name + ": HEAD answer")
+            r = fetch(c.port, path)
+            expect_eq(r.body, b"new body", name + ": GET after the HEAD")
+            qs = expect_origin(o, path, 3)
+            expect_eq(qh(qs[2], "If-None-Match"), None,
+                      name + ": the old object revalidated after the HEAD")
+
+
 # ---------------------------------------------------------------------------
 # RFC 9111 4.1: Vary
 

@@ -1035,8 +1035,9 @@ store_lookup(struct req *rq, const char *key, size_t keylen, const uint8_t hash[
         store_release(rq);
         goto miss;
     }
-    /* Keep it: the origin may say it is still good (304), or fail. */
-    if (r->method != HTTP_GET)
+    /* Keep it: the origin may say it is still good (304), or fail; a
+     * whole object also for HEAD, whose 200 may refresh it (4.3.5). */
+    if (r->method != HTTP_GET && (r->method != HTTP_HEAD || o->meta.status == 206))
         store_release(rq);
     return STORE_REVALIDATE;
 
@@ -1640,6 +1641,70 @@ store_refresh(struct req *rq, const struct http_req *resp, int64_t req_time,
     o->meta.stored = meta.stored;       /* what this answer reports as Age */
     o->meta.expires = fresh_until;
     return len;
+}
+
+/* Does the value of resp's field id equal the held block's `name`?  An
+ * absent field on both sides is equal; on one side only, not. */
+static int
+store_same_field(const struct http_req *resp, enum http_fid id, const char *blk, size_t blen,
+                 const char *name)
+{
+    int i = http_field_find_id(resp, id, 0);
+    size_t l = 0;
+    const char *v = store_hdr_get(blk, blen, name, &l);
+
+    if (i < 0)
+        return 1;       /* not received: nothing to compare (4.3.5) */
+    return v && l == resp->fields[i].value_len
+           && memcmp(v, resp->base + resp->fields[i].value, l) == 0;
+}
+
+/* Is a HEAD response's Content-Length (not framing, so the parser left
+ * it unread) absent or len?  Several lines or a malformed value: no. */
+static int
+store_head_length_is(const struct http_req *resp, uint64_t len)
+{
+    int i = http_field_find_id(resp, HTTP_F_CONTENT_LENGTH, 0);
+    uint64_t v = 0;
+
+    if (i < 0)
+        return 1;
+    if (http_field_find_id(resp, HTTP_F_CONTENT_LENGTH, i + 1) >= 0)
+        return 0;
+    const char *p = resp->base + resp->fields[i].value;
+    size_t n = resp->fields[i].value_len;
+    if (n == 0 || n > 19)
+        return 0;
+    for (size_t k = 0; k < n; k++) {
+        if (p[k] < '0' || p[k] > '9')
+            return 0;
+        v = v * 10 + (uint64_t)(p[k] - '0');
+    }
+    return v == len;
+}
+
+/* A 200 to a HEAD we forwarded while holding the stored GET response
+ * (RFC 9111 4.3.5): may it update the held object?  Yes when the held one
+ * is a whole 200, the received validators (ETag, Last-Modified) are the
+ * stored ones and a received Content-Length is the stored body's length.
+ * Otherwise the stored response no longer describes what the origin has:
+ * it is removed (4.3.5: "consider the stored response to be stale") and
+ * released.  Returns 1 to refresh (store_refresh), 0 when released. */
+int
+store_head_fits(struct req *rq, const struct http_req *resp)
+{
+    struct cache_obj *o = &rq->obj;
+    const char *blk = o->iov[0].iov_base;
+
+    if (!rq->obj_held || o->meta.status != 200)
+        return 0;
+    if (store_same_field(resp, HTTP_F_ETAG, blk, o->hdr_len, "etag")
+        && store_same_field(resp, HTTP_F_LAST_MODIFIED, blk, o->hdr_len, "last-modified")
+        && store_head_length_is(resp, o->body_len))
+        return 1;
+    store_remove(rq->obj_key, rq->obj_keylen);
+    store_release(rq);
+    return 0;
 }
 
 /* Unsafe methods (RFC 9111 4.4): a non-error answer invalidates the URL
