@@ -430,6 +430,56 @@ def test_3_qualified_no_cache_and_private_fields_not_stored():
         expect_origin(o, path, 1)
 
 
+def test_3_2_refresh_keeps_out_private_and_no_cache_fields():
+    """RFC 9111 5.2.2.7 / 5.2.2.4 with 3.2: the fields a 304 (or a HEAD's
+    200) names in private="..." or no-cache="..." are not stored by the
+    refresh either: the client that revalidated gets them, a later hit
+    does not; the other fields of the 304 are stored."""
+    for how in ("304", "HEAD"):
+        path = "/qref-" + how
+        cc = 'max-age=60, private="X-User", no-cache="X-Nc"'
+        again = [("Cache-Control", cc), ("ETag", '"p1"'), ("X-User", "alice"),
+                 ("X-Nc", "n"), ("X-Ok", "2")]
+        with Origin() as o, daemon(o) as c:
+            script(o, path, ok("hello", Cache_Control="max-age=1", ETag='"p1"', X_Ok="1"),
+                   {"status": 304, "headers": again} if how == "304"
+                   else {"status": 200, "body": "hello", "headers": again})
+            s = align()
+            fetch(c.port, path)
+            at(s + 1)
+            r = fetch(c.port, path, method="GET" if how == "304" else "HEAD")
+            expect_cs(r, r"fwd=stale; fwd-status=%s$" % ("304" if how == "304" else "200"),
+                      how + ": refreshed")
+            expect_eq((r.header("X-User"), r.header("X-Nc")), ("alice", "n"),
+                      how + ": the revalidating client's fields")
+            h = fetch(c.port, path)
+            expect_hit(h, how + ": after the refresh")
+            expect_eq((h.header("X-User"), h.header("X-Nc"), h.header("X-Ok")),
+                      (None, None, "2"), how + ": fields of the hit")
+            expect_origin(o, path, 2)
+
+
+def test_3_2_private_304_does_not_refresh_the_stored_response():
+    """RFC 9111 5.2.2.7: a 304 that says private (unqualified) is for one
+    user: its fields answer the client that revalidated, but a shared
+    cache does not store them, nor the freshness it gives: the stored
+    response stays stale, and the next request revalidates again."""
+    path = "/priv304"
+    with Origin() as o, daemon(o) as c:
+        script(o, path, ok("hello", Cache_Control="max-age=1", ETag='"q1"'),
+               {"status": 304, "headers": [("Cache-Control", "max-age=60, private"),
+                                           ("ETag", '"q1"'), ("X-User", "alice")]})
+        s = align()
+        fetch(c.port, path)
+        at(s + 1)
+        r = fetch(c.port, path)
+        expect_eq((r.body, r.header("X-User")), (b"hello", "alice"), "revalidated answer")
+        r = fetch(c.port, path)
+        expect_not_hit(r, "after a private 304")
+        expect_eq(r.header("X-User"), "alice", "its own 304's field")
+        expect_origin(o, path, 3)
+
+
 # ---------------------------------------------------------------------------
 # RFC 9111 5.2.1: request directives
 

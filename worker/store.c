@@ -1048,6 +1048,43 @@ miss:
 /* ------------------------------------------------------------------ */
 /* Fills */
 
+/* Does cc name the field name[0..nl) in private="..." or no-cache="..."
+ * (RFC 9111 5.2.2.7, 5.2.2.4): a field a shared cache does not store? */
+static int
+store_cc_omits(const struct cc_resp *cc, const char *name, size_t nl)
+{
+    char nm[128];
+
+    if ((!cc->omit_fields && !cc->omit_fields2) || nl >= sizeof(nm))
+        return 0;
+    memcpy(nm, name, nl);
+    nm[nl] = '\0';
+    return (cc->omit_fields && http_list_has(cc->omit_fields, cc->omit_len, nm))
+           || (cc->omit_fields2 && http_list_has(cc->omit_fields2, cc->omit_len2, nm));
+}
+
+/* Header block blk[0..len) (the status line, then "Name: value" lines)
+ * into out without the fields cc omits (store_cc_omits).  Returns the
+ * bytes written (at most len). */
+static size_t
+store_block_omit(const char *blk, size_t len, const struct cc_resp *cc, char *out)
+{
+    const char *p = blk, *end = blk + len;
+    size_t n = 0;
+
+    while (p < end) {
+        const char *e = memchr(p, '\n', (size_t)(end - p));
+        size_t ll = e ? (size_t)(e - p) + 1 : (size_t)(end - p);
+        const char *colon = p > blk ? memchr(p, ':', ll) : NULL;
+        if (colon == NULL || !store_cc_omits(cc, p, (size_t)(colon - p))) {
+            memcpy(out + n, p, ll);
+            n += ll;
+        }
+        p += ll;
+    }
+    return n;
+}
+
 /* Fields never stored: hop-by-hop ones (RFC 9111 3.1: the fixed names
  * and those a Connection line lists, marked by http_resp_parse), and those
  * every answer makes anew (framing, Age, Cache-Status).  The origin's Via
@@ -1294,18 +1331,9 @@ store_fill_begin_as(const char *key, size_t keylen, const struct http_req *resp,
         const struct http_field *f = &resp->fields[i];
         size_t fl = f->value + f->value_len - f->name;
 
-        if (store_skip_field(resp, i) || (pp && f->id == HTTP_F_CONTENT_RANGE))
+        if (store_skip_field(resp, i) || (pp && f->id == HTTP_F_CONTENT_RANGE)
+            || store_cc_omits(&cc, resp->base + f->name, f->name_len))
             continue;
-        if (cc.omit_fields || cc.omit_fields2) {
-            char nm[128];
-            if (f->name_len < sizeof(nm)) {
-                memcpy(nm, resp->base + f->name, f->name_len);
-                nm[f->name_len] = '\0';
-                if ((cc.omit_fields && http_list_has(cc.omit_fields, cc.omit_len, nm))
-                    || (cc.omit_fields2 && http_list_has(cc.omit_fields2, cc.omit_len2, nm)))
-                    continue;
-            }
-        }
         if (len + fl + 2 >= sizeof(hdr))
             return "header-too-large";
         memcpy(hdr + len, resp->base + f->name, fl);
@@ -1534,6 +1562,34 @@ store_keep_on_304(const struct http_req *resp, int i)
     }
 }
 
+/* Store the refreshed header block blk[0..len) of the held object with
+ * meta: the body stays where it is (RFC 9111 4.3.4), only headers move;
+ * without the fields cc names in private="..." or no-cache="..." (a
+ * shared cache does not store them, 5.2.2.7 and 5.2.2.4, though the
+ * client that revalidated gets them); not at all when cc says no-store
+ * or (unqualified) private. */
+static void
+store_refresh_put(struct req *rq, struct cache_meta *meta, const struct cc_resp *cc,
+                  const char *blk, size_t len)
+{
+    static char kept[32768];
+    const char *b = blk;
+    size_t bl = len;
+
+    if (cc->no_store || cc->private_)
+        return;
+    if (cc->omit_fields || cc->omit_fields2) {
+        if (len > sizeof(kept))
+            return;
+        bl = store_block_omit(blk, len, cc, kept);
+        b = kept;
+    }
+    if (cache_obj_update_headers(wk->cache, &rq->obj, rq->obj_key, rq->obj_keylen, meta, b, bl)
+        != CACHE_OK)
+        log_debug("conn %llu: refreshed headers of %.*s not stored",
+                  (unsigned long long)rq->rq_id, (int)rq->obj_keylen, rq->obj_key);
+}
+
 /* The origin said 304 for the held object: merge its fields into the
  * stored header block (RFC 9111 3.2: every field of the 304 replaces the
  * stored ones of that name, except the framing), store that, and build
@@ -1543,8 +1599,6 @@ store_refresh(struct req *rq, const struct http_req *resp, int64_t req_time,
               uint64_t purge_gen, char *out, size_t outlen)
 {
     struct cache_obj *o = &rq->obj;
-    const char *key = rq->obj_key;
-    size_t keylen = rq->obj_keylen;
     const char *blk = o->iov[0].iov_base, *end = blk + o->hdr_len;
     const char *p = memchr(blk, '\n', o->hdr_len);
     size_t len;
@@ -1632,11 +1686,7 @@ store_refresh(struct req *rq, const struct http_req *resp, int64_t req_time,
      * stale, as a fill across a purge is (this answer still uses it) */
     if (cache_purge_gen(wk->cache) != purge_gen && meta.expires > (int64_t)now.tv_sec - 1)
         meta.expires = (int64_t)now.tv_sec - 1;
-    /* The body stays where it is (RFC 9111 4.3.4): only headers move. */
-    if (!cc.no_store
-        && cache_obj_update_headers(wk->cache, o, key, keylen, &meta, out, len) != CACHE_OK)
-        log_debug("conn %llu: refreshed headers of %.*s not stored",
-                  (unsigned long long)rq->rq_id, (int)keylen, key);
+    store_refresh_put(rq, &meta, &cc, out, len);
     o->meta.flags = (o->meta.flags & ~STORE_F_TAGS) | (meta.flags & STORE_F_TAGS);
     o->meta.stored = meta.stored;       /* what this answer reports as Age */
     o->meta.expires = fresh_until;
