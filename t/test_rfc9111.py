@@ -1404,9 +1404,9 @@ CT_WHY = {
                           "stale-warning-become"],
     # optimal: POST responses are not cached (ATS's cache_post_method 0)
     "no POST": ["method-POST"],
-    # checks: a request no-store forbids storing, not using a stored
-    # response (RFC 9111 5.2.1.5); Pragma: no-cache without Cache-Control
-    # is honoured (5.4, as ATS)
+    # checks: a request with no-store is forwarded (RFC 9111 5.2.1.5 only
+    # forbids storing what answers it: either is right); Pragma: no-cache
+    # without Cache-Control is no-cache (5.4: MUST)
     "request directives": ["ccreq-no-store", "pragma-request-no-cache"],
     # optimal: Accept-Language's order and q-values choose the language:
     # not ours to reorder or match against Content-Language
