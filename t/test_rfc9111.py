@@ -1141,6 +1141,35 @@ def test_4_4_location_and_content_location_invalidated():
                 expect_origin(o2, other, 1)
 
 
+def test_4_4_location_invalidated_under_the_cache_key_origin():
+    """RFC 9111 4.4: the Location URL is invalidated as the cache keys it:
+    under the remapped URL's origin, not the host the request went to
+    (a parent.config origin pool), and with what else the key names (the
+    client's Host under pristine_host_hdr)."""
+    cc = ("Cache-Control", "max-age=60")
+    gone, kept = hp("/inv-gone/bytes/5", cc), hp("/inv-kept/bytes/5", cc)
+    with Collector() as col:
+        for what in ("parent pool", "pristine_host_hdr"):
+            with col.case(what), Origin() as o:
+                if what == "parent pool":
+                    pc = ('dest_domain=pool.test parent="127.0.0.1:%d" '
+                          'parent_is_proxy=false\n' % o.port)
+                    kw = dict(remap=["map http://%s/ http://pool.test/" % HOST],
+                              files={"parent.config": pc})
+                else:
+                    kw = dict(records={"proxy.config.url_remap.pristine_host_hdr": 1})
+                with daemon(o, **kw) as c:
+                    for p in (gone, kept):
+                        fetch(c.port, p)
+                    script(o, "/inv-post", {"status": 201, "body": "created",
+                                            "headers": [("Location", gone)]})
+                    expect_eq(fetch(c.port, "/inv-post", method="POST", body=b"x").status,
+                              201, "POST status")
+                    expect_not_hit(fetch(c.port, gone), "the Location's URL")
+                    expect_hit(fetch(c.port, kept), "another URL")
+                    expect_origin(o, gone, 2)
+
+
 # ---------------------------------------------------------------------------
 # RFC 5861: stale-while-revalidate, stale-if-error
 

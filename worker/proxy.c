@@ -1418,7 +1418,7 @@ proxy_cache_response(struct upstream *up, const struct http_req *resp)
     if (wk->cache && up->up_keylen && resp->status >= 200 && resp->status < 400
         && up->up_method != HTTP_GET && up->up_method != HTTP_HEAD
         && up->up_method != HTTP_OPTIONS && up->up_method != HTTP_TRACE)
-        store_invalidate(up->up_key, up->up_keylen, resp, "http", up->up_host, up->up_port);
+        store_invalidate(up->up_key, up->up_keylen, resp);
     if (up->up_store && wk->cache) {
         /* Only Vary looks at the forwarded request.  When it cannot be
          * read back (more fields than a head may hold once ours were

@@ -1757,47 +1757,78 @@ store_head_fits(struct req *rq, const struct http_req *resp)
     return 0;
 }
 
+/* The cache key of URL reference v[0..vl) (an absolute URL, or a path
+ * from the root) into out when it is of the same origin as key: key's
+ * scheme and authority (store_key's spelling, so host case and default
+ * ports compare), the path, then what key names after its URL (from its
+ * first space: the pristine Host, " forward").  Returns its length, or 0
+ * for another origin or a reference we do not resolve. */
+static size_t
+store_same_origin_key(const char *key, size_t keylen, const char *v, size_t vl, char *out,
+                      size_t outlen)
+{
+    const char *ke = memchr(key, ' ', keylen), *sep = strstr(key, "://");
+    size_t ul = ke ? (size_t)(ke - key) : keylen, ol, n;
+    char path[STORE_KEY_MAX], url[STORE_KEY_MAX];
+
+    if (sep == NULL || (size_t)(sep - key) >= ul)
+        return 0;
+    const char *slash = memchr(sep + 3, '/', ul - (size_t)(sep + 3 - key));
+    ol = slash ? (size_t)(slash - key) : ul;     /* "scheme://authority" */
+    if (vl > 0 && v[0] == '/' && (vl == 1 || v[1] != '/')) {
+        if (ol + vl >= sizeof(url))
+            return 0;
+        memcpy(url, key, ol);
+        memcpy(url + ol, v, vl);
+        n = ol + vl;
+    } else {
+        struct http_parser_url u;
+        char sch[8], host[256];
+        http_parser_url_init(&u);
+        if (http_parser_parse_url(v, vl, 0, &u) != 0 || !(u.field_set & (1 << UF_HOST))
+            || !(u.field_set & (1 << UF_SCHEMA)) || u.field_data[UF_SCHEMA].len >= sizeof(sch)
+            || u.field_data[UF_HOST].len >= sizeof(host))
+            return 0;
+        size_t sl = u.field_data[UF_SCHEMA].len, hl = u.field_data[UF_HOST].len;
+        for (size_t i = 0; i < sl; i++)
+            sch[i] = (char)tolower((unsigned char)v[u.field_data[UF_SCHEMA].off + i]);
+        sch[sl] = '\0';
+        memcpy(host, v + u.field_data[UF_HOST].off, hl);
+        host[hl] = '\0';
+        size_t po = (u.field_set & (1 << UF_PATH)) ? u.field_data[UF_PATH].off : vl;
+        if (vl - po >= sizeof(path))
+            return 0;
+        memcpy(path, v + po, vl - po);
+        path[vl - po] = '\0';
+        int port = (u.field_set & (1 << UF_PORT)) ? u.port : (sl == 5 ? 443 : 80);
+        n = store_key(url, sizeof(url), sch, host, port, path[0] ? path : "/");
+        if (n < ol || memcmp(url, key, ol) != 0 || (n > ol && url[ol] != '/'))
+            return 0;   /* another origin: never invalidated (4.4) */
+    }
+    if (n + (keylen - ul) >= outlen)
+        return 0;
+    memcpy(out, url, n);
+    memcpy(out + n, key + ul, keylen - ul);
+    return n + (keylen - ul);
+}
+
 /* Unsafe methods (RFC 9111 4.4): a non-error answer invalidates the URL
- * and the same-host Location / Content-Location URLs. */
+ * (key) and the Location / Content-Location URLs of the same origin as
+ * the key names it (the remapped URL's, not that of the host the request
+ * went to, such as a parent). */
 void
-store_invalidate(const char *key, size_t keylen, const struct http_req *resp,
-                 const char *scheme, const char *host, int port)
+store_invalidate(const char *key, size_t keylen, const struct http_req *resp)
 {
     static const char *const hdrs[] = { "location", "content-location" };
-    char k2[STORE_KEY_MAX], path[STORE_KEY_MAX];
+    char k2[STORE_KEY_MAX];
 
     store_remove(key, keylen);
     for (size_t h = 0; h < 2; h++) {
         int i = http_field_find(resp, hdrs[h], 0);
         if (i < 0)
             continue;
-        const char *v = resp->base + resp->fields[i].value;
-        size_t vl = resp->fields[i].value_len;
-        size_t kl = 0;
-        if (vl > 0 && v[0] == '/' && vl < sizeof(path)) {
-            memcpy(path, v, vl);
-            path[vl] = '\0';
-            kl = store_key(k2, sizeof(k2), scheme, host, port, path);
-        } else {
-            struct http_parser_url u;
-            http_parser_url_init(&u);
-            if (http_parser_parse_url(v, vl, 0, &u) == 0 && (u.field_set & (1 << UF_HOST))) {
-                char h2[256];
-                size_t hl = u.field_data[UF_HOST].len;
-                int p2 = (u.field_set & (1 << UF_PORT)) ? u.port
-                         : (u.field_data[UF_SCHEMA].len == 5 ? 443 : 80);
-                if (hl < sizeof(h2) && hl == strlen(host)
-                    && strncasecmp(v + u.field_data[UF_HOST].off, host, hl) == 0 && p2 == port) {
-                    size_t po = (u.field_set & (1 << UF_PATH)) ? u.field_data[UF_PATH].off : vl;
-                    if (vl - po < sizeof(path)) {
-                        memcpy(path, v + po, vl - po);
-                        path[vl - po] = '\0';
-                        kl = store_key(k2, sizeof(k2), scheme, host, port,
-                                       path[0] ? path : "/");
-                    }
-                }
-            }
-        }
+        size_t kl = store_same_origin_key(key, keylen, resp->base + resp->fields[i].value,
+                                          resp->fields[i].value_len, k2, sizeof(k2));
         if (kl)
             store_remove(k2, kl);
     }

@@ -489,8 +489,9 @@ size_t store_refresh(struct req *rq, const struct http_req *resp, int64_t req_ti
  * removed and released and 0. */
 int  store_head_fits(struct req *rq, const struct http_req *resp);
 int  store_stale_on_error(struct req *rq);
-void store_invalidate(const char *key, size_t keylen, const struct http_req *resp,
-                      const char *scheme, const char *host, int port);
+/* An unsafe method's success: remove key and the Location /
+ * Content-Location URLs of resp of the same origin as key. */
+void store_invalidate(const char *key, size_t keylen, const struct http_req *resp);
 /* Start storing the response whose head is resp (for a request sent at
  * req_time, with Authorization when req_auth, under the request's policy
  * pol, NULL: records.config's) under key.  Returns NULL
