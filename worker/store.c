@@ -1048,6 +1048,13 @@ miss:
 /* ------------------------------------------------------------------ */
 /* Fills */
 
+/* Is field i of resp a Set-Cookie? */
+static int
+store_is_set_cookie(const struct http_req *resp, int i)
+{
+    return resp->fields[i].id == HTTP_F_OTHER && http_field_is(resp, i, "set-cookie");
+}
+
 /* Does cc name the field name[0..nl) in private="..." or no-cache="..."
  * (RFC 9111 5.2.2.7, 5.2.2.4): a field a shared cache does not store? */
 static int
@@ -1064,8 +1071,8 @@ store_cc_omits(const struct cc_resp *cc, const char *name, size_t nl)
 }
 
 /* Header block blk[0..len) (the status line, then "Name: value" lines)
- * into out without the fields cc omits (store_cc_omits).  Returns the
- * bytes written (at most len). */
+ * into out without the fields cc omits (store_cc_omits) and without
+ * Set-Cookie (never stored).  Returns the bytes written (at most len). */
 static size_t
 store_block_omit(const char *blk, size_t len, const struct cc_resp *cc, char *out)
 {
@@ -1076,7 +1083,9 @@ store_block_omit(const char *blk, size_t len, const struct cc_resp *cc, char *ou
         const char *e = memchr(p, '\n', (size_t)(end - p));
         size_t ll = e ? (size_t)(e - p) + 1 : (size_t)(end - p);
         const char *colon = p > blk ? memchr(p, ':', ll) : NULL;
-        if (colon == NULL || !store_cc_omits(cc, p, (size_t)(colon - p))) {
+        size_t nl = colon ? (size_t)(colon - p) : 0;
+        if (colon == NULL || !(store_cc_omits(cc, p, nl)
+                               || (nl == 10 && strncasecmp(p, "set-cookie", 10) == 0))) {
             memcpy(out + n, p, ll);
             n += ll;
         }
@@ -1103,7 +1112,7 @@ store_skip_field(const struct http_req *resp, int i)
         /* one client's cookie is never replayed to another (a response
          * with one is stored only when proxy.config.cistern.cache.
          * set_cookie says so, and then without it) */
-        return http_field_is(resp, i, "set-cookie");
+        return store_is_set_cookie(resp, i);
     default:
         return 0;
     }
@@ -1566,19 +1575,21 @@ store_keep_on_304(const struct http_req *resp, int i)
  * meta: the body stays where it is (RFC 9111 4.3.4), only headers move;
  * without the fields cc names in private="..." or no-cache="..." (a
  * shared cache does not store them, 5.2.2.7 and 5.2.2.4, though the
- * client that revalidated gets them); not at all when cc says no-store
- * or (unqualified) private. */
+ * client that revalidated gets them) and without Set-Cookie; not at all
+ * when cc says no-store or (unqualified) private, nor when the answer
+ * carried Set-Cookie (set_cookie) and cistern.cache.set_cookie is 0, as
+ * a fill with one is not stored. */
 static void
 store_refresh_put(struct req *rq, struct cache_meta *meta, const struct cc_resp *cc,
-                  const char *blk, size_t len)
+                  const char *blk, size_t len, int set_cookie)
 {
     static char kept[32768];
     const char *b = blk;
     size_t bl = len;
 
-    if (cc->no_store || cc->private_)
+    if (cc->no_store || cc->private_ || (set_cookie && !wk->conf->rec.cache_set_cookie))
         return;
-    if (cc->omit_fields || cc->omit_fields2) {
+    if (cc->omit_fields || cc->omit_fields2 || set_cookie) {
         if (len > sizeof(kept))
             return;
         bl = store_block_omit(blk, len, cc, kept);
@@ -1638,8 +1649,8 @@ store_refresh(struct req *rq, const struct http_req *resp, int64_t req_time,
     for (int i = 0; i < resp->nfields; i++) {
         const struct http_field *f = &resp->fields[i];
         size_t fl = f->value + f->value_len - f->name;
-        if (store_keep_on_304(resp, i))
-            continue;
+        if (store_keep_on_304(resp, i) && !store_is_set_cookie(resp, i))
+            continue;       /* (Set-Cookie: for this answer, never stored) */
         if (len + fl + 2 >= outlen)
             return 0;
         memcpy(out + len, resp->base + f->name, fl);
@@ -1686,7 +1697,7 @@ store_refresh(struct req *rq, const struct http_req *resp, int64_t req_time,
      * stale, as a fill across a purge is (this answer still uses it) */
     if (cache_purge_gen(wk->cache) != purge_gen && meta.expires > (int64_t)now.tv_sec - 1)
         meta.expires = (int64_t)now.tv_sec - 1;
-    store_refresh_put(rq, &meta, &cc, out, len);
+    store_refresh_put(rq, &meta, &cc, out, len, http_field_find(resp, "set-cookie", 0) >= 0);
     o->meta.flags = (o->meta.flags & ~STORE_F_TAGS) | (meta.flags & STORE_F_TAGS);
     o->meta.stored = meta.stored;       /* what this answer reports as Age */
     o->meta.expires = fresh_until;
