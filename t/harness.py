@@ -971,6 +971,74 @@ class Origin:
         return False
 
 
+def free_port():
+    """A TCP port on 127.0.0.1 free just now (for a listener whose port a
+    configuration must name before it starts)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+class CacheTests:
+    """The http-cache-tests suite (npm package; .ci/run installs it and
+    sets CISTERN_CACHE_TESTS to its folder): its origin server on a free
+    port, and its command-line client.
+
+        with CacheTests() as ct:      # SkipTest without the package
+            ... remap to ct.port; ct.run(cistern_port, "test-id") -> stdout;
+            ct.run(cistern_port) -> {id: True or [kind of failure, message]}
+
+    Teardown stops the server."""
+
+    def __init__(self):
+        self.dir = os.environ.get("CISTERN_CACHE_TESTS", "")
+        if not self.dir or not os.path.isfile(os.path.join(self.dir, "cli.mjs")):
+            raise SkipTest("CISTERN_CACHE_TESTS (http-cache-tests' folder) not set")
+        self.port = free_port()
+        env = dict(os.environ, npm_config_port=str(self.port), npm_config_protocol="http",
+                   npm_config_pidfile=os.devnull)
+        self.proc = subprocess.Popen(["node", "server/server.mjs"], cwd=self.dir, env=env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(self._up, 10, what="the cache-tests server")
+
+    def _up(self):
+        try:
+            socket.create_connection(("127.0.0.1", self.port), 1).close()
+            return True
+        except OSError:
+            return False
+
+    def run(self, port, tid="", timeout=60):
+        """The client against http://127.0.0.1:port: one test's output
+        (text), or with no tid the whole suite's results (parsed)."""
+        e = dict(os.environ, npm_config_base="http://127.0.0.1:%d" % port,
+                 npm_config_id=tid, npm_package_config_id=tid)
+        out = subprocess.run(["node", "--no-warnings", "cli.mjs"], cwd=self.dir, env=e,
+                             capture_output=True, text=True, timeout=timeout).stdout
+        return out if tid else json.loads(out)
+
+    def tests(self):
+        """{id: kind} of every test the client runs against a proxy (not
+        the browser-only ones); kind "required" when the suite gives none."""
+        js = ("import t from './tests/index.mjs';"
+              "import s from './tests/surrogate-control.mjs'; t.push(s);"
+              "console.log(JSON.stringify(t.flatMap(x => x.tests"
+              ".filter(y => !y.browser_only).map(y => [y.id, y.kind || 'required']))))")
+        out = subprocess.run(["node", "--no-warnings", "--input-type=module", "-e", js],
+                             cwd=self.dir, capture_output=True, text=True, timeout=60).stdout
+        return dict(json.loads(out))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, et, ev, tb):
+        self.proc.terminate()
+        self.proc.wait(10)
+        return False
+
+
 def header_of(req, name):
     """The first value of header name in an origin request record."""
     for k, v in req["headers"]:

@@ -654,55 +654,22 @@ CT_INCONSISTENT = ["partial-store-partial-reuse-partial",
                    "partial-store-partial-reuse-partial-suffix"]
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 @harness.timeout(180)
 def test_cache_tests_partial():
-    ct = os.environ.get("CISTERN_CACHE_TESTS", "")
-    if not ct or not os.path.isfile(os.path.join(ct, "cli.mjs")):
-        raise harness.SkipTest("CISTERN_CACHE_TESTS (http-cache-tests' folder) not set")
-    sport, cport = free_port(), free_port()
-    env = dict(os.environ, npm_config_port=str(sport), npm_config_protocol="http",
-               npm_config_pidfile=os.devnull)
-    srv = subprocess.Popen(["node", "server/server.mjs"], cwd=ct, env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        harness.wait_for(lambda: can_connect(sport), 10, what="the cache-tests server")
+    with harness.CacheTests() as ct:
+        cport = harness.free_port()
         with Cistern(storage=["cache 64M"], records={"proxy.config.http.server_ports": str(cport)},
-                     remap=["map http://127.0.0.1:%d/ http://127.0.0.1:%d/" % (cport, sport)]):
+                     remap=["map http://127.0.0.1:%d/ http://127.0.0.1:%d/" % (cport, ct.port)]):
             with harness.Collector() as col:
-                run_ct(ct, cport, col)
-    finally:
-        srv.terminate()
-        srv.wait(10)
-
-
-def can_connect(port):
-    try:
-        socket.create_connection(("127.0.0.1", port), 1).close()
-        return True
-    except OSError:
-        return False
-
-
-def run_ct(ct, cport, col):
-    for tid in CT_PASS + CT_INCONSISTENT:
-        e = dict(os.environ, npm_config_base="http://127.0.0.1:%d" % cport, npm_config_id=tid)
-        out = subprocess.run(["node", "--no-warnings", "cli.mjs"], cwd=ct, env=e,
-                             capture_output=True, text=True, timeout=60).stdout
-        last = out.strip().splitlines()[-1] if out.strip() else "(no output)"
-        with col.case(tid):
-            if tid in CT_PASS:
-                expect(last.startswith(("\u2705", "Y ")), "%s: %s" % (tid, last))
-            else:
-                expect("does not come from cache" in last and "detail=part-length" in out,
-                       "%s: %s" % (tid, last))
+                for tid in CT_PASS + CT_INCONSISTENT:
+                    out = ct.run(cport, tid)
+                    last = out.strip().splitlines()[-1] if out.strip() else "(no output)"
+                    with col.case(tid):
+                        if tid in CT_PASS:
+                            expect(last.startswith(("\u2705", "Y ")), "%s: %s" % (tid, last))
+                        else:
+                            expect("does not come from cache" in last
+                                   and "detail=part-length" in out, "%s: %s" % (tid, last))
 
 
 if __name__ == "__main__":

@@ -430,6 +430,84 @@ def test_3_qualified_no_cache_and_private_fields_not_stored():
         expect_origin(o, path, 1)
 
 
+def _revalidated(c, o, path, first, then, method="GET"):
+    """Script first (a max-age=1 200) and then (the origin's next answer)
+    for path, store first, and return the answer to method once it is
+    stale (the request that goes to the origin and gets then)."""
+    script(o, path, first, then)
+    s = align()
+    fetch(c.port, path)
+    at(s + 1)
+    return fetch(c.port, path, method=method)
+
+
+def test_3_2_refresh_keeps_out_private_and_no_cache_fields():
+    """RFC 9111 5.2.2.7 / 5.2.2.4 with 3.2: the fields a 304 (or a HEAD's
+    200) names in private="..." or no-cache="..." are not stored by the
+    refresh either: the client that revalidated gets them, a later hit
+    does not; the other fields of the 304 are stored."""
+    for how in ("304", "HEAD"):
+        path = "/qref-" + how
+        cc = 'max-age=60, private="X-User", no-cache="X-Nc"'
+        again = [("Cache-Control", cc), ("ETag", '"p1"'), ("X-User", "alice"),
+                 ("X-Nc", "n"), ("X-Ok", "2")]
+        with Origin() as o, daemon(o) as c:
+            r = _revalidated(c, o, path,
+                             ok("hello", Cache_Control="max-age=1", ETag='"p1"', X_Ok="1"),
+                             {"status": 304, "headers": again} if how == "304"
+                             else {"status": 200, "body": "hello", "headers": again},
+                             "GET" if how == "304" else "HEAD")
+            expect_cs(r, r"fwd=stale; fwd-status=%s$" % ("304" if how == "304" else "200"),
+                      how + ": refreshed")
+            expect_eq((r.header("X-User"), r.header("X-Nc")), ("alice", "n"),
+                      how + ": the revalidating client's fields")
+            h = fetch(c.port, path)
+            expect_hit(h, how + ": after the refresh")
+            expect_eq((h.header("X-User"), h.header("X-Nc"), h.header("X-Ok")),
+                      (None, None, "2"), how + ": fields of the hit")
+            expect_origin(o, path, 2)
+
+
+def test_3_2_private_304_does_not_refresh_the_stored_response():
+    """RFC 9111 5.2.2.7: a 304 that says private (unqualified) is for one
+    user: its fields answer the client that revalidated, but a shared
+    cache does not store them, nor the freshness it gives: the stored
+    response stays stale, and the next request revalidates again."""
+    path = "/priv304"
+    with Origin() as o, daemon(o) as c:
+        r = _revalidated(c, o, path, ok("hello", Cache_Control="max-age=1", ETag='"q1"'),
+                         {"status": 304, "headers": [("Cache-Control", "max-age=60, private"),
+                                                     ("ETag", '"q1"'), ("X-User", "alice")]})
+        expect_eq((r.body, r.header("X-User")), (b"hello", "alice"), "revalidated answer")
+        r = fetch(c.port, path)
+        expect_not_hit(r, "after a private 304")
+        expect_eq(r.header("X-User"), "alice", "its own 304's field")
+        expect_origin(o, path, 3)
+
+
+def test_3_2_set_cookie_of_a_304_reaches_its_client_only():
+    """RFC 9111 4.3.4: the answer to a revalidation is the stored response
+    updated with the 304's fields, Set-Cookie included: the client that
+    revalidated gets its cookie.  Set-Cookie is never stored (README's
+    cistern.cache.set_cookie): with 1 the refresh is stored without it
+    (the next GET a hit without a cookie); with 0 (the default) a response
+    with Set-Cookie is not stored, so neither is the refresh (the next GET
+    revalidates again)."""
+    for mode in (1, 0):
+        path = "/ck304-%d" % mode
+        with Origin() as o, daemon(o, {"proxy.config.cistern.cache.set_cookie": mode}) as c:
+            r = _revalidated(c, o, path, ok("hello", Cache_Control="max-age=1", ETag='"c1"'),
+                             {"status": 304, "headers": [("Cache-Control", "max-age=60"),
+                                                         ("ETag", '"c1"'), ("Set-Cookie", "s=2")]})
+            expect_cs(r, r"fwd=stale; fwd-status=304$", "%d: revalidated" % mode)
+            expect_eq(r.header("Set-Cookie"), "s=2", "%d: the 304's cookie" % mode)
+            r = fetch(c.port, path)
+            expect_eq(r.header("Set-Cookie"), "s=2" if mode == 0 else None,
+                      "%d: cookie on the next answer" % mode)
+            (expect_hit if mode else expect_not_hit)(r, "%d: the next GET" % mode)
+            expect_origin(o, path, 2 if mode else 3)
+
+
 # ---------------------------------------------------------------------------
 # RFC 9111 5.2.1: request directives
 
@@ -696,6 +774,60 @@ def test_9111_4_3_3_200_on_revalidation_replaces():
         expect_eq(qh(qs[1], "If-None-Match"), '"a"', "If-None-Match")
 
 
+def test_9111_4_3_5_head_200_refreshes_stored_get():
+    """RFC 9111 4.3.5: a 200 to a HEAD forwarded for a stale stored GET
+    response, with the same ETag and Content-Length, updates it (3.2): the
+    HEAD is answered from the updated object (its stored fields kept, the
+    HEAD's added), and the new freshness makes the next GET a hit with the
+    stored body."""
+    path = "/headref"
+    with Origin() as o, daemon(o) as c:
+        script(o, path,
+               ok("hello world", Cache_Control="max-age=1", ETag='"h1"', X_Kept="1"),
+               {"status": 200, "body": "hello world", "headers": [
+                   ("Cache-Control", "max-age=60"), ("ETag", '"h1"'), ("X-New", "2")]})
+        s = align()
+        fetch(c.port, path)
+        at(s + 1)
+        h = fetch(c.port, path, method="HEAD")
+        expect_eq(h.status, 200, "HEAD status")
+        expect_cs(h, r"fwd=stale; fwd-status=200$", "HEAD refreshed the object")
+        expect_eq((h.header("X-Kept"), h.header("X-New")), ("1", "2"), "HEAD fields")
+        expect_eq(h.header("Content-Length"), "11", "HEAD Content-Length")
+        r = fetch(c.port, path)
+        expect_hit(r, "GET after the HEAD")
+        expect(ttl(r) >= 55, "ttl after the HEAD: %d" % ttl(r))
+        expect_eq((r.body, r.header("X-New")), (b"hello world", "2"), "GET after the HEAD")
+        qs = expect_origin(o, path, 2)
+        expect_eq([q["method"] for q in qs], ["GET", "HEAD"], "origin methods")
+
+
+def test_9111_4_3_5_head_200_other_validator_invalidates():
+    """RFC 9111 4.3.5: a 200 to a HEAD whose ETag (or Content-Length) is
+    not the stored response's means the origin has another one: the HEAD
+    answer is the origin's, and the stored response is no longer used (the
+    next GET is a plain fetch, not a revalidation of the old ETag)."""
+    for name, head in (("etag", [("ETag", '"h2"')]),
+                       ("length", [("ETag", '"h1"'), ("Content-Length", "99")])):
+        path = "/headinv-" + name
+        with Origin() as o, daemon(o) as c:
+            script(o, path,
+                   ok("hello world", Cache_Control="max-age=1", ETag='"h1"'),
+                   {"status": 200, "headers": [("Cache-Control", "max-age=60"), ("X-Head", "y")]
+                    + head},
+                   ok("new body", Cache_Control="max-age=60", ETag='"h2"'))
+            s = align()
+            fetch(c.port, path)
+            at(s + 1)
+            h = fetch(c.port, path, method="HEAD")
+            expect_eq((h.status, h.header("X-Head")), (200, "y"), name + ": HEAD answer")
+            r = fetch(c.port, path)
+            expect_eq(r.body, b"new body", name + ": GET after the HEAD")
+            qs = expect_origin(o, path, 3)
+            expect_eq(qh(qs[2], "If-None-Match"), None,
+                      name + ": the old object revalidated after the HEAD")
+
+
 # ---------------------------------------------------------------------------
 # RFC 9111 4.1: Vary
 
@@ -808,6 +940,41 @@ def test_4_1_accept_encoding_lines_are_one_list():
         qs = expect_origin(o, path, 1)
         expect_eq([qh(q, "Accept-Encoding") for q in qs], [None],
                   "Accept-Encoding at the origin")
+
+
+def test_4_1_blanks_next_to_commas_select_one_variant():
+    """RFC 9111 4.1: selecting fields match across "adding or removing
+    whitespace, where allowed in the header field's syntax": `1,2`,
+    `1, 2` and `1 ,2` (a list's OWS) select one stored response; `1,,2`
+    and a quoted `"1, 2"` are other values."""
+    path = hp("/vws/bytes/10", ("Cache-Control", "max-age=60"), ("Vary", "Foo"))
+    with Origin() as o, daemon(o) as c:
+        r1 = fetch(c.port, path, headers=[("Foo", "1,2")])
+        expect_cs(r1, r"stored", "first")
+        for v in ("1, 2", "1 ,2", "1 ,\t 2"):
+            expect_hit(fetch(c.port, path, headers=[("Foo", v)]), "Foo: %r" % v)
+        expect_hit(fetch(c.port, path, headers=[("Foo", "1"), ("Foo", "2")]),
+                   "Foo on two lines")
+        for v in ("1,,2", '"1, 2"', "12"):
+            expect_not_hit(fetch(c.port, path, headers=[("Foo", v)]), "Foo: %r" % v)
+        expect_origin(o, path, 4)
+
+
+def test_4_1_accept_language_case_normalised():
+    """RFC 9111 4.1 allows "case-normalization, where values are defined
+    to be case-insensitive", as language ranges are (RFC 4647 2.1):
+    `Accept-Language: EN-us, De` selects the response to `en-US, de`; the
+    same values in another field do not."""
+    path = hp("/vlang/bytes/10", ("Cache-Control", "max-age=60"),
+              ("Vary", "Accept-Language, X-L"))
+    with Origin() as o, daemon(o) as c:
+        r1 = fetch(c.port, path, headers=[("Accept-Language", "en-US, de"), ("X-L", "a")])
+        expect_cs(r1, r"stored", "first")
+        r2 = fetch(c.port, path, headers=[("Accept-Language", "EN-us,De"), ("X-L", "a")])
+        expect_hit(r2, "Accept-Language in other case")
+        r3 = fetch(c.port, path, headers=[("Accept-Language", "en-US, de"), ("X-L", "A")])
+        expect_not_hit(r3, "X-L in other case")
+        expect_origin(o, path, 2)
 
 
 def test_4_1_purge_removes_all_variants():
@@ -1000,6 +1167,35 @@ def test_4_4_location_and_content_location_invalidated():
                 g = fetch(c.port, other, host="other.test")
                 expect_hit(g, "GET on the other host")
                 expect_origin(o2, other, 1)
+
+
+def test_4_4_location_invalidated_under_the_cache_key_origin():
+    """RFC 9111 4.4: the Location URL is invalidated as the cache keys it:
+    under the remapped URL's origin, not the host the request went to
+    (a parent.config origin pool), and with what else the key names (the
+    client's Host under pristine_host_hdr)."""
+    cc = ("Cache-Control", "max-age=60")
+    gone, kept = hp("/inv-gone/bytes/5", cc), hp("/inv-kept/bytes/5", cc)
+    with Collector() as col:
+        for what in ("parent pool", "pristine_host_hdr"):
+            with col.case(what), Origin() as o:
+                if what == "parent pool":
+                    pc = ('dest_domain=pool.test parent="127.0.0.1:%d" '
+                          'parent_is_proxy=false\n' % o.port)
+                    kw = dict(remap=["map http://%s/ http://pool.test/" % HOST],
+                              files={"parent.config": pc})
+                else:
+                    kw = dict(records={"proxy.config.url_remap.pristine_host_hdr": 1})
+                with daemon(o, **kw) as c:
+                    for p in (gone, kept):
+                        fetch(c.port, p)
+                    script(o, "/inv-post", {"status": 201, "body": "created",
+                                            "headers": [("Location", gone)]})
+                    expect_eq(fetch(c.port, "/inv-post", method="POST", body=b"x").status,
+                              201, "POST status")
+                    expect_not_hit(fetch(c.port, gone), "the Location's URL")
+                    expect_hit(fetch(c.port, kept), "another URL")
+                    expect_origin(o, gone, 2)
 
 
 # ---------------------------------------------------------------------------
@@ -1223,6 +1419,109 @@ def test_9213_cdn_cache_control_off():
     with Origin() as o, daemon(o, {"proxy.config.cistern.cdn_cache_control":
                                    0}) as c:
         _never_stored(c, o, path, "no-store")
+
+
+# ---------------------------------------------------------------------------
+# The http-cache-tests suite, whole (CISTERN_CACHE_TESTS, as test_partial's
+# partial-* cases): every test that does not pass against Cistern, and why.
+# The suite's kinds: required, optimal (a "should"), check (a question
+# with no right answer).  A test that passes again, or one that newly
+# fails, fails test_cache_tests_whole_suite: the list is the record.
+
+CT_WHY = {
+    # RFC 9111 5.1: an invalid Age "SHOULD" be ignored and a list's first
+    # member used; the suite (0.4.5) wants these responses stale instead,
+    # and contradicts itself (age-parse-prefix `0,7200` must be fresh,
+    # `0` then `7200` on two lines stale).
+    "age-parse": ["age-parse-nonnumeric", "age-parse-negative", "age-parse-float",
+                  "age-parse-prefix-twoline", "age-parse-dup-0", "age-parse-dup-0-twoline",
+                  "age-parse-dup-old", "age-parse-parameter", "age-parse-numeric-parameter"],
+    # checks: an invalid or conflicting max-age is stale (RFC 9111 4.2.1
+    # encourages it); an Expires that is not an HTTP-date (or past 2038
+    # without a comma, upper case, ...) is in the past (5.3: MUST)
+    "invalid freshness is stale": [
+        "freshness-max-age-decimal-zero", "freshness-max-age-decimal-five",
+        "freshness-max-age-a100", "freshness-max-age-100a", "freshness-max-age-multiple-line",
+        "freshness-max-age-multiple-directive", "freshness-max-age-two-stale-fresh-sameline",
+        "freshness-max-age-two-fresh-stale-sameline", "freshness-max-age-two-stale-fresh-sepline",
+        "freshness-max-age-two-fresh-stale-sepline", "freshness-expires-32bit",
+        "freshness-expires-far-future", "freshness-expires-wrong-case-month",
+        "freshness-expires-wrong-case-tz", "freshness-expires-invalid-utc",
+        "freshness-expires-invalid-aest", "freshness-expires-invalid-2-digit-year",
+        "freshness-expires-invalid-no-comma", "freshness-expires-invalid-multiple-spaces",
+        "freshness-expires-invalid-date-dashes", "freshness-expires-invalid-time-periods",
+        "freshness-expires-invalid-1-digit-hour", "freshness-expires-invalid-multiple-lines"],
+    # checks: no stale answer when the origin fails (negative_revalidating
+    # 0); the required stale-close-* depend on stale-close, and count our
+    # own 502 (no Server-Request-Count) as "from cache" anyway; Warning is
+    # obsolete (RFC 9111 5.5)
+    "no stale on error": ["stale-close", "stale-503", "stale-close-must-revalidate",
+                          "stale-close-proxy-revalidate", "stale-close-no-cache",
+                          "stale-close-s-maxage=2", "stale-warning-stored",
+                          "stale-warning-become"],
+    # optimal: POST responses are not cached (ATS's cache_post_method 0)
+    "no POST": ["method-POST"],
+    # checks: a request with no-store is forwarded (RFC 9111 5.2.1.5 only
+    # forbids storing what answers it: either is right); Pragma: no-cache
+    # without Cache-Control is no-cache (5.4: MUST)
+    "request directives": ["ccreq-no-store", "pragma-request-no-cache"],
+    # optimal: Accept-Language's order and q-values choose the language:
+    # not ours to reorder or match against Content-Language
+    "vary semantics": ["vary-normalise-lang-order", "vary-normalise-lang-select"],
+    # optimal: without Last-Modified, If-Modified-Since is compared with
+    # Date (RFC 9111 4.3.2), which is after it here: a 200 is right
+    "ims against Date": ["conditional-lm-fresh-no-lm"],
+    # checks: ETags that are not entity-tags (unquoted, `w/`, backslash,
+    # obs-text the client re-encodes) or not sent when a Vary value
+    # differs (a MAY: the origin's then unasked-for 304 is a 502)
+    "etag syntax": ["conditional-etag-strong-respond-obs-text",
+                    "conditional-etag-quoted-respond-unquoted",
+                    "conditional-etag-unquoted-respond-unquoted",
+                    "conditional-etag-unquoted-respond-quoted",
+                    "conditional-etag-weak-respond-lowercase",
+                    "conditional-etag-weak-respond-backslash",
+                    "conditional-etag-weak-respond-omit-slash",
+                    "conditional-etag-vary-headers-mismatch",
+                    "conditional-etag-strong-generate-unquoted",
+                    "conditional-etag-forward-unquoted"],
+    # Set-Cookie is never shared (cistern.cache.set_cookie 0): not stored
+    "set-cookie": ["headers-store-Set-Cookie", "304-etag-update-response-Set-Cookie",
+                   "other-set-cookie"],
+    # check: RFC 9111 4.3.5 updates from a HEAD's 200 only; a 410 is passed on
+    "head 410": ["head-410-update"],
+    # optimal: a 206 saying bytes 4-9 with 5 bytes is not stored (see
+    # test_partial's CT_INCONSISTENT)
+    "inconsistent 206": ["partial-store-partial-reuse-partial",
+                         "partial-store-partial-reuse-partial-byterange",
+                         "partial-store-partial-reuse-partial-absent",
+                         "partial-store-partial-reuse-partial-suffix"],
+    # check: Surrogate-Capability is not sent (Edge Architecture, not HTTP)
+    "surrogate": ["surrogate-append-capabilities"],
+}
+
+
+@harness.timeout(300)
+def test_cache_tests_whole_suite():
+    """The whole http-cache-tests suite against Cistern: exactly the tests
+    in CT_WHY do not pass (each with the reason it does not)."""
+    known = {t for ts in CT_WHY.values() for t in ts}
+    with harness.CacheTests() as ct:
+        kinds = ct.tests()
+        cport = harness.free_port()
+        # The suite's server (node) closes a connection idle for 5 s: one
+        # it closes as we reuse it fails a PUT of the suite's own (not
+        # retried), so ours are given up sooner.
+        recs = {"proxy.config.http.server_ports": str(cport),
+                "proxy.config.http.keep_alive_no_activity_timeout_out": 2}
+        with Cistern(storage=["cache 256M"], records=recs,
+                     remap=["map http://127.0.0.1:%d/ http://127.0.0.1:%d/" % (cport, ct.port)]):
+            res = ct.run(cport, timeout=240)
+    failing = {t for t in kinds if res.get(t) is not True}
+    new = sorted("%s (%s): %s" % (t, kinds[t], res.get(t)) for t in failing - known)
+    fixed = sorted(known - failing)
+    expect(not new, "tests that newly fail: %s" % "; ".join(new))
+    expect(not fixed, "tests that pass now (take them out of CT_WHY): %s" % ", ".join(fixed))
+    expect_eq(len(kinds), 350, "tests in the suite (0.4.5)")
 
 
 if __name__ == "__main__":

@@ -1137,8 +1137,21 @@ proxy_forwarded_req(struct upstream *up)
     return &fr;
 }
 
-/* The origin answered 304 to our validators: refresh the stored headers
- * and answer the client from the object we hold. */
+/* Does the origin's answer refresh the object we hold: a 304 to our
+ * validators, or a 200 to a HEAD that matches it (RFC 9111 4.3.5; one
+ * that does not has the object removed, store_head_fits)? */
+static int
+proxy_refreshes(struct req *rq, const struct upstream *up, const struct http_req *resp)
+{
+    if (up->up_reval && resp->status == 304)
+        return 1;
+    return up->up_method == HTTP_HEAD && resp->status == 200 && rq->obj_held
+           && store_head_fits(rq, resp);
+}
+
+/* The origin answered 304 to our validators, or a 200 to a HEAD that
+ * matches the object we hold (store_head_fits): refresh the stored
+ * headers and answer the client from that object. */
 static enum wk_rc
 proxy_revalidated(struct req *rq, struct upstream *up, struct http_req *resp)
 {
@@ -1149,14 +1162,15 @@ proxy_revalidated(struct req *rq, struct upstream *up, struct http_req *resp)
     int ka = up->up_client_ka && !worker_closing();
     size_t len = store_refresh(rq, resp, up->up_req_time, up->up_purge_gen, merged,
                                sizeof(merged));
+    int st = resp->status;
 
-    snprintf(cs, sizeof(cs), "cistern; fwd=%s; fwd-status=304%s",
-             up->up_cstatus ? up->up_cstatus : "stale", len ? "" : "; detail=not-refreshed");
+    snprintf(cs, sizeof(cs), "cistern; fwd=%s; fwd-status=%d%s",
+             up->up_cstatus ? up->up_cstatus : "stale", st, len ? "" : "; detail=not-refreshed");
     in->start += resp->start + resp->head_len;
     if (resp->keep_alive && up->up_req_done && !up->up_eof && in->start == in->end)
         origin_put(up);
     up_free(rq);
-    alog_result(rq, "TCP_REFRESH_HIT", 304);
+    alog_result(rq, "TCP_REFRESH_HIT", st);
     return proxy_answer_held(rq, &cond, ka, cs, len ? merged : NULL, len);
 }
 
@@ -1404,7 +1418,7 @@ proxy_cache_response(struct upstream *up, const struct http_req *resp)
     if (wk->cache && up->up_keylen && resp->status >= 200 && resp->status < 400
         && up->up_method != HTTP_GET && up->up_method != HTTP_HEAD
         && up->up_method != HTTP_OPTIONS && up->up_method != HTTP_TRACE)
-        store_invalidate(up->up_key, up->up_keylen, resp, "http", up->up_host, up->up_port);
+        store_invalidate(up->up_key, up->up_keylen, resp);
     if (up->up_store && wk->cache) {
         /* Only Vary looks at the forwarded request.  When it cannot be
          * read back (more fields than a head may hold once ours were
@@ -1511,7 +1525,7 @@ proxy_pump(struct req *rq)
         }
         /* The origin's verdict on the stale object we hold (kept even
          * without validators, for stale-if-error). */
-        if (up->up_reval && resp->status == 304)
+        if (proxy_refreshes(rq, up, resp))
             return proxy_revalidated(rq, up, resp);
         if (resp->status >= 500 && store_stale_on_error(rq))
             return proxy_serve_stale(rq, up, resp->status);

@@ -1035,8 +1035,9 @@ store_lookup(struct req *rq, const char *key, size_t keylen, const uint8_t hash[
         store_release(rq);
         goto miss;
     }
-    /* Keep it: the origin may say it is still good (304), or fail. */
-    if (r->method != HTTP_GET)
+    /* Keep it: the origin may say it is still good (304), or fail; a
+     * whole object also for HEAD, whose 200 may refresh it (4.3.5). */
+    if (r->method != HTTP_GET && (r->method != HTTP_HEAD || o->meta.status == 206))
         store_release(rq);
     return STORE_REVALIDATE;
 
@@ -1046,6 +1047,52 @@ miss:
 
 /* ------------------------------------------------------------------ */
 /* Fills */
+
+/* Is field i of resp a Set-Cookie? */
+static int
+store_is_set_cookie(const struct http_req *resp, int i)
+{
+    return resp->fields[i].id == HTTP_F_OTHER && http_field_is(resp, i, "set-cookie");
+}
+
+/* Does cc name the field name[0..nl) in private="..." or no-cache="..."
+ * (RFC 9111 5.2.2.7, 5.2.2.4): a field a shared cache does not store? */
+static int
+store_cc_omits(const struct cc_resp *cc, const char *name, size_t nl)
+{
+    char nm[128];
+
+    if ((!cc->omit_fields && !cc->omit_fields2) || nl >= sizeof(nm))
+        return 0;
+    memcpy(nm, name, nl);
+    nm[nl] = '\0';
+    return (cc->omit_fields && http_list_has(cc->omit_fields, cc->omit_len, nm))
+           || (cc->omit_fields2 && http_list_has(cc->omit_fields2, cc->omit_len2, nm));
+}
+
+/* Header block blk[0..len) (the status line, then "Name: value" lines)
+ * into out without the fields cc omits (store_cc_omits) and without
+ * Set-Cookie (never stored).  Returns the bytes written (at most len). */
+static size_t
+store_block_omit(const char *blk, size_t len, const struct cc_resp *cc, char *out)
+{
+    const char *p = blk, *end = blk + len;
+    size_t n = 0;
+
+    while (p < end) {
+        const char *e = memchr(p, '\n', (size_t)(end - p));
+        size_t ll = e ? (size_t)(e - p) + 1 : (size_t)(end - p);
+        const char *colon = p > blk ? memchr(p, ':', ll) : NULL;
+        size_t nl = colon ? (size_t)(colon - p) : 0;
+        if (colon == NULL || !(store_cc_omits(cc, p, nl)
+                               || (nl == 10 && strncasecmp(p, "set-cookie", 10) == 0))) {
+            memcpy(out + n, p, ll);
+            n += ll;
+        }
+        p += ll;
+    }
+    return n;
+}
 
 /* Fields never stored: hop-by-hop ones (RFC 9111 3.1: the fixed names
  * and those a Connection line lists, marked by http_resp_parse), and those
@@ -1065,7 +1112,7 @@ store_skip_field(const struct http_req *resp, int i)
         /* one client's cookie is never replayed to another (a response
          * with one is stored only when proxy.config.cistern.cache.
          * set_cookie says so, and then without it) */
-        return http_field_is(resp, i, "set-cookie");
+        return store_is_set_cookie(resp, i);
     default:
         return 0;
     }
@@ -1313,18 +1360,9 @@ store_fill_begin_as(const char *key, size_t keylen, const struct http_req *resp,
         const struct http_field *f = &resp->fields[i];
         size_t fl = f->value + f->value_len - f->name;
 
-        if (store_skip_field(resp, i) || (pp && f->id == HTTP_F_CONTENT_RANGE))
+        if (store_skip_field(resp, i) || (pp && f->id == HTTP_F_CONTENT_RANGE)
+            || store_cc_omits(&cc, resp->base + f->name, f->name_len))
             continue;
-        if (cc.omit_fields || cc.omit_fields2) {
-            char nm[128];
-            if (f->name_len < sizeof(nm)) {
-                memcpy(nm, resp->base + f->name, f->name_len);
-                nm[f->name_len] = '\0';
-                if ((cc.omit_fields && http_list_has(cc.omit_fields, cc.omit_len, nm))
-                    || (cc.omit_fields2 && http_list_has(cc.omit_fields2, cc.omit_len2, nm)))
-                    continue;
-            }
-        }
         if (len + fl + 2 >= sizeof(hdr))
             return "header-too-large";
         memcpy(hdr + len, resp->base + f->name, fl);
@@ -1553,6 +1591,36 @@ store_keep_on_304(const struct http_req *resp, int i)
     }
 }
 
+/* Store the refreshed header block blk[0..len) of the held object with
+ * meta: the body stays where it is (RFC 9111 4.3.4), only headers move;
+ * without the fields cc names in private="..." or no-cache="..." (a
+ * shared cache does not store them, 5.2.2.7 and 5.2.2.4, though the
+ * client that revalidated gets them) and without Set-Cookie; not at all
+ * when cc says no-store or (unqualified) private, nor when the answer
+ * carried Set-Cookie (set_cookie) and cistern.cache.set_cookie is 0, as
+ * a fill with one is not stored. */
+static void
+store_refresh_put(struct req *rq, struct cache_meta *meta, const struct cc_resp *cc,
+                  const char *blk, size_t len, int set_cookie)
+{
+    static char kept[32768];
+    const char *b = blk;
+    size_t bl = len;
+
+    if (cc->no_store || cc->private_ || (set_cookie && !wk->conf->rec.cache_set_cookie))
+        return;
+    if (cc->omit_fields || cc->omit_fields2 || set_cookie) {
+        if (len > sizeof(kept))
+            return;
+        bl = store_block_omit(blk, len, cc, kept);
+        b = kept;
+    }
+    if (cache_obj_update_headers(wk->cache, &rq->obj, rq->obj_key, rq->obj_keylen, meta, b, bl)
+        != CACHE_OK)
+        log_debug("conn %llu: refreshed headers of %.*s not stored",
+                  (unsigned long long)rq->rq_id, (int)rq->obj_keylen, rq->obj_key);
+}
+
 /* The origin said 304 for the held object: merge its fields into the
  * stored header block (RFC 9111 3.2: every field of the 304 replaces the
  * stored ones of that name, except the framing), store that, and build
@@ -1562,8 +1630,6 @@ store_refresh(struct req *rq, const struct http_req *resp, int64_t req_time,
               uint64_t purge_gen, char *out, size_t outlen)
 {
     struct cache_obj *o = &rq->obj;
-    const char *key = rq->obj_key;
-    size_t keylen = rq->obj_keylen;
     const char *blk = o->iov[0].iov_base, *end = blk + o->hdr_len;
     const char *p = memchr(blk, '\n', o->hdr_len);
     size_t len;
@@ -1603,8 +1669,8 @@ store_refresh(struct req *rq, const struct http_req *resp, int64_t req_time,
     for (int i = 0; i < resp->nfields; i++) {
         const struct http_field *f = &resp->fields[i];
         size_t fl = f->value + f->value_len - f->name;
-        if (store_keep_on_304(resp, i))
-            continue;
+        if (store_keep_on_304(resp, i) && !store_is_set_cookie(resp, i))
+            continue;       /* (Set-Cookie: for this answer, never stored) */
         if (len + fl + 2 >= outlen)
             return 0;
         memcpy(out + len, resp->base + f->name, fl);
@@ -1651,58 +1717,149 @@ store_refresh(struct req *rq, const struct http_req *resp, int64_t req_time,
      * stale, as a fill across a purge is (this answer still uses it) */
     if (cache_purge_gen(wk->cache) != purge_gen && meta.expires > (int64_t)now.tv_sec - 1)
         meta.expires = (int64_t)now.tv_sec - 1;
-    /* The body stays where it is (RFC 9111 4.3.4): only headers move. */
-    if (!cc.no_store
-        && cache_obj_update_headers(wk->cache, o, key, keylen, &meta, out, len) != CACHE_OK)
-        log_debug("conn %llu: refreshed headers of %.*s not stored",
-                  (unsigned long long)rq->rq_id, (int)keylen, key);
+    store_refresh_put(rq, &meta, &cc, out, len, http_field_find(resp, "set-cookie", 0) >= 0);
     o->meta.flags = (o->meta.flags & ~STORE_F_TAGS) | (meta.flags & STORE_F_TAGS);
     o->meta.stored = meta.stored;       /* what this answer reports as Age */
     o->meta.expires = fresh_until;
     return len;
 }
 
+/* Does the value of resp's field id equal the held block's `name`?  An
+ * absent field on both sides is equal; on one side only, not. */
+static int
+store_same_field(const struct http_req *resp, enum http_fid id, const char *blk, size_t blen,
+                 const char *name)
+{
+    int i = http_field_find_id(resp, id, 0);
+    size_t l = 0;
+    const char *v = store_hdr_get(blk, blen, name, &l);
+
+    if (i < 0)
+        return 1;       /* not received: nothing to compare (4.3.5) */
+    return v && l == resp->fields[i].value_len
+           && memcmp(v, resp->base + resp->fields[i].value, l) == 0;
+}
+
+/* Is a HEAD response's Content-Length (not framing, so the parser left
+ * it unread) absent or len?  Several lines or a malformed value: no. */
+static int
+store_head_length_is(const struct http_req *resp, uint64_t len)
+{
+    int i = http_field_find_id(resp, HTTP_F_CONTENT_LENGTH, 0);
+    uint64_t v = 0;
+
+    if (i < 0)
+        return 1;
+    if (http_field_find_id(resp, HTTP_F_CONTENT_LENGTH, i + 1) >= 0)
+        return 0;
+    const char *p = resp->base + resp->fields[i].value;
+    size_t n = resp->fields[i].value_len;
+    if (n == 0 || n > 19)
+        return 0;
+    for (size_t k = 0; k < n; k++) {
+        if (p[k] < '0' || p[k] > '9')
+            return 0;
+        v = v * 10 + (uint64_t)(p[k] - '0');
+    }
+    return v == len;
+}
+
+/* A 200 to a HEAD we forwarded while holding the stored GET response
+ * (RFC 9111 4.3.5): may it update the held object?  Yes when the held one
+ * is a whole 200, the received validators (ETag, Last-Modified) are the
+ * stored ones and a received Content-Length is the stored body's length.
+ * Otherwise the stored response no longer describes what the origin has:
+ * it is removed (4.3.5: "consider the stored response to be stale") and
+ * released.  Returns 1 to refresh (store_refresh), 0 when released. */
+int
+store_head_fits(struct req *rq, const struct http_req *resp)
+{
+    struct cache_obj *o = &rq->obj;
+    const char *blk = o->iov[0].iov_base;
+
+    if (!rq->obj_held || o->meta.status != 200)
+        return 0;
+    if (store_same_field(resp, HTTP_F_ETAG, blk, o->hdr_len, "etag")
+        && store_same_field(resp, HTTP_F_LAST_MODIFIED, blk, o->hdr_len, "last-modified")
+        && store_head_length_is(resp, o->body_len))
+        return 1;
+    store_remove(rq->obj_key, rq->obj_keylen);
+    store_release(rq);
+    return 0;
+}
+
+/* The cache key of URL reference v[0..vl) (an absolute URL, or a path
+ * from the root) into out when it is of the same origin as key: key's
+ * scheme and authority (store_key's spelling, so host case and default
+ * ports compare), the path, then what key names after its URL (from its
+ * first space: the pristine Host, " forward").  Returns its length, or 0
+ * for another origin or a reference we do not resolve. */
+static size_t
+store_same_origin_key(const char *key, size_t keylen, const char *v, size_t vl, char *out,
+                      size_t outlen)
+{
+    const char *ke = memchr(key, ' ', keylen), *sep = strstr(key, "://");
+    size_t ul = ke ? (size_t)(ke - key) : keylen, ol, n;
+    char path[STORE_KEY_MAX], url[STORE_KEY_MAX];
+
+    if (sep == NULL || (size_t)(sep - key) >= ul)
+        return 0;
+    const char *slash = memchr(sep + 3, '/', ul - (size_t)(sep + 3 - key));
+    ol = slash ? (size_t)(slash - key) : ul;     /* "scheme://authority" */
+    if (vl > 0 && v[0] == '/' && (vl == 1 || v[1] != '/')) {
+        if (ol + vl >= sizeof(url))
+            return 0;
+        memcpy(url, key, ol);
+        memcpy(url + ol, v, vl);
+        n = ol + vl;
+    } else {
+        struct http_parser_url u;
+        char sch[8], host[256];
+        http_parser_url_init(&u);
+        if (http_parser_parse_url(v, vl, 0, &u) != 0 || !(u.field_set & (1 << UF_HOST))
+            || !(u.field_set & (1 << UF_SCHEMA)) || u.field_data[UF_SCHEMA].len >= sizeof(sch)
+            || u.field_data[UF_HOST].len >= sizeof(host))
+            return 0;
+        size_t sl = u.field_data[UF_SCHEMA].len, hl = u.field_data[UF_HOST].len;
+        for (size_t i = 0; i < sl; i++)
+            sch[i] = (char)tolower((unsigned char)v[u.field_data[UF_SCHEMA].off + i]);
+        sch[sl] = '\0';
+        memcpy(host, v + u.field_data[UF_HOST].off, hl);
+        host[hl] = '\0';
+        size_t po = (u.field_set & (1 << UF_PATH)) ? u.field_data[UF_PATH].off : vl;
+        if (vl - po >= sizeof(path))
+            return 0;
+        memcpy(path, v + po, vl - po);
+        path[vl - po] = '\0';
+        int port = (u.field_set & (1 << UF_PORT)) ? u.port : (sl == 5 ? 443 : 80);
+        n = store_key(url, sizeof(url), sch, host, port, path[0] ? path : "/");
+        if (n < ol || memcmp(url, key, ol) != 0 || (n > ol && url[ol] != '/'))
+            return 0;   /* another origin: never invalidated (4.4) */
+    }
+    if (n + (keylen - ul) >= outlen)
+        return 0;
+    memcpy(out, url, n);
+    memcpy(out + n, key + ul, keylen - ul);
+    return n + (keylen - ul);
+}
+
 /* Unsafe methods (RFC 9111 4.4): a non-error answer invalidates the URL
- * and the same-host Location / Content-Location URLs. */
+ * (key) and the Location / Content-Location URLs of the same origin as
+ * the key names it (the remapped URL's, not that of the host the request
+ * went to, such as a parent). */
 void
-store_invalidate(const char *key, size_t keylen, const struct http_req *resp,
-                 const char *scheme, const char *host, int port)
+store_invalidate(const char *key, size_t keylen, const struct http_req *resp)
 {
     static const char *const hdrs[] = { "location", "content-location" };
-    char k2[STORE_KEY_MAX], path[STORE_KEY_MAX];
+    char k2[STORE_KEY_MAX];
 
     store_remove(key, keylen);
     for (size_t h = 0; h < 2; h++) {
         int i = http_field_find(resp, hdrs[h], 0);
         if (i < 0)
             continue;
-        const char *v = resp->base + resp->fields[i].value;
-        size_t vl = resp->fields[i].value_len;
-        size_t kl = 0;
-        if (vl > 0 && v[0] == '/' && vl < sizeof(path)) {
-            memcpy(path, v, vl);
-            path[vl] = '\0';
-            kl = store_key(k2, sizeof(k2), scheme, host, port, path);
-        } else {
-            struct http_parser_url u;
-            http_parser_url_init(&u);
-            if (http_parser_parse_url(v, vl, 0, &u) == 0 && (u.field_set & (1 << UF_HOST))) {
-                char h2[256];
-                size_t hl = u.field_data[UF_HOST].len;
-                int p2 = (u.field_set & (1 << UF_PORT)) ? u.port
-                         : (u.field_data[UF_SCHEMA].len == 5 ? 443 : 80);
-                if (hl < sizeof(h2) && hl == strlen(host)
-                    && strncasecmp(v + u.field_data[UF_HOST].off, host, hl) == 0 && p2 == port) {
-                    size_t po = (u.field_set & (1 << UF_PATH)) ? u.field_data[UF_PATH].off : vl;
-                    if (vl - po < sizeof(path)) {
-                        memcpy(path, v + po, vl - po);
-                        path[vl - po] = '\0';
-                        kl = store_key(k2, sizeof(k2), scheme, host, port,
-                                       path[0] ? path : "/");
-                    }
-                }
-            }
-        }
+        size_t kl = store_same_origin_key(key, keylen, resp->base + resp->fields[i].value,
+                                          resp->fields[i].value_len, k2, sizeof(k2));
         if (kl)
             store_remove(k2, kl);
     }

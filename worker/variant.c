@@ -234,8 +234,44 @@ store_norm_ae_req(const struct http_req *r, int mode)
     return ae_pick(yes, no, mode);
 }
 
+/* Copy v[0..vl) into out without the blanks next to a comma outside a
+ * quoted string: RFC 9111 4.1 lets selecting fields match across "adding
+ * or removing whitespace, where allowed in the header field's syntax",
+ * and a list allows it around its commas (RFC 9110 5.6.1), so "a,b",
+ * "a, b" and "a ,b" select one response.  Returns the bytes written (at
+ * most vl). */
+static size_t
+vary_squeeze(const char *v, size_t vl, char *out)
+{
+    size_t n = 0;
+    int quoted = 0;
+
+    for (size_t i = 0; i < vl; i++) {
+        char c = v[i];
+        if (quoted) {
+            if (c == '\\' && i + 1 < vl)
+                out[n++] = v[i++];
+            else if (c == '"')
+                quoted = 0;
+        } else if (c == '"') {
+            quoted = 1;
+        } else if (c == ' ' || c == '\t') {
+            size_t j = i;
+            while (j < vl && (v[j] == ' ' || v[j] == '\t'))
+                j++;
+            if (n == 0 || out[n - 1] == ',' || j == vl || v[j] == ',') {
+                i = j - 1;
+                continue;       /* blanks next to a comma (or at an end) */
+            }
+        }
+        out[n++] = v[i];
+    }
+    return n;
+}
+
 /* The value of a varying field in request r as it was forwarded: every
- * line of it, joined by ", " (Accept-Encoding as normalised by ae_mode,
+ * line of it, joined by "," with the blanks around commas dropped
+ * (vary_squeeze), Accept-Language lowercased (Accept-Encoding as normalised by ae_mode,
  * since that is what we forward).  Writes into out; returns the length, or -1
  * when it does not fit. */
 int
@@ -244,6 +280,7 @@ store_vary_value(const struct http_req *r, const char *name, size_t nl,
 {
     size_t len = 0;
     char nm[64];
+    int lang = nl == 15 && strncasecmp(name, "accept-language", 15) == 0;
 
     if (nl >= sizeof(nm))
         return -1;
@@ -261,17 +298,21 @@ store_vary_value(const struct http_req *r, const char *name, size_t nl,
             memcpy(out, ae, al);
             return (int)al;
         }
-        /* As forwarded: the origin chose its answer by these bytes, so
-         * only the same bytes select it (`en,` is not `en`).  Several
-         * lines are joined by ", ", which RFC 9110 5.3 makes the same. */
-        if (len + vl + 2 >= outlen)
+        /* As forwarded but for whitespace: the origin chose its answer
+         * by these elements, so only the same ones select it (`en,` is
+         * not `en`).  Several lines are joined by ",", which RFC 9110 5.3
+         * makes the same. */
+        if (len + vl + 1 >= outlen)
             return -1;
-        if (len) {
-            memcpy(out + len, ", ", 2);
-            len += 2;
-        }
-        memcpy(out + len, v, vl);
-        len += vl;
+        if (len)
+            out[len++] = ',';
+        size_t sq = vary_squeeze(v, vl, out + len);
+        /* language ranges are case-insensitive (RFC 4647 2.1), which
+         * RFC 9111 4.1 lets a cache normalise: `EN` selects `en` */
+        if (lang)
+            for (size_t k = len; k < len + sq; k++)
+                out[k] = (char)tolower((unsigned char)out[k]);
+        len += sq;
     }
     return (int)len;
 }

@@ -54,8 +54,10 @@ const char *store_norm_ae(const char *v, size_t n, int mode);
 const char *store_norm_ae_req(const struct http_req *r, int mode);
 
 /* The value of the varying request field name[0..nl) in r as forwarded:
- * every line of it joined by ", "; Accept-Encoding as store_norm_ae_req
- * when ae_mode (normalize_ae) is not 0.  r may be NULL (no field).
+ * every line of it joined by ",", without blanks next to a comma outside
+ * a quoted string (RFC 9111 4.1), Accept-Language lowercased;
+ * Accept-Encoding as store_norm_ae_req when ae_mode (normalize_ae) is
+ * not 0.  r may be NULL (no field).
  * Writes into out; returns the length, or -1 when it does not fit. */
 int store_vary_value(const struct http_req *r, const char *name, size_t nl,
                      char *out, size_t outlen, int ae_mode);

@@ -484,9 +484,14 @@ int  store_validators(struct req *rq, struct buf *b);
  * out.  Returns its length or 0. */
 size_t store_refresh(struct req *rq, const struct http_req *resp, int64_t req_time,
                      uint64_t purge_gen, char *out, size_t outlen);
+/* A 200 to a forwarded HEAD: 1 when it may refresh the held object
+ * (RFC 9111 4.3.5: same validators and length), else the object is
+ * removed and released and 0. */
+int  store_head_fits(struct req *rq, const struct http_req *resp);
 int  store_stale_on_error(struct req *rq);
-void store_invalidate(const char *key, size_t keylen, const struct http_req *resp,
-                      const char *scheme, const char *host, int port);
+/* An unsafe method's success: remove key and the Location /
+ * Content-Location URLs of resp of the same origin as key. */
+void store_invalidate(const char *key, size_t keylen, const struct http_req *resp);
 /* Start storing the response whose head is resp (for a request sent at
  * req_time, with Authorization when req_auth, under the request's policy
  * pol, NULL: records.config's) under key.  Returns NULL

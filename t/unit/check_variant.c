@@ -341,7 +341,7 @@ struct vary_row {
 
 static const struct vary_row vary_rows[] = {
     { "Accept-Encoding: gzip, deflate\n", "Accept-Encoding", 1, "|accept-encoding=gzip" },
-    { "Accept-Encoding: gzip, deflate\n", "Accept-Encoding", 0, "|accept-encoding=gzip, deflate" },
+    { "Accept-Encoding: gzip, deflate\n", "Accept-Encoding", 0, "|accept-encoding=gzip,deflate" },
     { "Accept-Encoding: gzip, deflate\n", "Accept-Encoding", 2, "|accept-encoding=gzip" },
     { "Accept-Encoding: br, gzip\n", "Accept-Encoding", 2, "|accept-encoding=br" },
     { "Accept-Encoding: br, gzip\n", "Accept-Encoding", 1, "|accept-encoding=gzip" },
@@ -354,8 +354,8 @@ static const struct vary_row vary_rows[] = {
     { "Accept-Language: en\n", "Accept-Language", 1, "|accept-language=en" },
     { "Accept-Language: en,\n", "Accept-Language", 1, "|accept-language=en," },
     { "Accept-Language: en\nAccept-Language: fr\n", "Accept-Language", 1,
-      "|accept-language=en, fr" },
-    { "Accept-Language: en, fr\n", "Accept-Language", 1, "|accept-language=en, fr" },
+      "|accept-language=en,fr" },
+    { "Accept-Language: en, fr\n", "Accept-Language", 1, "|accept-language=en,fr" },
     { "Accept: text/html\nAccept-Language: en\n", "Accept, Accept-Language", 1,
       "|accept=text/html|accept-language=en" },
     { "Accept: text/html\nAccept-Language: en\n", "Accept-Language, Accept", 1,
@@ -363,7 +363,7 @@ static const struct vary_row vary_rows[] = {
     { "Accept: text/html\n", "Accept\tCookie", 1, "|accept=text/html|cookie=" },
     { "Accept: text/html\n", " , Accept ,, ", 1, "|accept=text/html" },
     { "Accept: text/html\n", "", 1, "" },
-    { "Cookie: a=1\nCookie: b=2\n", "Cookie", 1, "|cookie=a=1, b=2" },
+    { "Cookie: a=1\nCookie: b=2\n", "Cookie", 1, "|cookie=a=1,b=2" },
     { "X-Dev: Mobile\n", "x-dev", 1, "|x-dev=Mobile" },     /* values as sent */
     /* '*' is keyed like a name: the caller never stores Vary: * */
     { "Accept: a\n", "*", 1, "|*=" },
@@ -387,7 +387,7 @@ static const struct vary_row vary_rows[] = {
     { "Accept-Encoding: br;q=0\nAccept-Encoding: *\n", "Accept-Encoding", 2,
       "|accept-encoding=gzip" },
     { "Accept-Encoding: deflate\nAccept-Encoding: gzip\n", "Accept-Encoding", 0,
-      "|accept-encoding=deflate, gzip" },
+      "|accept-encoding=deflate,gzip" },
 };
 
 static size_t
@@ -434,11 +434,20 @@ START_TEST(test_variant_key_pairs)
         { "Accept-Encoding: identity\n", NULL, "Accept-Encoding", 1, 1 },
         { "Accept-Encoding: identity\n", NULL, "Accept-Encoding", 0, 0 },
         { "Accept-Language: en\n", "Accept-Language: en,\n", "Accept-Language", 1, 0 },
-        { "Accept-Language: en\n", "Accept-Language: EN\n", "Accept-Language", 1, 0 },
+        /* language ranges are case-insensitive (RFC 4647 2.1) */
+        { "Accept-Language: en\n", "Accept-Language: EN\n", "Accept-Language", 1, 1 },
+        { "X-Lang: en\n", "X-Lang: EN\n", "X-Lang", 1, 0 },
         { "Accept-Language: en\n", NULL, "Accept-Language", 1, 0 },
         { "Accept-Language: en\n", "Accept-Language:   en  \n", "Accept-Language", 1, 1 },
         { "Accept-Language: en\nAccept-Language: fr\n", "Accept-Language: en, fr\n",
           "Accept-Language", 1, 1 },
+        /* blanks next to a comma are the list's, not the values' (RFC
+         * 9111 4.1); inside a quoted string they are the value's */
+        { "X: 1,2\n", "X: 1 ,  2\n", "X", 1, 1 },
+        { "X: 1,2\n", "X: 1,\t2\n", "X", 1, 1 },
+        { "X: a b\n", "X: ab\n", "X", 1, 0 },
+        { "X: \"a, b\"\n", "X: \"a,b\"\n", "X", 1, 0 },
+        { "X: 1,2\n", "X: 1,,2\n", "X", 1, 0 },
         /* the lookup (two lines) and the fill (what proxy.c forwards) */
         { "Accept-Encoding: deflate\nAccept-Encoding: gzip\n", "Accept-Encoding: gzip\n",
           "Accept-Encoding", 1, 1 },
