@@ -16,7 +16,7 @@
 #        without plugins and with headers+cachekey, wrk -c50 then ab -k
 #        -c100 each, in turns (ABBA: drift cancels), then the medians of
 #        req/s and of the server's CPU time per request, and the rows'
-#        difference in percent
+#        difference in percent, round by round (median, mean +- 2 s.e.)
 #        CISTERN_BIN names the daemon (default _build/plain/cistern), its
 #        plugins are the build's (plugins/ next to it).
 set -euo pipefail
@@ -51,13 +51,15 @@ wait_ok() { # URL HOST
     done
     echo "bench-plugins: $1 (Host $2) never answered 200" >&2; return 1
 }
-# tree_ticks PID: CPU time (user + system, clock ticks) of PID and its
-# children (Cistern's workers, ATS's traffic_server under its manager)
+# tree_ticks PID [user]: CPU time (user + system, or user alone; clock
+# ticks) of PID and its children (Cistern's workers, ATS's traffic_server
+# under its manager)
 tree_ticks() {
-    local t=0 p
+    local t=0 p f='$12 + $13'
+    [[ ${2:-} == user ]] && f='$12'
     for p in $1 $(pgrep -P "$1" || true); do
         [[ -r /proc/$p/stat ]] || continue
-        t=$((t + $(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$p/stat")))
+        t=$((t + $(awk "{ sub(/^.*\\) /, \"\"); print $f }" "/proc/$p/stat")))
     done
     echo "$t"
 }
@@ -123,10 +125,12 @@ CONF
 "${srv_cpu[@]}" "$bin" -c "$tmp/c/conf" -f >"$tmp/c/stderr" 2>&1 &
 pids+=($!)
 srv_pid=$!
-# one CLIENT (wrk or ab) against HOST's /cache/1024/2: "req/s cpu-us/req"
+# one CLIENT (wrk or ab) against HOST's /cache/1024/2: "req/s cpu-us/req
+# user-us/req"
 measure() {
-    local url="http://127.0.0.1:$cp/cache/1024/2" out t0 rps n
+    local url="http://127.0.0.1:$cp/cache/1024/2" out t0 u0 rps n
     t0=$(tree_ticks "$srv_pid")
+    u0=$(tree_ticks "$srv_pid" user)
     if [[ $1 == wrk ]]; then
         out=$("${cli_cpu[@]}" wrk -t1 -c50 -d"$secs" -H "Host: $2" "$url")
         rps=$(awk '/Requests\/sec/ { print $2 }' <<<"$out")
@@ -136,7 +140,8 @@ measure() {
         rps=$(awk '/Requests per second/ { print $4 }' <<<"$out")
         n=$(awk '/Complete requests/ { print $3 }' <<<"$out")
     fi
-    echo "$rps $(us_per_req $(($(tree_ticks "$srv_pid") - t0)) "$n")"
+    echo "$rps $(us_per_req $(($(tree_ticks "$srv_pid") - t0)) "$n")" \
+        "$(us_per_req $(($(tree_ticks "$srv_pid" user) - u0)) "$n")"
 }
 if ((pairs > 0)); then
     for h in plain.test both.test; do
@@ -153,7 +158,8 @@ if ((pairs > 0)); then
             for h in $order; do
                 r=$(measure "$tool" "$h")
                 echo "$tool $h $r" >>"$tmp/pairs"
-                printf 'round %2d  %-4s %-11s %10s req/s  cpu %6s us/req\n' "$i" "$tool" "$h" $r
+                printf 'round %2d  %-4s %-11s %10s req/s  cpu %6s us/req (user %s)\n' \
+                    "$i" "$tool" "$h" $r
             done
         done
     done
@@ -161,15 +167,21 @@ if ((pairs > 0)); then
 import statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
-    tool, host, rps, cpu = line.split()
-    rows.setdefault((tool, host), []).append((float(rps), float(cpu)))
+    tool, host, rps, cpu, user = line.split()
+    rows.setdefault((tool, host), []).append((float(rps), float(cpu), float(user)))
+def spread(d):     # the median of the rounds' differences, and their mean +- 2 s.e.
+    se = statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 else 0
+    return "%+5.1f%% (mean %+5.1f%% +- %.1f)" % (statistics.median(d), statistics.mean(d), 2 * se)
 for tool, name in (("wrk", "wrk -t1 -c50"), ("ab", "ab -k -c100")):
     a, b = rows[(tool, "plain.test")], rows[(tool, "both.test")]
     ra, rb = statistics.median(x[0] for x in a), statistics.median(x[0] for x in b)
     ca, cb = statistics.median(x[1] for x in a), statistics.median(x[1] for x in b)
     print("%-13s no plugins %9.0f req/s %6.2f us/req | headers+cachekey %9.0f req/s "
-          "%6.2f us/req | req/s %+5.1f%%  cpu/req %+5.1f%%"
-          % (name, ra, ca, rb, cb, 100 * (rb - ra) / ra, 100 * (cb - ca) / ca))
+          "%6.2f us/req (medians)" % (name, ra, ca, rb, cb))
+    print("%-13s with plugins, round by round: req/s %s, cpu/req %s, user cpu/req %+.3f us"
+          % ("", spread([100 * (y[0] - x[0]) / x[0] for x, y in zip(a, b)]),
+             spread([100 * (y[1] - x[1]) / x[1] for x, y in zip(a, b)]),
+             statistics.median(y[2] - x[2] for x, y in zip(a, b))))
 EOP
     exit 0
 fi
