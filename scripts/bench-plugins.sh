@@ -17,18 +17,22 @@
 #        -c100 each, in turns (ABBA: drift cancels), then the medians of
 #        req/s and of the server's CPU time per request, and the rows'
 #        difference in percent, round by round (median, mean +- 2 s.e.)
+#        --quota PCT: Cistern's server in a cgroup allowed PCT% of one CPU
+#        (root; cgroup v1 cpu or v2): the server, not the client, bounds
+#        req/s, so req/s measures the server's cost per request
 #        CISTERN_BIN names the daemon (default _build/plain/cistern), its
 #        plugins are the build's (plugins/ next to it).
 set -euo pipefail
-secs=10 ats=1 base=18480 srv_cpu=() cli_cpu=() pairs=0
+secs=10 ats=1 base=18480 srv_cpu=() cli_cpu=() pairs=0 quota=0
 while (($#)); do
     case $1 in
     -d) secs=$2; shift 2 ;;
     --no-ats) ats=0; shift ;;
     --pin) srv_cpu=(taskset -c 1) cli_cpu=(taskset -c 0); shift ;;
     --pairs) pairs=$2; shift 2 ;;
+    --quota) quota=$2; shift 2 ;;
     --port-base) base=$2; shift 2 ;;
-    -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-plugins: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -122,7 +126,28 @@ map http://127.0.0.1:$cp/ http://127.0.0.1/ @plugin=generator.so
 map http://plain.test/ http://127.0.0.1:$cp/
 map http://both.test/ http://127.0.0.1:$cp/ @plugin=headers.so @pparam=set-resp:X-Served-By:edge @plugin=cachekey.so @pparam=--exclude-params=utm
 CONF
-"${srv_cpu[@]}" "$bin" -c "$tmp/c/conf" -f >"$tmp/c/stderr" 2>&1 &
+# --quota: a cgroup of our own for the server (v1's cpu controller, or v2)
+cg=
+if ((quota > 0)); then
+    if [[ -d /sys/fs/cgroup/cpu && -w /sys/fs/cgroup/cpu ]]; then
+        cg=/sys/fs/cgroup/cpu/cistern-bench-$$
+        mkdir "$cg" && echo 100000 >"$cg/cpu.cfs_period_us" &&
+            echo $((quota * 1000)) >"$cg/cpu.cfs_quota_us"
+    elif [[ -f /sys/fs/cgroup/cgroup.controllers && -w /sys/fs/cgroup ]]; then
+        cg=/sys/fs/cgroup/cistern-bench-$$
+        mkdir "$cg" && echo "$((quota * 1000)) 100000" >"$cg/cpu.max"
+    else
+        echo "bench-plugins: --quota needs root and a cgroup cpu controller" >&2; exit 1
+    fi
+    trap 'cleanup; rmdir "$cg" 2>/dev/null || true' EXIT
+    echo "# Cistern's server held to ${quota}% of one CPU ($cg)"
+fi
+if [[ -n $cg ]]; then
+    CG=$cg "${srv_cpu[@]}" sh -c 'echo $$ >"$CG/cgroup.procs" && exec "$0" "$@"' \
+        "$bin" -c "$tmp/c/conf" -f >"$tmp/c/stderr" 2>&1 &
+else
+    "${srv_cpu[@]}" "$bin" -c "$tmp/c/conf" -f >"$tmp/c/stderr" 2>&1 &
+fi
 pids+=($!)
 srv_pid=$!
 # one CLIENT (wrk or ab) against HOST's /cache/1024/2: "req/s cpu-us/req
