@@ -481,6 +481,18 @@ master_drain_gen(struct gen *g, int64_t deadline_ms)
         }
 }
 
+/* Generation g serves now: its workers start accepting (a worker that
+ * misses its 'g' sees the shm generation within a second, at its tick). */
+static void
+master_signal_go(const struct gen *g)
+{
+    for (unsigned i = 0; i < M.nslots; i++)
+        if (M.procs[i].pid && M.procs[i].gen == g
+            && write(M.procs[i].pipe_w, "g", 1) < 0)
+            log_warn("worker pid %d: cannot tell it to accept: %s",
+                     (int)M.procs[i].pid, strerror(errno));
+}
+
 static void
 master_gen_release(struct gen *g)
 {
@@ -788,7 +800,10 @@ master_check_starting(void)
             struct gen *old = M.active;
             g->state = GEN_ACTIVE;
             M.active = g;
+            /* The switch (worker/worker.c): from this write on, the old
+             * generation accepts nothing new; 'g' lets the new one start. */
             M.shm.hdr->generation = g->id;
+            master_signal_go(g);
             for (int k = 0; k < M.nworkers; k++)
                 M.respawn_at[k] = 0;
             if (old) {

@@ -263,6 +263,58 @@ def test_reload_under_load_drops_nothing():
                  % c.worker_pids())
 
 
+def _version_of(port):
+    """One fresh connection's answer on r.test: the rule version, or None."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(b"GET /p HTTP/1.1\r\nHost: r.test\r\nConnection: close\r\n\r\n")
+            data = b""
+            while True:
+                b = s.recv(4096)
+                if not b:
+                    break
+                data += b
+    except OSError:
+        return None
+    m = re.search(rb"\r\nLocation: http://v(\d+)\.test/p\r\n", data)
+    return int(m.group(1)) if m else None
+
+
+def test_reload_switch_is_one_way():
+    """Generations share the listening sockets; a reload switches which
+    processes accept.  Once a client has been answered by the new rules (or
+    the master has said ok), no later connection is answered by the old
+    ones: a client connecting one connection after another while the rules
+    change 12 times never sees the version go back, and the first request
+    after each verdict sees the new version."""
+    with Daemon(workers=2) as c:
+        seen, stop = [], threading.Event()
+
+        def client():
+            while not stop.is_set():
+                v = _version_of(c.port)
+                if v is not None:
+                    seen.append(v)
+
+        t = threading.Thread(target=client, daemon=True)
+        t.start()
+        try:
+            for version in range(2, 14):
+                c.write_file("remap.config", remap(version))
+                ok, msg = c.hup()
+                expect(ok, "reload %d failed: %s" % (version, msg))
+                expect_eq(_version_of(c.port), version,
+                          "the first answer after reload %d's verdict" % version)
+        finally:
+            stop.set()
+            t.join(10)
+        back = [(i, seen[i - 1], seen[i]) for i in range(1, len(seen))
+                if seen[i] < seen[i - 1]]
+        expect(not back, "the version went back %d time(s) in %d answers, first at "
+               "answer %s" % (len(back), len(seen), back[:3]))
+        expect(len(seen) > 50, "the client got only %d answers" % len(seen))
+
+
 def test_reload_bad_remap_keeps_old_rules():
     """A remap file with an error: `-s reload` refuses with file:line and
     sends nothing; a raw SIGHUP logs file:line, records the failure, and

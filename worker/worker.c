@@ -14,6 +14,17 @@
  *
  * The listening sockets belong to the master; a worker only closes its
  * copies.  Closing the master's copy would drop the accept queue.
+ *
+ * Every generation accepts from the same sockets, so a reload switches
+ * which processes accept, not where clients connect.  The switch is one
+ * write: the master's shm generation.  A worker of a newer generation
+ * watches its listeners only once the master has made that generation the
+ * serving one (the master's 'g'; a respawn into the serving generation
+ * starts watching at once), and an older worker stops at the first accept
+ * it sees after the switch, before its 'q' arrives.  So once anyone has
+ * been answered by the new configuration, or `cistern -s reload` has said
+ * ok, no new connection gets the old one; connections the old generation
+ * already holds finish their request under it (the drain).
  */
 #include "config.h"
 
@@ -80,6 +91,18 @@ worker_begin_drain(struct worker *w)
         event_base_loopbreak(w->base);
 }
 
+/* Watch the listeners: our generation is (now) the serving one. */
+static void
+worker_start_accepting(struct worker *w)
+{
+    if (w->accepting || w->draining)
+        return;
+    w->accepting = 1;
+    for (int i = 0; i < w->nlisten; i++)
+        if (w->listen_ev[i] && event_add(w->listen_ev[i], NULL) < 0)
+            log_crit("worker %u: cannot watch listener %d", w->index, i);
+}
+
 #define ACCEPT_PAUSE_MS 100
 
 static void
@@ -114,6 +137,12 @@ worker_on_accept(evutil_socket_t lfd, short what, void *arg)
     int tls = 0, pp = 0, protos = CONF_PROTO_H1;
 
     magic_check(w->magic, WORKER_MAGIC);
+    if (w->shm->hdr->generation > w->generation) {
+        /* A newer generation serves; its connections are not ours even
+         * though our 'q' has not been read yet. */
+        worker_begin_drain(w);
+        return;
+    }
     for (int i = 0; i < w->nlisten; i++)
         if (w->listen_fd[i] == lfd) {
             tls = w->listen_tls[i];
@@ -208,8 +237,9 @@ worker_on_master(evutil_socket_t fd, short what, void *arg)
     for (ch = CMSG_FIRSTHDR(&mh); ch; ch = CMSG_NXTHDR(&mh, ch))
         if (ch->cmsg_level == SOL_SOCKET && ch->cmsg_type == SCM_RIGHTS)
             memcpy(&cfd, CMSG_DATA(ch), sizeof(int));
-    /* Messages (a SOCK_SEQPACKET pair): 'q' orders a drain (a newer
-     * generation is up); 'c' LINE with a socket is a `cistern ctl`
+    /* Messages (a SOCK_SEQPACKET pair): 'g' says our generation serves
+     * now (start accepting); 'q' orders a drain (a newer generation is
+     * up); 'c' LINE with a socket is a `cistern ctl`
      * request to answer on it (worker/ctl.c). */
     if (n > 0 && b[0] == 'c') {
         /* A ctl line is never orders, even when its socket did not come
@@ -226,9 +256,12 @@ worker_on_master(evutil_socket_t fd, short what, void *arg)
     }
     if (cfd >= 0)
         close(cfd);
-    for (ssize_t i = 0; i < n; i++)
+    for (ssize_t i = 0; i < n; i++) {
         if (b[i] == 'q')
             worker_begin_drain(w);
+        else if (b[i] == 'g')
+            worker_start_accepting(w);
+    }
 }
 
 /* Another process ended a fill we may be waiting for. */
@@ -255,6 +288,9 @@ worker_on_tick(evutil_socket_t fd, short what, void *arg)
     event_base_gettimeofday_cached(w->base, &now);
     w->slot->heartbeat = (uint64_t)now.tv_sec;
     alog_flush();
+    /* The master's 'g' is the prompt way; this catches one that was lost. */
+    if (!w->accepting && w->shm->hdr->generation == w->generation)
+        worker_start_accepting(w);
     if (w->draining) {
         if (w->nconns == 0 || evutil_timercmp(&now, &w->drain_deadline, >=)) {
             if (w->nconns)
@@ -354,7 +390,7 @@ worker_events(struct worker *w, const struct worker_args *a)
     for (int i = 0; i < w->nlisten; i++) {
         w->listen_ev[i] = event_new(w->base, w->listen_fd[i],
                                     EV_READ | EV_PERSIST, worker_on_accept, w);
-        if (w->listen_ev[i] == NULL || event_add(w->listen_ev[i], NULL) < 0) {
+        if (w->listen_ev[i] == NULL) {
             log_crit("worker %u: cannot watch listener %d", w->index, i);
             return -1;
         }
@@ -447,6 +483,10 @@ worker_main(const struct worker_args *a)
                  "X-Cistern-Worker: %u; pid=%d\r\n", w->index, (int)getpid());
     w->slot->heartbeat = (uint64_t)time(NULL);
     w->slot->state = SHM_SLOT_READY;
+    /* A respawn into the serving generation accepts at once; a new
+     * generation waits for the master's 'g'. */
+    if (w->shm->hdr->generation >= w->generation)
+        worker_start_accepting(w);
     event_base_dispatch(w->base);
 
     worker_exit(w);

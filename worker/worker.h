@@ -319,6 +319,7 @@ struct worker {
     struct event        *tick;
     struct event        *accept_pause;  /* re-arms the listeners after EMFILE */
     int                  draining;
+    int                  accepting;     /* listeners watched: our generation serves */
     struct timeval       drain_deadline;
     struct conn         *conns;       /* every open connection */
     unsigned             nconns;
