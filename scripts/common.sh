@@ -115,7 +115,8 @@ cst_make() {
 # once every child is ready; the master's pid is in DIR/run/cistern.pid,
 # its port in DIR/run/ports.  CST_LOGGING_YAML: a logging.yaml to add;
 # CST_REMAP_OPTS: options after the map line (e.g. @plugin=...), with
-# CST_PLUGIN_DIR as proxy.config.plugin.plugin_dir.
+# CST_PLUGIN_DIR as proxy.config.plugin.plugin_dir; CST_CALLGRIND_OPTS:
+# more valgrind options.
 cst_callgrind_start() {
     local bin=$1 d=$2 workers=$3 logging=$4 origin=$5
     mkdir -p "$d"
@@ -135,7 +136,10 @@ EOF
     echo "map http://m.test/ http://$origin/ ${CST_REMAP_OPTS:-}" >"$d/remap.config"
     # CST_LOGGING_YAML names a logging.yaml to profile with (custom logs)
     if [ -n "${CST_LOGGING_YAML:-}" ]; then cp "$CST_LOGGING_YAML" "$d/logging.yaml"; fi
-    valgrind -q --tool=callgrind --trace-children=yes \
+    # CST_CALLGRIND_OPTS: more callgrind options (profile.sh --cache's
+    # --cache-sim=yes)
+    # shellcheck disable=SC2086
+    valgrind -q --tool=callgrind --trace-children=yes ${CST_CALLGRIND_OPTS:-} \
         --callgrind-out-file="$d/cg.%p" "$bin" -c "$d" -f >"$d/out" 2>&1 &
     for _ in $(seq 120); do [ -s "$d/run/ports" ] && break; sleep 0.5; done
     sleep 3     # every child ready under valgrind

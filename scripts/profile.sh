@@ -12,18 +12,22 @@
 #   hit-plugins  the hit of `hit` through a rule with headers.so
 #              (set-resp) and cachekey.so (--exclude-params): the cost of
 #              the plugin hooks on a hit (the build's plugins/ directory)
-# A profiling aid: it prints, it never fails on a figure.
+# With --cache, callgrind also models the caches and the misses per request
+# are printed (I1mr: first-level instruction misses, the cost of code
+# footprint; D1mr/D1mw: data).  A profiling aid: it prints, it never fails
+# on a figure.
 #
-# Usage: scripts/profile.sh [-n N] [-t TOP] [SCENARIO]
+# Usage: scripts/profile.sh [-n N] [-t TOP] [--cache] [SCENARIO]
 #        (default: -n 1000 -t 25 hit; CISTERN_BIN names the daemon)
 set -euo pipefail
 
-n=1000 top=25
+n=1000 top=25 cache=0
 while [ $# -gt 0 ]; do
     case $1 in
     -n) n=$2; shift 2 ;;
     -t) top=$2; shift 2 ;;
-    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --cache) cache=1; shift ;;
+    -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "profile: unknown option $1" >&2; exit 2 ;;
     *) break ;;
     esac
@@ -109,10 +113,12 @@ for f in os.listdir(d):
             break
 os.symlink(os.path.join(d, best[1]), os.path.join(d, "worker"))
 EOP
-    callgrind_annotate --inclusive=no --threshold=100 "$d/worker" 2>/dev/null |
+    grep -E '^(events|summary|totals):' "$d/worker" >"$d/totals"
+    callgrind_annotate --inclusive=no --threshold=100 --show=Ir "$d/worker" 2>/dev/null |
         grep -E '^ *[0-9,]+ ' >"$d/annot" || true
 }
 
+[ "$cache" = 1 ] && export CST_CALLGRIND_OPTS=--cache-sim=yes
 run "$n"
 run $((6 * n))
 python3 - "$work/r$n/annot" "$work/r$((6 * n))/annot" "$n" "$top" "$scenario" <<'EOP'
@@ -141,3 +147,21 @@ for v, k in sorted(rows, reverse=True)[:top]:
     if v >= 1:
         print("%8.0f  %s" % (v, k))
 EOP
+if [ "$cache" = 1 ]; then
+    python3 - "$work/r$n/totals" "$work/r$((6 * n))/totals" "$n" <<'EOP'
+import sys
+def load(path):
+    ev, tot = [], None
+    for line in open(path):
+        k, _, v = line.partition(":")
+        if k == "events":
+            ev = v.split()
+        elif k in ("summary", "totals") and tot is None:
+            tot = [int(x) for x in v.split()]
+    return dict(zip(ev, tot or []))
+a, b, n = load(sys.argv[1]), load(sys.argv[2]), int(sys.argv[3])
+print("per request (callgrind's cache model): " + ", ".join(
+    "%s %.1f" % (e, (b[e] - a.get(e, 0)) / (5 * n)) for e in
+    ("I1mr", "ILmr", "D1mr", "D1mw", "DLmr") if e in b))
+EOP
+fi
