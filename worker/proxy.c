@@ -854,6 +854,7 @@ up_on_read(evutil_socket_t fd, short what, void *arg)
         up->up_eof = 1;
         event_del(&up->up_rev);
     } else {
+        up->up_more = up->up_tls || (size_t)n == in->size - in->end;
         in->end += (size_t)n;
         up->up_resp_bytes = 1;
     }

@@ -163,6 +163,14 @@ struct conn {
 
 #define UP_MAGIC 0x55505354u           /* "UPST" */
 
+/* Event priorities (libevent runs only the most urgent of a turn's active
+ * events, then polls again): an idle origin connection's watch comes
+ * before everything else, so bytes it got close it before a request of the
+ * same turn can reuse it (origin.c).  Every other event has the default,
+ * WK_PRIORITIES / 2. */
+#define WK_PRIORITIES 2
+#define WK_PRIO_IDLE  0
+
 enum up_state {
     UP_RESOLVING = 1,                 /* waiting for the name (dns.c) */
     UP_CONNECTING,                    /* non-blocking connect in progress */
@@ -238,6 +246,8 @@ struct upstream {
     unsigned         up_req_done:1;   /* request fully written to origin */
     unsigned         up_resp_bytes:1; /* any response byte received */
     unsigned         up_eof:1;        /* origin closed */
+    unsigned         up_more:1;       /* the last read filled its room, or
+                                         was TLS: the socket may hold more */
     unsigned         up_decode:1;     /* de-chunk for an HTTP/1.0 client */
     unsigned         up_safe:1;       /* safe to retry on a fresh connection */
     unsigned         up_upgrade:1;    /* Upgrade forwarded: a 101 tunnels */
