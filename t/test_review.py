@@ -248,10 +248,12 @@ when they were in the socket as the connection went back to the pool (a
 second answer behind one that filled our read exactly) or came while it
 was idle, in the loop turn a request took it.
 
-Found, not fixed: with pristine_host_hdr 0, Vary: Host never hits (the
-variant is stored with the origin's Host, looked up with the client's):
-every request misses and stores the same variant again; the same for a
-field a plugin's set-req rewrites.
+Found, not fixed then: with pristine_host_hdr 0, Vary: Host never hit
+(the variant was stored with the origin's Host, looked up with the
+client's): every request missed and stored the same variant again; fixed
+since (test_vary_host_hits_when_the_origin_saw_another_host).  Still not
+fixed: the same for a field a plugin's set-req rewrites (keying it by the
+client's value would be wrong for a field a plugin adds).
 """
 import contextlib
 import hashlib
@@ -2615,6 +2617,33 @@ def test_origin_bytes_on_an_idle_connection_close_it_before_a_request_takes_it()
                       "paths asked, per origin connection")
     finally:
         o.close()
+
+
+
+def test_vary_host_hits_when_the_origin_saw_another_host():
+    """RFC 9111 4.1: a stored answer with Vary: Host is selected by the
+    Host of the request presented to the cache.  With pristine_host_hdr 0
+    the origin is asked with the remap target's Host, and the variant was
+    stored under that Host but looked up under the client's: it never hit,
+    and every request stored the same variant again.  Now it is stored
+    under the client's Host (the key and that Host determine the one the
+    origin saw): a second request hits, another client Host of a rule
+    mapping to the same origin URL gets its own variant, and with
+    pristine_host_hdr 1 it hits as before."""
+    path = "/headers?Cache-Control=max-age%3D600&Vary=Host"
+    for pristine in (0, 1):
+        with Origin() as o, Cistern(storage=["cache 64M"], workers=1, remap=[
+                "map http://m.test/ http://%s/" % o.authority,
+                "map http://n.test/ http://%s/" % o.authority],
+                records={"proxy.config.url_remap.pristine_host_hdr": pristine}) as c:
+            got = []
+            for host in ("m.test", "m.test", "n.test", "n.test", "m.test"):
+                r = harness.one_request(c.port, "GET", path, host=host)
+                expect(r is not None and r.status == 200, "pristine %d, %s" % (pristine, host))
+                got.append(harness.is_hit(r))
+            expect_eq(got, [False, True, False, True, True],
+                      "pristine_host_hdr %d: hits for m, m, n, n, m" % pristine)
+            expect_eq(len(o.requests()), 2, "pristine_host_hdr %d: origin requests" % pristine)
 
 
 if __name__ == "__main__":

@@ -505,13 +505,15 @@ int  store_stale_on_error(struct req *rq);
 void store_invalidate(const char *key, size_t keylen, const struct http_req *resp);
 /* Start storing the response whose head is resp (for a request sent at
  * req_time, with Authorization when req_auth, under the request's policy
- * pol, NULL: records.config's) under key.  Returns NULL
- * with *out set, or why it is not stored (a Cache-Status detail). */
+ * pol, NULL: records.config's) under key.  A Vary answer is stored as
+ * the variant of req, the request as forwarded, but for Host, which is
+ * creq's, the client's (store_variant_key).  Returns NULL with *out set,
+ * or why it is not stored (a Cache-Status detail). */
 const char *store_fill_begin(const char *key, size_t keylen,
                              const struct http_req *resp,
-                             const struct http_req *req, int req_auth,
-                             int64_t req_time, const struct req_policy *pol,
-                             struct cache_fill **out);
+                             const struct http_req *req, const struct http_req *creq,
+                             int req_auth, int64_t req_time,
+                             const struct req_policy *pol, struct cache_fill **out);
 /* The same for a 206 answering a Range miss (key: the part key, the
  * object's key + STORE_PART_SUFFIX): stored as the byte range it is when
  * it has one Content-Range with a complete length.  A stored part with the
