@@ -1101,10 +1101,10 @@ h2_cb_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *arg)
     return 0;
 }
 
-/* A frame's header f (with, for a PRIORITY, its dependency), once
- * nghttp2 has taken every frame before it: the rules nghttp2 drops such a
- * frame without checking.  0 to go on, -1 when the connection ends
- * (GOAWAY submitted). */
+/* A DATA frame's header f, or a PRIORITY's with its dependency (13
+ * bytes), once nghttp2 has taken every frame before it: the rules nghttp2
+ * drops such a frame without checking.  0 to go on, -1 when the
+ * connection ends (GOAWAY submitted). */
 static int
 h2_frame_check(struct h2c *h, const uint8_t *f)
 {
@@ -1162,9 +1162,10 @@ h2_recv(struct h2c *h, const uint8_t *p, size_t n)
             h->fr_need = 13;        /* its dependency too */
             continue;
         }
-        if (h->fr_hd[3] == NGHTTP2_DATA || h->fr_hd[3] == NGHTTP2_PRIORITY) {
-            /* nghttp2 first takes what comes before this frame (a header
-             * that began in an earlier read is partly in it already) */
+        if (h->fr_hd[3] == NGHTTP2_DATA || h->fr_need == 13) {
+            /* (a PRIORITY of another length is nghttp2's FRAME_SIZE_ERROR.)
+             * nghttp2 first takes what comes before this frame (a header
+             * that began in an earlier read is partly in it already). */
             size_t at = i >= h->fr_have ? i - h->fr_have : 0;
 
             if (at > fed && nghttp2_session_mem_recv(h->ss, p + fed, at - fed) < 0)
