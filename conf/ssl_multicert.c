@@ -259,8 +259,14 @@ tls_h2_ok(const SSL *s)
 
 /* ALPN: what the port speaks (the worker sets it on each connection with
  * conf_tls_set_protos: CONF_PROTO_* in the SSL's app data, 0 meaning
- * HTTP/1.1 alone), h2 first when this TLS may carry it; never refuse a
- * client that offers neither. */
+ * HTTP/1.1 alone), h2 first when this TLS may carry it.  A client that
+ * offers none of ours goes on without ALPN (HTTP/1.1, ATS's way) on a
+ * port that speaks HTTP/1.1; on an h2-only port it is refused with
+ * no_application_protocol (RFC 7301 3.2; nginx since 1.21.4), since it
+ * said it cannot speak h2 and would get h2 frames.  A client without ALPN
+ * at all never comes here: on an h2-only port it is taken for h2 with
+ * prior knowledge, its preface deciding (as ATS's protocol probe and
+ * nginx's preface check do; conn.c). */
 static int
 tls_alpn_cb(SSL *s, const unsigned char **out, unsigned char *outlen,
             const unsigned char *in, unsigned int inlen, void *arg)
@@ -288,7 +294,7 @@ tls_alpn_cb(SSL *s, const unsigned char **out, unsigned char *outlen,
     }
     if (SSL_select_next_proto(&sel, outlen, ours, ourlen, in, inlen)
         != OPENSSL_NPN_NEGOTIATED)
-        return SSL_TLSEXT_ERR_NOACK;
+        return ours == h2 ? SSL_TLSEXT_ERR_ALERT_FATAL : SSL_TLSEXT_ERR_NOACK;
     *out = sel;
     return SSL_TLSEXT_ERR_OK;
 }

@@ -620,6 +620,13 @@ def _frame_cases():
         ("5.5 an unknown frame type", [frame(0x20, 0, 0, b"abc"), ping], "PING"),
         ("5.3.1 HEADERS depending on itself", [frame(HEADERS, 0x25, 1, b"\0\0\0\x01\x10" + get)],
          ("GOAWAY", PROTOCOL_ERROR)),
+        ("5.3.1 PRIORITY of an idle stream depending on itself",
+         [frame(PRIORITY, 0, 1, b"\0\0\0\x01\x10"), ping], ("GOAWAY", PROTOCOL_ERROR)),
+        ("5.3.1 PRIORITY of an open stream depending on itself",
+         [frame(HEADERS, 5, 1, req_block("/delay/500/r")), frame(PRIORITY, 0, 1, b"\0\0\0\x01\x10")],
+         ("RST", PROTOCOL_ERROR)),
+        ("5.3.1 PRIORITY depending on another stream", [frame(PRIORITY, 0, 1, b"\0\0\0\x03\x10"), ping],
+         "PING"),
         ("8.4 PUSH_PROMISE from a client", [frame(PUSH_PROMISE, 4, 1, b"\0\0\0\x02" + get)],
          ("GOAWAY", PROTOCOL_ERROR)),
         ("4.3 HPACK index past the tables", [frame(HEADERS, 5, 1, b"\xff\x7f")], ("GOAWAY", 9)),
@@ -660,6 +667,125 @@ def test_frame_rules_h2spec():
             if got != want:
                 bad.append("%s: %r, want %r" % (what, got, want))
         expect(not bad, "\n".join(bad))
+
+
+def _closed_stream_cases():
+    """(what, frames that end stream 1, the error a DATA on it then gets:
+    ("GOAWAY", code) or "PING": ignored, a PING sent after it answered)."""
+    post = req_block("/echo", "POST")
+    return [
+        ("a GET answered in full (END_STREAM both ways)",
+         frame(HEADERS, 5, 1, req_block("/bytes/10")), ("GOAWAY", 5)),
+        ("a POST whose body ended, answered",
+         frame(HEADERS, 4, 1, post) + frame(DATA, 1, 1, b"x"), ("GOAWAY", 5)),
+        ("a POST the client reset", frame(HEADERS, 4, 1, post) + frame(DATA, 0, 1, b"x")
+         + frame(RST_STREAM, 0, 1, b"\0\0\0\x08"), ("GOAWAY", 5)),
+        # our RST_STREAM: what the client sent before seeing it is ignored
+        # (RFC 9113 5.1, "closed")
+        ("a POST we reset (400: a bad content-length)",
+         frame(HEADERS, 4, 1, req_block("/echo", "POST", [("content-length", "x")])), "PING"),
+    ]
+
+
+def test_data_on_a_closed_stream():
+    """RFC 9113 5.1 ("closed") and 6.1: a DATA on a stream the client
+    ended (END_STREAM, answered in full; or its own RST_STREAM) is an
+    error STREAM_CLOSED, never taken: nghttp2 forgets closed streams
+    (no_closed_streams) and dropped such a DATA without a word, so the
+    connection answered the PING behind it.  Now GOAWAY(STREAM_CLOSED)
+    and the close, with the connection window still counting its bytes.
+    A DATA crossing our own RST_STREAM is still ignored."""
+    with Origin() as o, daemon(o, storage=False, workers=1) as c:
+        bad = []
+        for what, first, want in _closed_stream_cases():
+            r = Raw(c.ports[2])
+            r.frames(lambda f: f[0] == SETTINGS and not f[1] & 1, timeout=3)
+            r.send(frame(SETTINGS, 1, 0) + first)
+            r.frames(lambda f: f[2] == 1 and (f[1] & 1 or f[0] == RST_STREAM), timeout=1)
+            time.sleep(0.1)
+            r.send(frame(DATA, 1, 1, b"late") + frame(PING, 0, 0, b"8 bytes!"))
+            fr, closed = r.frames(lambda f: f[0] == GOAWAY or (f[0] == PING and f[1] & 1),
+                                  timeout=3)
+            got = ("GOAWAY", goaway_code(fr)) if goaway_code(fr) is not None else (
+                "PING" if any(f[0] == PING for f in fr) else None)
+            if want != "PING" and got == want and not r.frames(timeout=3)[1]:
+                got = ("GOAWAY but left open", got[1])
+            r.close()
+            if got != want:
+                bad.append("DATA after %s: %r, want %r" % (what, got, want))
+        expect(not bad, "\n".join(bad))
+
+
+def _tls_client(port, alpn, data):
+    """A TLS connection to port offering alpn (None: no ALPN at all) that
+    sends data; (the protocol ALPN chose, the bytes received until the
+    close or 2 s of quiet, closed), or the ssl.SSLError of the handshake."""
+    ctx = ssl.create_default_context(cafile=cert()[0])
+    if alpn is not None:
+        ctx.set_alpn_protocols(alpn)
+    raw = socket.create_connection(("127.0.0.1", port), timeout=5)
+    try:
+        s = ctx.wrap_socket(raw, server_hostname=HOST)
+    except ssl.SSLError as e:
+        raw.close()
+        return e
+    got, closed, proto = b"", False, s.selected_alpn_protocol()
+    try:
+        s.sendall(data)
+        s.settimeout(2)
+        while True:
+            d = s.recv(65536)
+            if not d:
+                closed = True
+                break
+            got += d
+    except socket.timeout:
+        pass
+    except (ssl.SSLError, OSError):
+        closed = True
+    finally:
+        s.close()
+    return proto, got, closed
+
+
+def test_h2_only_tls_port_and_a_client_without_h2():
+    """A TLS port that speaks HTTP/2 alone (proto=http2).  A client whose
+    ALPN offers only http/1.1 finished its handshake (we sent no ALPN
+    answer) and then got h2 frames for its HTTP/1.1 request; RFC 7301 3.2
+    wants the handshake refused with no_application_protocol, as nginx
+    does (1.21.4 on).  Now it is.  A client without ALPN at all is taken
+    for HTTP/2 with prior knowledge, as ATS's protocol probe and nginx's
+    preface check take it: the h2 preface is served, anything else is
+    refused as on a cleartext h2-only port (GOAWAY PROTOCOL_ERROR, the
+    close; never an HTTP/1.1 answer)."""
+    with Origin() as o, daemon(o, records={"proxy.config.http.server_ports":
+                                           "0:ssl:proto=http2"}, storage=False, workers=1) as c:
+        get = b"GET /bytes/3 HTTP/1.1\r\nHost: www.test\r\n\r\n"
+        r = _tls_client(c.port, ["http/1.1"], get)
+        expect(isinstance(r, ssl.SSLError) and "no application protocol" in str(r),
+               "ALPN http/1.1 alone on an h2-only port: %r" % (r,))
+        r = _tls_client(c.port, ["h2", "http/1.1"], PREFACE + frame(SETTINGS, 0, 0))
+        expect(not isinstance(r, ssl.SSLError) and r[0] == "h2", "ALPN h2: %r" % (r,))
+        r = _tls_client(c.port, None, PREFACE + frame(SETTINGS, 0, 0)
+                        + frame(HEADERS, 5, 1, req_block("/bytes/3")))
+        expect(not isinstance(r, ssl.SSLError) and r[0] is None, "no ALPN: %r" % (r,))
+        expect(any(f[0] == HEADERS and f[2] == 1 for f in _frames_of(r[1])),
+               "no ALPN, the h2 preface: stream 1 not answered: %r" % (r,))
+        r = _tls_client(c.port, None, get)
+        expect(not isinstance(r, ssl.SSLError) and r[2] and not r[1].startswith(b"HTTP/"),
+               "no ALPN, an HTTP/1.1 request: %r" % (r,))
+        expect_eq(goaway_code(_frames_of(r[1])), PROTOCOL_ERROR, "GOAWAY to an HTTP/1.1 request")
+        expect_eq(len(o.requests()), 1, "origin requests (the h2 one)")
+
+
+def _frames_of(buf):
+    """The frames (type, flags, stream, payload) of bytes received."""
+    out = []
+    while len(buf) >= 9:
+        n = struct.unpack(">I", b"\0" + buf[:3])[0]
+        out.append((buf[3], buf[4], struct.unpack(">I", buf[5:9])[0] & 0x7fffffff, buf[9:9 + n]))
+        buf = buf[9 + n:]
+    return out
 
 
 def test_bad_connection_preface():

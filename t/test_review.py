@@ -242,10 +242,18 @@ heads against worker/http.c, conn.c and proxy.c (framing, smuggling,
   input: the origin took the first at once, its call to read more did
   nothing from inside conn_process, and none came; the POST stalled.
 
-Found, not fixed: with pristine_host_hdr 0, Vary: Host never hits (the
-variant is stored with the origin's Host, looked up with the client's):
-every request misses and stores the same variant again; the same for a
-field a plugin's set-req rewrites.
+Found in that review and left open, fixed since (below, at the end): an
+origin's bytes nobody asked for were read as the next request's answer
+when they were in the socket as the connection went back to the pool (a
+second answer behind one that filled our read exactly) or came while it
+was idle, in the loop turn a request took it.
+
+Found, not fixed then: with pristine_host_hdr 0, Vary: Host never hit
+(the variant was stored with the origin's Host, looked up with the
+client's): every request missed and stored the same variant again; fixed
+since (test_vary_host_hits_when_the_origin_saw_another_host).  Still not
+fixed: the same for a field a plugin's set-req rewrites (keying it by the
+client's value would be wrong for a field a plugin adds).
 """
 import contextlib
 import hashlib
@@ -2476,6 +2484,167 @@ def test_h2_headers_on_a_stream_the_client_ended_is_stream_closed():
             if not want:
                 expect(any(t == 1 and sid == 3 for t, sid, _ in frames),
                        "stream 3 not answered after %s" % what)
+
+
+# ---------------------------------------------------------------------------
+# Found by the reviews above and left open, fixed 2026-12-02
+
+class _StrayOrigin:
+    """A raw-socket origin that answers each request on a connection in
+    turn: /fill with an answer whose head and body make exactly BUF_SIZE
+    (16384) bytes, followed in the same write by bytes nobody asked for (a
+    whole second answer, "POISON"); any other path with "good", and
+    after /later's, that second answer once the test sets go.  It keeps
+    the paths each connection was asked for."""
+
+    STRAY = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nCache-Control: max-age=600\r\n\r\nPOISON"
+
+    def __init__(self):
+        self.ls = socket.socket()
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(16)
+        self.port = self.ls.getsockname()[1]
+        self.conns = []
+        self.go, self.sent = threading.Event(), threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                s, _ = self.ls.accept()
+            except OSError:
+                return
+            paths = []
+            self.conns.append(paths)
+            threading.Thread(target=self._serve, args=(s, paths), daemon=True).start()
+
+    def _answer(self, path):
+        if path != b"/fill":
+            return b"HTTP/1.1 200 OK\r\nCache-Control: no-store\r\nContent-Length: 4\r\n\r\ngood"
+        head = b"HTTP/1.1 200 OK\r\nCache-Control: no-store\r\nContent-Length: %05d\r\n\r\n"
+        n = 16384 - len(head % 0)
+        return (head % n) + b"f" * n + self.STRAY
+
+    def _serve(self, s, paths):
+        d = b""
+        try:
+            while True:
+                while b"\r\n\r\n" not in d:
+                    x = s.recv(65536)
+                    if not x:
+                        return
+                    d += x
+                head, d = d.split(b"\r\n\r\n", 1)
+                paths.append(head.split(b" ")[1])
+                s.sendall(self._answer(paths[-1]))
+                if paths[-1] == b"/later":
+                    self.go.wait(10)
+                    s.sendall(self.STRAY)
+                    self.sent.set()
+        except OSError:
+            pass
+        finally:
+            s.close()
+
+    def close(self):
+        self.ls.close()
+
+
+def test_origin_bytes_not_asked_for_never_answer_the_next_request():
+    """RFC 9112 9.3 and 6.3 (framing; a connection with bytes left after
+    a complete response is not reusable): an origin answered /fill with a
+    Content-Length answer filling our 16 KiB read exactly, and a second
+    answer ("POISON") nobody asked for in the same write.  The connection
+    went back to the pool with POISON unread in the socket (the idle watch
+    would see it only at the next loop turn), and the client's pipelined
+    /next took it at once: POISON was read as the answer to /next, and
+    "good" was left for whoever came after.  Now a pooled connection with
+    anything to read is closed instead of reused: /next is asked on a new
+    connection and answered "good"."""
+    o = _StrayOrigin()
+    try:
+        with Cistern(workers=1, remap=["map http://m.test/ http://127.0.0.1:%d/" % o.port]) as c:
+            k = harness.Conn(c.port, timeout=5)
+            try:
+                k.send(b"GET /fill HTTP/1.1\r\nHost: m.test\r\n\r\n"
+                       b"GET /next HTTP/1.1\r\nHost: m.test\r\n\r\n")
+                rs = k.responses(2)
+            finally:
+                k.close()
+            expect_eq([r.status for r in rs], [200, 200], "statuses")
+            expect_eq(set(rs[0].body), {ord("f")}, "the /fill body")
+            expect_eq(rs[1].body, b"good", "the answer to /next")
+            expect_eq(sorted(o.conns), [[b"/fill"], [b"/next"]],
+                      "paths asked, per origin connection")
+    finally:
+        o.close()
+
+
+def test_origin_bytes_on_an_idle_connection_close_it_before_a_request_takes_it():
+    """The same desync on an idle pooled connection: the origin answered
+    /later, then, while the connection was idle, sent "POISON".  The idle
+    watch closes the connection when it runs, but a client request ready
+    in the same loop turn ran first when its socket was ready first
+    (here: the worker stopped while the request, then POISON, arrived):
+    it took the connection, and POISON answered it.  The idle watch now
+    runs before any other event of a turn."""
+    o = _StrayOrigin()
+    try:
+        with Cistern(workers=1, remap=["map http://m.test/ http://127.0.0.1:%d/" % o.port]) as c:
+            wpid = c.worker_pids()[0]
+            k = harness.Conn(c.port, timeout=5)
+            try:
+                r = k.request(b"GET /later HTTP/1.1\r\nHost: m.test\r\n\r\n")
+                expect_eq(r.body, b"good", "the answer to /later")
+                time.sleep(0.2)     # the connection is in the pool
+                os.kill(wpid, signal.SIGSTOP)
+                try:
+                    # stopped, not about to stop: its next poll sees both
+                    harness.wait_for(lambda: harness._proc_stat(wpid)[3] == "T", 5,
+                                     what="the worker stopped")
+                    k.send(b"GET /next HTTP/1.1\r\nHost: m.test\r\n\r\n")
+                    time.sleep(0.1)
+                    o.go.set()
+                    expect(o.sent.wait(5), "the origin sent its stray answer")
+                    time.sleep(0.1)
+                finally:
+                    os.kill(wpid, signal.SIGCONT)
+                r = k.response()
+            finally:
+                k.close()
+            expect_eq(r.body, b"good", "the answer to /next")
+            expect_eq(sorted(o.conns), [[b"/later"], [b"/next"]],
+                      "paths asked, per origin connection")
+    finally:
+        o.close()
+
+
+
+def test_vary_host_hits_when_the_origin_saw_another_host():
+    """RFC 9111 4.1: a stored answer with Vary: Host is selected by the
+    Host of the request presented to the cache.  With pristine_host_hdr 0
+    the origin is asked with the remap target's Host, and the variant was
+    stored under that Host but looked up under the client's: it never hit,
+    and every request stored the same variant again.  Now it is stored
+    under the client's Host (the key and that Host determine the one the
+    origin saw): a second request hits, another client Host of a rule
+    mapping to the same origin URL gets its own variant, and with
+    pristine_host_hdr 1 it hits as before."""
+    path = "/headers?Cache-Control=max-age%3D600&Vary=Host"
+    for pristine in (0, 1):
+        with Origin() as o, Cistern(storage=["cache 64M"], workers=1, remap=[
+                "map http://m.test/ http://%s/" % o.authority,
+                "map http://n.test/ http://%s/" % o.authority],
+                records={"proxy.config.url_remap.pristine_host_hdr": pristine}) as c:
+            got = []
+            for host in ("m.test", "m.test", "n.test", "n.test", "m.test"):
+                r = harness.one_request(c.port, "GET", path, host=host)
+                expect(r is not None and r.status == 200, "pristine %d, %s" % (pristine, host))
+                got.append(harness.is_hit(r))
+            expect_eq(got, [False, True, False, True, True],
+                      "pristine_host_hdr %d: hits for m, m, n, n, m" % pristine)
+            expect_eq(len(o.requests()), 2, "pristine_host_hdr %d: origin requests" % pristine)
+
 
 if __name__ == "__main__":
     harness.main()

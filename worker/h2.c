@@ -60,7 +60,11 @@
  * Protocol rules are nghttp2's, but for three it leaves out by choice,
  * checked in h2_cb_begin_frame: PRIORITY on stream 0, HEADERS on a
  * stream id the client skipped (h2_sid_down) or on one it ended
- * (h2_sid_done).
+ * (h2_sid_done); and two it drops before any callback, checked in
+ * h2_frame_check on frame headers followed as the input goes to nghttp2
+ * (h2_recv): DATA on a stream the client ended, and a PRIORITY making a
+ * stream depend on itself (its payload is skipped once we said
+ * NO_RFC7540_PRIORITIES).
  */
 #include "config.h"
 
@@ -140,6 +144,10 @@ struct h2c {
     int32_t               gap_lo, gap_hi; /* the ids it skipped last: closed unused */
     int32_t               done[H2_DONE_MAX]; /* streams the client ended, closed */
     unsigned              ndone;
+    /* the input's frame headers, followed for h2_frame_check */
+    uint32_t              fr_skip;    /* bytes nghttp2 takes before the next header */
+    uint8_t               fr_hd[13];  /* a header, and a PRIORITY's dependency */
+    uint8_t               fr_have, fr_need;
 };
 
 static struct pool h2c_pool, h2s_pool;
@@ -1011,7 +1019,7 @@ h2_sid_down(struct h2c *h, int32_t id)
  * ignores once it has let the stream go (it cannot tell it from trailers
  * that crossed a RST_STREAM of ours; these cannot have).  The last
  * H2_DONE_MAX such streams are remembered.  (A DATA on them nghttp2
- * drops before any callback: not seen here.) */
+ * drops before any callback: h2_frame_check sees it.) */
 static int
 h2_sid_done(const struct h2c *h, int32_t id)
 {
@@ -1091,6 +1099,86 @@ h2_cb_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *arg)
         break;
     }
     return 0;
+}
+
+/* A DATA frame's header f, or a PRIORITY's with its dependency (13
+ * bytes), once nghttp2 has taken every frame before it: the rules nghttp2
+ * drops such a frame without checking.  0 to go on, -1 when the
+ * connection ends (GOAWAY submitted). */
+static int
+h2_frame_check(struct h2c *h, const uint8_t *f)
+{
+    int32_t id = (int32_t)(((uint32_t)f[5] << 24 | (uint32_t)f[6] << 16 | (uint32_t)f[7] << 8
+                            | f[8]) & 0x7fffffffu);
+    int32_t dep;
+
+    if (f[3] == NGHTTP2_DATA && h2_sid_done(h, id)) {
+        /* RFC 9113 5.1 and 6.1: the client's own end came first */
+        nghttp2_session_terminate_session(h->ss, NGHTTP2_STREAM_CLOSED);
+        return -1;
+    }
+    if (f[3] != NGHTTP2_PRIORITY || id == 0)
+        return 0;
+    dep = (int32_t)(((uint32_t)f[9] << 24 | (uint32_t)f[10] << 16 | (uint32_t)f[11] << 8
+                     | f[12]) & 0x7fffffffu);
+    if (dep != id)
+        return 0;
+    /* RFC 9113 5.3.1: a stream error PROTOCOL_ERROR; but no RST_STREAM
+     * may go on a stream idle or closed (6.4, 5.1), so there it is the
+     * connection's (5.4.1 allows it; nghttp2 does so with priorities on) */
+    if (nghttp2_session_find_stream(h->ss, id) == NULL) {
+        nghttp2_session_terminate_session(h->ss, NGHTTP2_PROTOCOL_ERROR);
+        return -1;
+    }
+    nghttp2_submit_rst_stream(h->ss, NGHTTP2_FLAG_NONE, id, NGHTTP2_PROTOCOL_ERROR);
+    return 0;
+}
+
+/* Feed n bytes of input to nghttp2, stopping at each DATA and PRIORITY
+ * frame's header to check it first (h2_frame_check).  A request without a
+ * body costs one nghttp2_session_mem_recv, as before, and a look at each
+ * frame header.  Returns 0, or -1: the connection ends (nghttp2 failed,
+ * or a GOAWAY was submitted). */
+static int
+h2_recv(struct h2c *h, const uint8_t *p, size_t n)
+{
+    size_t i = 0, fed = 0, k;
+
+    while (i < n) {
+        if (h->fr_skip > 0) {
+            k = n - i < h->fr_skip ? n - i : h->fr_skip;
+            i += k;
+            h->fr_skip -= (uint32_t)k;
+            continue;
+        }
+        k = n - i < (size_t)(h->fr_need - h->fr_have) ? n - i : (size_t)(h->fr_need - h->fr_have);
+        memcpy(h->fr_hd + h->fr_have, p + i, k);
+        h->fr_have += (uint8_t)k;
+        i += k;
+        if (h->fr_have < h->fr_need)
+            break;
+        uint32_t len = (uint32_t)h->fr_hd[0] << 16 | (uint32_t)h->fr_hd[1] << 8 | h->fr_hd[2];
+        if (h->fr_need == 9 && h->fr_hd[3] == NGHTTP2_PRIORITY && len == 5) {
+            h->fr_need = 13;        /* its dependency too */
+            continue;
+        }
+        if (h->fr_hd[3] == NGHTTP2_DATA || h->fr_need == 13) {
+            /* (a PRIORITY of another length is nghttp2's FRAME_SIZE_ERROR.)
+             * nghttp2 first takes what comes before this frame (a header
+             * that began in an earlier read is partly in it already). */
+            size_t at = i >= h->fr_have ? i - h->fr_have : 0;
+
+            if (at > fed && nghttp2_session_mem_recv(h->ss, p + fed, at - fed) < 0)
+                return -1;
+            fed = at > fed ? at : fed;
+            if (h2_frame_check(h, h->fr_hd) < 0)
+                return -1;
+        }
+        h->fr_skip = len - (uint32_t)(h->fr_need - 9);
+        h->fr_have = 0;
+        h->fr_need = 9;
+    }
+    return fed < n && nghttp2_session_mem_recv(h->ss, p + fed, n - fed) < 0 ? -1 : 0;
 }
 
 static int
@@ -1356,7 +1444,7 @@ h2_read(struct h2c *h)
             break;
         }
         wk->ctr->bytes_in += (uint64_t)n;
-        if (nghttp2_session_mem_recv(h->ss, ib, (size_t)n) < 0) {
+        if (h2_recv(h, ib, (size_t)n) < 0) {
             if (!h->calm)
                 nghttp2_session_terminate_session(h->ss, NGHTTP2_PROTOCOL_ERROR);
             h->in_send = 0;
@@ -1521,6 +1609,8 @@ h2_attach(struct conn *c, const struct h2_conn_ops *ops)
     h->magic = H2C_MAGIC;
     h->c = c;
     h->ops = ops;
+    h->fr_skip = NGHTTP2_CLIENT_MAGIC_LEN;  /* nghttp2 reads the preface */
+    h->fr_need = 9;
     if (h2_session_new(h) < 0) {
         h->magic = 0;
         pool_put(&h2c_pool, h);
@@ -1537,8 +1627,7 @@ h2_attach(struct conn *c, const struct h2_conn_ops *ops)
     event_add(&h->tmr, &tv);
     if (in->end > in->start) {
         /* what was read before we knew (the preface, maybe more) */
-        ssize_t rv = nghttp2_session_mem_recv(h->ss, (const uint8_t *)in->data + in->start,
-                                              in->end - in->start);
+        int rv = h2_recv(h, (const uint8_t *)in->data + in->start, in->end - in->start);
         in->start = in->end = 0;
         if (rv < 0) {
             nghttp2_session_terminate_session(h->ss, NGHTTP2_PROTOCOL_ERROR);

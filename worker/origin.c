@@ -19,6 +19,18 @@
  * had no business sending) makes it unusable, and it is closed at once.
  * It is also closed after keep_alive_no_activity_timeout_out.
  *
+ * Bytes the origin was not asked for must never be read as the next
+ * request's answer (RFC 9112 9.3: a response desync; a poisoned cache).
+ * Two windows are closed besides the watch's own: bytes already in the
+ * socket when the connection goes back (our last read stopped at the
+ * buffer's end, right after the answer: a pipelined request would take the
+ * connection before the watch ever runs) are looked for with one recv
+ * when that last read filled its room (up_more; always for TLS), and the
+ * watch runs at a higher priority than every other event, so bytes that
+ * came before a loop turn close the connection before any request of that
+ * turn can take it.  The common case (the last read drained the socket)
+ * costs nothing.
+ *
  * Outbound ip_allow (apply: out / dest_ip= rules) is checked here, on every
  * address about to be connected to (after resolution) and on the address
  * of a pooled connection about to be reused, with the request's method: a
@@ -681,6 +693,31 @@ origin_on_idle_event(evutil_socket_t fd, short what, void *arg)
     origin_idle_close(wk, e);
 }
 
+/* Has the origin sent up anything more (bytes nobody asked for, or its
+ * close) that our reads have not taken?  Looked for only when the last
+ * read may have left some (up_more).  1 if so (bytes are logged and
+ * counted), or when the socket cannot be read. */
+static int
+origin_spoke(const struct upstream *up)
+{
+    char c;
+    ssize_t n = 1;
+
+    if (!up->up_more)
+        return 0;
+    if (!tls_origin_pending(up)) {
+        n = recv(up->up_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0;
+    }
+    if (n > 0) {
+        log_warn("conn %llu: origin %s:%d sent bytes after its answer: not reused",
+                 (unsigned long long)up->up_req->rq_id, up->up_host, up->up_port);
+        wk->ctr->origin_errors++;
+    }
+    return 1;
+}
+
 void
 origin_put(struct upstream *up)
 {
@@ -694,7 +731,7 @@ origin_put(struct upstream *up)
             && strcasecmp(e->host, up->up_host) == 0)
             same++;
     if (w->draining || same >= w->conf->rec.origin_max_idle || w->nidle >= POOL_MAX
-        || w->conf->rec.ka_no_activity_out == 0
+        || w->conf->rec.ka_no_activity_out == 0 || origin_spoke(up)
         || (e = pool_get(&w->idle_pool)) == NULL) {
         origin_release(up);
         return;
@@ -710,6 +747,7 @@ origin_put(struct upstream *up)
     /* The idle watch is added before the transaction's events go, so the
      * fd stays in epoll as it was (see origin_get). */
     event_assign(&e->ev, w->base, e->fd, EV_READ, origin_on_idle_event, e);
+    event_priority_set(&e->ev, WK_PRIO_IDLE);
     event_add(&e->ev, &tv);
     event_del(&up->up_rev);
     event_del(&up->up_wev);

@@ -854,6 +854,7 @@ up_on_read(evutil_socket_t fd, short what, void *arg)
         up->up_eof = 1;
         event_del(&up->up_rev);
     } else {
+        up->up_more = up->up_tls || (size_t)n == in->size - in->end;
         in->end += (size_t)n;
         up->up_resp_bytes = 1;
     }
@@ -1437,7 +1438,7 @@ proxy_cache_response(struct upstream *up, const struct http_req *resp)
             && (fwd = proxy_forwarded_req(up)) == NULL)
             up->up_cdetail = "vary-key";
         else
-            up->up_cdetail = store_fill_begin(up->up_key, kl, resp, fwd,
+            up->up_cdetail = store_fill_begin(up->up_key, kl, resp, fwd, &up->up_req->r,
                                               up->up_req_auth, up->up_req_time,
                                               &up->up_req->rq_pol, &up->up_fill);
         if (up->up_fill)

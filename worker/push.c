@@ -154,7 +154,7 @@ push_sink(void *arg, const char *data, size_t n)
         push_fail(p, "a pushed response must be final (status 200 or more)");
         return;
     }
-    const char *why = store_fill_begin(p->key, p->keylen, resp, NULL, 0,
+    const char *why = store_fill_begin(p->key, p->keylen, resp, NULL, NULL, 0,
                                        p->req_time, NULL, &p->fill);
     if (why) {
         /* Built in this push's own buffer: the message is sent when the

@@ -147,8 +147,8 @@ store_follow_marker(const char *key, size_t keylen, const struct http_req *r,
     const char *vary = store_hdr_get(blk, o->hdr_len, "vary", &vl);
     const char *id = store_hdr_get(blk, o->hdr_len, "x-cistern-variants", &il);
 
-    n = (vary && id) ? store_variant_key(key, keylen, vary, vl, id, il, r, vkey, STORE_KEY_MAX,
-                                         wk->conf->rec.normalize_ae) : 0;
+    n = (vary && id) ? store_variant_key(key, keylen, vary, vl, id, il, r, r, vkey,
+                                         STORE_KEY_MAX, wk->conf->rec.normalize_ae) : 0;
     cache_obj_release(wk->cache, o);
     *vkeylen = n;
     if (n == 0)
@@ -1293,7 +1293,8 @@ struct store_part_plan {
 
 static const char *
 store_fill_begin_as(const char *key, size_t keylen, const struct http_req *resp,
-                    const struct http_req *req, int req_auth, int64_t req_time,
+                    const struct http_req *req, const struct http_req *creq,
+                    int req_auth, int64_t req_time,
                     const struct req_policy *pol, struct cache_fill **out,
                     const struct store_part_plan *pp)
 {
@@ -1338,8 +1339,8 @@ store_fill_begin_as(const char *key, size_t keylen, const struct http_req *resp,
         if (store_vary_ours(v, vl))
             return "vary-ours";
         il = store_marker(key, keylen, v, vl, id, sizeof(id), now.tv_sec);
-        kl = il ? store_variant_key(key, keylen, v, vl, id, il, req, vkey, sizeof(vkey),
-                                    wk->conf->rec.normalize_ae) : 0;
+        kl = il ? store_variant_key(key, keylen, v, vl, id, il, req, creq, vkey,
+                                    sizeof(vkey), wk->conf->rec.normalize_ae) : 0;
         if (kl == 0)
             return "vary-key";
         key = vkey;
@@ -1406,10 +1407,11 @@ store_fill_begin_as(const char *key, size_t keylen, const struct http_req *resp,
 
 const char *
 store_fill_begin(const char *key, size_t keylen, const struct http_req *resp,
-                 const struct http_req *req, int req_auth, int64_t req_time,
-                 const struct req_policy *pol, struct cache_fill **out)
+                 const struct http_req *req, const struct http_req *creq, int req_auth,
+                 int64_t req_time, const struct req_policy *pol, struct cache_fill **out)
 {
-    return store_fill_begin_as(key, keylen, resp, req, req_auth, req_time, pol, out, NULL);
+    return store_fill_begin_as(key, keylen, resp, req, creq, req_auth, req_time, pol, out,
+                               NULL);
 }
 
 static void
@@ -1497,7 +1499,7 @@ store_fill_begin_part(const char *key, size_t keylen, const struct http_req *res
         old->tail = ob > b ? b + 1 - oa : 0;
         old->end = ob > b ? ob + 1 - oa : 0;
     }
-    const char *why = store_fill_begin_as(key, keylen, resp, NULL, req_auth, req_time, pol,
+    const char *why = store_fill_begin_as(key, keylen, resp, NULL, NULL, req_auth, req_time, pol,
                                           out, &pp);
     /* the stored bytes before ours go first */
     if (why == NULL && oa < a && old->held && store_fill_copy(out, &old->obj, 0, a - oa) != CACHE_OK)

@@ -317,11 +317,12 @@ store_vary_value(const struct http_req *r, const char *name, size_t nl,
     return (int)len;
 }
 
-/* Secondary key: URL key, \x01, set id, then \x01name=value per Vary name. */
+/* Secondary key: URL key, \x01, set id, then \x01name=value per Vary name
+ * (see variant.h for whose value). */
 size_t
 store_variant_key(const char *key, size_t keylen, const char *vary, size_t vlen,
                   const char *id, size_t idlen, const struct http_req *r,
-                  char *out, size_t outlen, int ae_mode)
+                  const struct http_req *host_r, char *out, size_t outlen, int ae_mode)
 {
     size_t len;
     const char *p = vary, *end = vary + vlen;
@@ -348,7 +349,8 @@ store_variant_key(const char *key, size_t keylen, const char *vary, size_t vlen,
         for (size_t k = 0; k < nl; k++)
             out[len++] = (char)tolower((unsigned char)s[k]);
         out[len++] = '=';
-        int vl = store_vary_value(r, s, nl, out + len, outlen - len, ae_mode);
+        int host = nl == 4 && strncasecmp(s, "host", 4) == 0;
+        int vl = store_vary_value(host ? host_r : r, s, nl, out + len, outlen - len, ae_mode);
         if (vl < 0)
             return 0;
         len += (size_t)vl;

@@ -64,12 +64,16 @@ int store_vary_value(const struct http_req *r, const char *name, size_t nl,
 
 /* The secondary key of a variant: key, \x01, the variant-set id, then
  * \x01name=value per name in the Vary list vary[0..vlen) (names
- * lowercased, values from store_vary_value).  Returns its length, or 0
- * when it does not fit in outlen. */
+ * lowercased, values from store_vary_value): of r, the request as
+ * forwarded, but Host's of host_r, the request presented to the cache
+ * (RFC 9111 4.1; with pristine_host_hdr 0 the origin saw the remap
+ * target's Host whatever the client sent).  A lookup passes the client's
+ * request as both.  Returns its length, or 0 when it does not fit in
+ * outlen. */
 size_t store_variant_key(const char *key, size_t keylen, const char *vary,
                          size_t vlen, const char *id, size_t idlen,
-                         const struct http_req *r, char *out, size_t outlen,
-                         int ae_mode);
+                         const struct http_req *r, const struct http_req *host_r,
+                         char *out, size_t outlen, int ae_mode);
 
 /* Parse Range value v (NUL-terminated, "bytes=a-b", "bytes=a-" or
  * "bytes=-n": one range) against a body of len bytes.  Returns 1 with

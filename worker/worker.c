@@ -364,7 +364,7 @@ worker_events(struct worker *w, const struct worker_args *a)
     event_config_set_flag(ecfg, EVENT_BASE_FLAG_NOLOCK);
     w->base = event_base_new_with_config(ecfg);
     event_config_free(ecfg);
-    if (w->base == NULL) {
+    if (w->base == NULL || event_base_priority_init(w->base, WK_PRIORITIES) < 0) {
         log_crit("worker %u: event_base_new failed", w->index);
         return -1;
     }

@@ -163,6 +163,14 @@ struct conn {
 
 #define UP_MAGIC 0x55505354u           /* "UPST" */
 
+/* Event priorities (libevent runs only the most urgent of a turn's active
+ * events, then polls again): an idle origin connection's watch comes
+ * before everything else, so bytes it got close it before a request of the
+ * same turn can reuse it (origin.c).  Every other event has the default,
+ * WK_PRIORITIES / 2. */
+#define WK_PRIORITIES 2
+#define WK_PRIO_IDLE  0
+
 enum up_state {
     UP_RESOLVING = 1,                 /* waiting for the name (dns.c) */
     UP_CONNECTING,                    /* non-blocking connect in progress */
@@ -238,6 +246,8 @@ struct upstream {
     unsigned         up_req_done:1;   /* request fully written to origin */
     unsigned         up_resp_bytes:1; /* any response byte received */
     unsigned         up_eof:1;        /* origin closed */
+    unsigned         up_more:1;       /* the last read filled its room, or
+                                         was TLS: the socket may hold more */
     unsigned         up_decode:1;     /* de-chunk for an HTTP/1.0 client */
     unsigned         up_safe:1;       /* safe to retry on a fresh connection */
     unsigned         up_upgrade:1;    /* Upgrade forwarded: a 101 tunnels */
@@ -495,13 +505,15 @@ int  store_stale_on_error(struct req *rq);
 void store_invalidate(const char *key, size_t keylen, const struct http_req *resp);
 /* Start storing the response whose head is resp (for a request sent at
  * req_time, with Authorization when req_auth, under the request's policy
- * pol, NULL: records.config's) under key.  Returns NULL
- * with *out set, or why it is not stored (a Cache-Status detail). */
+ * pol, NULL: records.config's) under key.  A Vary answer is stored as
+ * the variant of req, the request as forwarded, but for Host, which is
+ * creq's, the client's (store_variant_key).  Returns NULL with *out set,
+ * or why it is not stored (a Cache-Status detail). */
 const char *store_fill_begin(const char *key, size_t keylen,
                              const struct http_req *resp,
-                             const struct http_req *req, int req_auth,
-                             int64_t req_time, const struct req_policy *pol,
-                             struct cache_fill **out);
+                             const struct http_req *req, const struct http_req *creq,
+                             int req_auth, int64_t req_time,
+                             const struct req_policy *pol, struct cache_fill **out);
 /* The same for a 206 answering a Range miss (key: the part key, the
  * object's key + STORE_PART_SUFFIX): stored as the byte range it is when
  * it has one Content-Range with a complete length.  A stored part with the

@@ -398,8 +398,8 @@ vary_eval(const struct vary_row *w, char *out, size_t outlen)
     static const char key[] = "http://a.test/";
 
     mkreq(&r, buf, sizeof(buf), w->req);
-    return store_variant_key(key, sizeof(key) - 1, w->vary, strlen(w->vary), "id", 2, &r, out,
-                             outlen, w->ae_mode);
+    return store_variant_key(key, sizeof(key) - 1, w->vary, strlen(w->vary), "id", 2, &r, &r,
+                             out, outlen, w->ae_mode);
 }
 
 START_TEST(test_variant_key)
@@ -468,9 +468,9 @@ START_TEST(test_variant_key_pairs)
         mkreq(&r1, buf1, sizeof(buf1), pairs[i].a);
         mkreq(&r2, buf2, sizeof(buf2), pairs[i].b);
         size_t n1 = store_variant_key(key, 14, pairs[i].vary, strlen(pairs[i].vary), "1", 1, &r1,
-                                      k1, sizeof(k1), pairs[i].mode);
+                                      &r1, k1, sizeof(k1), pairs[i].mode);
         size_t n2 = store_variant_key(key, 14, pairs[i].vary, strlen(pairs[i].vary), "1", 1, &r2,
-                                      k2, sizeof(k2), pairs[i].mode);
+                                      &r2, k2, sizeof(k2), pairs[i].mode);
         ck_assert(n1 > 0 && n2 > 0);
         int same = n1 == n2 && memcmp(k1, k2, n1) == 0;
         ck_assert_msg(same == pairs[i].same, "pair %zu: %s | %s: same=%d", i, show(k1, n1),
@@ -478,9 +478,15 @@ START_TEST(test_variant_key_pairs)
     }
     /* a different variant-set id is a different key */
     mkreq(&r1, buf1, sizeof(buf1), "Accept: a\n");
-    size_t n1 = store_variant_key(key, 14, "Accept", 6, "1", 1, &r1, k1, sizeof(k1), 1);
-    size_t n2 = store_variant_key(key, 14, "Accept", 6, "2", 1, &r1, k2, sizeof(k2), 1);
+    size_t n1 = store_variant_key(key, 14, "Accept", 6, "1", 1, &r1, &r1, k1, sizeof(k1), 1);
+    size_t n2 = store_variant_key(key, 14, "Accept", 6, "2", 1, &r1, &r1, k2, sizeof(k2), 1);
     ck_assert(n1 == n2 && memcmp(k1, k2, n1) != 0);
+    /* Host is host_r's (the client's), every other field r's (forwarded) */
+    mkreq(&r2, buf2, sizeof(buf2), "Accept: b\n");
+    n1 = store_variant_key(key, 14, "Accept, Host", 12, "1", 1, &r1, &r2, k1, sizeof(k1), 1);
+    ck_assert_str_eq(show(k1, n1), "http://a.test/|1|accept=a|host=a.test");
+    n1 = store_variant_key(key, 14, "Accept, Host", 12, "1", 1, &r1, NULL, k1, sizeof(k1), 1);
+    ck_assert_str_eq(show(k1, n1), "http://a.test/|1|accept=a|host=");
 }
 END_TEST
 
@@ -495,18 +501,18 @@ START_TEST(test_variant_key_bounds)
     int v;
 
     mkreq(&r, buf, sizeof(buf), "Accept: text/html\nAccept-Language: en\n");
-    size_t n = store_variant_key(key, 14, "Accept, Accept-Language", 23, "id", 2, &r, full,
-                                 sizeof(full), 1);
+    size_t n = store_variant_key(key, 14, "Accept, Accept-Language", 23, "id", 2, &r, &r,
+                                 full, sizeof(full), 1);
     ck_assert_uint_gt(n, 0);
     for (size_t outlen = 0; outlen < sizeof(out); outlen++) {
-        size_t m = store_variant_key(key, 14, "Accept, Accept-Language", 23, "id", 2, &r, out,
-                                     outlen, 1);
+        size_t m = store_variant_key(key, 14, "Accept, Accept-Language", 23, "id", 2, &r, &r,
+                                     out, outlen, 1);
         ck_assert_msg(m == 0 || (m == n && memcmp(out, full, n) == 0 && m < outlen),
                       "outlen %zu: %zu", outlen, m);
         if (outlen > n + 8)
             ck_assert_uint_eq(m, n);
     }
-    n = store_variant_key(key, 14, "Accept", 6, "id", 2, NULL, out, sizeof(out), 1);
+    n = store_variant_key(key, 14, "Accept", 6, "id", 2, NULL, NULL, out, sizeof(out), 1);
     ck_assert_str_eq(show(out, n), "http://a.test/|id|accept=");
     /* store_vary_value alone */
     v = store_vary_value(&r, "accept", 6, out, sizeof(out), 1);
