@@ -484,8 +484,9 @@ worker_main(const struct worker_args *a)
     w->slot->heartbeat = (uint64_t)time(NULL);
     w->slot->state = SHM_SLOT_READY;
     /* A respawn into the serving generation accepts at once; a new
-     * generation waits for the master's 'g'. */
-    if (w->shm->hdr->generation >= w->generation)
+     * generation waits for the master's 'g'; one already superseded by a
+     * newer serving one never accepts (the master drains it). */
+    if (w->shm->hdr->generation == w->generation)
         worker_start_accepting(w);
     event_base_dispatch(w->base);
 
