@@ -789,10 +789,12 @@ master_check_starting(void)
         struct gen *g = &M.gens[i];
         if (g->state != GEN_STARTING)
             continue;
-        if (master_gen_ready(g) && M.active && M.active->id > g->id) {
+        if (M.active && M.active->id > g->id) {
             /* SIGHUPs in a row: a newer generation was ready first and
              * serves; this older one (an older reading of the files) never
-             * takes over from it. */
+             * takes over from it.  Drained now, ready or not: waiting for
+             * its slowest worker would let its start deadline, or a ready
+             * worker leaving, fail a reload that the newer one made. */
             master_drain_gen(g, now_ms() + (int64_t)g->conf->rec.shutdown_timeout * 1000 + 2000);
             log_notice("reload: generation %u superseded by generation %u before it "
                        "served; draining it", g->id, M.active->id);

@@ -315,6 +315,61 @@ def test_reload_switch_is_one_way():
         expect(len(seen) > 50, "the client got only %d answers" % len(seen))
 
 
+def _children(pid):
+    with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+        return set(int(x) for x in f.read().split())
+
+
+def test_reload_superseded_while_starting():
+    """SIGHUPs in a row, the first new generation still starting when the
+    second one serves (both its workers stopped before they are ready; one
+    resumes after the switch, the other stays stopped past the start
+    deadline): the first is superseded and drained, never a failed
+    reload.  The worker that resumes answers nothing and leaves quietly;
+    no `reload failed` verdict or error line; the newest rules answer."""
+    with Daemon(workers=2) as c:
+        before = _children(c.pid)
+        seq0 = c.reload_status()[0]
+        t0 = time.monotonic()
+        c.write_file("remap.config", remap(2))
+        c.signal(signal.SIGHUP)
+        new, until = set(), time.monotonic() + 10
+        while len(new) < 2 and time.monotonic() < until:
+            new = _children(c.pid) - before     # no sleep: caught starting
+            for pid in new:
+                os.kill(pid, signal.SIGSTOP)
+        expect_eq(len(new), 2, "generation 2's workers")
+        try:
+            time.sleep(0.5)
+            expect_eq(c.reload_status()[0], seq0, "generation 2 became ready "
+                      "before its workers were stopped: the test missed")
+            c.write_file("remap.config", remap(3))
+            ok, msg = c.hup()
+            expect(ok, "reload to version 3 failed: %s" % msg)
+            seq3 = c.reload_status()[0]
+            os.kill(min(new), signal.SIGCONT)
+            for _ in range(40):         # wakes whatever watches the listeners
+                expect_eq(_version_of(c.port), 3, "answer after reload 3")
+            time.sleep(1.5)
+            expect_eq(c.reload_status()[:2], (seq3, True),
+                      "the verdict once the resumed worker is ready")
+            # past the start deadline (10 s) of generation 2
+            time.sleep(max(0.0, 11.5 - (time.monotonic() - t0)))
+            expect_eq(c.reload_status()[:2], (seq3, True),
+                      "the verdict past generation 2's start deadline")
+            expect(not c.log_lines(r"reload failed"),
+                   "a superseded generation failed a reload: %s"
+                   % c.log_lines(r"reload failed"))
+        finally:
+            for pid in new:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+        wait_for(lambda: len(_children(c.pid)) == 2, 10,
+                 what="generation 2's workers to leave")
+
+
 def test_reload_bad_remap_keeps_old_rules():
     """A remap file with an error: `-s reload` refuses with file:line and
     sends nothing; a raw SIGHUP logs file:line, records the failure, and
