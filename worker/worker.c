@@ -144,12 +144,6 @@ worker_on_accept(evutil_socket_t lfd, short what, void *arg)
     int tls = 0, pp = 0, protos = CONF_PROTO_H1;
 
     magic_check(w->magic, WORKER_MAGIC);
-    if (w->shm->hdr->generation > w->generation) {
-        /* A newer generation serves; its connections are not ours even
-         * though our 'q' has not been read yet. */
-        worker_begin_drain(w);
-        return;
-    }
     for (int i = 0; i < w->nlisten; i++)
         if (w->listen_fd[i] == lfd) {
             tls = w->listen_tls[i];
@@ -159,6 +153,13 @@ worker_on_accept(evutil_socket_t lfd, short what, void *arg)
     for (int i = 0; i < ACCEPT_BATCH; i++) {
         struct sockaddr_storage ss;
         socklen_t sl = sizeof(ss);
+        if (w->shm->hdr->generation > w->generation) {
+            /* A newer generation serves (checked at each accept: the
+             * switch can land inside a batch); its connections are not
+             * ours even though our 'q' has not been read yet. */
+            worker_begin_drain(w);
+            return;
+        }
         int fd = accept4(lfd, (struct sockaddr *)&ss, &sl,
                          SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
