@@ -266,14 +266,8 @@ def test_reload_under_load_drops_nothing():
 def _version_of(port):
     """One fresh connection's answer on r.test: the rule version, or None."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-            s.sendall(b"GET /p HTTP/1.1\r\nHost: r.test\r\nConnection: close\r\n\r\n")
-            data = b""
-            while True:
-                b = s.recv(4096)
-                if not b:
-                    break
-                data += b
+        data, _ = harness.raw(port, b"GET /p HTTP/1.1\r\nHost: r.test\r\n"
+                              b"Connection: close\r\n\r\n")
     except OSError:
         return None
     m = re.search(rb"\r\nLocation: http://v(\d+)\.test/p\r\n", data)
