@@ -199,6 +199,24 @@ def srcdir():
     return os.environ.get("CISTERN_SRCDIR") or os.path.dirname(HERE)
 
 
+_SANITIZED = {}
+
+
+def sanitizer_build():
+    """True when the daemon is built with AddressSanitizer or UBSan (gcc
+    links their runtimes, clang puts them inside: either way the binary
+    names __asan_init or __ubsan_handle_...)."""
+    b = cistern_bin()
+    if b not in _SANITIZED:
+        try:
+            with open(b, "rb") as f:
+                data = f.read()
+            _SANITIZED[b] = b"__asan_init" in data or b"__ubsan_handle" in data
+        except OSError:
+            _SANITIZED[b] = False
+    return _SANITIZED[b]
+
+
 def _sanitizer_env(env=None):
     e = dict(os.environ)
     if env:

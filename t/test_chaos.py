@@ -31,29 +31,19 @@ RECORDS = {
     "proxy.config.http.per_server.connection.max_idle": 8,
 }
 
-def sanitizer_build():
-    """True when the daemon links AddressSanitizer (gcc: libasan.so in
-    its dynamic section; clang: the runtime inside): either way the binary
-    names __asan_init."""
-    try:
-        with open(harness.cistern_bin(), "rb") as f:
-            return b"__asan_init" in f.read()
-    except OSError:
-        return False
-
 
 def seconds():
     s = os.environ.get("CISTERN_CHAOS_SECONDS")
     if s:
         return float(s)
-    return 60.0 if sanitizer_build() else 20.0
+    return 60.0 if harness.sanitizer_build() else 20.0
 
 
 @harness.timeout(int(seconds()) + 240)
 def test_chaos():
     seed = os.environ.get("CISTERN_CHAOS_SEED")
     env = {}
-    if sanitizer_build():
+    if harness.sanitizer_build():
         # A small quarantine, so that RssAnon measures the daemon and not
         # ASan's 256 MB of freed memory held back.
         env["ASAN_OPTIONS"] = (os.environ.get("ASAN_OPTIONS", "")

@@ -56,6 +56,14 @@ from harness import (Cistern, Origin, TestFailure, expect, expect_body,
                      expect_eq, fail, is_hit, seeded)
 
 HOST = "m.test"
+# P14: a rule with two plugins (headers.so edits a hit's head as it goes
+# out, cachekey.so drops utm= from the key); P15: generator.so, a plugin
+# that is the origin (an intercept)
+PHOST = "plug.test"
+GHOST = "gen.test"
+PLUG_OPTS = ("@plugin=headers.so @pparam=set-resp:X-Plug:edge "
+             "@pparam=rm-resp:X-Origin-Conn "
+             "@plugin=cachekey.so @pparam=--exclude-params=utm")
 # Short inactivity timeouts, distinct so that a cut can be told apart.
 T_IN = 2          # transaction_no_activity_timeout_in
 T_OUT = 4         # transaction_no_activity_timeout_out
@@ -84,6 +92,9 @@ RECORDS = {
     # P12: Range misses fetch aligned 1 MiB slices (no other cell sends a
     # Range)
     "proxy.config.cistern.slice.blockbytes": 1 << 20,
+    # P14, P15: the build's plugins
+    "proxy.config.plugin.plugin_dir": os.path.join(
+        os.path.dirname(harness.cistern_bin()), "plugins"),
 }
 # 127.0.0.1 (every client) may do everything, PUSH included; the PROXY
 # addresses of P0 are allowed; CONNECT and the WebSocket origin reach
@@ -118,6 +129,8 @@ PHASES = [
     ("P11", "read-while-writer joiner: joined near the end"),
     ("P12", "slice fetch (slice.blockbytes)"),
     ("P13", "background fill"),
+    ("P14", "a plugged rule's hit (headers.so, cachekey.so)"),
+    ("P15", "a plugin's answer (generator.so's intercept)"),
 ]
 ADVERSITIES = [
     ("A1", "client reads at 1 KiB/s"),
@@ -140,8 +153,9 @@ ADVERSITIES = [
 _A10 = ["A%d" % i for i in range(1, 11)]
 ADVS_OF = dict([(p, _A10) for p in ("P0", "P1", "P2", "P3", "P4", "P5",
                                     "P6", "P7", "P8")]
+               + [("P14", _A10)]
                + [(p, _A10 + ["A11", "A12"]) for p in ("P9", "P10", "P11",
-                                                       "P13")]
+                                                       "P13", "P15")]
                + [("P12", _A10 + ["A11", "A12", "A13", "A14"])])
 
 CELLS = []        # (cid, phase, adversity, expected, fn, preload)
@@ -372,15 +386,15 @@ class Ctx:
         return seeded(tag or self.tag, n)
 
 
-def get_req(path, extra=""):
-    return ("GET %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (path, HOST, extra)
+def get_req(path, extra="", host=HOST):
+    return ("GET %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (path, host, extra)
             ).encode("latin-1")
 
 
-def followup(ctx, path, want, stored):
+def followup(ctx, path, want, stored, host=HOST):
     """The follow-up plain GET: 200 with the byte-exact body; stored is
     "yes" (must be a hit), "no" (must be a miss) or "either"."""
-    r = harness.one_request(ctx.port, "GET", path, host=HOST, timeout=60)
+    r = harness.one_request(ctx.port, "GET", path, host=host, timeout=60)
     expect(r is not None, "follow-up GET %s: no complete response" % path)
     expect_eq(r.status, 200, "follow-up GET status")
     expect_body(r.body, want, "follow-up GET body")
@@ -1721,12 +1735,12 @@ class Reader(threading.Thread):
 
     def __init__(self, ctx, path, rate=None, leave=None, silent=None,
                  half_close=False, rcvbuf=None, timeout=60.0,
-                 headers=""):
+                 headers="", host=HOST):
         super().__init__(daemon=True)
         self.c = ctx.client(rcvbuf=rcvbuf, timeout=timeout)
         self.path, self.rate, self.leave = path, rate, leave
         self.silent, self.half, self.timeout = silent, half_close, timeout
-        self.headers = headers
+        self.headers, self.host = headers, host
         self.got, self.o, self.err, self.t_end = -1, None, None, None
         self.left = False
         self.t0 = time.monotonic()
@@ -1745,7 +1759,7 @@ class Reader(threading.Thread):
 
     def _run(self):
         c = self.c
-        c.send(get_req(self.path, self.headers))
+        c.send(get_req(self.path, self.headers, self.host))
         if self.half:
             c.half_close()
         if self.leave == -1:
@@ -2244,6 +2258,206 @@ def p13_a12(ctx):
 
 
 # ---------------------------------------------------------------------------
+# P14: a plugged rule's hit.  plug.test's rule runs headers.so (X-Plug set,
+# X-Origin-Conn removed, in the head as it goes out) and cachekey.so (utm=
+# is not in the key): each cell stores its object with utm=a and asks with
+# another utm=, so its hit is cachekey's doing and its head headers.so's.
+
+na("P14", ["A5", "A6", "A7", "A8", "A9", "A10"],
+   "a hit does not touch the origin (a plugged miss is P3-P5's code: the "
+   "hooks see only a whole, parsed origin head; test_plugins)")
+
+
+def plug_path(ctx, directives, utm):
+    return ctx.path(directives) + "&utm=" + utm
+
+
+def plug_preload(ctx, directives, n):
+    p = plug_path(ctx, directives, "a")
+    for _ in range(2):
+        r = harness.one_request(ctx.port, "GET", p, host=PHOST, timeout=60)
+        expect(r is not None and r.status == 200, "preload %s: %r" % (p, r))
+        expect_body(r.body, ctx.body(n), "preload %s" % p)
+    expect(is_hit(r), "preload %s: the second GET was not a hit" % p)
+
+
+def expect_plugged(o, what="plugged hit"):
+    """A whole hit whose head headers.so edited on its way out."""
+    expect(is_hit(o.resp), "%s: not a hit (cachekey's key?)" % what)
+    expect_eq(o.resp.header("X-Plug"), "edge", "%s: X-Plug (set-resp)" % what)
+    expect(o.resp.header("X-Origin-Conn") is None,
+           "%s: X-Origin-Conn not removed (rm-resp)" % what)
+
+
+@cell("P14.A1", "a 20 KiB plugged hit read at 1 KiB/s (20 s, small receive "
+      "buffer) -> never cut; byte-exact, its head edited")
+def p14_a1(ctx):
+    plug_preload(ctx, "bytes/20480", 20480)
+    c = ctx.client(rcvbuf=2048)
+    c.send(get_req(plug_path(ctx, "bytes/20480", "b"), host=PHOST))
+    o = c.read_response(60, rate=SLOW)
+    expect_complete(o, ctx.body(20480))
+    expect_plugged(o)
+    c.close()
+    followup(ctx, plug_path(ctx, "bytes/20480", "c"), ctx.body(20480), "yes",
+             host=PHOST)
+
+
+@cell("P14.A2", "half-close after the request -> the whole plugged hit, "
+      "its head edited, then the close")
+def p14_a2(ctx):
+    plug_preload(ctx, "bytes/20000", 20000)
+    c = ctx.client()
+    c.send(get_req(plug_path(ctx, "bytes/20000", "b"), host=PHOST))
+    c.half_close()
+    o = c.read_response(T_IN + LATE)
+    expect_complete(o, ctx.body(20000))
+    expect_plugged(o)
+    expect(c.read_until_close(T_KA_IN + LATE), "no close after the hit to a "
+           "half-closed request")
+    c.close()
+
+
+def _plug_big(ctx):
+    """An 8 MiB plugged hit the client takes 64 KiB of: (client, path)."""
+    plug_preload(ctx, "stream/%d" % BIG, BIG)
+    c = ctx.client(rcvbuf=4096)
+    c.send(get_req(plug_path(ctx, "stream/%d" % BIG, "b"), host=PHOST))
+    while len(c.buf) < 65536 and c.recv_some(10, 8192):
+        pass
+    h = _parse_head(c.buf)
+    expect(h is not None, "no head of the 8 MiB plugged hit: %r" % c.outcome())
+    expect_eq(h[0].header("X-Plug"), "edge", "X-Plug (set-resp)")
+    return c
+
+
+@cell("P14.A3", "reset mid plugged hit (8 MiB) -> dropped; the object is "
+      "still a clean hit through the rule")
+def p14_a3(ctx):
+    c = _plug_big(ctx)
+    c.rst()
+    time.sleep(0.5)
+    followup(ctx, plug_path(ctx, "stream/%d" % BIG, "c"), ctx.body(BIG),
+             "yes", host=PHOST)
+
+
+@cell("P14.A4", "the client stops reading an 8 MiB plugged hit -> cut after "
+      "transaction_no_activity_timeout_in; the object still a clean hit")
+def p14_a4(ctx):
+    c = _plug_big(ctx)
+    time.sleep(T_IN + 6)
+    expect_cut(c.read_response(T_IN + LATE), "a plugged hit the client "
+               "stopped reading")
+    c.close()
+    followup(ctx, plug_path(ctx, "stream/%d" % BIG, "c"), ctx.body(BIG),
+             "yes", host=PHOST)
+
+
+# ---------------------------------------------------------------------------
+# P15: a plugin's answer.  gen.test's rule is generator.so: /cache/SIZE/ID
+# is SIZE bytes of 'x', made as the worker can send them, and stored like
+# an origin's answer.
+
+na("P15", ["A5", "A6", "A7", "A8", "A9", "A10"],
+   "the plugin is the origin: no origin connection (an intercept that "
+   "answers late, in pieces, or not at all is test_plugins')")
+
+
+def gen_path(ctx, n):
+    return "/cache/%d/%s" % (n, ctx.tag)
+
+
+@cell("P15.A1", "a 20 KiB generated answer read at 1 KiB/s (20 s, small "
+      "receive buffer) -> never cut; byte-exact; stored")
+def p15_a1(ctx):
+    c = ctx.client(rcvbuf=2048)
+    c.send(get_req(gen_path(ctx, 20480), host=GHOST))
+    o = c.read_response(60, rate=SLOW)
+    expect_complete(o, b"x" * 20480)
+    c.close()
+    followup(ctx, gen_path(ctx, 20480), b"x" * 20480, "yes", host=GHOST)
+
+
+@cell("P15.A2", "half-close after the request -> the whole generated "
+      "answer, then the close; stored")
+def p15_a2(ctx):
+    c = ctx.client()
+    c.send(get_req(gen_path(ctx, 20000), host=GHOST))
+    c.half_close()
+    o = c.read_response(T_IN + LATE)
+    expect_complete(o, b"x" * 20000)
+    expect(c.read_until_close(T_KA_IN + LATE), "no close after the answer "
+           "to a half-closed request")
+    c.close()
+    followup(ctx, gen_path(ctx, 20000), b"x" * 20000, "yes", host=GHOST)
+
+
+def _gen_big(ctx):
+    c = ctx.client(rcvbuf=4096)
+    c.send(get_req(gen_path(ctx, BIG), host=GHOST))
+    while len(c.buf) < 65536 and c.recv_some(10, 8192):
+        pass
+    expect(_parse_head(c.buf) is not None, "no head of the 8 MiB generated "
+           "answer: %r" % c.outcome())
+    return c
+
+
+@cell("P15.A3", "reset mid generated answer (8 MiB) -> dropped; never "
+      "stored short (the follow-up byte-exact)")
+def p15_a3(ctx):
+    c = _gen_big(ctx)
+    c.rst()
+    time.sleep(0.5)
+    followup(ctx, gen_path(ctx, BIG), b"x" * BIG, "either", host=GHOST)
+
+
+@cell("P15.A4", "the client stops reading an 8 MiB generated answer -> cut "
+      "after transaction_no_activity_timeout_in; never stored short")
+def p15_a4(ctx):
+    c = _gen_big(ctx)
+    time.sleep(T_IN + 6)
+    expect_cut(c.read_response(T_IN + LATE), "a generated answer the client "
+               "stopped reading")
+    c.close()
+    followup(ctx, gen_path(ctx, BIG), b"x" * BIG, "either", host=GHOST)
+
+
+@cell("P15.A11", "a reload while an 8 MiB generated answer is read at 1 "
+      "MiB/s -> the old worker finishes it byte-exact, then exits; stored "
+      "or not, never short (solo)", solo=True)
+def p15_a11(ctx):
+    p = gen_path(ctx, BIG)
+    old = set(serving_workers(ctx.cistern))
+    f = Reader(ctx, p, rate=1 << 20, host=GHOST)
+    f.start()
+    harness.wait_for(lambda: f.got > 1 << 20, 20, what="1 MiB of the answer")
+    ctx.cistern.reload()
+    o = f.finish()
+    expect_complete(o, b"x" * BIG, "the generated answer across the reload")
+    harness.wait_for(lambda: not old & set(harness.children_of(
+        ctx.cistern.pid)), T_OUT + LATE, what="the old workers to drain")
+    followup(ctx, p, b"x" * BIG, "either", host=GHOST)
+
+
+@cell("P15.A12", "kill -9 of the worker generating an 8 MiB answer (read at "
+      "1 MiB/s) -> the client's answer cut, never stored short; the worker "
+      "replaced (solo)", solo=True)
+def p15_a12(ctx):
+    ctx.cistern.expect_log(r"killed by signal 9")
+    p = gen_path(ctx, BIG)
+    f = Reader(ctx, p, rate=1 << 20, host=GHOST)
+    f.start()
+    harness.wait_for(lambda: f.got > 1 << 20, 20, what="1 MiB of the answer")
+    m = re.search(rb"X-Cistern-Worker: \d+; pid=(\d+)", bytes(f.c.buf))
+    expect(m, "no X-Cistern-Worker in the answer's head")
+    os.kill(int(m.group(1)), 9)
+    expect_cut(f.finish(), "the answer of a killed worker")
+    harness.wait_for(lambda: len(serving_workers(ctx.cistern)) == 2, 10,
+                     what="the killed worker replaced")
+    followup(ctx, p, b"x" * BIG, "either", host=GHOST)
+
+
+# ---------------------------------------------------------------------------
 # Long and slow transfers
 
 MIB = 1 << 20
@@ -2382,6 +2596,10 @@ def _run_daemon(cells, errors, workers, run):
         c = Cistern(records=rec, storage=STORAGE, workers=workers,
                     ip_allow=IP_ALLOW,
                     remap=["map http://%s/ http://%s/" % (HOST, o.authority),
+                           "map http://%s/ http://%s/ %s" % (PHOST, o.authority,
+                                                           PLUG_OPTS),
+                           "map http://%s/ http://127.0.0.1/ @plugin=generator.so"
+                           % GHOST,
                            "map http://%s/ http://127.0.0.1:%d/"
                            % (WS_HOST, ws.port)])
         try:

@@ -151,12 +151,6 @@ def traced_requests(worker, sock, req, buf):
     return summary, buf
 
 
-def sanitizer_build():
-    ldd = subprocess.run(["ldd", harness.cistern_bin()], capture_output=True,
-                         text=True).stdout
-    return "libasan" in ldd or "libubsan" in ldd
-
-
 # A sanitizer build frees what a plain build keeps in free lists, and the
 # sanitizer's allocator maps and unmaps memory on its own schedule: those
 # calls are its, not Cistern's, and are left out of the count there.
@@ -169,7 +163,7 @@ def check_budget(summary, what, budget_total, budget_io):
     budget_io."""
     calls = parse_strace_summary(summary)
     expect(calls, "no strace summary:\n%s" % summary)
-    if sanitizer_build():
+    if harness.sanitizer_build():
         calls = {k: v for k, v in calls.items() if k not in SANITIZER_CALLS}
     total = sum(calls.values())
     io = sum(v for k, v in calls.items()
@@ -330,7 +324,7 @@ def test_no_heap_allocation_per_hit():
     a sanitizer build (valgrind cannot run those)."""
     if shutil.which("valgrind") is None:
         raise harness.SkipTest("valgrind not installed")
-    if sanitizer_build():
+    if harness.sanitizer_build():
         raise harness.SkipTest("sanitizer build: valgrind cannot run it")
     few = _dhat_worker_blocks(200)
     many = _dhat_worker_blocks(2000)
@@ -346,7 +340,7 @@ def test_no_heap_allocation_per_proxied_request():
     connection: a proxied request allocates nothing either."""
     if shutil.which("valgrind") is None:
         raise harness.SkipTest("valgrind not installed")
-    if sanitizer_build():
+    if harness.sanitizer_build():
         raise harness.SkipTest("sanitizer build: valgrind cannot run it")
     few = _dhat_worker_blocks(200, PROXY_PATH, 201)
     many = _dhat_worker_blocks(2000, PROXY_PATH, 2001)

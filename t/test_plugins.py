@@ -256,13 +256,8 @@ def test_reload_with_failing_plugin_keeps_config():
         expect_eq(get(c, "/nocache/4/a", "gen.test").status, 404, "old rule gone")
 
 
-def _sanitizer_build():
-    h = os.path.join(os.path.dirname(harness.cistern_bin()), "config.h")
-    return os.path.exists(h) and "#define CST_ASAN 1" in open(h).read()
-
-
 def test_crashing_plugin_kills_only_its_worker():
-    if _sanitizer_build():
+    if harness.sanitizer_build():
         raise harness.SkipTest("sanitizer build: ASan reports the deliberate crash itself")
     with Cistern(records=REC, storage=["cache 64M"], remap=[GEN + " @pparam=debug-crash"],
                  workers=2) as c:
@@ -449,10 +444,8 @@ def test_no_heap_allocation_per_plugged_request():
     after 200 and 2000 requests (valgrind's dhat; plain builds only)."""
     if shutil.which("valgrind") is None:
         raise harness.SkipTest("valgrind not installed")
-    if os.path.exists(os.path.join(os.path.dirname(harness.cistern_bin()), "config.h")):
-        with open(os.path.join(os.path.dirname(harness.cistern_bin()), "config.h")) as f:
-            if "#define CST_ASAN 1" in f.read():
-                raise harness.SkipTest("sanitizer build: valgrind cannot run it")
+    if harness.sanitizer_build():
+        raise harness.SkipTest("sanitizer build: valgrind cannot run it")
     remap = (GEN + " @plugin=headers.so @pparam=set-resp:X-A:1 @pparam=set-req:X-B:2 "
              "@plugin=cachekey.so @pparam=--exclude-params=u @pparam=--include-headers=X-T")
     for path in ("/cache/1024/a?u=1", "/nocache/1024/b"):
@@ -540,7 +533,7 @@ def test_a_crash_in_txn_end_or_send_response_names_its_plugin():
     """A plugin crashing in txn_end (a plan's call of another shape, fn.end)
     or in send_response is named in the master's log like one crashing in
     its intercept."""
-    if _sanitizer_build():
+    if harness.sanitizer_build():
         raise harness.SkipTest("sanitizer build: ASan reports the deliberate crash itself")
     with _plug_dir() as d:
         rv = _test_plugin(d, "review")
