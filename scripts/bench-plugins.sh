@@ -55,20 +55,31 @@ wait_ok() { # URL HOST
     done
     echo "bench-plugins: $1 (Host $2) never answered 200" >&2; return 1
 }
-# tree_ticks PID [user]: CPU time (user + system, or user alone; clock
-# ticks) of PID and its children (Cistern's workers, ATS's traffic_server
-# under its manager)
+# tree_ticks PID: user CPU time (clock ticks) of PID and its children
+# (Cistern's workers, ATS's traffic_server under its manager)
 tree_ticks() {
-    local t=0 p f='$12 + $13'
-    [[ ${2:-} == user ]] && f='$12'
+    local t=0 p
     for p in $1 $(pgrep -P "$1" || true); do
         [[ -r /proc/$p/stat ]] || continue
-        t=$((t + $(awk "{ sub(/^.*\\) /, \"\"); print $f }" "/proc/$p/stat")))
+        t=$((t + $(awk '{ sub(/^.*\) /, ""); print $12 }' "/proc/$p/stat")))
     done
     echo "$t"
 }
-# us_per_req TICKS REQUESTS: the server's CPU time per request, in us
+# tree_ns PID: CPU time (user + system, in ns: the scheduler's own count,
+# /proc/PID/task/*/schedstat, not sampled at ticks, steal time left out)
+# of PID's threads and its children's
+tree_ns() {
+    local p
+    for p in $1 $(pgrep -P "$1" || true); do
+        cat /proc/"$p"/task/*/schedstat 2>/dev/null || true
+    done | awk '{ t += $1 } END { printf "%.0f", t }'
+}
+# us_per_req NS REQUESTS: the server's CPU time per request, in us
 us_per_req() {
+    awk -v t="$1" -v n="$2" 'BEGIN { if (n > 0) printf "%.3f", t / 1e3 / n; else print "-" }'
+}
+# user_per_req TICKS REQUESTS: its user time per request, in us
+user_per_req() {
     awk -v t="$1" -v n="$2" -v hz="$(getconf CLK_TCK)" \
         'BEGIN { if (n > 0) printf "%.2f", t * 1e6 / hz / n; else print "-" }'
 }
@@ -84,21 +95,21 @@ run() {
         echo "bench-plugins: $name: $url (Host $host) is not a cache hit; no figure taken" >&2
         return 1
     fi
-    t0=$(tree_ticks "$srv_pid")
+    t0=$(tree_ns "$srv_pid")
     out=$("${cli_cpu[@]}" wrk -t1 -c"$c" -d"$secs" --latency -H "Host: $host" "$url")
     printf '%-34s %10s req/s  p50 %8s  mean %8s  cpu %6s us/req\n' "$name" \
         "$(awk '/Requests\/sec/ { print $2 }' <<<"$out")" \
         "$(awk '$1 == "50%" { print $2 }' <<<"$out")" \
         "$(awk '$1 == "Latency" { print $2; exit }' <<<"$out")" \
-        "$(us_per_req $(($(tree_ticks "$srv_pid") - t0)) "$(awk '/requests in/ { print $1 }' <<<"$out")")"
+        "$(us_per_req $(($(tree_ns "$srv_pid") - t0)) "$(awk '/requests in/ { print $1 }' <<<"$out")")"
     if ((c > 1)); then  # the issue's second client: ab -k -c100, as many requests as wrk made
-        t0=$(tree_ticks "$srv_pid")
+        t0=$(tree_ns "$srv_pid")
         out=$("${cli_cpu[@]}" ab -q -k -c100 -t"$secs" -n 5000000 -H "Host: $host" "$url" 2>&1)
         printf '%-34s %10s req/s  p50 %8s  failed %6s  cpu %6s us/req\n' "${name/-c50/ab -k -c100}" \
             "$(awk '/Requests per second/ { print $4 }' <<<"$out")" \
             "$(awk '$1 == "50%" { print $2 "ms" }' <<<"$out")" \
             "$(awk '/Failed requests/ { print $3 }' <<<"$out")" \
-            "$(us_per_req $(($(tree_ticks "$srv_pid") - t0)) "$(awk '/Complete requests/ { print $3 }' <<<"$out")")"
+            "$(us_per_req $(($(tree_ns "$srv_pid") - t0)) "$(awk '/Complete requests/ { print $3 }' <<<"$out")")"
     fi
 }
 
@@ -154,8 +165,8 @@ srv_pid=$!
 # user-us/req"
 measure() {
     local url="http://127.0.0.1:$cp/cache/1024/2" out t0 u0 rps n
-    t0=$(tree_ticks "$srv_pid")
-    u0=$(tree_ticks "$srv_pid" user)
+    t0=$(tree_ns "$srv_pid")
+    u0=$(tree_ticks "$srv_pid")
     if [[ $1 == wrk ]]; then
         out=$("${cli_cpu[@]}" wrk -t1 -c50 -d"$secs" -H "Host: $2" "$url")
         rps=$(awk '/Requests\/sec/ { print $2 }' <<<"$out")
@@ -165,8 +176,8 @@ measure() {
         rps=$(awk '/Requests per second/ { print $4 }' <<<"$out")
         n=$(awk '/Complete requests/ { print $3 }' <<<"$out")
     fi
-    echo "$rps $(us_per_req $(($(tree_ticks "$srv_pid") - t0)) "$n")" \
-        "$(us_per_req $(($(tree_ticks "$srv_pid" user) - u0)) "$n")"
+    echo "$rps $(us_per_req $(($(tree_ns "$srv_pid") - t0)) "$n")" \
+        "$(user_per_req $(($(tree_ticks "$srv_pid") - u0)) "$n")"
 }
 if ((pairs > 0)); then
     for h in plain.test both.test; do

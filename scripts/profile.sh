@@ -14,20 +14,23 @@
 #              the plugin hooks on a hit (the build's plugins/ directory)
 # With --cache, callgrind also models the caches and the misses per request
 # are printed (I1mr: first-level instruction misses, the cost of code
-# footprint; D1mr/D1mw: data).  A profiling aid: it prints, it never fails
-# on a figure.
+# footprint; D1mr/D1mw: data).  With --ab the requests are the ones
+# `ab -k` sends (HTTP/1.0, Connection: Keep-Alive, ApacheBench's
+# User-Agent) instead of an HTTP/1.1 request.  A profiling aid: it prints,
+# it never fails on a figure.
 #
-# Usage: scripts/profile.sh [-n N] [-t TOP] [--cache] [SCENARIO]
+# Usage: scripts/profile.sh [-n N] [-t TOP] [--cache] [--ab] [SCENARIO]
 #        (default: -n 1000 -t 25 hit; CISTERN_BIN names the daemon)
 set -euo pipefail
 
-n=1000 top=25 cache=0
+n=1000 top=25 cache=0 ab=0
 while [ $# -gt 0 ]; do
     case $1 in
     -n) n=$2; shift 2 ;;
     -t) top=$2; shift 2 ;;
     --cache) cache=1; shift ;;
-    -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --ab) ab=1; shift ;;
+    -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "profile: unknown option $1" >&2; exit 2 ;;
     *) break ;;
     esac
@@ -78,12 +81,16 @@ run() {
     if [ "$scenario" != proxy ]; then
         "$here/push.sh" --port "$port" -H m.test --bytes 1024 --max-age 3600 "$path" >/dev/null
     fi
-    python3 - "$port" "$count" "$path" <<'EOP'
+    python3 - "$port" "$count" "$path" "$ab" <<'EOP'
 import socket, sys
 port, count, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 s = socket.create_connection(("127.0.0.1", port))
-req = ("GET %s HTTP/1.1\r\nHost: m.test\r\nUser-Agent: profile\r\n"
-       "Accept: */*\r\n\r\n" % path).encode()
+if sys.argv[4] == "1":
+    req = ("GET %s HTTP/1.0\r\nConnection: Keep-Alive\r\nHost: m.test\r\n"
+           "User-Agent: ApacheBench/2.3\r\nAccept: */*\r\n\r\n" % path).encode()
+else:
+    req = ("GET %s HTTP/1.1\r\nHost: m.test\r\nUser-Agent: profile\r\n"
+           "Accept: */*\r\n\r\n" % path).encode()
 for _ in range(count):
     s.sendall(req)
     data = b""
