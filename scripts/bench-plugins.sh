@@ -9,7 +9,7 @@
 # generator.so, cachekey.so and header_rewrite.so.
 #
 # Usage: scripts/bench-plugins.sh [-d SECONDS] [--no-ats] [--pin] [--pairs N]
-#                                  [--port-base N]
+#                                  [--twin N] [--quota PCT] [--port-base N]
 #        --pin: the server on CPU 1, wrk and ab on CPU 0 (taskset), so
 #        the two do not take turns on one core (steadier figures)
 #        --pairs N: only the 3% question, asked N times: Cistern's rule
@@ -17,25 +17,36 @@
 #        -c100 each, in turns (ABBA: drift cancels), then the medians of
 #        req/s and of the server's CPU time per request, and the rows'
 #        difference in percent, round by round (median, mean +- 2 s.e.)
+#        --twin N: the 3% question asked of two Cisterns at once, one on
+#        each CPU with its own client beside it (wrk -c50, then ab -k -c100),
+#        one serving the rule without plugins and the other with them, the
+#        two swapping every round; N rounds.  What slows the machine for a
+#        while slows both rows alike, and a round and the next (swapped)
+#        together cancel any difference between the CPUs: the figures are
+#        those pairs' differences (median, and mean +- 2 s.e.).  The server's
+#        CPU time per request is its own; req/s also carries its client's
+#        time (the same in both rows), so it moves less than the server's.
 #        --quota PCT: Cistern's server in a cgroup allowed PCT% of one CPU
 #        (root; cgroup v1 cpu or v2): the server, not the client, bounds
 #        req/s, so req/s measures the server's cost per request
 #        CISTERN_BIN names the daemon (default _build/plain/cistern), its
 #        plugins are the build's (plugins/ next to it).
 set -euo pipefail
-secs=10 ats=1 base=18480 srv_cpu=() cli_cpu=() pairs=0 quota=0
+secs=10 ats=1 base=18480 srv_cpu=() cli_cpu=() pairs=0 quota=0 twin=0
 while (($#)); do
     case $1 in
     -d) secs=$2; shift 2 ;;
     --no-ats) ats=0; shift ;;
     --pin) srv_cpu=(taskset -c 1) cli_cpu=(taskset -c 0); shift ;;
     --pairs) pairs=$2; shift 2 ;;
+    --twin) twin=$2; shift 2 ;;
     --quota) quota=$2; shift 2 ;;
     --port-base) base=$2; shift 2 ;;
-    -h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-plugins: unknown argument $1" >&2; exit 2 ;;
     esac
 done
+((twin > 0)) && srv_cpu=(taskset -c 1)
 here=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/common.sh
 . "$here/scripts/common.sh"
@@ -120,23 +131,28 @@ chit='^Cache-Status:.*; hit'
 ahit=''
 
 # --- Cistern ---------------------------------------------------------------
-cp=$base
-mkdir -p "$tmp/c/conf" "$tmp/c/cache"
-cat >"$tmp/c/conf/records.config" <<CONF
-CONFIG proxy.config.http.server_ports STRING $cp
+# cistern_conf DIR PORT: a one-worker Cistern's configuration in DIR/conf
+cistern_conf() {
+    local d=$1 port=$2
+    mkdir -p "$d/conf" "$d/cache"
+    cat >"$d/conf/records.config" <<CONF
+CONFIG proxy.config.http.server_ports STRING $port
 CONFIG proxy.config.cistern.workers INT 1
-CONFIG proxy.config.cistern.run_dir STRING $tmp/c/run
-CONFIG proxy.config.log.logfile_dir STRING $tmp/c/log
+CONFIG proxy.config.cistern.run_dir STRING $d/run
+CONFIG proxy.config.log.logfile_dir STRING $d/log
 CONFIG proxy.config.log.logging_enabled INT 0
 CONFIG proxy.config.plugin.plugin_dir STRING $pdir
 CONF
-echo "$tmp/c/cache 256M" >"$tmp/c/conf/storage.config"
-cat >"$tmp/c/conf/remap.config" <<CONF
+    echo "$d/cache 256M" >"$d/conf/storage.config"
+    cat >"$d/conf/remap.config" <<CONF
 map http://gen.test/ http://127.0.0.1/ @plugin=generator.so
-map http://127.0.0.1:$cp/ http://127.0.0.1/ @plugin=generator.so
-map http://plain.test/ http://127.0.0.1:$cp/
-map http://both.test/ http://127.0.0.1:$cp/ @plugin=headers.so @pparam=set-resp:X-Served-By:edge @plugin=cachekey.so @pparam=--exclude-params=utm
+map http://127.0.0.1:$port/ http://127.0.0.1/ @plugin=generator.so
+map http://plain.test/ http://127.0.0.1:$port/
+map http://both.test/ http://127.0.0.1:$port/ @plugin=headers.so @pparam=set-resp:X-Served-By:edge @plugin=cachekey.so @pparam=--exclude-params=utm
 CONF
+}
+cp=$base
+cistern_conf "$tmp/c" "$cp"
 # --quota: a cgroup of our own for the server (v1's cpu controller, or v2)
 cg=
 if ((quota > 0)); then
@@ -179,6 +195,74 @@ measure() {
     echo "$rps $(us_per_req $(($(tree_ns "$srv_pid") - t0)) "$n")" \
         "$(user_per_req $(($(tree_ticks "$srv_pid") - u0)) "$n")"
 }
+# load TOOL CPU PORT HOST: one client's run on CPU; prints "req/s requests"
+load() {
+    local url="http://127.0.0.1:$3/cache/1024/2" out
+    if [[ $1 == wrk ]]; then
+        out=$(taskset -c "$2" wrk -t1 -c50 -d"$secs" -H "Host: $4" "$url")
+        echo "$(awk '/Requests\/sec/ { print $2 }' <<<"$out") $(awk '/requests in/ { print $1 }' <<<"$out")"
+    else
+        out=$(taskset -c "$2" ab -q -k -c100 -t"$secs" -n 5000000 -H "Host: $4" "$url" 2>&1)
+        echo "$(awk '/Requests per second/ { print $4 }' <<<"$out") $(awk '/Complete requests/ { print $3 }' <<<"$out")"
+    fi
+}
+if ((twin > 0)); then
+    cp2=$((base + 2))
+    cistern_conf "$tmp/c2" "$cp2"
+    taskset -c 0 "$bin" -c "$tmp/c2/conf" -f >"$tmp/c2/stderr" 2>&1 &
+    pids+=($!)
+    srv2=$!
+    for port in "$cp" "$cp2"; do
+        for h in plain.test both.test; do
+            wait_ok "http://127.0.0.1:$port/cache/1024/2" "$h"
+            curl -s -D - -o /dev/null -H "Host: $h" "http://127.0.0.1:$port/cache/1024/2" |
+                grep -qiE "$chit" || { echo "bench-plugins: $h on $port is not a hit" >&2; exit 1; }
+        done
+    done
+    echo "# $twin rounds, ${secs}s each: two servers at once (CPU 1: port $cp, CPU 0: port $cp2),"
+    echo "# no plugins (plain.test) on one and headers+cachekey (both.test) on the other, swapped each round"
+    : >"$tmp/twin"
+    for ((i = 1; i <= twin; i++)); do
+        h1=plain.test h2=both.test
+        ((i % 2 == 0)) && h1=both.test h2=plain.test
+        for tool in wrk ab; do
+            a1=$(tree_ns "$srv_pid") a2=$(tree_ns "$srv2")
+            load "$tool" 1 "$cp" "$h1" >"$tmp/l1" &
+            l1=$!
+            load "$tool" 0 "$cp2" "$h2" >"$tmp/l2" &
+            wait "$l1" $!
+            read -r r1 n1 <"$tmp/l1"
+            read -r r2 n2 <"$tmp/l2"
+            c1=$(us_per_req $(($(tree_ns "$srv_pid") - a1)) "$n1")
+            c2=$(us_per_req $(($(tree_ns "$srv2") - a2)) "$n2")
+            echo "$i $tool $h1 $r1 $c1 $h2 $r2 $c2" >>"$tmp/twin"
+            printf 'round %2d  %-4s CPU 1 %-10s %9s req/s %7s us/req | CPU 0 %-10s %9s req/s %7s us/req\n' \
+                "$i" "$tool" "$h1" "$r1" "$c1" "$h2" "$r2" "$c2"
+        done
+    done
+    python3 - "$tmp/twin" <<'EOP'
+import statistics, sys
+rounds = {}
+for line in open(sys.argv[1]):
+    i, tool, h1, r1, c1, h2, r2, c2 = line.split()
+    row = {h1: (float(r1), float(c1)), h2: (float(r2), float(c2))}
+    p, b = row["plain.test"], row["both.test"]
+    rounds.setdefault(tool, []).append((100 * (b[0] - p[0]) / p[0], 100 * (b[1] - p[1]) / p[1], p, b))
+def spread(d):
+    se = statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 else 0
+    return "%+5.1f%% (mean %+5.1f%% +- %.1f)" % (statistics.median(d), statistics.mean(d), 2 * se)
+for tool, name in (("wrk", "wrk -t1 -c50"), ("ab", "ab -k -c100")):
+    r = rounds[tool]
+    pairs = [((r[k][0] + r[k + 1][0]) / 2, (r[k][1] + r[k + 1][1]) / 2) for k in range(0, len(r) - 1, 2)]
+    print("%-13s no plugins %9.0f req/s %6.2f us/req | headers+cachekey %9.0f req/s %6.2f us/req (medians)"
+          % (name, statistics.median(x[2][0] for x in r), statistics.median(x[2][1] for x in r),
+             statistics.median(x[3][0] for x in r), statistics.median(x[3][1] for x in r)))
+    if pairs:
+        print("%-13s with plugins, %d pairs of rounds: req/s %s, server cpu/req %s"
+              % ("", len(pairs), spread([x[0] for x in pairs]), spread([x[1] for x in pairs])))
+EOP
+    exit 0
+fi
 if ((pairs > 0)); then
     for h in plain.test both.test; do
         wait_ok "http://127.0.0.1:$cp/cache/1024/2" "$h"
