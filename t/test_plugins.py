@@ -227,6 +227,16 @@ def test_check_reports_plugin_errors():
               "@pparam=set-resp:X-Bad\x01Name:1"], None,
              'remap.config:1: plugin headers.so: "set-resp:X-Bad\x01Name:1": a field name '
              "is a token"),
+            # ... and the fields the proxy frames and routes by, removed too
+            (["map http://a.test/ http://o.test/ @plugin=headers.so @pparam=add-resp:X-A:1",
+              "map http://b.test/ http://o.test/ @plugin=headers.so "
+              "@pparam=rm-origin:transfer-encoding"], None,
+             'remap.config:2: plugin headers.so: "rm-origin:transfer-encoding": a field name '
+             "is a token (no space, control byte or ':') and not one the proxy frames"),
+            (["map http://a.test/ http://o.test/ @plugin=headers.so "
+              "@pparam=set-resp:Content-Length:3"], None, '"set-resp:Content-Length:3": a'),
+            (["map http://a.test/ http://o.test/"], "headers.so set-req:Host:x\n",
+             'plugin.config:1: plugin headers.so: "set-req:Host:x": a'),
         ]
         for remap, pcfg, want in cases:
             files = {"plugin.config": pcfg} if pcfg else None
@@ -580,6 +590,76 @@ def test_prepared_fields_at_the_buffer_edge():
                                len(named(r, "X-Add")), r.body),
                               (["v"], ["new"], ["again"], 1, b"hello"),
                               "%s after %d bytes of padding" % (what, pad))
+
+
+
+def _ka_exchange(s, req):
+    """req on keep-alive socket s; its answer: (status line, [(name, value)],
+    body), the body read by its one Content-Length (None: no answer in 5 s,
+    or a head without exactly one Content-Length)."""
+    s.sendall(req)
+    data = b""
+    try:
+        while b"\r\n\r\n" not in data:
+            d = s.recv(65536)
+            if not d:
+                return None
+            data += d
+        head, body = data.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        fields = [tuple(x.strip() for x in ln.split(":", 1)) for ln in lines[1:]]
+        cls = [v for k, v in fields if k.lower() == "content-length"]
+        if len(cls) != 1:
+            return lines[0], fields, None
+        while len(body) < int(cls[0]):
+            d = s.recv(65536)
+            if not d:
+                return None
+            body += d
+    except socket.timeout:
+        return None
+    return lines[0], fields, body
+
+
+def test_framing_and_routing_fields_stay_the_proxys():
+    """A plugin that sets, adds and removes Content-Length,
+    Transfer-Encoding, Connection and the hop-by-hop fields and Host in
+    every hook that may change a head (t/plugin_frame.c), ignoring what the
+    API answers: every call is refused (field_prepare too), the client gets
+    one Content-Length that frames the body (RFC 9112 6.3), the origin one
+    Host (RFC 9112 3.2) and a GET without a body or a POST framed as the
+    client framed it (no request smuggled behind it), on a miss, a POST and
+    an intercept, one after another on one keep-alive connection."""
+    with _plug_dir() as d:
+        frame = _test_plugin(d, "frame")
+        with Origin() as o, Cistern(records=REC, remap=[
+                "map http://f.test/ http://%s/ @plugin=%s" % (o.authority, frame),
+                "map http://fi.test/ http://127.0.0.1/ @plugin=%s @pparam=intercept"
+                % frame]) as c:
+            s = socket.create_connection(("127.0.0.1", c.port), timeout=5)
+            asks = [("GET /bytes/10 HTTP/1.1\r\nHost: f.test\r\n\r\n", b"ABCDEFGHIJ"),
+                    ("POST /bytes/7 HTTP/1.1\r\nHost: f.test\r\nContent-Length: 5\r\n\r\n"
+                     "hello", b"ABCDEFG"),
+                    ("GET /i HTTP/1.1\r\nHost: fi.test\r\n\r\n", b"hello")]
+            for req, want in asks:
+                r = _ka_exchange(s, req.encode())
+                expect(r is not None, "no answer framed by one Content-Length to %r" % req)
+                line, fields, body = r
+                expect_eq((line, body), ("HTTP/1.1 200 OK", want), "the answer to %r" % req)
+                expect_eq([k for k, _ in fields if k.lower() == "transfer-encoding"], [],
+                          "Transfer-Encoding beside Content-Length")
+                expect_eq([v for k, v in fields if k.lower() == "x-frame"],
+                          ["remap=0 send_request=0 intercept=0 read_response=0 "
+                           "send_response=0 prepare=0"], "the edits the API accepted")
+            s.close()
+            got = o.requests()
+            expect_eq(len(got), 2, "origin requests")
+            for q, body in zip(got, (b"", b"hello")):
+                h = [(k.lower(), v) for k, v in q["headers"]]
+                expect_eq([v for k, v in h if k == "host"], [o.authority], "Host")
+                expect_eq([v for k, v in h if k in ("content-length", "transfer-encoding")],
+                          ["5"] if body else [], "the request's framing")
+                expect_eq(q["body"].encode("latin-1"), body, "the request's body")
 
 
 if __name__ == "__main__":

@@ -134,6 +134,8 @@ plug_added_get(const struct plug_edits *ed, const char *name, size_t nlen, int *
     return 0;
 }
 
+static inline __attribute__((always_inline)) int plug_name_reserved(const char *name,
+                                                                     size_t nlen);
 static inline __attribute__((always_inline)) int plug_field_ok(const char *name, size_t nlen,
                                                                 const char *val, size_t vlen);
 
@@ -160,6 +162,8 @@ plug_edit_add(struct plug_edits *ed, const char *name, size_t nlen, const char *
 static int
 plug_edit_remove(struct plug_edits *ed, const char *name, size_t nlen)
 {
+    if (plug_name_reserved(name, nlen))
+        return -1;
     /* the lines added before go too */
     char *p = ed->add, *end = ed->add + ed->addlen;
     while (p < end) {
@@ -297,12 +301,38 @@ plug_bad(const char *s, size_t n, int value)
     return bad | plug_bad_word(x, value);
 }
 
+/* The fields the proxy writes from its own state, which no plugin may
+ * set, add or remove: an edit would make the head lie about its message.
+ * The framing (RFC 9112 6.1-6.3: a second Content-Length, a removed one
+ * on a POST, a Transfer-Encoding the body does not have: the origin or
+ * the client reads the next message from the body, or waits), the
+ * connection's own (RFC 9110 7.6.1: Connection and the hop-by-hop fields
+ * it may name) and Host (RFC 9112 3.2: exactly one, the route's; url_set
+ * changes the route).  The length picks the names to compare: most
+ * fields cost one switch. */
+static inline __attribute__((always_inline)) int
+plug_name_reserved(const char *name, size_t nlen)
+{
+    switch (nlen) {
+    case 2: return strncasecmp(name, "te", 2) == 0;
+    case 4: return strncasecmp(name, "host", 4) == 0;
+    case 7: return strncasecmp(name, "trailer", 7) == 0 || strncasecmp(name, "upgrade", 7) == 0;
+    case 10:
+        return strncasecmp(name, "connection", 10) == 0
+               || strncasecmp(name, "keep-alive", 10) == 0;
+    case 14: return strncasecmp(name, "content-length", 14) == 0;
+    case 16: return strncasecmp(name, "proxy-connection", 16) == 0;
+    case 17: return strncasecmp(name, "transfer-encoding", 17) == 0;
+    default: return 0;
+    }
+}
+
 static inline __attribute__((always_inline)) int
 plug_field_ok(const char *name, size_t nlen, const char *val, size_t vlen)
 {
     uint64_t bad = plug_bad(name, nlen, 0) | plug_bad(val, vlen, 1);
 
-    return nlen > 0 && (bad & 0x8080808080808080ull) == 0;
+    return nlen > 0 && (bad & 0x8080808080808080ull) == 0 && !plug_name_reserved(name, nlen);
 }
 
 /* send_response: room for need more bytes at the end of the client's
@@ -357,7 +387,7 @@ plug_out_remove(struct cst_txn *t, const char *name, size_t nlen)
     char *p = b->data + t->mark, *end = b->data + b->end - 2;   /* to the blank line */
     char *q, *e;
 
-    if (nlen == 0)
+    if (nlen == 0 || plug_name_reserved(name, nlen))
         return -1;
     while ((q = linescan(p, end, (unsigned char)name[0])) != NULL) {
         p = q;
