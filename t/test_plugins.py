@@ -60,6 +60,23 @@ def test_generator_is_a_cached_origin():
         expect_eq((r.status, r.header("Content-Length")), (200, "5"), "HEAD")
 
 
+def test_generator_sizes_past_its_range():
+    """generator.so's SIZE and max-size past INT64_MAX (intercept_answer's
+    length is signed), a suffix among them: 17179869185G once shifted its
+    bits out and answered 1 GiB, 17179869184G an empty 200; now 404, and a
+    max-size past it a load error."""
+    with Cistern(records=REC, storage=["cache 64M"], remap=[GEN]) as c:
+        for size in ("17179869185G", "17179869184G", "9007199254740993M",
+                     "9223372036854775808"):
+            r = curl([c.url("/cache/%s/o" % size), "-H", "Host: gen.test", "-I"])
+            expect_eq(r.status, 404, "SIZE %s" % size)
+        r = curl([c.url("/cache/8589934591G/o"), "-H", "Host: gen.test", "-I"])
+        expect_eq(r.status, 400, "the largest SIZE with G, over max-size")
+    r = check_config(records=REC, remap=[GEN + " @pparam=max-size=8589934592G"])
+    expect_in('remap.config:1: plugin generator.so: unknown argument "max-size=8589934592G"',
+              r.stdout + r.stderr, "cistern -t")
+
+
 def test_headers_plugin():
     with Origin() as o, Cistern(records=REC, storage=["cache 64M"], remap=[
             "map http://h.test/ http://%s/ @plugin=headers.so "
