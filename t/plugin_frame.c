@@ -11,7 +11,9 @@
  * "X-Frame: remap=N send_request=N intercept=N read_response=N
  * send_response=N prepare=N" (prepare: field_prepare's answers that were
  * not NULL, at load).  With @pparam=intercept it answers the request
- * itself ("hello", 5 bytes).
+ * itself ("hello", 5 bytes).  With @pparam=fill its send_response then
+ * adds 1000-byte fields to the client's head ("X-Filler: fff...") until
+ * field_add refuses one, at most 1000.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -31,7 +33,7 @@ enum { K_REMAP, K_SEND_REQUEST, K_INTERCEPT, K_READ_RESPONSE, K_SEND_RESPONSE, K
 
 struct frame {
     const struct cst_api *api;
-    int                   intercept;
+    int                   intercept, fill;
     int                   prepared;
 };
 
@@ -44,12 +46,15 @@ frame_create(const struct cst_api *api, int argc, char **argv, char *err, size_t
         return NULL;
     f->api = api;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "intercept") != 0) {
+        if (strcmp(argv[i], "intercept") == 0) {
+            f->intercept = 1;
+        } else if (strcmp(argv[i], "fill") == 0) {
+            f->fill = 1;
+        } else {
             snprintf(err, errlen, "unknown argument \"%s\"", argv[i]);
             free(f);
             return NULL;
         }
-        f->intercept = 1;
     }
     for (size_t i = 0; i < NNAMES; i++) {
         struct cst_field *p = api->field_prepare(names[i], strlen(names[i]), "3", 1);
@@ -124,6 +129,18 @@ frame_intercept(void *inst, struct cst_txn *t)
     return f->api->intercept_answer(t, 200, 5, frame_body, NULL, NULL) == 0;
 }
 
+/* Fields of 1000 bytes until one is refused. */
+static void
+frame_fill(struct frame *f, struct cst_txn *t)
+{
+    static char v[1000];
+
+    memset(v, 'f', sizeof(v));
+    for (int n = 0; n < 1000; n++)
+        if (f->api->field_add(t, CST_RESPONSE, "X-Filler", 8, v, sizeof(v)) < 0)
+            break;
+}
+
 static int
 frame_send_response(void *inst, struct cst_txn *t)
 {
@@ -139,6 +156,8 @@ frame_send_response(void *inst, struct cst_txn *t)
                    (unsigned)(n & 255), (unsigned)(n >> 8 & 255), (unsigned)(n >> 16 & 255),
                    (unsigned)(n >> 24 & 255), (unsigned)(n >> 32 & 255), f->prepared);
     f->api->field_add(t, CST_RESPONSE, "X-Frame", 7, out, (size_t)len);
+    if (f->fill)
+        frame_fill(f, t);
     return CST_CONTINUE;
 }
 

@@ -679,5 +679,34 @@ def test_framing_and_routing_fields_stay_the_proxys():
                 expect_eq(q["body"].encode("latin-1"), body, "the request's body")
 
 
+
+def test_client_head_grows_only_to_the_head_limit():
+    """A send_response hook that adds 1000-byte fields until field_add
+    refuses (t/plugin_frame.c's fill): the client's head stops at
+    response_header_max_size, the limit an origin's head has (it grew
+    without bound, 1 MB here, as far as malloc went), on the miss and on
+    the hit, and the head still frames the body."""
+    with _plug_dir() as d:
+        frame = _test_plugin(d, "frame")
+        rec = dict(REC)
+        rec["proxy.config.http.response_header_max_size"] = 32768
+        with Origin() as o, Cistern(records=rec, storage=["cache 64M"], remap=[
+                "map http://fill.test/ http://%s/ @plugin=%s @pparam=fill"
+                % (o.authority, frame)]) as c:
+            s = socket.create_connection(("127.0.0.1", c.port), timeout=5)
+            for what in ("miss", "hit"):
+                r = _ka_exchange(s, b"GET /headers?Cache-Control=max-age%3D60 HTTP/1.1\r\n"
+                                 b"Host: fill.test\r\n\r\n")
+                expect(r is not None, "%s: no answer framed by one Content-Length" % what)
+                line, fields, body = r
+                head = len("\r\n".join([line] + ["%s: %s" % f for f in fields])) + 4
+                fill = [v for k, v in fields if k == "X-Filler"]
+                expect_eq(line, "HTTP/1.1 200 OK", what)
+                expect(20 < len(fill) and head <= 32768, "%s: %d fields, a head of %d bytes"
+                       % (what, len(fill), head))
+            s.close()
+            expect_eq(len(o.requests()), 1, "the second was a hit")
+
+
 if __name__ == "__main__":
     harness.main()

@@ -336,15 +336,21 @@ plug_field_ok(const char *name, size_t nlen, const char *val, size_t vlen)
 }
 
 /* send_response: room for need more bytes at the end of the client's
- * output.  buf_grow would move unsent bytes to the front when start > 0,
- * and the caller's mark with them: with start taken as 0 it only ever
- * reallocates, keeping every offset. */
+ * head, t->out[t->mark..end).  The head grows no larger than an origin's
+ * may be (response_header_max_size): a hook adding fields until refused
+ * would otherwise grow it as far as malloc goes.  buf_grow would move
+ * unsent bytes to the front when start > 0, and the caller's mark with
+ * them: with start taken as 0 it only ever reallocates, keeping every
+ * offset. */
 static int
-plug_out_room(struct buf *b, size_t need)
+plug_out_room(struct cst_txn *t, size_t need)
 {
+    struct buf *b = t->out;
     size_t start = b->start;
     int rc;
 
+    if (b->end - t->mark + need > wk->resp_limits.head_max)
+        return -1;
     if (b->size - b->end >= need)
         return 0;
     b->start = 0;
@@ -362,7 +368,7 @@ plug_out_add(struct cst_txn *t, const char *name, size_t nlen, const char *val, 
     size_t need = nlen + vlen + 4;
 
     if (!plug_field_ok(name, nlen, val, vlen) || b->end - t->mark < 4
-        || plug_out_room(b, need) < 0)
+        || plug_out_room(t, need) < 0)
         return -1;
     char *p = b->data + b->end - 2;         /* the blank line's CRLF */
     memcpy(p, name, nlen);
@@ -484,7 +490,7 @@ plug_out_line(struct cst_txn *t, const struct cst_field *f)
 {
     struct buf *b = t->out;
 
-    if (b->end - t->mark < 4 || plug_out_room(b, f->llen) < 0)
+    if (b->end - t->mark < 4 || plug_out_room(t, f->llen) < 0)
         return -1;
     char *p = b->data + b->end - 2;         /* the blank line's CRLF */
     memcpy(p, f->line, f->llen);
