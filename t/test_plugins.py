@@ -708,5 +708,29 @@ def test_client_head_grows_only_to_the_head_limit():
             expect_eq(len(o.requests()), 1, "the second was a hit")
 
 
+
+def test_origin_head_edited_up_to_the_head_limit():
+    """read_response's edits on an origin head between 64 KiB (the rewrite
+    scratch's size, once a 502 for any head past it) and
+    response_header_max_size (128 KiB): the edited head is served (too
+    large to store); one that the edit (2000 bytes more) takes past the
+    limit is refused (502), as the origin's own would be."""
+    with Origin() as o, Cistern(records=REC, storage=["cache 64M"], remap=[
+            "map http://ro.test/ http://%s/ @plugin=headers.so @pparam=set-origin:X-Seen:1 "
+            "@pparam=rm-origin:X-Drop @pparam=add-origin:X-Long:%s"
+            % (o.authority, "l" * 2000)]) as c:
+        c.expect_log(r"does not fit|too large|head")
+        for path, pad, status in (("/a", 70000, 200), ("/b", 129500, 502)):
+            o.script(path, [{"status": 200, "headers": [
+                ["Cache-Control", "max-age=60"], ["X-Drop", "d"], ["X-Pad", "p" * pad]],
+                "body": "hello"}])
+            r = _one(c, path, "ro.test")
+            expect(r is not None, "%s: no answer" % path)
+            expect_eq(r.status, status, path)
+            if status == 200:
+                expect_eq((named(r, "X-Seen"), named(r, "X-Drop"), len(r.header("X-Pad", "")),
+                           len(r.header("X-Long", "")), r.body),
+                          (["1"], [], pad, 2000, b"hello"), path)
+
 if __name__ == "__main__":
     harness.main()

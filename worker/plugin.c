@@ -43,7 +43,8 @@
 
 
 static struct plug_edits plug_redits;  /* the response hook's changes */
-static char plug_scratch[65536];       /* a head being rewritten */
+static char *plug_scratch;             /* a head being rewritten */
+static size_t plug_scratch_size;
 
 /* ------------------------------------------------------------------ */
 /* Which instances run on a request: the global ones, then the rule's */
@@ -831,9 +832,29 @@ plug_req_removed(struct req *rq, int i)
            && plug_deleted(&t->req, r->base + r->fields[i].name, r->fields[i].name_len);
 }
 
-/* Rewrite a head: its status line (sl, sll), the fields get_line gives
- * that the response edits keep, the added lines, the blank line; into
- * plug_scratch.  Returns its length, or 0 when it does not fit. */
+/* The scratch, room for a head of len bytes rewritten (the added lines
+ * and the blank line more); grown only for a head larger than any
+ * before, kept for the worker's life: an origin's head may be as large as
+ * response_header_max_size, and no request allocates once the largest has
+ * come.  0, or -1. */
+static int
+plug_scratch_room(size_t len)
+{
+    size_t need = len + PLUG_ADD_MAX + 2;
+    char *n;
+
+    if (need <= plug_scratch_size)
+        return 0;
+    if ((n = realloc(plug_scratch, need)) == NULL)
+        return -1;
+    plug_scratch = n;
+    plug_scratch_size = need;
+    return 0;
+}
+
+/* Rewrite a head of len bytes: its status line, the fields the response
+ * edits keep, the added lines, the blank line; into plug_scratch.
+ * Returns its length, or 0 when it does not fit. */
 static size_t
 plug_head_text(const char *h, size_t len)
 {
@@ -841,7 +862,7 @@ plug_head_text(const char *h, size_t len)
     const char *p = memchr(h, '\n', len), *end = h + len;
     size_t n;
 
-    if (p == NULL)
+    if (p == NULL || plug_scratch_room(len) < 0)
         return 0;
     n = (size_t)(++p - h);
     memcpy(plug_scratch, h, n);
@@ -855,15 +876,11 @@ plug_head_text(const char *h, size_t len)
             break;      /* the blank line */
         c = memchr(p, ':', ll);
         if (c == NULL || !plug_deleted(ed, p, (size_t)(c - p))) {
-            if (n + ll >= sizeof(plug_scratch))
-                return 0;
             memcpy(plug_scratch + n, p, ll);
             n += ll;
         }
         p = e + 1;
     }
-    if (n + ed->addlen + 2 >= sizeof(plug_scratch))
-        return 0;
     memcpy(plug_scratch + n, ed->add, ed->addlen);
     n += ed->addlen;
     memcpy(plug_scratch + n, "\r\n", 2);
