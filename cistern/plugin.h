@@ -107,7 +107,11 @@ struct cst_api {
      * *val, *vlen, or 0.  field_add appends a field; field_remove removes
      * every field of that name; field_set is remove then add.  The
      * request may be changed in read_request, remap and send_request; the
-     * response in read_response, send_response and intercept. */
+     * response in read_response, send_response and intercept.  The
+     * fields the daemon frames and routes by are its own, never changed
+     * (-1): Content-Length, Transfer-Encoding, Connection, Keep-Alive,
+     * Proxy-Connection, TE, Trailer, Upgrade and Host.  In send_response
+     * the client's head grows to response_header_max_size, no further. */
     int  (*field_get)(struct cst_txn *t, int head, const char *name, size_t nlen, int nth,
                       const char **val, size_t *vlen);
     int  (*field_add)(struct cst_txn *t, int head, const char *name, size_t nlen,
@@ -189,7 +193,8 @@ struct cst_api {
     const char *(*key_peek)(struct cst_txn *t, size_t *len);
     /* A field checked and formatted once, for a plugin that puts the same
      * field on many requests: made in create (NULL when name or value has
-     * a byte a head cannot carry, or out of memory), put with field_put
+     * a byte a head cannot carry, for one of the daemon's own fields
+     * (above), or out of memory), put with field_put
      * (how: CST_FIELD_SET or CST_FIELD_ADD; in the hooks where field_set
      * and field_add may be called, with their results), freed with
      * field_free in destroy (after which it must not be put: no check of

@@ -29,11 +29,15 @@ struct gen {
     int crash;
 };
 
+/* SIZE[K|M|G] into *out: 0, or -1 when it is not one or is past
+ * INT64_MAX (intercept_answer's length is signed; a suffix that shifted
+ * the bits out made 17179869185G 1 GiB). */
 static int
 gen_size(const char *s, size_t n, uint64_t *out)
 {
     uint64_t v = 0;
     size_t i = 0;
+    int shift = 0;
 
     if (n == 0)
         return -1;
@@ -46,15 +50,17 @@ gen_size(const char *s, size_t n, uint64_t *out)
         return -1;
     if (i + 1 == n) {
         switch (s[i]) {
-        case 'k': case 'K': v <<= 10; break;
-        case 'm': case 'M': v <<= 20; break;
-        case 'g': case 'G': v <<= 30; break;
+        case 'k': case 'K': shift = 10; break;
+        case 'm': case 'M': shift = 20; break;
+        case 'g': case 'G': shift = 30; break;
         default: return -1;
         }
     } else if (i != n) {
         return -1;
     }
-    *out = v;
+    if (v > (uint64_t)INT64_MAX >> shift)
+        return -1;
+    *out = v << shift;
     return 0;
 }
 

@@ -17,6 +17,9 @@
  *
  * e.g. `@plugin=headers.so @pparam=set-resp:X-Served-By:edge1
  *       @pparam=if-status=404 @pparam=set-resp:Cache-Control:no-store`.
+ * The fields the proxy frames messages and routes by (Content-Length,
+ * Transfer-Encoding, Connection and the hop-by-hop fields, Host) are
+ * refused at load: the API would refuse every change of them.
  * Nothing is allocated per request.
  */
 #include <stdio.h>
@@ -184,11 +187,19 @@ hdrs_create(const struct cst_api *api, int argc, char **argv, char *err, size_t 
             goto fail;
         nr->nlen = strlen(nr->name);
         nr->vlen = nr->value ? strlen(nr->value) : 0;
-        if (nr->op != H_RM
-            && (nr->f = api->field_prepare(nr->name, nr->nlen, nr->value, nr->vlen)) == NULL) {
+        /* a name to remove is checked as one to set: the API refuses both */
+        nr->f = api->field_prepare(nr->name, nr->nlen, nr->value, nr->vlen);
+        if (nr->f == NULL) {
             snprintf(err, errlen, "\"%s\": a field name is a token (no space, "
-                     "control byte or ':'), a value has no CR, LF or NUL", a);
+                     "control byte or ':') and not one the proxy frames or routes by "
+                     "(Content-Length, Transfer-Encoding, Connection, Keep-Alive, "
+                     "Proxy-Connection, TE, Trailer, Upgrade, Host), a value has no CR, "
+                     "LF or NUL", a);
             goto fail;
+        }
+        if (nr->op == H_RM) {
+            api->field_free(nr->f);
+            nr->f = NULL;
         }
         h->has[nr->where]++;
     }

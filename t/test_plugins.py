@@ -60,6 +60,23 @@ def test_generator_is_a_cached_origin():
         expect_eq((r.status, r.header("Content-Length")), (200, "5"), "HEAD")
 
 
+def test_generator_sizes_past_its_range():
+    """generator.so's SIZE and max-size past INT64_MAX (intercept_answer's
+    length is signed), a suffix among them: 17179869185G once shifted its
+    bits out and answered 1 GiB, 17179869184G an empty 200; now 404, and a
+    max-size past it a load error."""
+    with Cistern(records=REC, storage=["cache 64M"], remap=[GEN]) as c:
+        for size in ("17179869185G", "17179869184G", "9007199254740993M",
+                     "9223372036854775808"):
+            r = curl([c.url("/cache/%s/o" % size), "-H", "Host: gen.test", "-I"])
+            expect_eq(r.status, 404, "SIZE %s" % size)
+        r = curl([c.url("/cache/8589934591G/o"), "-H", "Host: gen.test", "-I"])
+        expect_eq(r.status, 400, "the largest SIZE with G, over max-size")
+    r = check_config(records=REC, remap=[GEN + " @pparam=max-size=8589934592G"])
+    expect_in('remap.config:1: plugin generator.so: unknown argument "max-size=8589934592G"',
+              r.stdout + r.stderr, "cistern -t")
+
+
 def test_headers_plugin():
     with Origin() as o, Cistern(records=REC, storage=["cache 64M"], remap=[
             "map http://h.test/ http://%s/ @plugin=headers.so "
@@ -227,6 +244,16 @@ def test_check_reports_plugin_errors():
               "@pparam=set-resp:X-Bad\x01Name:1"], None,
              'remap.config:1: plugin headers.so: "set-resp:X-Bad\x01Name:1": a field name '
              "is a token"),
+            # ... and the fields the proxy frames and routes by, removed too
+            (["map http://a.test/ http://o.test/ @plugin=headers.so @pparam=add-resp:X-A:1",
+              "map http://b.test/ http://o.test/ @plugin=headers.so "
+              "@pparam=rm-origin:transfer-encoding"], None,
+             'remap.config:2: plugin headers.so: "rm-origin:transfer-encoding": a field name '
+             "is a token (no space, control byte or ':') and not one the proxy frames"),
+            (["map http://a.test/ http://o.test/ @plugin=headers.so "
+              "@pparam=set-resp:Content-Length:3"], None, '"set-resp:Content-Length:3": a'),
+            (["map http://a.test/ http://o.test/"], "headers.so set-req:Host:x\n",
+             'plugin.config:1: plugin headers.so: "set-req:Host:x": a'),
         ]
         for remap, pcfg, want in cases:
             files = {"plugin.config": pcfg} if pcfg else None
@@ -581,6 +608,129 @@ def test_prepared_fields_at_the_buffer_edge():
                               (["v"], ["new"], ["again"], 1, b"hello"),
                               "%s after %d bytes of padding" % (what, pad))
 
+
+
+def _ka_exchange(s, req):
+    """req on keep-alive socket s; its answer: (status line, [(name, value)],
+    body), the body read by its one Content-Length (None: no answer in 5 s,
+    or a head without exactly one Content-Length)."""
+    s.sendall(req)
+    data = b""
+    try:
+        while b"\r\n\r\n" not in data:
+            d = s.recv(65536)
+            if not d:
+                return None
+            data += d
+        head, body = data.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        fields = [tuple(x.strip() for x in ln.split(":", 1)) for ln in lines[1:]]
+        cls = [v for k, v in fields if k.lower() == "content-length"]
+        if len(cls) != 1:
+            return lines[0], fields, None
+        while len(body) < int(cls[0]):
+            d = s.recv(65536)
+            if not d:
+                return None
+            body += d
+    except socket.timeout:
+        return None
+    return lines[0], fields, body
+
+
+def test_framing_and_routing_fields_stay_the_proxys():
+    """A plugin that sets, adds and removes Content-Length,
+    Transfer-Encoding, Connection and the hop-by-hop fields and Host in
+    every hook that may change a head (t/plugin_frame.c), ignoring what the
+    API answers: every call is refused (field_prepare too), the client gets
+    one Content-Length that frames the body (RFC 9112 6.3), the origin one
+    Host (RFC 9112 3.2) and a GET without a body or a POST framed as the
+    client framed it (no request smuggled behind it), on a miss, a POST and
+    an intercept, one after another on one keep-alive connection."""
+    with _plug_dir() as d:
+        frame = _test_plugin(d, "frame")
+        with Origin() as o, Cistern(records=REC, remap=[
+                "map http://f.test/ http://%s/ @plugin=%s" % (o.authority, frame),
+                "map http://fi.test/ http://127.0.0.1/ @plugin=%s @pparam=intercept"
+                % frame]) as c:
+            s = socket.create_connection(("127.0.0.1", c.port), timeout=5)
+            asks = [("GET /bytes/10 HTTP/1.1\r\nHost: f.test\r\n\r\n", b"ABCDEFGHIJ"),
+                    ("POST /bytes/7 HTTP/1.1\r\nHost: f.test\r\nContent-Length: 5\r\n\r\n"
+                     "hello", b"ABCDEFG"),
+                    ("GET /i HTTP/1.1\r\nHost: fi.test\r\n\r\n", b"hello")]
+            for req, want in asks:
+                r = _ka_exchange(s, req.encode())
+                expect(r is not None, "no answer framed by one Content-Length to %r" % req)
+                line, fields, body = r
+                expect_eq((line, body), ("HTTP/1.1 200 OK", want), "the answer to %r" % req)
+                expect_eq([k for k, _ in fields if k.lower() == "transfer-encoding"], [],
+                          "Transfer-Encoding beside Content-Length")
+                expect_eq([v for k, v in fields if k.lower() == "x-frame"],
+                          ["remap=0 send_request=0 intercept=0 read_response=0 "
+                           "send_response=0 prepare=0"], "the edits the API accepted")
+            s.close()
+            got = o.requests()
+            expect_eq(len(got), 2, "origin requests")
+            for q, body in zip(got, (b"", b"hello")):
+                h = [(k.lower(), v) for k, v in q["headers"]]
+                expect_eq([v for k, v in h if k == "host"], [o.authority], "Host")
+                expect_eq([v for k, v in h if k in ("content-length", "transfer-encoding")],
+                          ["5"] if body else [], "the request's framing")
+                expect_eq(q["body"].encode("latin-1"), body, "the request's body")
+
+
+
+def test_client_head_grows_only_to_the_head_limit():
+    """A send_response hook that adds 1000-byte fields until field_add
+    refuses (t/plugin_frame.c's fill): the client's head stops at
+    response_header_max_size, the limit an origin's head has (it grew
+    without bound, 1 MB here, as far as malloc went), on the miss and on
+    the hit, and the head still frames the body."""
+    with _plug_dir() as d:
+        frame = _test_plugin(d, "frame")
+        rec = dict(REC)
+        rec["proxy.config.http.response_header_max_size"] = 32768
+        with Origin() as o, Cistern(records=rec, storage=["cache 64M"], remap=[
+                "map http://fill.test/ http://%s/ @plugin=%s @pparam=fill"
+                % (o.authority, frame)]) as c:
+            s = socket.create_connection(("127.0.0.1", c.port), timeout=5)
+            for what in ("miss", "hit"):
+                r = _ka_exchange(s, b"GET /headers?Cache-Control=max-age%3D60 HTTP/1.1\r\n"
+                                 b"Host: fill.test\r\n\r\n")
+                expect(r is not None, "%s: no answer framed by one Content-Length" % what)
+                line, fields, body = r
+                head = len("\r\n".join([line] + ["%s: %s" % f for f in fields])) + 4
+                fill = [v for k, v in fields if k == "X-Filler"]
+                expect_eq(line, "HTTP/1.1 200 OK", what)
+                expect(20 < len(fill) and head <= 32768, "%s: %d fields, a head of %d bytes"
+                       % (what, len(fill), head))
+            s.close()
+            expect_eq(len(o.requests()), 1, "the second was a hit")
+
+
+
+def test_origin_head_edited_up_to_the_head_limit():
+    """read_response's edits on an origin head between 64 KiB (the rewrite
+    scratch's size, once a 502 for any head past it) and
+    response_header_max_size (128 KiB): the edited head is served (too
+    large to store); one that the edit (2000 bytes more) takes past the
+    limit is refused (502), as the origin's own would be."""
+    with Origin() as o, Cistern(records=REC, storage=["cache 64M"], remap=[
+            "map http://ro.test/ http://%s/ @plugin=headers.so @pparam=set-origin:X-Seen:1 "
+            "@pparam=rm-origin:X-Drop @pparam=add-origin:X-Long:%s"
+            % (o.authority, "l" * 2000)]) as c:
+        c.expect_log(r"does not fit|too large|head")
+        for path, pad, status in (("/a", 70000, 200), ("/b", 129500, 502)):
+            o.script(path, [{"status": 200, "headers": [
+                ["Cache-Control", "max-age=60"], ["X-Drop", "d"], ["X-Pad", "p" * pad]],
+                "body": "hello"}])
+            r = _one(c, path, "ro.test")
+            expect(r is not None, "%s: no answer" % path)
+            expect_eq(r.status, status, path)
+            if status == 200:
+                expect_eq((named(r, "X-Seen"), named(r, "X-Drop"), len(r.header("X-Pad", "")),
+                           len(r.header("X-Long", "")), r.body),
+                          (["1"], [], pad, 2000, b"hello"), path)
 
 if __name__ == "__main__":
     harness.main()

@@ -43,7 +43,8 @@
 
 
 static struct plug_edits plug_redits;  /* the response hook's changes */
-static char plug_scratch[65536];       /* a head being rewritten */
+static char *plug_scratch;             /* a head being rewritten */
+static size_t plug_scratch_size;
 
 /* ------------------------------------------------------------------ */
 /* Which instances run on a request: the global ones, then the rule's */
@@ -134,6 +135,8 @@ plug_added_get(const struct plug_edits *ed, const char *name, size_t nlen, int *
     return 0;
 }
 
+static inline __attribute__((always_inline)) int plug_name_reserved(const char *name,
+                                                                     size_t nlen);
 static inline __attribute__((always_inline)) int plug_field_ok(const char *name, size_t nlen,
                                                                 const char *val, size_t vlen);
 
@@ -160,6 +163,8 @@ plug_edit_add(struct plug_edits *ed, const char *name, size_t nlen, const char *
 static int
 plug_edit_remove(struct plug_edits *ed, const char *name, size_t nlen)
 {
+    if (plug_name_reserved(name, nlen))
+        return -1;
     /* the lines added before go too */
     char *p = ed->add, *end = ed->add + ed->addlen;
     while (p < end) {
@@ -297,24 +302,56 @@ plug_bad(const char *s, size_t n, int value)
     return bad | plug_bad_word(x, value);
 }
 
+/* The fields the proxy writes from its own state, which no plugin may
+ * set, add or remove: an edit would make the head lie about its message.
+ * The framing (RFC 9112 6.1-6.3: a second Content-Length, a removed one
+ * on a POST, a Transfer-Encoding the body does not have: the origin or
+ * the client reads the next message from the body, or waits), the
+ * connection's own (RFC 9110 7.6.1: Connection and the hop-by-hop fields
+ * it may name) and Host (RFC 9112 3.2: exactly one, the route's; url_set
+ * changes the route).  The length picks the names to compare: most
+ * fields cost one switch. */
+static inline __attribute__((always_inline)) int
+plug_name_reserved(const char *name, size_t nlen)
+{
+    switch (nlen) {
+    case 2: return strncasecmp(name, "te", 2) == 0;
+    case 4: return strncasecmp(name, "host", 4) == 0;
+    case 7: return strncasecmp(name, "trailer", 7) == 0 || strncasecmp(name, "upgrade", 7) == 0;
+    case 10:
+        return strncasecmp(name, "connection", 10) == 0
+               || strncasecmp(name, "keep-alive", 10) == 0;
+    case 14: return strncasecmp(name, "content-length", 14) == 0;
+    case 16: return strncasecmp(name, "proxy-connection", 16) == 0;
+    case 17: return strncasecmp(name, "transfer-encoding", 17) == 0;
+    default: return 0;
+    }
+}
+
 static inline __attribute__((always_inline)) int
 plug_field_ok(const char *name, size_t nlen, const char *val, size_t vlen)
 {
     uint64_t bad = plug_bad(name, nlen, 0) | plug_bad(val, vlen, 1);
 
-    return nlen > 0 && (bad & 0x8080808080808080ull) == 0;
+    return nlen > 0 && (bad & 0x8080808080808080ull) == 0 && !plug_name_reserved(name, nlen);
 }
 
 /* send_response: room for need more bytes at the end of the client's
- * output.  buf_grow would move unsent bytes to the front when start > 0,
- * and the caller's mark with them: with start taken as 0 it only ever
- * reallocates, keeping every offset. */
+ * head, t->out[t->mark..end).  The head grows no larger than an origin's
+ * may be (response_header_max_size): a hook adding fields until refused
+ * would otherwise grow it as far as malloc goes.  buf_grow would move
+ * unsent bytes to the front when start > 0, and the caller's mark with
+ * them: with start taken as 0 it only ever reallocates, keeping every
+ * offset. */
 static int
-plug_out_room(struct buf *b, size_t need)
+plug_out_room(struct cst_txn *t, size_t need)
 {
+    struct buf *b = t->out;
     size_t start = b->start;
     int rc;
 
+    if (b->end - t->mark + need > wk->resp_limits.head_max)
+        return -1;
     if (b->size - b->end >= need)
         return 0;
     b->start = 0;
@@ -332,7 +369,7 @@ plug_out_add(struct cst_txn *t, const char *name, size_t nlen, const char *val, 
     size_t need = nlen + vlen + 4;
 
     if (!plug_field_ok(name, nlen, val, vlen) || b->end - t->mark < 4
-        || plug_out_room(b, need) < 0)
+        || plug_out_room(t, need) < 0)
         return -1;
     char *p = b->data + b->end - 2;         /* the blank line's CRLF */
     memcpy(p, name, nlen);
@@ -357,7 +394,7 @@ plug_out_remove(struct cst_txn *t, const char *name, size_t nlen)
     char *p = b->data + t->mark, *end = b->data + b->end - 2;   /* to the blank line */
     char *q, *e;
 
-    if (nlen == 0)
+    if (nlen == 0 || plug_name_reserved(name, nlen))
         return -1;
     while ((q = linescan(p, end, (unsigned char)name[0])) != NULL) {
         p = q;
@@ -454,7 +491,7 @@ plug_out_line(struct cst_txn *t, const struct cst_field *f)
 {
     struct buf *b = t->out;
 
-    if (b->end - t->mark < 4 || plug_out_room(b, f->llen) < 0)
+    if (b->end - t->mark < 4 || plug_out_room(t, f->llen) < 0)
         return -1;
     char *p = b->data + b->end - 2;         /* the blank line's CRLF */
     memcpy(p, f->line, f->llen);
@@ -795,9 +832,29 @@ plug_req_removed(struct req *rq, int i)
            && plug_deleted(&t->req, r->base + r->fields[i].name, r->fields[i].name_len);
 }
 
-/* Rewrite a head: its status line (sl, sll), the fields get_line gives
- * that the response edits keep, the added lines, the blank line; into
- * plug_scratch.  Returns its length, or 0 when it does not fit. */
+/* The scratch, room for a head of len bytes rewritten (the added lines
+ * and the blank line more); grown only for a head larger than any
+ * before, kept for the worker's life: an origin's head may be as large as
+ * response_header_max_size, and no request allocates once the largest has
+ * come.  0, or -1. */
+static int
+plug_scratch_room(size_t len)
+{
+    size_t need = len + PLUG_ADD_MAX + 2;
+    char *n;
+
+    if (need <= plug_scratch_size)
+        return 0;
+    if ((n = realloc(plug_scratch, need)) == NULL)
+        return -1;
+    plug_scratch = n;
+    plug_scratch_size = need;
+    return 0;
+}
+
+/* Rewrite a head of len bytes: its status line, the fields the response
+ * edits keep, the added lines, the blank line; into plug_scratch.
+ * Returns its length, or 0 when it does not fit. */
 static size_t
 plug_head_text(const char *h, size_t len)
 {
@@ -805,7 +862,7 @@ plug_head_text(const char *h, size_t len)
     const char *p = memchr(h, '\n', len), *end = h + len;
     size_t n;
 
-    if (p == NULL)
+    if (p == NULL || plug_scratch_room(len) < 0)
         return 0;
     n = (size_t)(++p - h);
     memcpy(plug_scratch, h, n);
@@ -819,15 +876,11 @@ plug_head_text(const char *h, size_t len)
             break;      /* the blank line */
         c = memchr(p, ':', ll);
         if (c == NULL || !plug_deleted(ed, p, (size_t)(c - p))) {
-            if (n + ll >= sizeof(plug_scratch))
-                return 0;
             memcpy(plug_scratch + n, p, ll);
             n += ll;
         }
         p = e + 1;
     }
-    if (n + ed->addlen + 2 >= sizeof(plug_scratch))
-        return 0;
     memcpy(plug_scratch + n, ed->add, ed->addlen);
     n += ed->addlen;
     memcpy(plug_scratch + n, "\r\n", 2);
