@@ -11,7 +11,7 @@
  * "X-Frame: remap=N send_request=N intercept=N read_response=N
  * send_response=N prepare=N" (prepare: field_prepare's answers that were
  * not NULL, at load).  With @pparam=intercept it answers the request
- * itself ("hello", 5 bytes).  With @pparam=fill its send_response then
+ * itself ("hello", 5 bytes; with @pparam=status=N, with status N).  With @pparam=fill its send_response then
  * adds 1000-byte fields to the client's head ("X-Filler: fff...") until
  * field_add refuses one, at most 1000.
  */
@@ -33,7 +33,7 @@ enum { K_REMAP, K_SEND_REQUEST, K_INTERCEPT, K_READ_RESPONSE, K_SEND_RESPONSE, K
 
 struct frame {
     const struct cst_api *api;
-    int                   intercept, fill;
+    int                   intercept, fill, status;
     int                   prepared;
 };
 
@@ -45,9 +45,12 @@ frame_create(const struct cst_api *api, int argc, char **argv, char *err, size_t
     if (f == NULL)
         return NULL;
     f->api = api;
+    f->status = 200;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "intercept") == 0) {
             f->intercept = 1;
+        } else if (strncmp(argv[i], "status=", 7) == 0) {
+            f->status = atoi(argv[i] + 7);
         } else if (strcmp(argv[i], "fill") == 0) {
             f->fill = 1;
         } else {
@@ -126,7 +129,7 @@ frame_intercept(void *inst, struct cst_txn *t)
     if (!f->intercept)
         return 0;
     frame_try(f, t, CST_RESPONSE, K_INTERCEPT);
-    return f->api->intercept_answer(t, 200, 5, frame_body, NULL, NULL) == 0;
+    return f->api->intercept_answer(t, f->status, 5, frame_body, NULL, NULL) == 0;
 }
 
 /* Fields of 1000 bytes until one is refused. */

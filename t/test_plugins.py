@@ -680,6 +680,40 @@ def test_framing_and_routing_fields_stay_the_proxys():
 
 
 
+def test_intercept_bodiless_statuses_carry_no_content():
+    """An intercept answering 204, 205 or 304 with 5 bytes of body
+    (t/plugin_frame.c's status=N): no content goes out (RFC 9110 15.3.5,
+    15.3.6, 15.4.5; a 205 had its 5 bytes relayed), a 204 has no
+    Content-Length (8.6), a 205 says 0, and the keep-alive connection
+    answers the next request in step."""
+    with _plug_dir() as d:
+        frame = _test_plugin(d, "frame")
+        remap = ["map http://s%d.test/ http://127.0.0.1/ @plugin=%s @pparam=intercept "
+                 "@pparam=status=%d" % (st, frame, st) for st in (204, 205, 304)]
+        remap.append("map http://ok.test/ http://127.0.0.1/ @plugin=%s @pparam=intercept" % frame)
+        with Cistern(records=REC, remap=remap) as c:
+            for st, cl in ((204, None), (205, "0"), (304, "5")):
+                s = socket.create_connection(("127.0.0.1", c.port), timeout=5)
+                s.sendall(b"GET /a HTTP/1.1\r\nHost: s%d.test\r\n\r\n"
+                          b"GET /b HTTP/1.1\r\nHost: ok.test\r\n\r\n" % st)
+                data = b""
+                while data.count(b"hello") < 1 or not data.endswith(b"hello"):
+                    d2 = s.recv(65536)
+                    if not d2:
+                        break
+                    data += d2
+                s.close()
+                first, _, rest = data.partition(b"\r\n\r\n")
+                lines = first.decode("latin-1").split("\r\n")
+                fields = [ln.split(":", 1) for ln in lines[1:]]
+                expect_eq(lines[0].split(" ")[1], str(st), "the status")
+                expect_eq([v.strip() for k, v in fields if k.lower() == "content-length"],
+                          [cl] if cl else [], "%d: Content-Length" % st)
+                expect(rest.startswith(b"HTTP/1.1 200 "),
+                       "%d: the next answer follows the head at once: %r" % (st, rest[:40]))
+                expect(rest.endswith(b"hello"), "%d: the next answer: %r" % (st, rest[-40:]))
+
+
 def test_client_head_grows_only_to_the_head_limit():
     """A send_response hook that adds 1000-byte fields until field_add
     refuses (t/plugin_frame.c's fill): the client's head stops at

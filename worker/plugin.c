@@ -1099,14 +1099,21 @@ plug_icpt_head(struct cst_icpt *ic, struct cst_txn *t)
         return -1;
     memcpy(p + len, plug_redits.add, plug_redits.addlen);
     len += plug_redits.addlen;
-    if (t->plen >= 0)
+    /* 204, 205 and 304 have no content whatever the plugin produces (RFC
+     * 9110 15.3.5-15.3.6, 15.4.5): none is asked of it.  A 204 has no
+     * Content-Length (8.6), a 205 says 0; a 304's is the
+     * representation's, as the plugin gave it. */
+    int none = t->status == 204 || t->status == 205 || t->status == 304;
+    if (t->status == 205)
+        len += (size_t)snprintf(p + len, sizeof(ic->data) - len, "Content-Length: 0\r\n");
+    else if (t->plen >= 0 && t->status != 204)
         len += (size_t)snprintf(p + len, sizeof(ic->data) - len, "Content-Length: %lld\r\n",
                                 (long long)t->plen);
     len += (size_t)snprintf(p + len, sizeof(ic->data) - len, "Connection: close\r\n\r\n");
     ic->produce = t->produce;
     ic->off = 0;
-    ic->len = t->plen;
-    ic->eof = t->plen == 0 || ic->rq->r.method == HTTP_HEAD;
+    ic->len = none ? 0 : t->plen;
+    ic->eof = none || t->plen == 0 || ic->rq->r.method == HTTP_HEAD;
     ic->hs = 0;
     ic->he = len;
     ic->state = ICPT_BODY;
