@@ -623,7 +623,7 @@ def test_101_names_a_protocol_the_client_asked_for():
                 with col.case(path.decode()):
                     got, _ = raw(c.port, b"GET " + path + b" HTTP/1.1\r\nHost: m.test\r\n"
                                  b"Upgrade: websocket, bar/2\r\nConnection: upgrade\r\n"
-                                 b"\r\n", timeout=2)
+                                 b"\r\n", timeout=1)
                     expect_eq(_statuses(got)[:1], [want], "status (%r)" % got[:200])
                     expect_eq(got.endswith(b"RAW"), want == 101, "tunnelled (%r)" % got)
             c.expect_log(r"101 Switching Protocols")

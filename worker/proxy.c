@@ -1263,9 +1263,12 @@ proxy_interim(struct req *rq, struct upstream *up, struct http_req *resp)
     struct buf *in = &up->up_in;
 
     if (resp->status == 101) {
-        if (up->up_upgrade && up->up_tls == NULL)
+        if (!up->up_upgrade || up->up_tls != NULL)
+            up_fail(up, 502, "101 Switching Protocols to a request that asked for no upgrade");
+        else if (!tunnel_upgrade_agreed(rq, resp))
+            up_fail(up, 502, "101 Switching Protocols to a protocol the client did not ask for");
+        else
             return proxy_upgraded(rq, up, resp);
-        up_fail(up, 502, "101 Switching Protocols to a request that asked for no upgrade");
         return WK_MORE;
     }
     if (up->up_client_minor >= 1 && buf_alloc(rq->rq_out) == 0) {
