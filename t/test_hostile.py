@@ -652,5 +652,86 @@ def test_vary_absent_field_does_not_match_an_empty_one():
                   "empty, a")
 
 
+
+class _BodyBlindOrigin:
+    """An origin that never reads the body of a GET, HEAD, OPTIONS or
+    DELETE (as Python's http.server does unless its handler reads it): on
+    a kept connection, such a body is read as the next request (CL.0).
+    Answers are cacheable; /slow-poison answers "POISON" after 300 ms."""
+
+    def __init__(self):
+        self.ls = socket.socket()
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(16)
+        self.port = self.ls.getsockname()[1]
+        self.lines = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                s, _ = self.ls.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(s,), daemon=True).start()
+
+    def _serve(self, s):
+        buf = b""
+        try:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    d = s.recv(65536)
+                    if not d:
+                        return
+                    buf += d
+                head, buf = buf.split(b"\r\n\r\n", 1)
+                line = head.split(b"\r\n")[0]
+                self.lines.append(line)
+                body = b"good " + line.split(b" ")[1]
+                if line.split(b" ")[1] == b"/slow-poison":
+                    time.sleep(0.3)
+                    body = b"POISON"
+                s.sendall(b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\n"
+                          b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        except OSError:
+            pass
+        finally:
+            s.close()
+
+    def close(self):
+        self.ls.close()
+
+
+def test_body_an_origin_may_not_read_never_leaves_its_connection_pooled():
+    """RFC 9110 9.3.1, 9.3.2, 9.3.5, 9.3.7, 9.3.8: content on GET, HEAD,
+    DELETE, OPTIONS and TRACE has no defined meaning, and origins that
+    never read it exist (Python's http.server).  Cistern forwarded such a
+    body and then pooled the connection: the origin read the body as a
+    request of its own (here a slow one), and the next client's request,
+    given that pooled connection, got the answer to the hidden request --
+    stored under its own URL for everyone (CL.0 desync, cache
+    poisoning).  Now a connection that carried such a body is closed after
+    its answer: the next request gets its own answer on a fresh one."""
+    o = _BodyBlindOrigin()
+    hidden = b"GET /slow-poison HTTP/1.1\r\nHost: m.test\r\n\r\n"
+    try:
+        with Cistern(remap=["map http://m.test/ http://127.0.0.1:%d/" % o.port],
+                     workers=1, storage=["cache 64M"]) as c, harness.Collector() as col:
+            for method in (b"GET", b"HEAD", b"OPTIONS", b"DELETE"):
+                with col.case(method.decode()):
+                    victim = b"/victim-" + method
+                    with Conn(c.port) as k:
+                        k.send(method + b" /a HTTP/1.1\r\nHost: m.test\r\n"
+                               b"Content-Length: %d\r\n\r\n" % len(hidden) + hidden)
+                        k.response(method.decode())
+                    time.sleep(0.05)
+                    for _ in range(2):
+                        r = harness.one_request(c.port, "GET", victim.decode(), host="m.test")
+                        expect(r is not None, "no answer to %r" % victim)
+                        expect_eq(r.body, b"good " + victim, "the victim's body")
+    finally:
+        o.close()
+
+
 if __name__ == "__main__":
     harness.main()
