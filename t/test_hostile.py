@@ -13,6 +13,11 @@
 - 10,000 idle connections: memory per idle connection (RssAnon growth over
   every Cistern process / connections), printed and bounded.
 - proxy.config.net.connections_throttle: a clean refusal past the limit.
+- The HTTP/1.1 review of 2026-12-03, against raw-socket origins that keep
+  the bytes they were sent: chunk extensions by their grammar both ways, a
+  101 only to a protocol the client asked for, Vary's absent field apart
+  from an empty one, and no pooled connection behind a body its method
+  gives no meaning (CL.0).
 """
 import json
 import resource
