@@ -13,6 +13,11 @@
 - 10,000 idle connections: memory per idle connection (RssAnon growth over
   every Cistern process / connections), printed and bounded.
 - proxy.config.net.connections_throttle: a clean refusal past the limit.
+- The HTTP/1.1 review of 2026-12-03, against raw-socket origins that keep
+  the bytes they were sent: chunk extensions by their grammar both ways, a
+  101 only to a protocol the client asked for, Vary's absent field apart
+  from an empty one, and no pooled connection behind a body its method
+  gives no meaning (CL.0).
 """
 import json
 import resource
@@ -465,6 +470,257 @@ def _try_conn(port, req):
         pass
     k.close()
     return None
+
+
+
+# ---------------------------------------------------------------------------
+# HTTP/1.1 review of 2026-12-03 (framing both ways, caching)
+
+class _RawOrigin:
+    """A raw-socket origin: keeps every byte each connection sent (the
+    request as forwarded, framing and all) and answers each request head
+    with answer(target) (bytes), then closes when close_after is set."""
+
+    def __init__(self, answer, close_after=True):
+        self.answer, self.close_after = answer, close_after
+        self.ls = socket.socket()
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(16)
+        self.port = self.ls.getsockname()[1]
+        self.got = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                s, _ = self.ls.accept()
+            except OSError:
+                return
+            rec = bytearray()
+            self.got.append(rec)
+            threading.Thread(target=self._serve, args=(s, rec), daemon=True).start()
+
+    def _serve(self, s, rec):
+        s.settimeout(10)
+        try:
+            while b"\r\n\r\n" not in rec:
+                d = s.recv(65536)
+                if not d:
+                    return
+                rec += d
+            s.sendall(self.answer(bytes(rec).split(b" ")[1]))
+            # the rest of what the proxy sends (a request body) is kept too
+            while not self.close_after:
+                d = s.recv(65536)
+                if not d:
+                    return
+                rec += d
+            time.sleep(0.3)     # whatever the proxy still sends is recorded
+            s.setblocking(False)
+            try:
+                rec += s.recv(65536)
+            except OSError:
+                pass
+        except OSError:
+            pass
+        finally:
+            s.close()
+
+    def seen(self):
+        return b"".join(bytes(r) for r in self.got)
+
+    def close(self):
+        self.ls.close()
+
+
+def test_chunk_extension_outside_the_grammar_is_refused():
+    """RFC 9112 7.1.1: chunk-ext is `;` name [`=` token / quoted-string]
+    (BWS around both).  Anything without a control byte was taken as an
+    extension and forwarded byte for byte: an unterminated quoted string
+    (`1;a="` then CRLF), a space inside a name, an empty name or value,
+    bytes after the closing quote.  A recipient that reads a quoted
+    string as the grammar says takes the CRLF inside it for part of the
+    extension and frames the rest of the stream its own way -- on a
+    pooled origin connection, into the next client's request.  Now each
+    is a 400 and a close, and the origin never sees the line; an origin's
+    chunked answer with one is cut and not stored.  Extensions that follow
+    the grammar (quoted `;` and `\\"` inside, BWS) still pass."""
+    bad = [b'1;a="\r\nX\r\n0\r\n\r\n', b'1;a="x\r\nX\r\n0\r\n\r\n',
+           b"1;a b\r\nX\r\n0\r\n\r\n", b"1;\r\nX\r\n0\r\n\r\n",
+           b"1;=b\r\nX\r\n0\r\n\r\n", b"1;a=\r\nX\r\n0\r\n\r\n",
+           b'1;a="x"y\r\nX\r\n0\r\n\r\n', b"1;a=b=c\r\nX\r\n0\r\n\r\n",
+           b"1;a=(b)\r\nX\r\n0\r\n\r\n", b'1;a="\\\r\nX\r\n0\r\n\r\n']
+    good = [b"1;a\r\nX\r\n0\r\n\r\n", b"1;a=b;c\r\nX\r\n0\r\n\r\n",
+            b'1 ; a = "x;\\"y, z" ; b=c\r\nX\r\n0;last=1\r\n\r\n']
+    ok = (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+    o = _RawOrigin(lambda t: ok, close_after=False)
+    try:
+        with Cistern(remap=["map http://m.test/ http://127.0.0.1:%d/" % o.port],
+                     workers=1) as c, harness.Collector() as col:
+            for body in bad + good:
+                with col.case(repr(body)):
+                    o.got.clear()
+                    # (a good one closes: nothing to wait for behind it)
+                    close = b"Connection: close\r\n" if body in good else b""
+                    got, closed = raw(c.port, b"POST /ext HTTP/1.1\r\nHost: m.test\r\n"
+                                      b"Transfer-Encoding: chunked\r\n" + close + b"\r\n"
+                                      + body + HIDDEN, timeout=3)
+                    line = body.split(b"\r\n")[0]
+                    if body in good:
+                        expect_eq(_statuses(got)[:1], [200], "status")
+                        expect(line in o.seen(), "line not forwarded: %r" % o.seen())
+                        continue
+                    expect_eq(_statuses(got), [400], "statuses (%r)" % got[:200])
+                    expect(closed, "connection left open")
+                    expect(line not in o.seen(), "the origin saw %r" % o.seen())
+                    expect(b"smuggled" not in o.seen(), "the hidden request went on")
+    finally:
+        o.close()
+
+
+def test_origin_chunk_extension_outside_the_grammar_is_not_passed_on():
+    """The same rule for an origin's chunked answer, which an HTTP/1.1
+    client got framing and all: `2;a="` then CRLF went to the client as
+    it was, and the answer was stored.  Now the client is cut before the
+    line and nothing is stored (the second request asks the origin)."""
+    cached = (b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\n"
+              b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+              b'2;a="\r\nok\r\n0\r\n\r\n')
+    o = _RawOrigin(lambda t: cached)
+    try:
+        with Cistern(remap=["map http://m.test/ http://127.0.0.1:%d/" % o.port],
+                     workers=1, storage=["cache 64M"]) as c:
+            for n in (1, 2):
+                got, closed = raw(c.port, b"GET /ext HTTP/1.1\r\nHost: m.test\r\n\r\n",
+                                  timeout=3)
+                expect(b'a="' not in got, "the extension reached the client: %r" % got)
+                expect(closed, "connection left open")
+                expect_eq(len(o.got), n, "origin requests (the answer was stored)")
+            c.expect_log(r"bad response body framing|chunk extension")
+    finally:
+        o.close()
+
+
+def test_101_names_a_protocol_the_client_asked_for():
+    """RFC 9110 7.8: a 101 MUST carry Upgrade, naming only protocols the
+    client's Upgrade listed.  Any 101 to a forwarded Upgrade became a
+    tunnel to the origin, with or without it: an origin path that echoes a
+    status (or a confused server) turns the connection into a raw pipe to
+    the origin past remap and its filters (WebSocket smuggling).  Now a
+    101 without Upgrade, or naming another protocol, is a 502 and the
+    connection is no tunnel; one naming the client's protocol (any case,
+    one of several asked) still switches."""
+    heads = {
+        b"/none": b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\n\r\n",
+        b"/other": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: foo\r\n"
+                   b"Connection: upgrade\r\n\r\n",
+        b"/more": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket, foo\r\n"
+                  b"Connection: upgrade\r\n\r\n",
+        b"/empty": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade:\r\n"
+                   b"Connection: upgrade\r\n\r\n",
+        b"/ok": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: WebSocket\r\n"
+                b"Connection: upgrade\r\n\r\n",
+    }
+    o = _RawOrigin(lambda t: heads[t] + b"RAW")
+    try:
+        with Cistern(remap=["map http://m.test/ http://127.0.0.1:%d/" % o.port],
+                     workers=1) as c, harness.Collector() as col:
+            for path, want in ((b"/none", 502), (b"/other", 502), (b"/more", 502),
+                               (b"/empty", 502), (b"/ok", 101)):
+                with col.case(path.decode()):
+                    got, _ = raw(c.port, b"GET " + path + b" HTTP/1.1\r\nHost: m.test\r\n"
+                                 b"Upgrade: websocket, bar/2\r\nConnection: upgrade\r\n"
+                                 b"\r\n", timeout=1)
+                    expect_eq(_statuses(got)[:1], [want], "status (%r)" % got[:200])
+                    expect_eq(got.endswith(b"RAW"), want == 101, "tunnelled (%r)" % got)
+            c.expect_log(r"101 Switching Protocols")
+    finally:
+        o.close()
+
+
+def test_vary_absent_field_does_not_match_an_empty_one():
+    """RFC 9111 4.1: a field absent from the request that was stored
+    matches only a request where it is absent too.  The secondary key
+    wrote `name=` for an absent field and for an empty one alike, so an
+    answer chosen for a request without the field (Accept-Encoding absent:
+    any coding) was served to one that sent it empty (no coding at all,
+    RFC 9110 12.5.3), and the other way round.  Now they are two
+    variants; absent twice, and empty twice, still hit."""
+    p = "/headers?Cache-Control=max-age%3D600&Vary=X-V"
+    with Origin() as o, Cistern(remap=["map http://m.test/ http://%s/" % o.authority],
+                                workers=1, storage=["cache 64M"]) as c:
+        seen = []
+        for extra in ("", "X-V:\r\n", "", "X-V: \r\n", "X-V: a\r\n"):
+            got, _ = raw(c.port, ("GET %s HTTP/1.1\r\nHost: m.test\r\n%s"
+                                  "Connection: close\r\n\r\n" % (p, extra)).encode())
+            expect_eq(_statuses(got), [200], "status")
+            seen.append(len(o.requests()))
+        expect_eq(seen, [1, 2, 2, 2, 3], "origin requests after: absent, empty, absent, "
+                  "empty, a")
+
+
+
+class _BodyBlindOrigin(_RawOrigin):
+    """An origin that never reads the body of a GET, HEAD, OPTIONS or
+    DELETE (as Python's http.server does unless its handler reads it): on
+    a kept connection, such a body is read as the next request (CL.0).
+    Answers are cacheable; /slow-poison answers "POISON" after 300 ms."""
+
+    def __init__(self):
+        super().__init__(None)
+
+    def _serve(self, s, rec):
+        buf = b""
+        try:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    d = s.recv(65536)
+                    if not d:
+                        return
+                    buf += d
+                head, buf = buf.split(b"\r\n\r\n", 1)
+                target = head.split(b" ")[1]
+                body = b"good " + target
+                if target == b"/slow-poison":
+                    time.sleep(0.3)
+                    body = b"POISON"
+                s.sendall(b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\n"
+                          b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        except OSError:
+            pass
+        finally:
+            s.close()
+
+
+def test_body_an_origin_may_not_read_never_leaves_its_connection_pooled():
+    """RFC 9110 9.3.1, 9.3.2, 9.3.5, 9.3.7, 9.3.8: content on GET, HEAD,
+    DELETE, OPTIONS and TRACE has no defined meaning, and origins that
+    never read it exist (Python's http.server).  Cistern forwarded such a
+    body and then pooled the connection: the origin read the body as a
+    request of its own (here a slow one), and the next client's request,
+    given that pooled connection, got the answer to the hidden request --
+    stored under its own URL for everyone (CL.0 desync, cache
+    poisoning).  Now a connection that carried such a body is closed after
+    its answer: the next request gets its own answer on a fresh one."""
+    o = _BodyBlindOrigin()
+    hidden = b"GET /slow-poison HTTP/1.1\r\nHost: m.test\r\n\r\n"
+    try:
+        with Cistern(remap=["map http://m.test/ http://127.0.0.1:%d/" % o.port],
+                     workers=1, storage=["cache 64M"]) as c, harness.Collector() as col:
+            for method in (b"GET", b"HEAD", b"OPTIONS", b"DELETE"):
+                with col.case(method.decode()):
+                    victim = b"/victim-" + method
+                    with Conn(c.port) as k:
+                        k.send(method + b" /a HTTP/1.1\r\nHost: m.test\r\n"
+                               b"Content-Length: %d\r\n\r\n" % len(hidden) + hidden)
+                        k.response(method.decode())
+                    time.sleep(0.05)
+                    for _ in range(2):
+                        r = harness.one_request(c.port, "GET", victim.decode(), host="m.test")
+                        expect(r is not None, "no answer to %r" % victim)
+                        expect_eq(r.body, b"good " + victim, "the victim's body")
+    finally:
+        o.close()
 
 
 if __name__ == "__main__":

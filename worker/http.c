@@ -21,6 +21,10 @@
  *    Transfer-Encoding in HTTP/1.0: 400.
  *  - obs-fold, whitespace before the colon, bare CR, NUL and other
  *    control bytes in a field: 400.
+ *  - a chunk extension outside its grammar (RFC 9112 7.1.1: an
+ *    unterminated quoted string, an empty name or value, junk after a
+ *    value), in a request (400) or a response (the answer is cut): the
+ *    body is forwarded as framed, so what we pass must parse one way.
  * Every refusal closes the connection (the caller's job), since after a
  * framing error the next byte's meaning is unknown.
  */
@@ -1370,10 +1374,13 @@ http_resp_parse(struct http_req *r, char *head, int req_method)
 }
 
 /* Chunked decoder states (RFC 9112 7.1), strict: CRLF everywhere, no
- * bare CR or LF, bounded extensions and trailers. */
+ * bare CR or LF, bounded extensions and trailers.  CS_EXT_* walk a chunk
+ * extension by its grammar (7.1.1). */
 enum {
-    CS_SIZE = 0, CS_SIZE_BWS, CS_EXT, CS_SIZE_LF, CS_DATA, CS_DATA_CR,
+    CS_SIZE = 0, CS_SIZE_BWS, CS_SIZE_LF, CS_DATA, CS_DATA_CR,
     CS_DATA_LF, CS_TRAILER, CS_TRAILER_NAME, CS_TRAILER_LINE, CS_TRAILER_LF, CS_END_LF,
+    CS_EXT, CS_EXT_NAME, CS_EXT_NAME_END, CS_EXT_VAL, CS_EXT_TOKEN, CS_EXT_QUOTED,
+    CS_EXT_QPAIR, CS_EXT_VAL_END,
 };
 #define HTTP_CHUNK_EXT_MAX   4096
 #define HTTP_TRAILER_MAX     16384
@@ -1422,12 +1429,63 @@ http_trailer_framing(const struct http_req *r)
     return 0;
 }
 
+/* One byte of a chunk extension (RFC 9112 7.1.1):
+ *   chunk-ext = *( BWS ";" BWS name [ BWS "=" BWS ( token / quoted-string ) ] )
+ * CS_EXT: after a ';' (a name is due), CS_EXT_NAME_END: after a name's
+ * BWS, CS_EXT_VAL: after '=', CS_EXT_VAL_END: after a value's BWS.  The
+ * extension is forwarded as it came, so anything else is refused: a
+ * recipient that reads a quoted string by the grammar would take a CRLF
+ * we ended the line at ('1;a="' CRLF) for part of the string and frame
+ * the rest of the stream its own way.  NULL, or why it is refused. */
+static const char *
+http_chunk_ext_byte(struct http_req *r, unsigned char ch)
+{
+    int bws = ch == ' ' || ch == '\t', tok = http_tchar[ch];
+    int s = r->bstate;
+
+    if (++r->bcount > HTTP_CHUNK_EXT_MAX)
+        return "chunk extension too long";
+    if (s == CS_EXT_QUOTED) {
+        /* qdtext: HTAB, SP, VCHAR but '"' and '\\', obs-text */
+        if (ch == '"')
+            r->bstate = CS_EXT_VAL_END;
+        else if (ch == '\\')
+            r->bstate = CS_EXT_QPAIR;
+        else if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+            return "control character in a chunk extension";
+        return NULL;
+    }
+    if (s == CS_EXT_QPAIR) {
+        if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+            return "control character in a chunk extension";
+        r->bstate = CS_EXT_QUOTED;
+        return NULL;
+    }
+    if (tok && (s == CS_EXT || s == CS_EXT_NAME))
+        r->bstate = CS_EXT_NAME;
+    else if (tok && (s == CS_EXT_VAL || s == CS_EXT_TOKEN))
+        r->bstate = CS_EXT_TOKEN;
+    else if (ch == '"' && s == CS_EXT_VAL)
+        r->bstate = CS_EXT_QUOTED;
+    else if (bws)
+        r->bstate = s == CS_EXT_NAME ? CS_EXT_NAME_END : s == CS_EXT_TOKEN ? CS_EXT_VAL_END : s;
+    else if (ch == '=' && (s == CS_EXT_NAME || s == CS_EXT_NAME_END))
+        r->bstate = CS_EXT_VAL;
+    else if ((ch == ';' || ch == '\r') && s != CS_EXT && s != CS_EXT_VAL)
+        r->bstate = ch == ';' ? CS_EXT : CS_SIZE_LF;
+    else
+        return "malformed chunk extension";
+    return NULL;
+}
+
 /* One byte of a chunked body outside the chunk data and the final LF:
  * the chunk-size line, the CRLF after the data, the trailer section.
  * NULL, or why the framing is refused. */
 static const char *
 http_chunk_byte(struct http_req *r, unsigned char ch)
 {
+    if (r->bstate >= CS_EXT)
+        return http_chunk_ext_byte(r, ch);
     switch (r->bstate) {
     case CS_SIZE: {
         int v = ch >= '0' && ch <= '9' ? ch - '0'
@@ -1459,15 +1517,6 @@ http_chunk_byte(struct http_req *r, unsigned char ch)
             r->bcount = 0;
         } else if (ch != ' ' && ch != '\t') {
             return "bad chunk size line";
-        }
-        break;
-    case CS_EXT:
-        if (ch == '\r') {
-            r->bstate = CS_SIZE_LF;
-        } else if ((ch < 0x20 && ch != '\t') || ch == 0x7f) {
-            return "control character in a chunk extension";
-        } else if (++r->bcount > HTTP_CHUNK_EXT_MAX) {
-            return "chunk extension too long";
         }
         break;
     case CS_SIZE_LF:

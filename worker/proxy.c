@@ -3,7 +3,8 @@
  *
  * Ownership: a struct upstream belongs to exactly one request (rq->rq_up,
  * its FETCH step) and dies with the response: its connection goes back to
- * the pool when the exchange ended cleanly, otherwise it is closed.  It
+ * the pool when the exchange ended cleanly (and carried no body the
+ * origin may have left unread: up_body_moot), otherwise it is closed.  It
  * writes only its request's fields; the request's owner (conn.c) is told
  * to write through the owner ops (up_kick: flush, and body_resume).
  *
@@ -294,6 +295,15 @@ up_setup(struct upstream *up, struct req *rq, const struct conf_remap_result *re
     up->up_client_minor = r->minor;
     up->up_client_ka = keep_alive;
     up->up_req_body = r->has_body;
+    /* RFC 9110 9.3: content on these has no defined meaning, and some
+     * origins never read it (Python's http.server): the body is then the
+     * next request on the connection, whose answer a pooled connection
+     * would give the next client (CL.0 desync).  Rare: such a connection
+     * is used once. */
+    up->up_body_moot = r->has_body
+                       && (r->method == HTTP_GET || r->method == HTTP_HEAD
+                           || r->method == HTTP_DELETE || r->method == HTTP_OPTIONS
+                           || r->method == HTTP_TRACE);
     up->up_cstatus = fwd;
     store_cond_from(&up->up_cond, r);
     event_base_gettimeofday_cached(wk->base, &now);
@@ -1168,7 +1178,8 @@ proxy_revalidated(struct req *rq, struct upstream *up, struct http_req *resp)
     snprintf(cs, sizeof(cs), "cistern; fwd=%s; fwd-status=%d%s",
              up->up_cstatus ? up->up_cstatus : "stale", st, len ? "" : "; detail=not-refreshed");
     in->start += resp->start + resp->head_len;
-    if (resp->keep_alive && up->up_req_done && !up->up_eof && in->start == in->end)
+    if (resp->keep_alive && up->up_req_done && !up->up_eof && !up->up_body_moot
+        && in->start == in->end)
         origin_put(up);
     up_free(rq);
     alog_result(rq, "TCP_REFRESH_HIT", st);
@@ -1263,9 +1274,12 @@ proxy_interim(struct req *rq, struct upstream *up, struct http_req *resp)
     struct buf *in = &up->up_in;
 
     if (resp->status == 101) {
-        if (up->up_upgrade && up->up_tls == NULL)
+        if (!up->up_upgrade || up->up_tls != NULL)
+            up_fail(up, 502, "101 Switching Protocols to a request that asked for no upgrade");
+        else if (!tunnel_upgrade_agreed(rq, resp))
+            up_fail(up, 502, "101 Switching Protocols to a protocol the client did not ask for");
+        else
             return proxy_upgraded(rq, up, resp);
-        up_fail(up, 502, "101 Switching Protocols to a request that asked for no upgrade");
         return WK_MORE;
     }
     if (up->up_client_minor >= 1 && buf_alloc(rq->rq_out) == 0) {
@@ -1669,7 +1683,7 @@ proxy_pump_body(struct req *rq, struct upstream *up)
         return WK_WAIT;
 
     /* Complete: pool the connection if the exchange ended cleanly. */
-    int reuse = resp->keep_alive && up->up_req_done && !up->up_eof
+    int reuse = resp->keep_alive && up->up_req_done && !up->up_eof && !up->up_body_moot
                 && up->up_parsed == in->end;
     int client_ka = up->up_client_ka && !resp->until_close && !up->up_decode
                     && !worker_closing();

@@ -309,6 +309,55 @@ tunnel_put_upgrade(const struct req *rq, struct buf *o)
     return err ? -1 : 1;
 }
 
+/* Is the protocol t[0..tl) in one of r's Upgrade lists? */
+static int
+tunnel_upgrade_listed(const struct http_req *r, const char *t, size_t tl)
+{
+    char tok[64];
+
+    if (tl >= sizeof(tok))
+        return 0;
+    memcpy(tok, t, tl);
+    tok[tl] = '\0';
+    for (int i = http_field_find_id(r, HTTP_F_UPGRADE, 0); i >= 0;
+         i = http_field_find_id(r, HTTP_F_UPGRADE, i + 1))
+        if (http_list_has(r->base + r->fields[i].value, r->fields[i].value_len, tok))
+            return 1;
+    return 0;
+}
+
+/* A 101 is a tunnel straight to the origin, past remap and its filters:
+ * only one that switches to what the client asked for opens it, else an
+ * origin path that echoes a status (WebSocket smuggling) would. */
+int
+tunnel_upgrade_agreed(const struct req *rq, const struct http_req *resp)
+{
+    int named = 0;
+
+    for (int i = http_field_find_id(resp, HTTP_F_UPGRADE, 0); i >= 0;
+         i = http_field_find_id(resp, HTTP_F_UPGRADE, i + 1)) {
+        const char *p = resp->base + resp->fields[i].value;
+        const char *end = p + resp->fields[i].value_len;
+
+        while (p < end) {
+            const char *t = p;
+            while (p < end && *p != ',')
+                p++;
+            const char *e = p++;
+            while (t < e && (*t == ' ' || *t == '\t'))
+                t++;
+            while (e > t && (e[-1] == ' ' || e[-1] == '\t'))
+                e--;
+            if (e == t)
+                continue;   /* an empty list element (RFC 9110 5.6.1) */
+            if (!tunnel_upgrade_listed(&rq->r, t, (size_t)(e - t)))
+                return 0;
+            named = 1;
+        }
+    }
+    return named;
+}
+
 int
 tunnel_from_origin(struct req *rq, struct upstream *up)
 {

@@ -37,6 +37,9 @@ int  tunnel_upgrade_asked(const struct req *rq);
  * the origin, when rq asks for an upgrade: 1 put, 0 none asked, -1 no
  * room. */
 int  tunnel_put_upgrade(const struct req *rq, struct buf *o);
+/* Does the origin's 101 resp name, in Upgrade, only protocols rq's
+ * Upgrade listed, and at least one (RFC 9110 7.8)?  1 or 0. */
+int  tunnel_upgrade_agreed(const struct req *rq, const struct http_req *resp);
 /* The origin switched protocols: take up's socket and the bytes it sent
  * after the 101 head (up_in from start) into a tunnel for rq.  0, or -1
  * (out of memory: up is untouched). */

@@ -281,6 +281,7 @@ store_vary_value(const struct http_req *r, const char *name, size_t nl,
     size_t len = 0;
     char nm[64];
     int lang = nl == 15 && strncasecmp(name, "accept-language", 15) == 0;
+    int is_ae = nl == 15 && strncasecmp(name, "accept-encoding", 15) == 0, found = 0;
 
     if (nl >= sizeof(nm))
         return -1;
@@ -289,7 +290,7 @@ store_vary_value(const struct http_req *r, const char *name, size_t nl,
     for (int i = r ? http_field_find(r, nm, 0) : -1; i >= 0; i = http_field_find(r, nm, i + 1)) {
         const char *v = r->base + r->fields[i].value;
         size_t vl = r->fields[i].value_len;
-        if (nl == 15 && strncasecmp(nm, "accept-encoding", 15) == 0 && ae_mode) {
+        if (is_ae && ae_mode) {
             /* every line as one list (RFC 9110 5.3), normalised once */
             const char *ae = store_norm_ae_req(r, ae_mode);
             size_t al = strlen(ae);
@@ -313,12 +314,14 @@ store_vary_value(const struct http_req *r, const char *name, size_t nl,
             for (size_t k = len; k < len + sq; k++)
                 out[k] = (char)tolower((unsigned char)out[k]);
         len += sq;
+        found = 1;
     }
-    return (int)len;
+    /* absent is not empty (RFC 9111 4.1), unless normalised alike */
+    return found || (is_ae && ae_mode) ? (int)len : -2;
 }
 
 /* Secondary key: URL key, \x01, set id, then \x01name=value per Vary name
- * (see variant.h for whose value). */
+ * (\x01name when the field is absent; see variant.h for whose value). */
 size_t
 store_variant_key(const char *key, size_t keylen, const char *vary, size_t vlen,
                   const char *id, size_t idlen, const struct http_req *r,
@@ -348,12 +351,17 @@ store_variant_key(const char *key, size_t keylen, const char *vary, size_t vlen,
         out[len++] = '\x01';
         for (size_t k = 0; k < nl; k++)
             out[len++] = (char)tolower((unsigned char)s[k]);
-        out[len++] = '=';
+        /* "name=value", or "name" alone when the field is absent (a
+         * name holds no '=', a value no \x01: no two keys alike) */
         int host = nl == 4 && strncasecmp(s, "host", 4) == 0;
-        int vl = store_vary_value(host ? host_r : r, s, nl, out + len, outlen - len, ae_mode);
-        if (vl < 0)
+        int vl = store_vary_value(host ? host_r : r, s, nl, out + len + 1, outlen - len - 1,
+                                  ae_mode);
+        if (vl == -1)
             return 0;
-        len += (size_t)vl;
+        if (vl >= 0) {
+            out[len++] = '=';
+            len += (size_t)vl;
+        }
     }
     return len;
 }

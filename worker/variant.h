@@ -58,13 +58,16 @@ const char *store_norm_ae_req(const struct http_req *r, int mode);
  * a quoted string (RFC 9111 4.1), Accept-Language lowercased;
  * Accept-Encoding as store_norm_ae_req when ae_mode (normalize_ae) is
  * not 0.  r may be NULL (no field).
- * Writes into out; returns the length, or -1 when it does not fit. */
+ * Writes into out; returns the length, -1 when it does not fit, or -2
+ * when r has no such field (Accept-Encoding under ae_mode: "" then,
+ * the value it is normalised to, as forwarded). */
 int store_vary_value(const struct http_req *r, const char *name, size_t nl,
                      char *out, size_t outlen, int ae_mode);
 
 /* The secondary key of a variant: key, \x01, the variant-set id, then
  * \x01name=value per name in the Vary list vary[0..vlen) (names
- * lowercased, values from store_vary_value): of r, the request as
+ * lowercased, values from store_vary_value; \x01name alone for a field
+ * absent, which RFC 9111 4.1 keeps apart from an empty one): of r, the request as
  * forwarded, but Host's of host_r, the request presented to the cache
  * (RFC 9111 4.1; with pristine_host_hdr 0 the origin saw the remap
  * target's Host whatever the client sent).  A lookup passes the client's
