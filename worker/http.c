@@ -777,7 +777,8 @@ http_req_framing(struct http_req *r, int resp)
     if (r->content_length >= 0)
         return http_refuse(r, 400, "Content-Length with Transfer-Encoding");
     if (r->major == 1 && r->minor == 0)
-        return http_refuse(r, 400, "Transfer-Encoding in an HTTP/1.0 request");
+        return http_refuse(r, 400, resp ? "Transfer-Encoding in an HTTP/1.0 response"
+                                        : "Transfer-Encoding in an HTTP/1.0 request");
     if (te_chunked_count > 1)
         return http_refuse(r, 400, "chunked applied more than once");
     if (te_chunked_count == 1 && !te_chunked_last)
