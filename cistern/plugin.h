@@ -110,8 +110,9 @@ struct cst_api {
      * response in read_response, send_response and intercept.  The
      * fields the daemon frames and routes by are its own, never changed
      * (-1): Content-Length, Transfer-Encoding, Connection, Keep-Alive,
-     * Proxy-Connection, TE, Trailer, Upgrade and Host.  In send_response
-     * the client's head grows to response_header_max_size, no further. */
+     * Proxy-Connection, TE, Trailer, Upgrade, Content-Range and Host.  In
+     * send_response the client's head grows to response_header_max_size,
+     * no further. */
     int  (*field_get)(struct cst_txn *t, int head, const char *name, size_t nlen, int nth,
                       const char **val, size_t *vlen);
     int  (*field_add)(struct cst_txn *t, int head, const char *name, size_t nlen,

@@ -193,8 +193,8 @@ hdrs_create(const struct cst_api *api, int argc, char **argv, char *err, size_t 
             snprintf(err, errlen, "\"%s\": a field name is a token (no space, "
                      "control byte or ':') and not one the proxy frames or routes by "
                      "(Content-Length, Transfer-Encoding, Connection, Keep-Alive, "
-                     "Proxy-Connection, TE, Trailer, Upgrade, Host), a value has no CR, "
-                     "LF or NUL", a);
+                     "Proxy-Connection, TE, Trailer, Upgrade, Content-Range, Host), a value "
+                     "has no CR, LF or NUL", a);
             goto fail;
         }
         if (nr->op == H_RM) {

@@ -24,7 +24,7 @@
 
 static const char *const names[] = {
     "Content-Length", "transfer-encoding", "Connection", "Keep-Alive", "Proxy-Connection",
-    "TE", "Trailer", "Upgrade", "Host",
+    "TE", "Trailer", "Upgrade", "Host", "Content-Range",
 };
 
 #define NNAMES (sizeof(names) / sizeof(names[0]))

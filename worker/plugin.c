@@ -308,7 +308,8 @@ plug_bad(const char *s, size_t n, int value)
  * on a POST, a Transfer-Encoding the body does not have: the origin or
  * the client reads the next message from the body, or waits), the
  * connection's own (RFC 9110 7.6.1: Connection and the hop-by-hop fields
- * it may name) and Host (RFC 9112 3.2: exactly one, the route's; url_set
+ * it may name), Content-Range (RFC 9110 14.4: where a stored part's
+ * bytes go) and Host (RFC 9112 3.2: exactly one, the route's; url_set
  * changes the route).  The length picks the names to compare: most
  * fields cost one switch. */
 static inline __attribute__((always_inline)) int
@@ -321,6 +322,7 @@ plug_name_reserved(const char *name, size_t nlen)
     case 10:
         return strncasecmp(name, "connection", 10) == 0
                || strncasecmp(name, "keep-alive", 10) == 0;
+    case 13: return strncasecmp(name, "content-range", 13) == 0;
     case 14: return strncasecmp(name, "content-length", 14) == 0;
     case 16: return strncasecmp(name, "proxy-connection", 16) == 0;
     case 17: return strncasecmp(name, "transfer-encoding", 17) == 0;
