@@ -9,7 +9,9 @@
 # generator.so, cachekey.so and header_rewrite.so.
 #
 # Usage: scripts/bench-plugins.sh [-d SECONDS] [--no-ats] [--pin] [--pairs N]
-#                                  [--twin N] [--quota PCT] [--port-base N]
+#                                  [--twin N] [--control] [--only wrk|ab]
+#                                  [--quota PCT]
+#                                  [--port-base N]
 #        --pin: the server on CPU 1, wrk and ab on CPU 0 (taskset), so
 #        the two do not take turns on one core (steadier figures)
 #        --pairs N: only the 3% question, asked N times: Cistern's rule
@@ -26,13 +28,17 @@
 #        those pairs' differences (median, and mean +- 2 s.e.).  The server's
 #        CPU time per request is its own; req/s also carries its client's
 #        time (the same in both rows), so it moves less than the server's.
+#        --control: --twin or --pairs with a second rule without plugins
+#        in place of headers+cachekey (an A/A run): what the method reads as a
+#        difference where there is none, this machine's floor.
+#        --only TOOL: --twin or --pairs with that client alone.
 #        --quota PCT: Cistern's server in a cgroup allowed PCT% of one CPU
 #        (root; cgroup v1 cpu or v2): the server, not the client, bounds
 #        req/s, so req/s measures the server's cost per request
 #        CISTERN_BIN names the daemon (default _build/plain/cistern), its
 #        plugins are the build's (plugins/ next to it).
 set -euo pipefail
-secs=10 ats=1 base=18480 srv_cpu=() cli_cpu=() pairs=0 quota=0 twin=0
+secs=10 ats=1 base=18480 srv_cpu=() cli_cpu=() pairs=0 quota=0 twin=0 with=both.test tools="wrk ab"
 while (($#)); do
     case $1 in
     -d) secs=$2; shift 2 ;;
@@ -40,9 +46,11 @@ while (($#)); do
     --pin) srv_cpu=(taskset -c 1) cli_cpu=(taskset -c 0); shift ;;
     --pairs) pairs=$2; shift 2 ;;
     --twin) twin=$2; shift 2 ;;
+    --control) with=plain2.test; shift ;;
+    --only) tools=$2; shift 2 ;;
     --quota) quota=$2; shift 2 ;;
     --port-base) base=$2; shift 2 ;;
-    -h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-plugins: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -148,6 +156,7 @@ CONF
 map http://gen.test/ http://127.0.0.1/ @plugin=generator.so
 map http://127.0.0.1:$port/ http://127.0.0.1/ @plugin=generator.so
 map http://plain.test/ http://127.0.0.1:$port/
+map http://plain2.test/ http://127.0.0.1:$port/
 map http://both.test/ http://127.0.0.1:$port/ @plugin=headers.so @pparam=set-resp:X-Served-By:edge @plugin=cachekey.so @pparam=--exclude-params=utm
 CONF
 }
@@ -213,19 +222,19 @@ if ((twin > 0)); then
     pids+=($!)
     srv2=$!
     for port in "$cp" "$cp2"; do
-        for h in plain.test both.test; do
+        for h in plain.test "$with"; do
             wait_ok "http://127.0.0.1:$port/cache/1024/2" "$h"
             curl -s -D - -o /dev/null -H "Host: $h" "http://127.0.0.1:$port/cache/1024/2" |
                 grep -qiE "$chit" || { echo "bench-plugins: $h on $port is not a hit" >&2; exit 1; }
         done
     done
     echo "# $twin rounds, ${secs}s each: two servers at once (CPU 1: port $cp, CPU 0: port $cp2),"
-    echo "# no plugins (plain.test) on one and headers+cachekey (both.test) on the other, swapped each round"
+    echo "# no plugins (plain.test) on one and $with on the other, swapped each round"
     : >"$tmp/twin"
     for ((i = 1; i <= twin; i++)); do
-        h1=plain.test h2=both.test
-        ((i % 2 == 0)) && h1=both.test h2=plain.test
-        for tool in wrk ab; do
+        h1=plain.test h2=$with
+        ((i % 2 == 0)) && h1=$with h2=plain.test
+        for tool in $tools; do
             a1=$(tree_ns "$srv_pid") a2=$(tree_ns "$srv2")
             load "$tool" 1 "$cp" "$h1" >"$tmp/l1" &
             l1=$!
@@ -240,41 +249,44 @@ if ((twin > 0)); then
                 "$i" "$tool" "$h1" "$r1" "$c1" "$h2" "$r2" "$c2"
         done
     done
-    python3 - "$tmp/twin" <<'EOP'
+    python3 - "$tmp/twin" "$with" <<'EOP'
 import statistics, sys
 rounds = {}
 for line in open(sys.argv[1]):
     i, tool, h1, r1, c1, h2, r2, c2 = line.split()
     row = {h1: (float(r1), float(c1)), h2: (float(r2), float(c2))}
-    p, b = row["plain.test"], row["both.test"]
+    p, b = row["plain.test"], row[sys.argv[2]]
     rounds.setdefault(tool, []).append((100 * (b[0] - p[0]) / p[0], 100 * (b[1] - p[1]) / p[1], p, b))
 def spread(d):
     se = statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 else 0
     return "%+5.1f%% (mean %+5.1f%% +- %.1f)" % (statistics.median(d), statistics.mean(d), 2 * se)
 for tool, name in (("wrk", "wrk -t1 -c50"), ("ab", "ab -k -c100")):
+    if tool not in rounds:
+        continue
     r = rounds[tool]
     pairs = [((r[k][0] + r[k + 1][0]) / 2, (r[k][1] + r[k + 1][1]) / 2) for k in range(0, len(r) - 1, 2)]
-    print("%-13s no plugins %9.0f req/s %6.2f us/req | headers+cachekey %9.0f req/s %6.2f us/req (medians)"
+    print("%-13s no plugins %9.0f req/s %6.2f us/req | %s %9.0f req/s %6.2f us/req (medians)"
           % (name, statistics.median(x[2][0] for x in r), statistics.median(x[2][1] for x in r),
+             "headers+cachekey" if sys.argv[2] == "both.test" else "the same again",
              statistics.median(x[3][0] for x in r), statistics.median(x[3][1] for x in r)))
     if pairs:
-        print("%-13s with plugins, %d pairs of rounds: req/s %s, server cpu/req %s"
-              % ("", len(pairs), spread([x[0] for x in pairs]), spread([x[1] for x in pairs])))
+        print("%-13s %s, %d pairs of rounds: req/s %s, server cpu/req %s"
+              % ("", "with plugins" if sys.argv[2] == "both.test" else "A/A", len(pairs), spread([x[0] for x in pairs]), spread([x[1] for x in pairs])))
 EOP
     exit 0
 fi
 if ((pairs > 0)); then
-    for h in plain.test both.test; do
+    for h in plain.test "$with"; do
         wait_ok "http://127.0.0.1:$cp/cache/1024/2" "$h"
         curl -s -D - -o /dev/null -H "Host: $h" "http://127.0.0.1:$cp/cache/1024/2" |
             grep -qiE "$chit" || { echo "bench-plugins: $h is not a hit" >&2; exit 1; }
     done
-    echo "# $pairs pairs, ${secs}s each: no plugins (plain.test) vs headers+cachekey (both.test)"
+    echo "# $pairs pairs, ${secs}s each: no plugins (plain.test) vs $with"
     : >"$tmp/pairs"
     for ((i = 1; i <= pairs; i++)); do
-        order="plain.test both.test"
-        ((i % 2 == 0)) && order="both.test plain.test"
-        for tool in wrk ab; do
+        order="plain.test $with"
+        ((i % 2 == 0)) && order="$with plain.test"
+        for tool in $tools; do
             for h in $order; do
                 r=$(measure "$tool" "$h")
                 echo "$tool $h $r" >>"$tmp/pairs"
@@ -283,7 +295,7 @@ if ((pairs > 0)); then
             done
         done
     done
-    python3 - "$tmp/pairs" <<'EOP'
+    python3 - "$tmp/pairs" "$with" <<'EOP'
 import statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
@@ -293,13 +305,16 @@ def spread(d):     # the median of the rounds' differences, and their mean +- 2 
     se = statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 else 0
     return "%+5.1f%% (mean %+5.1f%% +- %.1f)" % (statistics.median(d), statistics.mean(d), 2 * se)
 for tool, name in (("wrk", "wrk -t1 -c50"), ("ab", "ab -k -c100")):
-    a, b = rows[(tool, "plain.test")], rows[(tool, "both.test")]
+    if (tool, "plain.test") not in rows:
+        continue
+    a, b = rows[(tool, "plain.test")], rows[(tool, sys.argv[2])]
     ra, rb = statistics.median(x[0] for x in a), statistics.median(x[0] for x in b)
     ca, cb = statistics.median(x[1] for x in a), statistics.median(x[1] for x in b)
-    print("%-13s no plugins %9.0f req/s %6.2f us/req | headers+cachekey %9.0f req/s "
-          "%6.2f us/req (medians)" % (name, ra, ca, rb, cb))
-    print("%-13s with plugins, round by round: req/s %s, cpu/req %s, user cpu/req %+.3f us"
-          % ("", spread([100 * (y[0] - x[0]) / x[0] for x, y in zip(a, b)]),
+    print("%-13s no plugins %9.0f req/s %6.2f us/req | %s %9.0f req/s "
+          "%6.2f us/req (medians)" % (name, ra, ca, "headers+cachekey" if sys.argv[2] ==
+                                      "both.test" else "the same again", rb, cb))
+    print("%-13s %s, round by round: req/s %s, cpu/req %s, user cpu/req %+.3f us"
+          % ("", "with plugins" if sys.argv[2] == "both.test" else "A/A", spread([100 * (y[0] - x[0]) / x[0] for x, y in zip(a, b)]),
              spread([100 * (y[1] - x[1]) / x[1] for x, y in zip(a, b)]),
              statistics.median(y[2] - x[2] for x, y in zip(a, b))))
 EOP
