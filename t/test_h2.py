@@ -1107,6 +1107,52 @@ def test_concurrent_streams_limit_zero_window_idle():
         cl.close()
 
 
+def test_stream_client_timeouts():
+    """The client timers HTTP/1.1 has, per stream: a request body that
+    stops coming is answered 408 after transaction_no_activity_timeout_in
+    (it was held forever, with its origin connection: the stream counted
+    as waiting on its origin, so not even no_activity_timeout_in closed
+    the connection); a stream whose window the client keeps shut is
+    reset (CANCEL) after the same time, though the connection stays busy
+    (it lived, pinning its hit, as long as any other stream was active);
+    transaction_active_timeout_in caps a stream waiting on a slow origin.
+    The connection serves on after each."""
+    need_h2()
+    with Origin() as o, daemon(o, workers=1, records={
+            "proxy.config.http2.no_activity_timeout_in": 60,
+            "proxy.config.http.transaction_no_activity_timeout_in": 2}) as c:
+        p = "/bytes/2000000" + CC
+        h2c(c, p)
+        cl = H2(c.ports[2], settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+        t0 = time.time()
+        s_body = cl.request("/echo", "POST", body=b"abc", end=False)
+        s_win = cl.request(p)
+        # (the 408's body waits for window too: its head is what counts)
+        expect(cl.pump(lambda: s_body in cl.resp and s_win in cl.reset, timeout=8),
+               "after %.1f s: body stream %r, window stream %r" % (
+                   time.time() - t0, cl.resp.get(s_body), cl.reset.get(s_win)))
+        el = time.time() - t0
+        expect(1.5 <= el <= 5, "timed out after %.1f s (transaction_no_activity_timeout_in 2)" % el)
+        expect_eq(cl.resp[s_body].get(":status"), "408", "stalled request body")
+        expect_eq(cl.reset[s_win], 8, "stalled window: RST_STREAM code")
+        cl.c.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 65535})
+        s_ok = cl.request("/bytes/10")
+        expect(cl.pump(lambda: s_ok in cl.ended), "the connection after the timeouts")
+        cl.close()
+    with Origin() as o, daemon(o, workers=1, storage=False, records={
+            "proxy.config.http.transaction_active_timeout_in": 2}) as c:
+        cl = H2(c.ports[2])
+        t0 = time.time()
+        s_slow = cl.request("/delay/20000/slow")
+        expect(cl.pump(lambda: s_slow in cl.reset, timeout=8),
+               "transaction_active_timeout_in 2: a 20 s origin wait not cut")
+        el = time.time() - t0
+        expect(1.5 <= el <= 5, "cut after %.1f s (transaction_active_timeout_in 2)" % el)
+        s_ok = cl.request("/bytes/10")
+        expect(cl.pump(lambda: s_ok in cl.ended), "the connection after the cut")
+        cl.close()
+
+
 @harness.timeout(180)
 def test_reload_under_h2load_drain_goaway():
     """Two reloads while h2load runs (TLS, 8 connections, 10 streams

@@ -54,8 +54,13 @@
  * 431; streams past max_concurrent_streams_in are refused by nghttp2;
  * no_activity_timeout_in ends a connection that neither sends requests
  * or DATA nor takes DATA (a zero-window stall), unless a stream waits on
- * its origin.  The drain on reload sends GOAWAY and lets the open
- * streams finish.
+ * its origin; and each stream has HTTP/1.1's client timers
+ * (h2_streams_tick): transaction_no_activity_timeout_in while it waits
+ * on its client (the rest of its request body: 408; window for its
+ * answer: RST_STREAM CANCEL), transaction_active_timeout_in from its
+ * start, so no stream outlives them because others keep the connection
+ * busy.  The drain on reload sends GOAWAY and lets the open streams
+ * finish.
  *
  * Protocol rules are nghttp2's, but for three it leaves out by choice,
  * checked in h2_cb_begin_frame: PRIORITY on stream 0, HEADERS on a
@@ -105,6 +110,9 @@ struct h2s {
     int64_t          clen;            /* answer body bytes still to send
                                          (its Content-Length), -1: unknown */
     uint64_t         unacked;         /* DATA bytes not given back yet */
+    int64_t          born;            /* the request's start (ms) */
+    int64_t          stall;           /* first seen waiting on its client
+                                         (ms), 0: not waiting */
     unsigned         started:1;       /* the request runs */
     unsigned         body:1;          /* a request body comes */
     unsigned         body_end:1;      /* ... and has ended */
@@ -136,6 +144,7 @@ struct h2c {
     unsigned              eof:1;      /* the client closed its side */
     unsigned              draining:1; /* the worker drains: GOAWAY once quiet */
     unsigned              read_off:1; /* reading stopped: output backed up */
+    unsigned              ticking:1;  /* tmr armed for the streams' timers */
     int64_t               active;     /* last request, DATA in or out (ms) */
     int64_t               minute;     /* the counters' minute (ms) */
     unsigned              n_rst, n_settings, n_setvals, n_ping, n_prio;
@@ -246,6 +255,7 @@ static nghttp2_mem h2m = { NULL, h2m_malloc, h2m_free, h2m_calloc, h2m_realloc }
 
 static void h2_send(struct h2c *h);
 static void h2_close(struct h2c *h);
+static void h2_tick_start(struct h2c *h);
 
 static int64_t
 h2_now_ms(void)
@@ -443,7 +453,8 @@ h2s_start(struct h2c *h, struct h2s *s, int end_stream)
     s->body = !end_stream;
     s->body_end = end_stream;
     s->chunked = s->body && !s->hd.has_cl;
-    h->active = h2_now_ms();
+    h->active = s->born = h2_now_ms();
+    h2_tick_start(h);
     if (s->hd.over) {
         h2_head_release(&s->hd);
         h2s_refuse(s, 431, "HTTP/2 header list larger than max_header_list_size");
@@ -854,6 +865,7 @@ h2_cb_send_data(nghttp2_session *ss, nghttp2_frame *frame, const uint8_t *hd,
         h2s_take(s, len);
         h->n_data++;
         h->active = h2_now_ms();
+        s->stall = 0;
         h2s_kick(s);
         return h2_flush_out(h) < 0 ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
     }
@@ -885,6 +897,7 @@ h2_cb_send_data(nghttp2_session *ss, nghttp2_frame *frame, const uint8_t *hd,
     h2s_take(s, len);
     h->n_data++;
     h->active = h2_now_ms();
+    s->stall = 0;
     h2s_kick(s);
     return 0;
 }
@@ -1254,6 +1267,7 @@ h2_cb_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t *
         return 0;
     }
     s->unacked += n;
+    s->stall = 0;
     if (h2s_body_data(s, p, n) < 0) {
         h2s_reset(h, s, NGHTTP2_INTERNAL_ERROR);
         return 0;
@@ -1511,7 +1525,109 @@ h2_origin_busy(const struct h2c *h)
     return 0;
 }
 
-/* no_activity_timeout_in, and the end of a linger. */
+/* ------------------------------------------------------------------ */
+/* The streams' client timers: HTTP/1.1's (conn.c), per stream.  The
+ * connection's no_activity_timeout_in alone let a stream wait on its
+ * client for ever: one whose request body stopped coming counts as
+ * waiting on its origin (h2_origin_busy), and one whose window the
+ * client keeps shut lives as long as other streams keep the connection
+ * busy, holding its origin connection or its hit's pinned segments.
+ * The streams are walked on the connection's timer, every quarter of
+ * the shortest timeout while any is open, so a stream is cut between T
+ * and 1.25 T after it began to wait, never before. */
+
+static int64_t
+h2_tick_ms(void)
+{
+    const struct conf_records *rec = &wk->conf->rec;
+    int64_t t = rec->txn_no_activity_in;
+
+    if (rec->txn_active_in > 0 && rec->txn_active_in < t)
+        t = rec->txn_active_in;
+    return t * 1000 / 4 < 250 ? 250 : t * 1000 / 4;
+}
+
+static void
+h2_arm_ms(struct h2c *h, int64_t ms)
+{
+    struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+
+    if (tv.tv_sec == 0 && tv.tv_usec == 0)
+        tv.tv_usec = 1000;
+    event_del(&h->tmr);
+    event_add(&h->tmr, &tv);
+}
+
+/* A stream started: the timer ticks for it, and still by the idle
+ * deadline (the drain and the linger have timers of their own; the
+ * drain's walks the streams too). */
+static void
+h2_tick_start(struct h2c *h)
+{
+    int64_t idle = (int64_t)wk->conf->rec.h2_idle_in * 1000, t = h2_tick_ms();
+
+    if (h->ticking || h->lingering || h->draining)
+        return;
+    h->ticking = 1;
+    h2_arm_ms(h, t < idle ? t : idle);
+}
+
+/* Does s wait on its client: for the rest of its request body (we hold
+ * none of it: the transaction has taken all there was), or for window to
+ * send the answer bytes it has ready? */
+static int
+h2s_waits_client(const struct h2s *s)
+{
+    const char *p;
+
+    if (s->rq->rq_step == REQ_WAIT)
+        return 0;
+    if (s->body && !s->body_end && s->in.start == s->in.end)
+        return 1;
+    return s->head_sent && h2s_avail(s, &p) > 0;
+}
+
+/* s is past a client timer: a request body that stopped coming before the
+ * origin began to answer gets 408, as on HTTP/1.1 (conn_timeout); any
+ * other stream is reset. */
+static void
+h2s_expire(struct h2c *h, struct h2s *s)
+{
+    struct req *rq = s->rq;
+
+    wk->ctr->timeouts++;
+    if (!s->head_sent && s->body && !s->body_end
+        && (rq->rq_up == NULL || rq->rq_up->up_state < UP_BODY)) {
+        proxy_abort(rq);
+        h2s_refuse(s, 408, "request body timeout");
+        h2s_kick(s);
+        return;
+    }
+    h2s_reset(h, s, NGHTTP2_CANCEL);
+    event_active(&h->work, EV_TIMEOUT, 1);     /* the RST_STREAM out */
+}
+
+static void
+h2_streams_tick(struct h2c *h)
+{
+    const struct conf_records *rec = &wk->conf->rec;
+    int64_t now = h2_now_ms();
+
+    for (struct h2s *s = h->streams; s; s = s->next) {
+        if (!s->started || s->dead || s->rq == NULL || s->rq->rq_step == REQ_DONE)
+            continue;
+        if (rec->txn_active_in > 0 && now - s->born >= (int64_t)rec->txn_active_in * 1000)
+            h2s_expire(h, s);
+        else if (!h2s_waits_client(s))
+            s->stall = 0;
+        else if (s->stall == 0)
+            s->stall = now;
+        else if (now - s->stall >= (int64_t)rec->txn_no_activity_in * 1000)
+            h2s_expire(h, s);
+    }
+}
+
+/* no_activity_timeout_in, the streams' timers, and the end of a linger. */
 static void
 h2_on_timer(evutil_socket_t fd, short what, void *arg)
 {
@@ -1524,17 +1640,20 @@ h2_on_timer(evutil_socket_t fd, short what, void *arg)
         h->ops->close(h->c);
         return;
     }
+    h->ticking = 0;
+    h2_streams_tick(h);
     if (h->draining && !h->goaway) {
         h2_drain_tick(h);
         return;
     }
     left = h->active + idle - h2_now_ms();
     if (left > 0 || h2_origin_busy(h)) {
-        struct timeval tv = { left > 0 ? left / 1000 : idle / 1000,
-                              left > 0 ? (left % 1000) * 1000 : 0 };
-        if (tv.tv_sec == 0 && tv.tv_usec == 0)
-            tv.tv_usec = 1000;
-        event_add(&h->tmr, &tv);
+        int64_t at = left > 0 ? left : idle;
+        if (h->nstreams > 0 && h2_tick_ms() < at) {
+            at = h2_tick_ms();
+            h->ticking = 1;
+        }
+        h2_arm_ms(h, at);
         return;
     }
     wk->ctr->timeouts++;
