@@ -1012,6 +1012,28 @@ def test_floods_rapid_reset_settings_ping_window_update_priority():
         expect_eq(h2c(c, "/bytes/10").status, 200, "served after the floods")
 
 
+def test_empty_frame_floods():
+    """RFC 9113 10.5 (CVE-2019-9518): frames that carry nothing -- DATA
+    without payload nor END_STREAM, DATA that is all padding, PING ACKs
+    for PINGs we never sent -- were taken without limit (a million empty
+    DATA frames on one stream, nothing said).  Past 120 a minute each is
+    a flood: GOAWAY(ENHANCE_YOUR_CALM) and the close.  A few empty DATA
+    frames and an empty one with END_STREAM still end a request."""
+    with Origin() as o, daemon(o, storage=False, workers=1) as c:
+        post = frame(HEADERS, 4, 1, req_block("/delay/5000/e", "POST"))
+        _calm(c, lambda: [post] + [frame(DATA, 0, 1, b"") * 500], "empty DATA")
+        _calm(c, lambda: [post] + [frame(DATA, 8, 1, b"\x03pad") * 500], "DATA all padding")
+        _calm(c, lambda: [frame(PING, 1, 0, b"12345678") * 500], "PING ACK")
+        c.wait_log(r"HTTP/2 empty DATA flood", 5)
+        r = Raw(c.ports[2])
+        r.send(frame(HEADERS, 4, 1, req_block("/echo", "POST")) + frame(DATA, 0, 1, b"") * 5
+               + frame(DATA, 0, 1, b"abc") + frame(DATA, 1, 1, b""))
+        fr, _ = r.frames(lambda f: f[0] in (GOAWAY, RST_STREAM) or (f[2] == 1 and f[1] & 1))
+        r.close()
+        expect(goaway_code(fr) is None and any(f[0] == DATA and f[2] == 1 and f[1] & 1 for f in fr),
+               "a request with a few empty DATA frames: %r" % [(f[0], f[1], f[2]) for f in fr])
+
+
 def test_continuation_flood_and_hpack_bomb():
     """A header block that never ends (CONTINUATION after CONTINUATION)
     closes the connection; a header list that decodes past

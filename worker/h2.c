@@ -48,7 +48,8 @@
  *
  * Defences (counted per minute, ATS's keys): RST_STREAM (rapid reset;
  * with the resets a client's stream errors make us send: MadeYouReset),
- * SETTINGS, PING, PRIORITY, CONTINUATION and WINDOW_UPDATE floods close
+ * SETTINGS, PING (ACKs too), PRIORITY, CONTINUATION and WINDOW_UPDATE
+ * floods, and one of DATA frames that carry nothing (H2_EMPTY_MIN), close
  * the connection with GOAWAY(ENHANCE_YOUR_CALM); a header list past
  * max_header_list_size (an HPACK bomb) is kept no further and answered
  * 431; streams past max_concurrent_streams_in are refused by nghttp2;
@@ -93,6 +94,11 @@
 #define H2_LINGER_MS  2000
 #define H2_NV_MAX     (HTTP_MAX_FIELDS + 2)
 #define H2_DONE_MAX   16               /* closed streams remembered */
+/* DATA frames carrying nothing (no payload but padding, no END_STREAM)
+ * a minute: CONTINUATION's default budget.  ATS calls this key
+ * proxy.config.http2.max_empty_frames_per_minute (its default, 0, would
+ * refuse the odd empty flush some clients send). */
+#define H2_EMPTY_MIN  120
 
 struct h2c;
 
@@ -148,14 +154,15 @@ struct h2c {
     int64_t               active;     /* last request, DATA in or out (ms) */
     int64_t               minute;     /* the counters' minute (ms) */
     unsigned              n_rst, n_settings, n_setvals, n_ping, n_prio;
-    unsigned              n_cont, n_wu, n_data;
+    unsigned              n_cont, n_wu, n_data, n_empty;
     int32_t               last_sid;   /* the highest stream the client opened */
     int32_t               gap_lo, gap_hi; /* the ids it skipped last: closed unused */
     int32_t               done[H2_DONE_MAX]; /* streams the client ended, closed */
     unsigned              ndone;
     /* the input's frame headers, followed for h2_frame_check */
     uint32_t              fr_skip;    /* bytes nghttp2 takes before the next header */
-    uint8_t               fr_hd[13];  /* a header, and a PRIORITY's dependency */
+    uint8_t               fr_hd[13];  /* a header, and a PRIORITY's dependency
+                                         or a padded DATA's pad length */
     uint8_t               fr_have, fr_need;
 };
 
@@ -1058,7 +1065,7 @@ h2_cb_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *arg)
     if (now - h->minute >= 60000) {
         h->minute = now;
         h->n_rst = h->n_settings = h->n_setvals = h->n_ping = h->n_prio = 0;
-        h->n_cont = h->n_wu = h->n_data = 0;
+        h->n_cont = h->n_wu = h->n_data = h->n_empty = 0;
     }
     switch (hd->type) {
     case NGHTTP2_HEADERS:
@@ -1086,7 +1093,9 @@ h2_cb_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *arg)
             return h2_calm(h, "settings", h->n_setvals);
         break;
     case NGHTTP2_PING:
-        if (!(hd->flags & NGHTTP2_FLAG_ACK) && ++h->n_ping > (unsigned)rec->h2_ping_min)
+        /* an ACK too: we send no PING, so every ACK is unasked for, and
+         * costs us as much as a PING without the answer */
+        if (++h->n_ping > (unsigned)rec->h2_ping_min)
             return h2_calm(h, "PING", h->n_ping);
         break;
     case NGHTTP2_PRIORITY:
@@ -1114,17 +1123,36 @@ h2_cb_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *arg)
     return 0;
 }
 
-/* A DATA frame's header f, or a PRIORITY's with its dependency (13
- * bytes), once nghttp2 has taken every frame before it: the rules nghttp2
- * drops such a frame without checking.  0 to go on, -1 when the
+/* A DATA frame that carries nothing: no END_STREAM, and no payload but
+ * its padding (f: its header, and its pad length when padded, n bytes).
+ * RFC 9113 10.5: such frames cost us a frame's work for nothing
+ * (CVE-2019-9518), and nghttp2 takes any number of them. */
+static int
+h2_data_empty(const uint8_t *f, unsigned n)
+{
+    uint32_t len = (uint32_t)f[0] << 16 | (uint32_t)f[1] << 8 | f[2];
+
+    if (f[4] & NGHTTP2_FLAG_END_STREAM)
+        return 0;
+    return len == 0 || (n == 10 && len == 1u + f[9]);
+}
+
+/* A DATA frame's header f (with its pad length when padded: 10 bytes),
+ * or a PRIORITY's with its dependency (13 bytes), n bytes, once nghttp2
+ * has taken every frame before it: the rules nghttp2 drops such a frame
+ * without checking, and the empty DATA budget.  0 to go on, -1 when the
  * connection ends (GOAWAY submitted). */
 static int
-h2_frame_check(struct h2c *h, const uint8_t *f)
+h2_frame_check(struct h2c *h, const uint8_t *f, unsigned n)
 {
     int32_t id = (int32_t)(((uint32_t)f[5] << 24 | (uint32_t)f[6] << 16 | (uint32_t)f[7] << 8
                             | f[8]) & 0x7fffffffu);
     int32_t dep;
 
+    if (f[3] == NGHTTP2_DATA && h2_data_empty(f, n) && ++h->n_empty > H2_EMPTY_MIN) {
+        (void)h2_calm(h, "empty DATA", h->n_empty);
+        return -1;
+    }
     if (f[3] == NGHTTP2_DATA && h2_sid_done(h, id)) {
         /* RFC 9113 5.1 and 6.1: the client's own end came first */
         nghttp2_session_terminate_session(h->ss, NGHTTP2_STREAM_CLOSED);
@@ -1148,7 +1176,8 @@ h2_frame_check(struct h2c *h, const uint8_t *f)
 }
 
 /* Feed n bytes of input to nghttp2, stopping at each DATA and PRIORITY
- * frame's header to check it first (h2_frame_check).  A request without a
+ * frame's header (and a padded DATA's pad length) to check it first
+ * (h2_frame_check).  A request without a
  * body costs one nghttp2_session_mem_recv, as before, and a look at each
  * frame header.  Returns 0, or -1: the connection ends (nghttp2 failed,
  * or a GOAWAY was submitted). */
@@ -1175,6 +1204,11 @@ h2_recv(struct h2c *h, const uint8_t *p, size_t n)
             h->fr_need = 13;        /* its dependency too */
             continue;
         }
+        if (h->fr_need == 9 && h->fr_hd[3] == NGHTTP2_DATA
+            && (h->fr_hd[4] & NGHTTP2_FLAG_PADDED) && len > 0) {
+            h->fr_need = 10;        /* its pad length too */
+            continue;
+        }
         if (h->fr_hd[3] == NGHTTP2_DATA || h->fr_need == 13) {
             /* (a PRIORITY of another length is nghttp2's FRAME_SIZE_ERROR.)
              * nghttp2 first takes what comes before this frame (a header
@@ -1184,7 +1218,7 @@ h2_recv(struct h2c *h, const uint8_t *p, size_t n)
             if (at > fed && nghttp2_session_mem_recv(h->ss, p + fed, at - fed) < 0)
                 return -1;
             fed = at > fed ? at : fed;
-            if (h2_frame_check(h, h->fr_hd) < 0)
+            if (h2_frame_check(h, h->fr_hd, h->fr_need) < 0)
                 return -1;
         }
         h->fr_skip = len - (uint32_t)(h->fr_need - 9);
