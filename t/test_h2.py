@@ -1157,6 +1157,11 @@ def test_stream_client_timeouts():
         expect(1.5 <= el <= 5, "timed out after %.1f s (transaction_no_activity_timeout_in 2)" % el)
         expect_eq(cl.resp[s_body].get(":status"), "408", "stalled request body")
         expect_eq(cl.reset[s_win], 8, "stalled window: RST_STREAM code")
+        # the 408 is an answer like any other: its body waits for window,
+        # and is cut the same way
+        expect(cl.pump(lambda: s_body in cl.reset, timeout=8), "the 408's body held for ever")
+        el = time.time() - t0
+        expect(3.5 <= el <= 8, "the 408 cut after %.1f s" % el)
         cl.c.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 65535})
         s_ok = cl.request("/bytes/10")
         expect(cl.pump(lambda: s_ok in cl.ended), "the connection after the timeouts")

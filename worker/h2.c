@@ -1630,10 +1630,11 @@ h2s_expire(struct h2c *h, struct h2s *s)
     struct req *rq = s->rq;
 
     wk->ctr->timeouts++;
-    if (!s->head_sent && s->body && !s->body_end
+    if (!s->head_sent && s->body && !s->body_end && rq->rq_step != REQ_DONE
         && (rq->rq_up == NULL || rq->rq_up->up_state < UP_BODY)) {
         proxy_abort(rq);
         h2s_refuse(s, 408, "request body timeout");
+        s->stall = 0;       /* the answer's timer starts now */
         h2s_kick(s);
         return;
     }
@@ -1648,7 +1649,7 @@ h2_streams_tick(struct h2c *h)
     int64_t now = h2_now_ms();
 
     for (struct h2s *s = h->streams; s; s = s->next) {
-        if (!s->started || s->dead || s->rq == NULL || s->rq->rq_step == REQ_DONE)
+        if (!s->started || s->dead || s->rq == NULL)
             continue;
         if (rec->txn_active_in > 0 && now - s->born >= (int64_t)rec->txn_active_in * 1000)
             h2s_expire(h, s);
