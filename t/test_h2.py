@@ -1012,6 +1012,28 @@ def test_floods_rapid_reset_settings_ping_window_update_priority():
         expect_eq(h2c(c, "/bytes/10").status, 200, "served after the floods")
 
 
+def test_empty_frame_floods():
+    """RFC 9113 10.5 (CVE-2019-9518): frames that carry nothing -- DATA
+    without payload nor END_STREAM, DATA that is all padding, PING ACKs
+    for PINGs we never sent -- were taken without limit (a million empty
+    DATA frames on one stream, nothing said).  Past 120 a minute each is
+    a flood: GOAWAY(ENHANCE_YOUR_CALM) and the close.  A few empty DATA
+    frames and an empty one with END_STREAM still end a request."""
+    with Origin() as o, daemon(o, storage=False, workers=1) as c:
+        post = frame(HEADERS, 4, 1, req_block("/delay/5000/e", "POST"))
+        _calm(c, lambda: [post] + [frame(DATA, 0, 1, b"") * 500], "empty DATA")
+        _calm(c, lambda: [post] + [frame(DATA, 8, 1, b"\x03pad") * 500], "DATA all padding")
+        _calm(c, lambda: [frame(PING, 1, 0, b"12345678") * 500], "PING ACK")
+        c.wait_log(r"HTTP/2 empty DATA flood", 5)
+        r = Raw(c.ports[2])
+        r.send(frame(HEADERS, 4, 1, req_block("/echo", "POST")) + frame(DATA, 0, 1, b"") * 5
+               + frame(DATA, 0, 1, b"abc") + frame(DATA, 1, 1, b""))
+        fr, _ = r.frames(lambda f: f[0] in (GOAWAY, RST_STREAM) or (f[2] == 1 and f[1] & 1))
+        r.close()
+        expect(goaway_code(fr) is None and any(f[0] == DATA and f[2] == 1 and f[1] & 1 for f in fr),
+               "a request with a few empty DATA frames: %r" % [(f[0], f[1], f[2]) for f in fr])
+
+
 def test_continuation_flood_and_hpack_bomb():
     """A header block that never ends (CONTINUATION after CONTINUATION)
     closes the connection; a header list that decodes past
@@ -1104,6 +1126,57 @@ def test_concurrent_streams_limit_zero_window_idle():
         expect(len(cl.body.get(sid, b"")) == 0, "DATA sent into a zero window")
         wait_for(lambda: any("/bytes/100000 HTTP/2" in ln for ln in access_lines(c, 1)), 5,
                  what="the stalled request in the access log")
+        cl.close()
+
+
+def test_stream_client_timeouts():
+    """The client timers HTTP/1.1 has, per stream: a request body that
+    stops coming is answered 408 after transaction_no_activity_timeout_in
+    (it was held forever, with its origin connection: the stream counted
+    as waiting on its origin, so not even no_activity_timeout_in closed
+    the connection); a stream whose window the client keeps shut is
+    reset (CANCEL) after the same time, though the connection stays busy
+    (it lived, pinning its hit, as long as any other stream was active);
+    transaction_active_timeout_in caps a stream waiting on a slow origin.
+    The connection serves on after each."""
+    need_h2()
+    with Origin() as o, daemon(o, workers=1, records={
+            "proxy.config.http2.no_activity_timeout_in": 60,
+            "proxy.config.http.transaction_no_activity_timeout_in": 2}) as c:
+        p = "/bytes/2000000" + CC
+        h2c(c, p)
+        cl = H2(c.ports[2], settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+        t0 = time.time()
+        s_body = cl.request("/echo", "POST", body=b"abc", end=False)
+        s_win = cl.request(p)
+        # (the 408's body waits for window too: its head is what counts)
+        expect(cl.pump(lambda: s_body in cl.resp and s_win in cl.reset, timeout=8),
+               "after %.1f s: body stream %r, window stream %r" % (
+                   time.time() - t0, cl.resp.get(s_body), cl.reset.get(s_win)))
+        el = time.time() - t0
+        expect(1.5 <= el <= 5, "timed out after %.1f s (transaction_no_activity_timeout_in 2)" % el)
+        expect_eq(cl.resp[s_body].get(":status"), "408", "stalled request body")
+        expect_eq(cl.reset[s_win], 8, "stalled window: RST_STREAM code")
+        # the 408 is an answer like any other: its body waits for window,
+        # and is cut the same way
+        expect(cl.pump(lambda: s_body in cl.reset, timeout=8), "the 408's body held for ever")
+        el = time.time() - t0
+        expect(3.5 <= el <= 8, "the 408 cut after %.1f s" % el)
+        cl.c.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 65535})
+        s_ok = cl.request("/bytes/10")
+        expect(cl.pump(lambda: s_ok in cl.ended), "the connection after the timeouts")
+        cl.close()
+    with Origin() as o, daemon(o, workers=1, storage=False, records={
+            "proxy.config.http.transaction_active_timeout_in": 2}) as c:
+        cl = H2(c.ports[2])
+        t0 = time.time()
+        s_slow = cl.request("/delay/20000/slow")
+        expect(cl.pump(lambda: s_slow in cl.reset, timeout=8),
+               "transaction_active_timeout_in 2: a 20 s origin wait not cut")
+        el = time.time() - t0
+        expect(1.5 <= el <= 5, "cut after %.1f s (transaction_active_timeout_in 2)" % el)
+        s_ok = cl.request("/bytes/10")
+        expect(cl.pump(lambda: s_ok in cl.ended), "the connection after the cut")
         cl.close()
 
 

@@ -48,14 +48,20 @@
  *
  * Defences (counted per minute, ATS's keys): RST_STREAM (rapid reset;
  * with the resets a client's stream errors make us send: MadeYouReset),
- * SETTINGS, PING, PRIORITY, CONTINUATION and WINDOW_UPDATE floods close
+ * SETTINGS, PING (ACKs too), PRIORITY, CONTINUATION and WINDOW_UPDATE
+ * floods, and one of DATA frames that carry nothing (H2_EMPTY_MIN), close
  * the connection with GOAWAY(ENHANCE_YOUR_CALM); a header list past
  * max_header_list_size (an HPACK bomb) is kept no further and answered
  * 431; streams past max_concurrent_streams_in are refused by nghttp2;
  * no_activity_timeout_in ends a connection that neither sends requests
  * or DATA nor takes DATA (a zero-window stall), unless a stream waits on
- * its origin.  The drain on reload sends GOAWAY and lets the open
- * streams finish.
+ * its origin; and each stream has HTTP/1.1's client timers
+ * (h2_streams_tick): transaction_no_activity_timeout_in while it waits
+ * on its client (the rest of its request body: 408; window for its
+ * answer: RST_STREAM CANCEL), transaction_active_timeout_in from its
+ * start, so no stream outlives them because others keep the connection
+ * busy.  The drain on reload sends GOAWAY and lets the open streams
+ * finish.
  *
  * Protocol rules are nghttp2's, but for three it leaves out by choice,
  * checked in h2_cb_begin_frame: PRIORITY on stream 0, HEADERS on a
@@ -88,6 +94,11 @@
 #define H2_LINGER_MS  2000
 #define H2_NV_MAX     (HTTP_MAX_FIELDS + 2)
 #define H2_DONE_MAX   16               /* closed streams remembered */
+/* DATA frames carrying nothing (no payload but padding, no END_STREAM)
+ * a minute: CONTINUATION's default budget.  ATS calls this key
+ * proxy.config.http2.max_empty_frames_per_minute (its default, 0, would
+ * refuse the odd empty flush some clients send). */
+#define H2_EMPTY_MIN  120
 
 struct h2c;
 
@@ -105,6 +116,9 @@ struct h2s {
     int64_t          clen;            /* answer body bytes still to send
                                          (its Content-Length), -1: unknown */
     uint64_t         unacked;         /* DATA bytes not given back yet */
+    int64_t          born;            /* the request's start (ms) */
+    int64_t          stall;           /* first seen waiting on its client
+                                         (ms), 0: not waiting */
     unsigned         started:1;       /* the request runs */
     unsigned         body:1;          /* a request body comes */
     unsigned         body_end:1;      /* ... and has ended */
@@ -136,17 +150,19 @@ struct h2c {
     unsigned              eof:1;      /* the client closed its side */
     unsigned              draining:1; /* the worker drains: GOAWAY once quiet */
     unsigned              read_off:1; /* reading stopped: output backed up */
+    unsigned              ticking:1;  /* tmr armed for the streams' timers */
     int64_t               active;     /* last request, DATA in or out (ms) */
     int64_t               minute;     /* the counters' minute (ms) */
     unsigned              n_rst, n_settings, n_setvals, n_ping, n_prio;
-    unsigned              n_cont, n_wu, n_data;
+    unsigned              n_cont, n_wu, n_data, n_empty;
     int32_t               last_sid;   /* the highest stream the client opened */
     int32_t               gap_lo, gap_hi; /* the ids it skipped last: closed unused */
     int32_t               done[H2_DONE_MAX]; /* streams the client ended, closed */
     unsigned              ndone;
     /* the input's frame headers, followed for h2_frame_check */
     uint32_t              fr_skip;    /* bytes nghttp2 takes before the next header */
-    uint8_t               fr_hd[13];  /* a header, and a PRIORITY's dependency */
+    uint8_t               fr_hd[13];  /* a header, and a PRIORITY's dependency
+                                         or a padded DATA's pad length */
     uint8_t               fr_have, fr_need;
 };
 
@@ -246,6 +262,7 @@ static nghttp2_mem h2m = { NULL, h2m_malloc, h2m_free, h2m_calloc, h2m_realloc }
 
 static void h2_send(struct h2c *h);
 static void h2_close(struct h2c *h);
+static void h2_tick_start(struct h2c *h);
 
 static int64_t
 h2_now_ms(void)
@@ -443,7 +460,8 @@ h2s_start(struct h2c *h, struct h2s *s, int end_stream)
     s->body = !end_stream;
     s->body_end = end_stream;
     s->chunked = s->body && !s->hd.has_cl;
-    h->active = h2_now_ms();
+    h->active = s->born = h2_now_ms();
+    h2_tick_start(h);
     if (s->hd.over) {
         h2_head_release(&s->hd);
         h2s_refuse(s, 431, "HTTP/2 header list larger than max_header_list_size");
@@ -854,6 +872,7 @@ h2_cb_send_data(nghttp2_session *ss, nghttp2_frame *frame, const uint8_t *hd,
         h2s_take(s, len);
         h->n_data++;
         h->active = h2_now_ms();
+        s->stall = 0;
         h2s_kick(s);
         return h2_flush_out(h) < 0 ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
     }
@@ -885,6 +904,7 @@ h2_cb_send_data(nghttp2_session *ss, nghttp2_frame *frame, const uint8_t *hd,
     h2s_take(s, len);
     h->n_data++;
     h->active = h2_now_ms();
+    s->stall = 0;
     h2s_kick(s);
     return 0;
 }
@@ -1045,7 +1065,7 @@ h2_cb_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *arg)
     if (now - h->minute >= 60000) {
         h->minute = now;
         h->n_rst = h->n_settings = h->n_setvals = h->n_ping = h->n_prio = 0;
-        h->n_cont = h->n_wu = h->n_data = 0;
+        h->n_cont = h->n_wu = h->n_data = h->n_empty = 0;
     }
     switch (hd->type) {
     case NGHTTP2_HEADERS:
@@ -1073,7 +1093,9 @@ h2_cb_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *arg)
             return h2_calm(h, "settings", h->n_setvals);
         break;
     case NGHTTP2_PING:
-        if (!(hd->flags & NGHTTP2_FLAG_ACK) && ++h->n_ping > (unsigned)rec->h2_ping_min)
+        /* an ACK too: we send no PING, so every ACK is unasked for, and
+         * costs us as much as a PING without the answer */
+        if (++h->n_ping > (unsigned)rec->h2_ping_min)
             return h2_calm(h, "PING", h->n_ping);
         break;
     case NGHTTP2_PRIORITY:
@@ -1101,17 +1123,36 @@ h2_cb_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *arg)
     return 0;
 }
 
-/* A DATA frame's header f, or a PRIORITY's with its dependency (13
- * bytes), once nghttp2 has taken every frame before it: the rules nghttp2
- * drops such a frame without checking.  0 to go on, -1 when the
+/* A DATA frame that carries nothing: no END_STREAM, and no payload but
+ * its padding (f: its header, and its pad length when padded, n bytes).
+ * RFC 9113 10.5: such frames cost us a frame's work for nothing
+ * (CVE-2019-9518), and nghttp2 takes any number of them. */
+static int
+h2_data_empty(const uint8_t *f, unsigned n)
+{
+    uint32_t len = (uint32_t)f[0] << 16 | (uint32_t)f[1] << 8 | f[2];
+
+    if (f[4] & NGHTTP2_FLAG_END_STREAM)
+        return 0;
+    return len == 0 || (n == 10 && len == 1u + f[9]);
+}
+
+/* A DATA frame's header f (with its pad length when padded: 10 bytes),
+ * or a PRIORITY's with its dependency (13 bytes), n bytes, once nghttp2
+ * has taken every frame before it: the rules nghttp2 drops such a frame
+ * without checking, and the empty DATA budget.  0 to go on, -1 when the
  * connection ends (GOAWAY submitted). */
 static int
-h2_frame_check(struct h2c *h, const uint8_t *f)
+h2_frame_check(struct h2c *h, const uint8_t *f, unsigned n)
 {
     int32_t id = (int32_t)(((uint32_t)f[5] << 24 | (uint32_t)f[6] << 16 | (uint32_t)f[7] << 8
                             | f[8]) & 0x7fffffffu);
     int32_t dep;
 
+    if (f[3] == NGHTTP2_DATA && h2_data_empty(f, n) && ++h->n_empty > H2_EMPTY_MIN) {
+        (void)h2_calm(h, "empty DATA", h->n_empty);
+        return -1;
+    }
     if (f[3] == NGHTTP2_DATA && h2_sid_done(h, id)) {
         /* RFC 9113 5.1 and 6.1: the client's own end came first */
         nghttp2_session_terminate_session(h->ss, NGHTTP2_STREAM_CLOSED);
@@ -1135,7 +1176,8 @@ h2_frame_check(struct h2c *h, const uint8_t *f)
 }
 
 /* Feed n bytes of input to nghttp2, stopping at each DATA and PRIORITY
- * frame's header to check it first (h2_frame_check).  A request without a
+ * frame's header (and a padded DATA's pad length) to check it first
+ * (h2_frame_check).  A request without a
  * body costs one nghttp2_session_mem_recv, as before, and a look at each
  * frame header.  Returns 0, or -1: the connection ends (nghttp2 failed,
  * or a GOAWAY was submitted). */
@@ -1162,6 +1204,11 @@ h2_recv(struct h2c *h, const uint8_t *p, size_t n)
             h->fr_need = 13;        /* its dependency too */
             continue;
         }
+        if (h->fr_need == 9 && h->fr_hd[3] == NGHTTP2_DATA
+            && (h->fr_hd[4] & NGHTTP2_FLAG_PADDED) && len > 0) {
+            h->fr_need = 10;        /* its pad length too */
+            continue;
+        }
         if (h->fr_hd[3] == NGHTTP2_DATA || h->fr_need == 13) {
             /* (a PRIORITY of another length is nghttp2's FRAME_SIZE_ERROR.)
              * nghttp2 first takes what comes before this frame (a header
@@ -1171,7 +1218,7 @@ h2_recv(struct h2c *h, const uint8_t *p, size_t n)
             if (at > fed && nghttp2_session_mem_recv(h->ss, p + fed, at - fed) < 0)
                 return -1;
             fed = at > fed ? at : fed;
-            if (h2_frame_check(h, h->fr_hd) < 0)
+            if (h2_frame_check(h, h->fr_hd, h->fr_need) < 0)
                 return -1;
         }
         h->fr_skip = len - (uint32_t)(h->fr_need - 9);
@@ -1254,6 +1301,7 @@ h2_cb_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t *
         return 0;
     }
     s->unacked += n;
+    s->stall = 0;
     if (h2s_body_data(s, p, n) < 0) {
         h2s_reset(h, s, NGHTTP2_INTERNAL_ERROR);
         return 0;
@@ -1511,7 +1559,110 @@ h2_origin_busy(const struct h2c *h)
     return 0;
 }
 
-/* no_activity_timeout_in, and the end of a linger. */
+/* ------------------------------------------------------------------ */
+/* The streams' client timers: HTTP/1.1's (conn.c), per stream.  The
+ * connection's no_activity_timeout_in alone let a stream wait on its
+ * client for ever: one whose request body stopped coming counts as
+ * waiting on its origin (h2_origin_busy), and one whose window the
+ * client keeps shut lives as long as other streams keep the connection
+ * busy, holding its origin connection or its hit's pinned segments.
+ * The streams are walked on the connection's timer, every quarter of
+ * the shortest timeout while any is open, so a stream is cut between T
+ * and 1.25 T after it began to wait, never before. */
+
+static int64_t
+h2_tick_ms(void)
+{
+    const struct conf_records *rec = &wk->conf->rec;
+    int64_t t = rec->txn_no_activity_in;
+
+    if (rec->txn_active_in > 0 && rec->txn_active_in < t)
+        t = rec->txn_active_in;
+    return t * 1000 / 4 < 250 ? 250 : t * 1000 / 4;
+}
+
+static void
+h2_arm_ms(struct h2c *h, int64_t ms)
+{
+    struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+
+    if (tv.tv_sec == 0 && tv.tv_usec == 0)
+        tv.tv_usec = 1000;
+    event_del(&h->tmr);
+    event_add(&h->tmr, &tv);
+}
+
+/* A stream started: the timer ticks for it, and still by the idle
+ * deadline (the drain and the linger have timers of their own; the
+ * drain's walks the streams too). */
+static void
+h2_tick_start(struct h2c *h)
+{
+    int64_t idle = (int64_t)wk->conf->rec.h2_idle_in * 1000, t = h2_tick_ms();
+
+    if (h->ticking || h->lingering || h->draining)
+        return;
+    h->ticking = 1;
+    h2_arm_ms(h, t < idle ? t : idle);
+}
+
+/* Does s wait on its client: for the rest of its request body (we hold
+ * none of it: the transaction has taken all there was), or for window to
+ * send the answer bytes it has ready? */
+static int
+h2s_waits_client(const struct h2s *s)
+{
+    const char *p;
+
+    if (s->rq->rq_step == REQ_WAIT)
+        return 0;
+    if (s->body && !s->body_end && s->in.start == s->in.end)
+        return 1;
+    return s->head_sent && h2s_avail(s, &p) > 0;
+}
+
+/* s is past a client timer: a request body that stopped coming before the
+ * origin began to answer gets 408, as on HTTP/1.1 (conn_timeout); any
+ * other stream is reset. */
+static void
+h2s_expire(struct h2c *h, struct h2s *s)
+{
+    struct req *rq = s->rq;
+
+    wk->ctr->timeouts++;
+    if (!s->head_sent && s->body && !s->body_end && rq->rq_step != REQ_DONE
+        && (rq->rq_up == NULL || rq->rq_up->up_state < UP_BODY)) {
+        proxy_abort(rq);
+        h2s_refuse(s, 408, "request body timeout");
+        s->stall = 0;       /* the answer's timer starts now */
+        h2s_kick(s);
+        return;
+    }
+    h2s_reset(h, s, NGHTTP2_CANCEL);
+    event_active(&h->work, EV_TIMEOUT, 1);     /* the RST_STREAM out */
+}
+
+static void
+h2_streams_tick(struct h2c *h)
+{
+    const struct conf_records *rec = &wk->conf->rec;
+    int64_t now = h2_now_ms();
+
+    for (struct h2s *s = h->streams; s; s = s->next) {
+        if (!s->started || s->dead || s->rq == NULL)
+            continue;
+        if (rec->txn_active_in > 0 && now - s->born >= (int64_t)rec->txn_active_in * 1000)
+            h2s_expire(h, s);
+        else if (!h2s_waits_client(s))
+            s->stall = 0;
+        else if (s->stall == 0)
+            s->stall = now;
+        else if (now - s->stall >= (int64_t)rec->txn_no_activity_in * 1000)
+            h2s_expire(h, s);
+    }
+}
+
+/* no_activity_timeout_in, the streams' timers, and the end of a linger. */
 static void
 h2_on_timer(evutil_socket_t fd, short what, void *arg)
 {
@@ -1524,17 +1675,20 @@ h2_on_timer(evutil_socket_t fd, short what, void *arg)
         h->ops->close(h->c);
         return;
     }
+    h->ticking = 0;
+    h2_streams_tick(h);
     if (h->draining && !h->goaway) {
         h2_drain_tick(h);
         return;
     }
     left = h->active + idle - h2_now_ms();
     if (left > 0 || h2_origin_busy(h)) {
-        struct timeval tv = { left > 0 ? left / 1000 : idle / 1000,
-                              left > 0 ? (left % 1000) * 1000 : 0 };
-        if (tv.tv_sec == 0 && tv.tv_usec == 0)
-            tv.tv_usec = 1000;
-        event_add(&h->tmr, &tv);
+        int64_t at = left > 0 ? left : idle;
+        if (h->nstreams > 0 && h2_tick_ms() < at) {
+            at = h2_tick_ms();
+            h->ticking = 1;
+        }
+        h2_arm_ms(h, at);
         return;
     }
     wk->ctr->timeouts++;
