@@ -195,6 +195,7 @@ struct conf_records {
     int      h2_settings_frames_min;  /* max_settings_frames_per_minute */
     int      h2_ping_min;             /* max_ping_frames_per_minute */
     int      h2_priority_min;         /* max_priority_frames_per_minute */
+    int      h2_empty_min;            /* max_empty_frames_per_minute */
     int      h2_rst_min;              /* max_rst_stream_frames_per_minute */
     int      h2_cont_min;             /* max_continuation_frames_per_minute */
     int      h2_wu_min;               /* proxy.config.cistern.http2.

@@ -546,6 +546,12 @@ static const struct rec_directive rec_table[] = {
     { "proxy.config.http2.max_ping_frames_per_minute", REC_INT, rec_set_int,
       REC_FIELD(h2_ping_min), "60", 1, 1000000,
       "HTTP/2: PING frames a client may send in a minute (the PING flood)" },
+    { "proxy.config.http2.max_empty_frames_per_minute", REC_INT, rec_set_int,
+      REC_FIELD(h2_empty_min), "120", 0, 1000000,
+      "HTTP/2: DATA frames carrying nothing (no payload but padding, no "
+      "END_STREAM) a client may send in a minute; more closes with "
+      "ENHANCE_YOUR_CALM (ATS 10's default, 0, would refuse the odd "
+      "empty flush some clients send)" },
     { "proxy.config.http2.max_priority_frames_per_minute", REC_INT, rec_set_int,
       REC_FIELD(h2_priority_min), "120", 1, 1000000,
       "HTTP/2: PRIORITY frames a client may send in a minute" },

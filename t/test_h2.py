@@ -1018,7 +1018,8 @@ def test_empty_frame_floods():
     for PINGs we never sent -- were taken without limit (a million empty
     DATA frames on one stream, nothing said).  Past 120 a minute each is
     a flood: GOAWAY(ENHANCE_YOUR_CALM) and the close.  A few empty DATA
-    frames and an empty one with END_STREAM still end a request."""
+    frames and an empty one with END_STREAM still end a request; with
+    max_empty_frames_per_minute 0 one empty DATA frame is a flood."""
     with Origin() as o, daemon(o, storage=False, workers=1) as c:
         post = frame(HEADERS, 4, 1, req_block("/delay/5000/e", "POST"))
         _calm(c, lambda: [post] + [frame(DATA, 0, 1, b"") * 500], "empty DATA")
@@ -1032,6 +1033,15 @@ def test_empty_frame_floods():
         r.close()
         expect(goaway_code(fr) is None and any(f[0] == DATA and f[2] == 1 and f[1] & 1 for f in fr),
                "a request with a few empty DATA frames: %r" % [(f[0], f[1], f[2]) for f in fr])
+    # max_empty_frames_per_minute (ATS's key) sets the budget: 0 allows none
+    with Origin() as o, daemon(o, storage=False, workers=1, records={
+            "proxy.config.http2.max_empty_frames_per_minute": 0}) as c:
+        r = Raw(c.ports[2])
+        r.send(frame(HEADERS, 4, 1, req_block("/echo", "POST")) + frame(DATA, 0, 1, b""))
+        fr, _ = r.frames(lambda f: f[0] == GOAWAY)
+        r.close()
+        expect(goaway_code(fr) is not None, "max_empty_frames_per_minute 0: one empty DATA "
+               "frame is a flood: %r" % [(f[0], f[1], f[2]) for f in fr])
 
 
 def test_continuation_flood_and_hpack_bomb():

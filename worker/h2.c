@@ -49,7 +49,7 @@
  * Defences (counted per minute, ATS's keys): RST_STREAM (rapid reset;
  * with the resets a client's stream errors make us send: MadeYouReset),
  * SETTINGS, PING (ACKs too), PRIORITY, CONTINUATION and WINDOW_UPDATE
- * floods, and one of DATA frames that carry nothing (H2_EMPTY_MIN), close
+ * floods, and one of DATA frames that carry nothing (max_empty_frames_per_minute), close
  * the connection with GOAWAY(ENHANCE_YOUR_CALM); a header list past
  * max_header_list_size (an HPACK bomb) is kept no further and answered
  * 431; streams past max_concurrent_streams_in are refused by nghttp2;
@@ -94,12 +94,6 @@
 #define H2_LINGER_MS  2000
 #define H2_NV_MAX     (HTTP_MAX_FIELDS + 2)
 #define H2_DONE_MAX   16               /* closed streams remembered */
-/* DATA frames carrying nothing (no payload but padding, no END_STREAM)
- * a minute: CONTINUATION's default budget.  ATS calls this key
- * proxy.config.http2.max_empty_frames_per_minute (its default, 0, would
- * refuse the odd empty flush some clients send). */
-#define H2_EMPTY_MIN  120
-
 struct h2c;
 
 /* One stream: the owner of one request. */
@@ -1149,7 +1143,8 @@ h2_frame_check(struct h2c *h, const uint8_t *f, unsigned n)
                             | f[8]) & 0x7fffffffu);
     int32_t dep;
 
-    if (f[3] == NGHTTP2_DATA && h2_data_empty(f, n) && ++h->n_empty > H2_EMPTY_MIN) {
+    if (f[3] == NGHTTP2_DATA && h2_data_empty(f, n)
+        && ++h->n_empty > (unsigned)wk->conf->rec.h2_empty_min) {
         (void)h2_calm(h, "empty DATA", h->n_empty);
         return -1;
     }
