@@ -103,6 +103,16 @@ int cache_probe_hashed(struct cache *c, const char *key, size_t keylen,
 size_t cache_obj_span(struct cache *c, const struct cache_obj *o, uint64_t pos,
                       const void **p);
 
+/* A number naming held object o's stored head while the store is open:
+ * another head (another object, a refresh, a relocation), another
+ * number.  Never 0.  For what a worker derives from a head once and
+ * keeps (worker/plugin.c: the field names a hit's head holds). */
+static inline uint64_t
+cache_obj_head_id(const struct cache_obj *o)
+{
+    return o->co_off + 1;       /* an absolute ring offset: never reused */
+}
+
 /* Unpin an object returned by cache_lookup().  Idempotent. */
 void cache_obj_release(struct cache *c, struct cache_obj *obj);
 

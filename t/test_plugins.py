@@ -9,6 +9,7 @@ down only its worker (respawned, the plugin named in the log).
 The plugins are the build tree's (proxy.config.plugin.plugin_dir points at
 the build's plugins/); the ABI-mismatch plugin is compiled by the test."""
 import contextlib
+from email.utils import formatdate
 import os
 import shutil
 import socket
@@ -135,6 +136,43 @@ def test_headers_edit_the_client_head_in_place():
             expect_eq(len(r.body), int(r.header("Content-Length")), what + ": framing")
         expect_eq(len(o.requests()), 1, "stored once (set-resp is the client's, "
                   "not the stored copy's)")
+
+
+def test_hit_head_edits_see_every_field():
+    """A set or remove on a hit's head skips its scan when the name cannot
+    be there (worker/plugin.c keeps which names each stored head holds):
+    each field the hit's head gets from Cistern (Age, Cache-Status, Via,
+    Server, X-Cistern-Worker) and from the stored head is still found, a
+    field a hook added is found by a later remove, and an object pushed
+    again with other fields is seen as it is now, on repeated hits."""
+    records = dict(REC)
+    records.update({"proxy.config.http.push_method_enabled": 1,
+                    "proxy.config.cistern.debug_headers": 1,
+                    "proxy.config.http.insert_response_via_str": 1})
+    sets = ["Age", "Cache-Status", "Via", "Server", "X-Cistern-Worker", "Content-Type",
+            "X-Stored"]
+    with Origin() as o, Cistern(records=records, storage=["cache 64M"], remap=[
+            "map http://h.test/ http://%s/ @plugin=headers.so " % o.authority
+            + " ".join("@pparam=set-resp:%s:p%d" % (n, i) for i, n in enumerate(sets))
+            + " @pparam=rm-resp:Date @pparam=rm-resp:X-Later"
+            " @pparam=add-resp:X-Tmp:1 @pparam=rm-resp:X-Tmp"]) as c:
+        def push(extra):
+            head = (b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nContent-Type: a/b\r\n"
+                    b"X-Stored: s\r\nDate: " + formatdate(usegmt=True).encode() + b"\r\n" + extra
+                    + b"Content-Length: 2\r\n\r\nok")
+            r = harness.one_request(c.port, "PUSH", "/o", head, (), "h.test", None, 20.0)
+            expect(r is not None and r.status in (200, 201), "PUSH: %r" % (r and r.status))
+        for version, extra in ((1, b""), (2, b"X-Later: 1\r\nX-Later: 2\r\n")):
+            push(extra)
+            for i in range(3):
+                r = get(c, "/o", "h.test")
+                what = "version %d, hit %d" % (version, i)
+                for k, n in enumerate(sets):
+                    expect_eq(named(r, n), ["p%d" % k], "%s: %s set" % (what, n))
+                expect_eq((named(r, "Date"), named(r, "X-Later"), named(r, "X-Tmp")),
+                          ([], [], []), what + ": removed")
+                expect_eq(r.body, b"ok", what + ": body")
+        expect_eq(len(o.requests()), 0, "every answer from the cache")
 
 
 def test_cachekey_plugin():

@@ -338,6 +338,29 @@ plug_field_ok(const char *name, size_t nlen, const char *val, size_t vlen)
     return nlen > 0 && (bad & 0x8080808080808080ull) == 0 && !plug_name_reserved(name, nlen);
 }
 
+/* send_response: a remove scans the client's head for its name, ~100
+ * instructions for a hit's.  What names a head may hold is kept as a
+ * 64-bit Bloom filter (a bit per name, case folded): a name whose bit is
+ * clear is not there, and its remove (a set's first half) costs no
+ * scan.  A hit's head is its stored one (whole or fewer lines) and the
+ * fields store_send_as writes; the stored head's filter is made once per
+ * worker and kept by its cache_obj_head_id, in a small table a
+ * collision only makes scan again. */
+static inline __attribute__((always_inline)) uint64_t
+plug_name_bit(const char *name, size_t nlen)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+
+    for (size_t i = 0; i < nlen; i++)
+        h = (h ^ ((unsigned char)name[i] | 0x20)) * 0x100000001b3ull;     /* FNV-1a */
+    /* a multiplier that gives the fields store_send_as writes and the
+     * common stored ones (Content-Type, Cache-Control, Date, ETag,
+     * Last-Modified, Expires, Vary, Accept-Ranges, Content-Encoding,
+     * Set-Cookie, Location) 23 bits of their own: none costs another a
+     * scan, and a test tells each apart */
+    return 1ull << ((h * 0x2aa3300b2b711343ull) >> 58);
+}
+
 /* send_response: room for need more bytes at the end of the client's
  * head, t->out[t->mark..end).  The head grows no larger than an origin's
  * may be (response_header_max_size): a hook adding fields until refused
@@ -345,21 +368,26 @@ plug_field_ok(const char *name, size_t nlen, const char *val, size_t vlen)
  * unsent bytes to the front when start > 0, and the caller's mark with
  * them: with start taken as 0 it only ever reallocates, keeping every
  * offset. */
-static int
-plug_out_room(struct cst_txn *t, size_t need)
+static __attribute__((noinline)) int
+plug_out_grow(struct buf *b, size_t need)
 {
-    struct buf *b = t->out;
     size_t start = b->start;
     int rc;
 
-    if (b->end - t->mark + need > wk->resp_limits.head_max)
-        return -1;
-    if (b->size - b->end >= need)
-        return 0;
     b->start = 0;
     rc = buf_grow(b, need);
     b->start = start;
     return rc;
+}
+
+static inline __attribute__((always_inline)) int
+plug_out_room(struct cst_txn *t, size_t need)
+{
+    struct buf *b = t->out;
+
+    if (b->end - t->mark + need > wk->resp_limits.head_max)
+        return -1;
+    return b->size - b->end >= need ? 0 : plug_out_grow(b, need);
 }
 
 /* send_response: a line added to the client's head where it is (before
@@ -382,22 +410,69 @@ plug_out_add(struct cst_txn *t, const char *name, size_t nlen, const char *val, 
     p += vlen;
     memcpy(p, "\r\n\r\n", 4);
     b->end += need;
+    t->added |= plug_name_bit(name, nlen);
     return 0;
 }
 
 /* linescan: worker/linescan.h (vectorised; its own unit test). */
 
+/* The names of the lines in text[0..len) after its first (a status line). */
+static uint64_t
+plug_text_names(const char *text, size_t len)
+{
+    const char *p = memchr(text, '\n', len), *end = text + len;
+    uint64_t names = 0;
+
+    while (p != NULL && ++p < end) {
+        const char *e = memchr(p, '\n', (size_t)(end - p)), *c;
+        if ((c = memchr(p, ':', (size_t)((e ? e : end) - p))) != NULL)
+            names |= plug_name_bit(p, (size_t)(c - p));
+        p = e;
+    }
+    return names;
+}
+
+#define PLUG_HEADS 256                  /* stored heads' filters a worker keeps */
+static struct plug_head {
+    uint64_t id;                        /* cache_obj_head_id; 0: none */
+    uint64_t names;
+} plug_heads[PLUG_HEADS];
+
+/* The fields store_send_as writes after the stored head's lines that a
+ * plugin may change (not Content-Length, Content-Range, Connection). */
+static const char plug_own_text[] =
+    "\nAge:\nCache-Status:\nX-Cistern-Worker:\nVia:\nServer:\n";
+
+static __attribute__((noinline)) uint64_t
+plug_out_names(const struct cst_txn *t)
+{
+    static uint64_t own;
+    const struct cache_obj *o = t->hit;
+    struct plug_head *h;
+    uint64_t id;
+
+    if (o == NULL)
+        return ~0ull;                   /* not a hit's: any name */
+    if (own == 0)
+        own = plug_text_names(plug_own_text, sizeof(plug_own_text) - 1);
+    id = cache_obj_head_id(o);
+    h = &plug_heads[(id * 0x9e3779b97f4a7c15ull) >> (64 - 8)];
+    if (h->id != id) {
+        h->id = id;
+        h->names = plug_text_names(o->iov[0].iov_base, o->hdr_len);
+    }
+    return h->names | own;
+}
+
 /* send_response: every line named name taken out of the client's head
  * where it is: a scan of its lines, a move only for a line removed. */
-static inline __attribute__((always_inline)) int
-plug_out_remove(struct cst_txn *t, const char *name, size_t nlen)
+static __attribute__((noinline)) void
+plug_out_cut(struct cst_txn *t, const char *name, size_t nlen)
 {
     struct buf *b = t->out;
     char *p = b->data + t->mark, *end = b->data + b->end - 2;   /* to the blank line */
     char *q, *e;
 
-    if (nlen == 0 || plug_name_reserved(name, nlen))
-        return -1;
     while ((q = linescan(p, end, (unsigned char)name[0])) != NULL) {
         p = q;
         if ((size_t)(end - q) <= nlen || q[nlen] != ':' || strncasecmp(q, name, nlen) != 0
@@ -409,6 +484,26 @@ plug_out_remove(struct cst_txn *t, const char *name, size_t nlen)
         b->end -= l;
         p = q - 1;      /* its '\n' starts the next line now */
     }
+}
+
+/* send_response: the remove of a name (its Bloom bit: bit) a plugin may
+ * change (the caller's check); a scan only where the name may be. */
+static inline __attribute__((always_inline)) void
+plug_out_remove(struct cst_txn *t, const char *name, size_t nlen, uint64_t bit)
+{
+    if (t->names == 0)
+        t->names = plug_out_names(t);
+    if ((t->names | t->added) & bit)
+        plug_out_cut(t, name, nlen);
+}
+
+/* send_response: a name a plugin may remove, and the remove. */
+static int
+plug_out_remove_name(struct cst_txn *t, const char *name, size_t nlen)
+{
+    if (nlen == 0 || plug_name_reserved(name, nlen))
+        return -1;
+    plug_out_remove(t, name, nlen, plug_name_bit(name, nlen));
     return 0;
 }
 
@@ -430,7 +525,7 @@ api_field_remove(struct cst_txn *t, int head, const char *name, size_t nlen)
     struct plug_edits *ed;
 
     if (head == CST_RESPONSE && t->hook == PLUG_H_SEND_RESPONSE)
-        return plug_out_remove(t, name, nlen);
+        return plug_out_remove_name(t, name, nlen);
     ed = plug_edits_for(t, head, 1);
     return ed ? plug_edit_remove(ed, name, nlen) : -1;
 }
@@ -440,7 +535,8 @@ api_field_set(struct cst_txn *t, int head, const char *name, size_t nlen, const 
               size_t vlen)
 {
     if (head == CST_RESPONSE && t->hook == PLUG_H_SEND_RESPONSE)
-        return plug_out_remove(t, name, nlen) < 0 ? -1 : plug_out_add(t, name, nlen, val, vlen);
+        return plug_out_remove_name(t, name, nlen) < 0 ? -1
+               : plug_out_add(t, name, nlen, val, vlen);
     if (api_field_remove(t, head, name, nlen) < 0)
         return -1;
     return api_field_add(t, head, name, nlen, val, vlen);
@@ -453,6 +549,7 @@ api_field_set(struct cst_txn *t, int head, const char *name, size_t nlen, const 
 struct cst_field {
     uint32_t magic;
     uint16_t nlen, llen;                /* the name's; the line's, CRLF included */
+    uint64_t bit;                       /* the name's Bloom bit (plug_name_bit) */
     char     line[];                    /* "Name: value\r\n" */
 };
 
@@ -470,6 +567,7 @@ api_field_prepare(const char *name, size_t nlen, const char *val, size_t vlen)
     f->magic = FIELD_MAGIC;
     f->nlen = (uint16_t)nlen;
     f->llen = (uint16_t)llen;
+    f->bit = plug_name_bit(name, nlen);
     memcpy(f->line, name, nlen);
     memcpy(f->line + nlen, ": ", 2);
     if (vlen > 0)
@@ -499,6 +597,7 @@ plug_out_line(struct cst_txn *t, const struct cst_field *f)
     memcpy(p, f->line, f->llen);
     memcpy(p + f->llen, "\r\n", 2);
     b->end += f->llen;
+    t->added |= f->bit;
     return 0;
 }
 
@@ -510,8 +609,9 @@ api_field_put(struct cst_txn *t, int head, const struct cst_field *f, int how)
     if (f == NULL || f->magic != FIELD_MAGIC || (how != CST_FIELD_SET && how != CST_FIELD_ADD))
         return -1;
     if (head == CST_RESPONSE && t->hook == PLUG_H_SEND_RESPONSE) {
-        if (how == CST_FIELD_SET && plug_out_remove(t, f->line, f->nlen) < 0)
-            return -1;
+        /* its name was checked when it was prepared */
+        if (how == CST_FIELD_SET)
+            plug_out_remove(t, f->line, f->nlen, f->bit);
         return plug_out_line(t, f);
     }
     if ((ed = plug_edits_for(t, head, 1)) == NULL
@@ -943,7 +1043,8 @@ plug_read_response(struct req *rq, struct upstream *up)
 }
 
 int
-plug_send_response(struct req *rq, struct buf *b, size_t mark, int status)
+plug_send_response(struct req *rq, struct buf *b, size_t mark, int status,
+                   const struct cache_obj *hit)
 {
     struct cst_txn *t = &rq->rq_plug;
 
@@ -954,6 +1055,8 @@ plug_send_response(struct req *rq, struct buf *b, size_t mark, int status)
     t->out = b;
     t->mark = mark;
     t->status = status;
+    t->hit = hit;
+    t->names = t->added = 0;
     PLUG_EACH(t, CONF_PH_SEND_RESPONSE, pc) {
         (void)PLUG_CALL(pc, t);
         PLUG_DONE();
@@ -962,20 +1065,25 @@ plug_send_response(struct req *rq, struct buf *b, size_t mark, int status)
     return 0;
 }
 
+static __attribute__((noinline)) void
+plug_txn_end_hooks(struct cst_txn *t)
+{
+    PLUG_EACH(t, CONF_PH_TXN_END, pc) {
+        panic_plugin = pc->name;
+        t->cur = pc->k;
+        pc->fn.end(pc->inst, t);
+        PLUG_DONE();
+    }
+}
+
 void
 plug_txn_end(struct req *rq)
 {
     struct cst_txn *t = &rq->rq_plug;
 
     t->hook = PLUG_H_END;
-    if (t->plan->hooks & CONF_PH_TXN_END) {
-        PLUG_EACH(t, CONF_PH_TXN_END, pc) {
-            panic_plugin = pc->name;
-            t->cur = pc->k;
-            pc->fn.end(pc->inst, t);
-            PLUG_DONE();
-        }
-    }
+    if (t->plan->hooks & CONF_PH_TXN_END)
+        plug_txn_end_hooks(t);
     rq->rq_plugged = 0;
     rq->rq_prule = NULL;
 }

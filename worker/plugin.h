@@ -36,6 +36,7 @@ struct plug_edits {
 struct req;
 struct upstream;
 struct buf;
+struct cache_obj;
 struct http_req;
 struct conf_remap_result;
 struct conf_remap_rule;
@@ -69,6 +70,11 @@ struct cst_txn {
     struct buf      *out;
     size_t           mark;
     int              status;
+    const struct cache_obj *hit;      /* send_response: the hit whose head
+                                         out holds, or NULL */
+    uint64_t         names;           /* the names out may hold (a Bloom
+                                         filter); 0: not known yet */
+    uint64_t         added;           /* and those the hooks added */
     /* deny, intercept */
     int              deny_status;
     char             deny_text[128];
@@ -106,8 +112,12 @@ int  plug_intercept(struct req *rq, struct upstream *up,
 /* The origin's response head (parsed in up->up_resp): the read_response
  * hooks; a changed head is rewritten in up_in and parsed again.  0 or -1. */
 int  plug_read_response(struct req *rq, struct upstream *up);
-/* The client's head, b[mark..end): the send_response hooks.  0 or -1. */
-int  plug_send_response(struct req *rq, struct buf *b, size_t mark, int status);
+/* The client's head, b[mark..end): the send_response hooks.  0 or -1.
+ * hit: the object whose stored head (whole, or fewer of its lines) b
+ * holds with store_send_as's own fields, or NULL: a remove then looks
+ * only where the name can be. */
+int  plug_send_response(struct req *rq, struct buf *b, size_t mark, int status,
+                        const struct cache_obj *hit);
 /* DONE: the txn_end hooks; the request is no longer plugged. */
 void plug_txn_end(struct req *rq);
 

@@ -1043,7 +1043,7 @@ proxy_client_head(struct req *rq, struct upstream *up, struct http_req *resp)
     err |= buf_puts(o, resp_connection_hdr(up->up_client_minor, ka));
     err |= buf_lit(o, "\r\n");
     if (!err && rq->rq_plugged)
-        err |= plug_send_response(rq, o, mark, st) < 0;
+        err |= plug_send_response(rq, o, mark, st, NULL) < 0;
     if (err) {
         o->end = mark;  /* (the pump runs on an empty output: nothing moved) */
         return -1;

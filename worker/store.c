@@ -644,7 +644,8 @@ store_send_as(struct req *rq, const struct store_cond *sc, int keep_alive,
     q = store_put(q, ch, chl);
     q = store_put(q, "\r\n", 2);
     b->end = (size_t)(q - b->data);
-    if (rq->rq_plugged && plug_send_response(rq, b, mark, status) < 0)
+    if (rq->rq_plugged
+        && plug_send_response(rq, b, mark, status, hdr == o->iov[0].iov_base ? o : NULL) < 0)
         return -1;
     resp_count(rq, status);
     if (status == 304 && rq->log.active
