@@ -601,19 +601,13 @@ plug_out_line(struct cst_txn *t, const struct cst_field *f)
     return 0;
 }
 
-static int
-api_field_put(struct cst_txn *t, int head, const struct cst_field *f, int how)
+/* field_put on the edits of a request or origin response (kept, applied
+ * later): out of send_response's way. */
+static __attribute__((noinline)) int
+plug_edits_put(struct cst_txn *t, int head, const struct cst_field *f, int how)
 {
     struct plug_edits *ed;
 
-    if (f == NULL || f->magic != FIELD_MAGIC || (how != CST_FIELD_SET && how != CST_FIELD_ADD))
-        return -1;
-    if (head == CST_RESPONSE && t->hook == PLUG_H_SEND_RESPONSE) {
-        /* its name was checked when it was prepared */
-        if (how == CST_FIELD_SET)
-            plug_out_remove(t, f->line, f->nlen, f->bit);
-        return plug_out_line(t, f);
-    }
     if ((ed = plug_edits_for(t, head, 1)) == NULL
         || (how == CST_FIELD_SET && plug_edit_remove(ed, f->line, f->nlen) < 0)
         || (size_t)ed->addlen + f->llen > sizeof(ed->add))
@@ -621,6 +615,19 @@ api_field_put(struct cst_txn *t, int head, const struct cst_field *f, int how)
     memcpy(ed->add + ed->addlen, f->line, f->llen);
     ed->addlen = (uint16_t)(ed->addlen + f->llen);
     return 0;
+}
+
+static int
+api_field_put(struct cst_txn *t, int head, const struct cst_field *f, int how)
+{
+    if (f == NULL || f->magic != FIELD_MAGIC || (how != CST_FIELD_SET && how != CST_FIELD_ADD))
+        return -1;
+    if (head != CST_RESPONSE || t->hook != PLUG_H_SEND_RESPONSE)
+        return plug_edits_put(t, head, f, how);
+    /* its name was checked when it was prepared */
+    if (how == CST_FIELD_SET)
+        plug_out_remove(t, f->line, f->nlen, f->bit);
+    return plug_out_line(t, f);
 }
 
 /* ------------------------------------------------------------------ */
@@ -837,11 +844,13 @@ const struct cst_api plug_api = {
 /* ------------------------------------------------------------------ */
 /* The hooks */
 
-static int
+static __attribute__((cold)) int
 plug_denied(struct req *rq, struct cst_txn *t)
 {
-    if (t->deny_status == 0)
-        t->deny_status = 403;
+    if (t->deny_status == 0) {
+        t->deny_status = 403;   /* CST_DENY without a deny call */
+        t->deny_text[0] = '\0';
+    }
     rq->syn.status = t->deny_status;
     rq->syn.body = t->deny_text[0] ? t->deny_text : http_status_text(t->deny_status);
     rq->syn.result = "TCP_DENIED";
@@ -857,8 +866,7 @@ plug_read_request(struct req *rq)
     if (!(t->plan->hooks & CONF_PH_READ_REQUEST))
         return 0;
     t->hook = PLUG_H_READ_REQUEST;
-    t->deny_status = 0;
-    t->deny_text[0] = '\0';
+    t->deny_status = 0;         /* deny() sets deny_text with it */
     PLUG_EACH(t, CONF_PH_READ_REQUEST, pc) {
         rc = PLUG_CALL(pc, t);
         PLUG_DONE();
@@ -896,8 +904,7 @@ plug_remap(struct req *rq, const struct conf_remap_rule *rule, struct conf_remap
     t->keylen = keylen;
     t->keycap = keycap;
     t->url_set = t->key_set = 0;
-    t->deny_status = 0;
-    t->deny_text[0] = '\0';
+    t->deny_status = 0;         /* deny() sets deny_text with it */
     PLUG_EACH(t, CONF_PH_REMAP, pc) {
         rc = PLUG_CALL(pc, t);
         PLUG_DONE();

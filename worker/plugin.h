@@ -77,12 +77,14 @@ struct cst_txn {
     uint64_t         added;           /* and those the hooks added */
     /* deny, intercept */
     int              deny_status;
-    char             deny_text[128];
     cst_body_fn      produce;
     void            *parg;
     void           (*pdone)(void *);
     int64_t          plen;
     struct cst_icpt *icpt;            /* intercept_handle's, in intercept */
+    /* (the fields above are a plugged request's every hook's: those
+     * below only some requests') */
+    char             deny_text[128];  /* deny()'s, set with deny_status */
     void            *slot[PLUG_MAX];  /* cleared when first asked for */
     struct plug_edits req;            /* the request's, kept to FETCH */
 };
