@@ -9,6 +9,10 @@
  *   set=NAME:V   send_response puts a prepared NAME: V (CST_FIELD_SET)
  *   tag=T        send_response adds X-Rv: T plus the hooks this instance
  *                was called for so far on the request (bits, per slot)
+ *   deny=N[:T]   remap calls deny(N, T) (T absent: NULL) and returns
+ *                CST_DENY; deny-late=N does the same and returns
+ *                CST_CONTINUE (the request goes on); deny-bare returns
+ *                CST_DENY without a deny call
  *   crash-end    txn_end dereferences NULL
  *   crash-send   send_response dereferences NULL
  *
@@ -25,6 +29,9 @@ struct rv {
     const struct cst_api *api;
     char   tag[32], create_rc[32];
     int    put_req, crash_end, crash_send;
+    int    deny, deny_rc;               /* deny's status (-1: no call), remap's answer */
+    char   deny_text[32];
+    int    deny_has_text;
     struct cst_field *put, *set;
 };
 
@@ -63,6 +70,17 @@ rv_create(const struct cst_api *api, int argc, char **argv, char *err, size_t er
             r->set = api->field_prepare(a + 4, (size_t)(c - a - 4), c + 1, strlen(c + 1));
         } else if (strncmp(a, "tag=", 4) == 0) {
             snprintf(r->tag, sizeof(r->tag), "%s", a + 4);
+        } else if (strncmp(a, "deny=", 5) == 0 || strncmp(a, "deny-late=", 10) == 0) {
+            const char *v = strchr(a, '=') + 1, *c = strchr(v, ':');
+            r->deny = atoi(v);
+            r->deny_rc = a[4] == '=' ? CST_DENY : CST_CONTINUE;
+            if (c != NULL) {
+                r->deny_has_text = 1;
+                snprintf(r->deny_text, sizeof(r->deny_text), "%s", c + 1);
+            }
+        } else if (strcmp(a, "deny-bare") == 0) {
+            r->deny = -1;
+            r->deny_rc = CST_DENY;
         } else if (strcmp(a, "crash-end") == 0) {
             r->crash_end = 1;
         } else if (strcmp(a, "crash-send") == 0) {
@@ -95,8 +113,14 @@ rv_read_request(void *inst, struct cst_txn *t)
 static int
 rv_remap(void *inst, struct cst_txn *t)
 {
-    rv_seen(inst, t, CST_HOOK_REMAP);
-    return CST_CONTINUE;
+    struct rv *r = inst;
+
+    rv_seen(r, t, CST_HOOK_REMAP);
+    if (r->deny == 0)
+        return CST_CONTINUE;
+    if (r->deny > 0)
+        r->api->deny(t, r->deny, r->deny_has_text ? r->deny_text : NULL);
+    return r->deny_rc;
 }
 
 static int

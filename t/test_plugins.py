@@ -9,6 +9,7 @@ down only its worker (respawned, the plugin named in the log).
 The plugins are the build tree's (proxy.config.plugin.plugin_dir points at
 the build's plugins/); the ABI-mismatch plugin is compiled by the test."""
 import contextlib
+import http.client
 from email.utils import formatdate
 import os
 import shutil
@@ -173,6 +174,34 @@ def test_hit_head_edits_see_every_field():
                           ([], [], []), what + ": removed")
                 expect_eq(r.body, b"ok", what + ": body")
         expect_eq(len(o.requests()), 0, "every answer from the cache")
+
+
+def test_remap_deny_with_its_status_and_text():
+    """A remap hook's deny(): its status and text answer the request and
+    the origin is not asked; without a text, the status's own; CST_DENY
+    without a deny call, 403 and its text (not an earlier request's on
+    the connection); deny() then CST_CONTINUE lets the request through."""
+    d = tempfile.mkdtemp(prefix="cistern-plug-")
+    try:
+        rv = _test_plugin(d, "review")
+        with Origin() as o, Cistern(records=REC, remap=[
+                "map http://%s.test/ http://%s/ @plugin=%s @pparam=%s" % (h, o.authority, rv, a)
+                for h, a in (("d1", "deny=451:blocked-here"), ("d2", "deny-bare"),
+                             ("d3", "deny=429"), ("d4", "deny-late=451:late"))]) as c:
+            h = http.client.HTTPConnection("127.0.0.1", c.port, timeout=10)
+            for host, status, text in (("d1", 451, "blocked-here"), ("d2", 403, "Forbidden"),
+                                       ("d3", 429, "Too Many Requests"), ("d4", 200, "GET /x"),
+                                       ("d2", 403, "Forbidden")):
+                h.request("GET", "/x", headers={"Host": host + ".test"})
+                r = h.getresponse()
+                body = r.read().decode("latin-1")
+                expect_eq(r.status, status, host + ": status")
+                expect_in(text, body, host + ": body")
+                expect("blocked" not in body or host == "d1", host + ": another's text")
+            h.close()
+            expect_eq([q["path"] for q in o.requests()], ["/x"], "only d4 reached the origin")
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_cachekey_plugin():
