@@ -185,6 +185,7 @@ struct conf_records {
     /* issue 24, HTTP/2 to clients (worker/h2.c): proxy.config.http2.* */
     int      h2_max_streams;          /* max_concurrent_streams_in */
     int      h2_window;               /* initial_window_size_in */
+    int      h2_flow_policy;          /* flow_control.policy_in (ATS 10) */
     int      h2_frame_size;           /* max_frame_size */
     int      h2_table_size;           /* header_table_size */
     int      h2_header_list;          /* max_header_list_size */

@@ -512,6 +512,15 @@ static const struct rec_directive rec_table[] = {
       REC_FIELD(h2_window), "65535", 1024, 16777216,
       "HTTP/2: the flow-control window we give each client stream for "
       "request bodies (bytes)" },
+    { "proxy.config.http2.flow_control.policy_in", REC_INT, rec_set_int,
+      REC_FIELD(h2_flow_policy), "1", 0, 1,
+      "HTTP/2 (ATS 10's key): the connection's window for request bodies; "
+      "0: one stream's (initial_window_size_in), so uploads on several "
+      "streams share it; 1: initial_window_size_in x "
+      "max_concurrent_streams_in (at most 2^31-1), the sum of the streams' "
+      "windows, so no stream waits for another's; not ATS's default 0, "
+      "which holds a connection's uploads to 64 KiB in flight; 2 (ATS's "
+      "dynamic stream windows) is not implemented" },
     { "proxy.config.http2.max_frame_size", REC_INT, rec_set_int,
       REC_FIELD(h2_frame_size), "16384", 16384, 16777215,
       "HTTP/2: the largest frame payload we accept (SETTINGS); DATA we send "

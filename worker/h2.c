@@ -44,7 +44,10 @@
  *     more frames are made, nor input read, until it drains;
  *   - request DATA: automatic WINDOW_UPDATE is off; the bytes given back
  *     are those the transaction has taken (or we dropped), so a client
- *     can have at most initial_window_size_in bytes per stream in us.
+ *     can have at most initial_window_size_in bytes per stream in us;
+ *     the connection's window is the sum of the streams'
+ *     (flow_control.policy_in 1, h2_conn_window), so it throttles no
+ *     stream and lets in nothing the stream windows do not.
  *
  * Defences (counted per minute, ATS's keys): RST_STREAM (rapid reset;
  * with the resets a client's stream errors make us send: MadeYouReset),
@@ -1697,6 +1700,24 @@ h2_on_timer(evutil_socket_t fd, short what, void *arg)
 /* ------------------------------------------------------------------ */
 /* Attach, drain, free */
 
+/* The connection's receive window (flow_control.policy_in): RFC 9113
+ * 6.9.2 starts it at 65,535 whatever SETTINGS say, so it grows by a
+ * WINDOW_UPDATE on stream 0 right after our SETTINGS.  Policy 1 makes it
+ * the sum of the streams' windows: a stream is never held back by the
+ * others (or, with initial_window_size_in past 64 KiB, by the connection
+ * alone), and what a client can have in us is still what the stream
+ * windows allow (request DATA is given back only as the transaction
+ * takes it: h2s_ack).  Policy 0 is ATS's: one stream's window. */
+static int32_t
+h2_conn_window(const struct conf_records *rec)
+{
+    int64_t w = rec->h2_window;
+
+    if (rec->h2_flow_policy == 1)
+        w *= rec->h2_max_streams;
+    return w > NGHTTP2_MAX_WINDOW_SIZE ? NGHTTP2_MAX_WINDOW_SIZE : (int32_t)w;
+}
+
 static int
 h2_session_new(struct h2c *h)
 {
@@ -1726,7 +1747,9 @@ h2_session_new(struct h2c *h)
                                        (uint32_t)rec->h2_header_list };
     set[5] = (nghttp2_settings_entry){ NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES,
                                        rec->h2_priority ? 0u : 1u };
-    if (nghttp2_submit_settings(h->ss, NGHTTP2_FLAG_NONE, set, 6) != 0) {
+    if (nghttp2_submit_settings(h->ss, NGHTTP2_FLAG_NONE, set, 6) != 0
+        || nghttp2_session_set_local_window_size(h->ss, NGHTTP2_FLAG_NONE, 0,
+                                                 h2_conn_window(rec)) != 0) {
         nghttp2_session_del(h->ss);
         h->ss = NULL;
         return -1;
