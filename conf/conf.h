@@ -201,6 +201,8 @@ struct conf_records {
     int      h2_cont_min;             /* max_continuation_frames_per_minute */
     int      h2_wu_min;               /* proxy.config.cistern.http2.
                                          max_window_update_frames_per_minute */
+    int      h2_unknown_min;          /* proxy.config.cistern.http2.
+                                         max_unknown_frames_per_minute */
 };
 
 /* proxy.config.http.insert_forwarded's parameters (RFC 7239 Forwarded) */

@@ -577,6 +577,12 @@ static const struct rec_directive rec_table[] = {
       rec_set_int, REC_FIELD(h2_wu_min), "1000", 1, 1000000,
       "HTTP/2 (no ATS key): WINDOW_UPDATE frames in a minute beyond one per "
       "DATA frame we sent (the WINDOW_UPDATE flood); more closes" },
+    { "proxy.config.cistern.http2.max_unknown_frames_per_minute", REC_INT,
+      rec_set_int, REC_FIELD(h2_unknown_min), "120", 0, 1000000,
+      "HTTP/2 (no ATS key: ATS drops them uncounted): frames of types RFC "
+      "9113 does not define (5.5: ignored) a client may send in a minute; "
+      "more closes with ENHANCE_YOUR_CALM (PRIORITY_UPDATE counts as a "
+      "PRIORITY)" },
 };
 
 #define REC_NKEYS (sizeof(rec_table) / sizeof(rec_table[0]))

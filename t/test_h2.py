@@ -10,8 +10,8 @@ through tiny windows, many streams mixing hits and misses on one
 connection, reloads under h2load, and every defence with frames written
 here by hand (struct) or by python3-h2 (Debian's, read from
 /usr/lib/python3/dist-packages when the interpreter does not see it):
-the connection's window for uploads and bounded buffering behind a
-slow origin among them.
+the connection's window for uploads, bounded buffering behind a slow
+origin and floods of unknown frame types among them.
 """
 import hashlib
 import os
@@ -1231,6 +1231,43 @@ def test_empty_frame_floods():
         r.close()
         expect(goaway_code(fr) is not None, "max_empty_frames_per_minute 0: one empty DATA "
                "frame is a flood: %r" % [(f[0], f[1], f[2]) for f in fr])
+
+
+def _ext(ftype, payload=b"\0" * 8, flags=0, sid=0):
+    """A frame of a type RFC 9113 does not define (5.5: ignored)."""
+    return frame(ftype, flags, sid, payload)
+
+
+def test_unknown_frame_floods():
+    """RFC 9113 5.5: frames of unknown types are ignored, and were without
+    limit: nghttp2 skips them with no callback, so a client had us read
+    and skip any number at no cost to itself (200 in a row, nothing
+    said).  Past max_unknown_frames_per_minute (120: ATS has no key, it
+    drops them uncounted) they are a flood: GOAWAY(ENHANCE_YOUR_CALM) and
+    the close; ALTSVC and ORIGIN, which a client may not send, count with
+    them; a PRIORITY_UPDATE (RFC 9218, which nghttp2 acts on) counts as a
+    PRIORITY.  A few unknown frames (the GREASE some clients send) are
+    still ignored and the request answered; with the budget 0 one is a
+    flood."""
+    need_h2()
+    with Origin() as o, daemon(o, storage=False, workers=1) as c:
+        _calm(c, lambda: [_ext(0x21) * 200], "unknown frame type")
+        c.wait_log(r"HTTP/2 unknown frame type flood", 5)
+        _calm(c, lambda: [(_ext(0xa, b"\0\0") + _ext(0xc, b"")) * 100], "ALTSVC and ORIGIN")
+        _calm(c, lambda: [frame(HEADERS, 5, 1, req_block("/delay/3000/pu")),
+                          _ext(0x10, struct.pack(">I", 1) + b"u=3") * 200], "PRIORITY_UPDATE")
+        c.wait_log(r"HTTP/2 PRIORITY_UPDATE flood", 5)
+        _served(Raw(c.ports[2]), _ext(0xb) + _ext(0x21, b"x" * 100, 0xff, 1) + _ext(0x35)
+                + frame(HEADERS, 5, 1, req_block("/bytes/10")) + _ext(0x21),
+                "a request among a few unknown frames")
+    with Origin() as o, daemon(o, storage=False, workers=1, records={
+            "proxy.config.cistern.http2.max_unknown_frames_per_minute": 0}) as c:
+        r = Raw(c.ports[2])
+        r.send(_ext(0x21))
+        fr, _ = r.frames(lambda f: f[0] == GOAWAY)
+        r.close()
+        expect_eq(goaway_code(fr), ENHANCE_YOUR_CALM, "max_unknown_frames_per_minute 0: "
+                  "one unknown frame")
 
 
 def test_continuation_flood_and_hpack_bomb():

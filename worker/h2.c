@@ -51,9 +51,11 @@
  *
  * Defences (counted per minute, ATS's keys): RST_STREAM (rapid reset;
  * with the resets a client's stream errors make us send: MadeYouReset),
- * SETTINGS, PING (ACKs too), PRIORITY, CONTINUATION and WINDOW_UPDATE
- * floods, and one of DATA frames that carry nothing (max_empty_frames_per_minute), close
- * the connection with GOAWAY(ENHANCE_YOUR_CALM); a header list past
+ * SETTINGS, PING (ACKs too), PRIORITY (PRIORITY_UPDATE too), CONTINUATION
+ * and WINDOW_UPDATE floods, one of DATA frames that carry nothing
+ * (max_empty_frames_per_minute) and one of frames of unknown types
+ * (max_unknown_frames_per_minute) close the connection with
+ * GOAWAY(ENHANCE_YOUR_CALM); a header list past
  * max_header_list_size (an HPACK bomb) is kept no further and answered
  * 431; streams past max_concurrent_streams_in are refused by nghttp2;
  * no_activity_timeout_in ends a connection that neither sends requests
@@ -151,7 +153,7 @@ struct h2c {
     int64_t               active;     /* last request, DATA in or out (ms) */
     int64_t               minute;     /* the counters' minute (ms) */
     unsigned              n_rst, n_settings, n_setvals, n_ping, n_prio;
-    unsigned              n_cont, n_wu, n_data, n_empty;
+    unsigned              n_cont, n_wu, n_data, n_empty, n_unknown;
     int32_t               last_sid;   /* the highest stream the client opened */
     int32_t               gap_lo, gap_hi; /* the ids it skipped last: closed unused */
     int32_t               done[H2_DONE_MAX]; /* streams the client ended, closed */
@@ -1050,20 +1052,28 @@ h2_sid_done(const struct h2c *h, int32_t id)
     return 0;
 }
 
+/* The per-minute budgets start again each minute. */
+static void
+h2_minute(struct h2c *h)
+{
+    int64_t now = h2_now_ms();
+
+    if (now - h->minute >= 60000) {
+        h->minute = now;
+        h->n_rst = h->n_settings = h->n_setvals = h->n_ping = h->n_prio = 0;
+        h->n_cont = h->n_wu = h->n_data = h->n_empty = h->n_unknown = 0;
+    }
+}
+
 /* Every frame's header, before its payload: the per-minute budgets. */
 static int
 h2_cb_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *arg)
 {
     struct h2c *h = arg;
     const struct conf_records *rec = &wk->conf->rec;
-    int64_t now = h2_now_ms();
 
     (void)ss;
-    if (now - h->minute >= 60000) {
-        h->minute = now;
-        h->n_rst = h->n_settings = h->n_setvals = h->n_ping = h->n_prio = 0;
-        h->n_cont = h->n_wu = h->n_data = h->n_empty = 0;
-    }
+    h2_minute(h);
     switch (hd->type) {
     case NGHTTP2_HEADERS:
         if (h2_sid_down(h, hd->stream_id) < 0) {
@@ -1134,11 +1144,37 @@ h2_data_empty(const uint8_t *f, unsigned n)
     return len == 0 || (n == 10 && len == 1u + f[9]);
 }
 
+/* A frame of a type RFC 9113 does not define, which nghttp2 skips
+ * without a callback (5.5: ignored): PRIORITY_UPDATE (RFC 9218) counts as
+ * a PRIORITY, any other (an unknown type; ALTSVC or ORIGIN, which a
+ * client may not send) against max_unknown_frames_per_minute.
+ * Uncounted, a client had us read and skip them without end at no cost
+ * to itself.  0, or -1: the connection ends (GOAWAY submitted). */
+static int
+h2_frame_extension(struct h2c *h, uint8_t type)
+{
+    const struct conf_records *rec = &wk->conf->rec;
+
+    if (type == NGHTTP2_PRIORITY_UPDATE) {
+        if (++h->n_prio > (unsigned)rec->h2_priority_min) {
+            (void)h2_calm(h, "PRIORITY_UPDATE", h->n_prio);
+            return -1;
+        }
+        return 0;
+    }
+    if (++h->n_unknown > (unsigned)rec->h2_unknown_min) {
+        (void)h2_calm(h, "unknown frame type", h->n_unknown);
+        return -1;
+    }
+    return 0;
+}
+
 /* A DATA frame's header f (with its pad length when padded: 10 bytes),
- * or a PRIORITY's with its dependency (13 bytes), n bytes, once nghttp2
- * has taken every frame before it: the rules nghttp2 drops such a frame
- * without checking, and the empty DATA budget.  0 to go on, -1 when the
- * connection ends (GOAWAY submitted). */
+ * a PRIORITY's with its dependency (13 bytes), or an extension frame's
+ * header, n bytes, once nghttp2 has taken every frame before it: the
+ * rules nghttp2 drops such a frame without checking, and the budgets of
+ * frames that carry nothing.  0 to go on, -1 when the connection ends
+ * (GOAWAY submitted). */
 static int
 h2_frame_check(struct h2c *h, const uint8_t *f, unsigned n)
 {
@@ -1146,6 +1182,9 @@ h2_frame_check(struct h2c *h, const uint8_t *f, unsigned n)
                             | f[8]) & 0x7fffffffu);
     int32_t dep;
 
+    h2_minute(h);
+    if (f[3] > NGHTTP2_CONTINUATION)
+        return h2_frame_extension(h, f[3]);
     if (f[3] == NGHTTP2_DATA && h2_data_empty(f, n)
         && ++h->n_empty > (unsigned)wk->conf->rec.h2_empty_min) {
         (void)h2_calm(h, "empty DATA", h->n_empty);
@@ -1173,9 +1212,9 @@ h2_frame_check(struct h2c *h, const uint8_t *f, unsigned n)
     return 0;
 }
 
-/* Feed n bytes of input to nghttp2, stopping at each DATA and PRIORITY
- * frame's header (and a padded DATA's pad length) to check it first
- * (h2_frame_check).  A request without a
+/* Feed n bytes of input to nghttp2, stopping at each DATA, PRIORITY and
+ * extension frame's header (and a padded DATA's pad length) to check it
+ * first (h2_frame_check).  A request without a
  * body costs one nghttp2_session_mem_recv, as before, and a look at each
  * frame header.  Returns 0, or -1: the connection ends (nghttp2 failed,
  * or a GOAWAY was submitted). */
@@ -1207,7 +1246,8 @@ h2_recv(struct h2c *h, const uint8_t *p, size_t n)
             h->fr_need = 10;        /* its pad length too */
             continue;
         }
-        if (h->fr_hd[3] == NGHTTP2_DATA || h->fr_need == 13) {
+        if (h->fr_hd[3] == NGHTTP2_DATA || h->fr_need == 13
+            || h->fr_hd[3] > NGHTTP2_CONTINUATION) {
             /* (a PRIORITY of another length is nghttp2's FRAME_SIZE_ERROR.)
              * nghttp2 first takes what comes before this frame (a header
              * that began in an earlier read is partly in it already). */
