@@ -203,6 +203,9 @@ struct conf_records {
                                          max_window_update_frames_per_minute */
     int      h2_unknown_min;          /* proxy.config.cistern.http2.
                                          max_unknown_frames_per_minute */
+    int      h2_err_rate;             /* stream_error_rate_threshold, in
+                                         thousandths */
+    int      h2_err_sample;           /* stream_error_sampling_threshold */
 };
 
 /* proxy.config.http.insert_forwarded's parameters (RFC 7239 Forwarded) */

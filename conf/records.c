@@ -583,6 +583,18 @@ static const struct rec_directive rec_table[] = {
       "9113 does not define (5.5: ignored) a client may send in a minute; "
       "more closes with ENHANCE_YOUR_CALM (PRIORITY_UPDATE counts as a "
       "PRIORITY)" },
+    { "proxy.config.http2.stream_error_rate_threshold", REC_FLOAT, rec_set_milli,
+      REC_FIELD(h2_err_rate), "0.1", 0, 1000,
+      "HTTP/2: the share of a connection's streams that may end in a "
+      "stream error (a reset the client caused) once it has opened "
+      "stream_error_sampling_threshold and 1/this streams; past it the "
+      "connection drains (a final GOAWAY ENHANCE_YOUR_CALM once quiet), "
+      "past twice it (at most 1) GOAWAY ENHANCE_YOUR_CALM and the close; "
+      "0: no limit" },
+    { "proxy.config.http2.stream_error_sampling_threshold", REC_INT, rec_set_int,
+      REC_FIELD(h2_err_sample), "10", 1, 1000000,
+      "HTTP/2: streams a connection opens before its stream error rate "
+      "counts" },
 };
 
 #define REC_NKEYS (sizeof(rec_table) / sizeof(rec_table[0]))

@@ -11,7 +11,8 @@ connection, reloads under h2load, and every defence with frames written
 here by hand (struct) or by python3-h2 (Debian's, read from
 /usr/lib/python3/dist-packages when the interpreter does not see it):
 the connection's window for uploads, bounded buffering behind a slow
-origin and floods of unknown frame types among them.
+origin, floods of unknown frame types and the stream error rate among
+them.
 """
 import hashlib
 import os
@@ -1268,6 +1269,68 @@ def test_unknown_frame_floods():
         r.close()
         expect_eq(goaway_code(fr), ENHANCE_YOUR_CALM, "max_unknown_frames_per_minute 0: "
                   "one unknown frame")
+
+
+def _bad_and_good(r, seen, sids_bad, sids_good):
+    """Requests on r: sids_good a plain GET each (answered first), then
+    sids_bad each breaking a field rule (RFC 9113 8.2.1: an uppercase
+    name, reset PROTOCOL_ERROR)."""
+    if sids_good:
+        r.send(b"".join(frame(HEADERS, 5, s, req_block("/bytes/10")) for s in sids_good))
+        expect_eq(set(_answers(r, sids_good, seen).values()), {b"200"}, "the good requests")
+    r.send(b"".join(frame(HEADERS, 5, s, req_block("/bad%d" % s, extra=[("X-Up", "1")]))
+                    for s in sids_bad))
+
+
+def test_stream_error_rate():
+    """ATS's stream_error_rate_threshold (0.1) over a connection's
+    streams, once it has opened stream_error_sampling_threshold (10):
+    twelve requests that each break a field rule were reset one by one
+    (under the rapid-reset budget) and the connection served on; now
+    past twice the rate it gets GOAWAY ENHANCE_YOUR_CALM and the close.
+    Ten good requests then two bad (2 in 12: past the rate, under twice
+    it) drain the connection: the final GOAWAY, ENHANCE_YOUR_CALM, once
+    the client has been quiet a second.  One bad in eleven (0.09) is
+    served on; stream_error_rate_threshold 0 is no limit."""
+    odd = lambda a, b: list(range(a, b, 2))     # noqa: E731
+    with Origin() as o, daemon(o, storage=False, workers=1) as c:
+        r, seen = Raw(c.ports[2]), []
+        _bad_and_good(r, seen, odd(1, 25), [])
+        fr, closed = r.frames(lambda f: f[0] == GOAWAY, timeout=5)
+        seen += fr
+        expect_eq(goaway_code(seen), ENHANCE_YOUR_CALM, "twelve bad streams: GOAWAY")
+        expect(len(rst_codes(seen)) <= 10, "%d streams reset" % len(rst_codes(seen)))
+        _, closed = r.frames(timeout=4)
+        expect(closed, "left open past twice the stream error rate")
+        r.close()
+        c.wait_log(r"HTTP/2 stream error rate \d+ of 12 streams, past "
+                   r"stream_error_rate_threshold 0\.100: GOAWAY ENHANCE_YOUR_CALM", 5)
+        r, seen = Raw(c.ports[2]), []
+        _bad_and_good(r, seen, [21, 23], odd(1, 21))
+        t0 = time.time()
+        fr, closed = r.frames(lambda f: f[0] == GOAWAY, timeout=6)
+        seen += fr
+        expect_eq(goaway_code(seen), ENHANCE_YOUR_CALM, "2 of 12 streams bad: the drain's GOAWAY")
+        expect(time.time() - t0 >= 0.8, "GOAWAY %.1f s after, not once quiet" % (time.time() - t0))
+        _, closed = r.frames(timeout=4)
+        expect(closed, "left open after the drain")
+        r.close()
+        c.wait_log(r"HTTP/2 stream error rate 2 of 12 streams.*: draining", 5)
+        r, seen = Raw(c.ports[2]), []
+        _bad_and_good(r, seen, [21], odd(1, 21))
+        expect_eq(_answers(r, [23], seen) if r.send(frame(HEADERS, 5, 23, req_block("/bytes/10")))
+                  else None, {23: b"200"}, "after 1 bad stream in 11")
+        fr, _ = r.frames(lambda f: f[0] == GOAWAY, timeout=2)
+        expect(goaway_code(seen + fr) is None, "1 bad stream in 11: GOAWAY")
+        r.close()
+    with Origin() as o, daemon(o, storage=False, workers=1, records={
+            "proxy.config.http2.stream_error_rate_threshold": 0.0}) as c:
+        r, seen = Raw(c.ports[2]), []
+        _bad_and_good(r, seen, odd(1, 25), [])
+        r.send(frame(HEADERS, 5, 25, req_block("/bytes/10")))
+        expect_eq(_answers(r, [25], seen), {25: b"200"}, "threshold 0: after twelve bad streams")
+        expect(goaway_code(seen) is None, "threshold 0: GOAWAY")
+        r.close()
 
 
 def test_continuation_flood_and_hpack_bomb():

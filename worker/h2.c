@@ -55,7 +55,9 @@
  * and WINDOW_UPDATE floods, one of DATA frames that carry nothing
  * (max_empty_frames_per_minute) and one of frames of unknown types
  * (max_unknown_frames_per_minute) close the connection with
- * GOAWAY(ENHANCE_YOUR_CALM); a header list past
+ * GOAWAY(ENHANCE_YOUR_CALM); a connection whose streams end in errors
+ * it caused too often (stream_error_rate_threshold) drains, or past
+ * twice the rate is closed the same way; a header list past
  * max_header_list_size (an HPACK bomb) is kept no further and answered
  * 431; streams past max_concurrent_streams_in are refused by nghttp2;
  * no_activity_timeout_in ends a connection that neither sends requests
@@ -150,10 +152,13 @@ struct h2c {
     unsigned              draining:1; /* the worker drains: GOAWAY once quiet */
     unsigned              read_off:1; /* reading stopped: output backed up */
     unsigned              ticking:1;  /* tmr armed for the streams' timers */
+    unsigned              calm_drain:1; /* draining for its stream error rate */
     int64_t               active;     /* last request, DATA in or out (ms) */
     int64_t               minute;     /* the counters' minute (ms) */
     unsigned              n_rst, n_settings, n_setvals, n_ping, n_prio;
     unsigned              n_cont, n_wu, n_data, n_empty, n_unknown;
+    unsigned              n_opened, n_errs; /* streams it opened, stream
+                                         errors it caused (h2_stream_error) */
     int32_t               last_sid;   /* the highest stream the client opened */
     int32_t               gap_lo, gap_hi; /* the ids it skipped last: closed unused */
     int32_t               done[H2_DONE_MAX]; /* streams the client ended, closed */
@@ -262,6 +267,7 @@ static nghttp2_mem h2m = { NULL, h2m_malloc, h2m_free, h2m_calloc, h2m_realloc }
 static void h2_send(struct h2c *h);
 static void h2_close(struct h2c *h);
 static void h2_tick_start(struct h2c *h);
+static void h2_drain_start(struct h2c *h);
 
 static int64_t
 h2_now_ms(void)
@@ -1076,6 +1082,8 @@ h2_cb_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *arg)
     h2_minute(h);
     switch (hd->type) {
     case NGHTTP2_HEADERS:
+        if ((hd->stream_id & 1) && hd->stream_id > h->last_sid)
+            h->n_opened++;
         if (h2_sid_down(h, hd->stream_id) < 0) {
             nghttp2_session_terminate_session(h->ss, NGHTTP2_PROTOCOL_ERROR);
             return NGHTTP2_ERR_CALLBACK_FAILURE;
@@ -1348,6 +1356,38 @@ h2_cb_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t *
     return 0;
 }
 
+/* A stream the client made us reset (h2_cb_frame_send) is a stream
+ * error: ATS's stream_error_rate_threshold over the streams it opened,
+ * once it has opened stream_error_sampling_threshold and 1/threshold of
+ * them.  Past the rate the connection drains, its final GOAWAY saying
+ * ENHANCE_YOUR_CALM; past twice the rate (at most every stream), GOAWAY
+ * ENHANCE_YOUR_CALM now.  The rapid-reset budget counts the same resets
+ * per minute; this catches a client whose streams mostly fail below it. */
+static void
+h2_stream_error(struct h2c *h)
+{
+    const struct conf_records *rec = &wk->conf->rec;
+    uint64_t errs = ++h->n_errs, total = h->n_opened, thr = (uint64_t)rec->h2_err_rate;
+    uint64_t hard = thr * 2 < 1000 ? thr * 2 : 1000;
+    char peer[64];
+
+    if (thr == 0 || total < (uint64_t)rec->h2_err_sample || total * thr < 1000
+        || errs * 1000 <= thr * total || (h->draining && errs * 1000 <= hard * total))
+        return;
+    fmt_peer(&h->c->cn_peer.sa, peer, sizeof(peer));
+    log_notice("conn %llu from %s: HTTP/2 stream error rate %llu of %llu streams, past "
+               "stream_error_rate_threshold %.3f: %s", (unsigned long long)h->c->cn_id, peer,
+               (unsigned long long)errs, (unsigned long long)total, (double)thr / 1000,
+               errs * 1000 > hard * total ? "GOAWAY ENHANCE_YOUR_CALM" : "draining");
+    if (errs * 1000 > hard * total) {
+        h->calm = 1;
+        nghttp2_session_terminate_session(h->ss, NGHTTP2_ENHANCE_YOUR_CALM);
+        return;
+    }
+    h->calm_drain = 1;
+    h2_drain_start(h);
+}
+
 /* A frame went out: a complete answer ends the client's upload too. */
 static int
 h2_cb_frame_send(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
@@ -1361,9 +1401,12 @@ h2_cb_frame_send(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
          * that never sends RST_STREAM resets streams at will
          * (MadeYouReset, CVE-2025-8671).  Ours (h2s_reset: dead) do not. */
         s = nghttp2_session_get_stream_user_data(ss, f->hd.stream_id);
-        if ((s == NULL || !s->dead) && !h->calm
-            && ++h->n_rst > (unsigned)wk->conf->rec.h2_rst_min)
+        if ((s != NULL && s->dead) || h->calm)
+            return 0;
+        if (++h->n_rst > (unsigned)wk->conf->rec.h2_rst_min)
             (void)h2_calm(h, "stream reset (rapid reset by stream errors)", h->n_rst);
+        else
+            h2_stream_error(h);
         return 0;
     }
     if (!(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
@@ -1406,7 +1449,8 @@ h2_drain_tick(struct h2c *h)
     if (h->nstreams == 0 && h2_now_ms() - h->active >= H2_DRAIN_QUIET_MS) {
         nghttp2_submit_goaway(h->ss, NGHTTP2_FLAG_NONE,
                               nghttp2_session_get_last_proc_stream_id(h->ss),
-                              NGHTTP2_NO_ERROR, NULL, 0);
+                              h->calm_drain ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_NO_ERROR,
+                              NULL, 0);
         h->goaway = 1;
         h2_send(h);
         if (!h->lingering)
