@@ -124,8 +124,8 @@ def hpack_lit(name, value):
     return b"\x00" + s(name) + s(value)
 
 
-def req_block(path="/", method="GET", extra=()):
-    fields = [(":method", method), (":scheme", "http"), (":authority", HOST),
+def req_block(path="/", method="GET", extra=(), authority=HOST):
+    fields = [(":method", method), (":scheme", "http"), (":authority", authority),
               (":path", path)] + list(extra)
     return b"".join(hpack_lit(n, v) for n, v in fields)
 
