@@ -185,6 +185,7 @@ struct conf_records {
     /* issue 24, HTTP/2 to clients (worker/h2.c): proxy.config.http2.* */
     int      h2_max_streams;          /* max_concurrent_streams_in */
     int      h2_window;               /* initial_window_size_in */
+    int      h2_flow_policy;          /* flow_control.policy_in (ATS 10) */
     int      h2_frame_size;           /* max_frame_size */
     int      h2_table_size;           /* header_table_size */
     int      h2_header_list;          /* max_header_list_size */
@@ -200,6 +201,11 @@ struct conf_records {
     int      h2_cont_min;             /* max_continuation_frames_per_minute */
     int      h2_wu_min;               /* proxy.config.cistern.http2.
                                          max_window_update_frames_per_minute */
+    int      h2_unknown_min;          /* proxy.config.cistern.http2.
+                                         max_unknown_frames_per_minute */
+    int      h2_err_rate;             /* stream_error_rate_threshold, in
+                                         thousandths */
+    int      h2_err_sample;           /* stream_error_sampling_threshold */
 };
 
 /* proxy.config.http.insert_forwarded's parameters (RFC 7239 Forwarded) */

@@ -512,6 +512,15 @@ static const struct rec_directive rec_table[] = {
       REC_FIELD(h2_window), "65535", 1024, 16777216,
       "HTTP/2: the flow-control window we give each client stream for "
       "request bodies (bytes)" },
+    { "proxy.config.http2.flow_control.policy_in", REC_INT, rec_set_int,
+      REC_FIELD(h2_flow_policy), "1", 0, 1,
+      "HTTP/2 (ATS 10's key): the connection's window for request bodies; "
+      "0: one stream's (initial_window_size_in), so uploads on several "
+      "streams share it; 1: initial_window_size_in x "
+      "max_concurrent_streams_in (at most 2^31-1), the sum of the streams' "
+      "windows, so no stream waits for another's; not ATS's default 0, "
+      "which holds a connection's uploads to 64 KiB in flight; 2 (ATS's "
+      "dynamic stream windows) is not implemented" },
     { "proxy.config.http2.max_frame_size", REC_INT, rec_set_int,
       REC_FIELD(h2_frame_size), "16384", 16384, 16777215,
       "HTTP/2: the largest frame payload we accept (SETTINGS); DATA we send "
@@ -568,6 +577,24 @@ static const struct rec_directive rec_table[] = {
       rec_set_int, REC_FIELD(h2_wu_min), "1000", 1, 1000000,
       "HTTP/2 (no ATS key): WINDOW_UPDATE frames in a minute beyond one per "
       "DATA frame we sent (the WINDOW_UPDATE flood); more closes" },
+    { "proxy.config.cistern.http2.max_unknown_frames_per_minute", REC_INT,
+      rec_set_int, REC_FIELD(h2_unknown_min), "120", 0, 1000000,
+      "HTTP/2 (no ATS key: ATS drops them uncounted): frames of types RFC "
+      "9113 does not define (5.5: ignored) a client may send in a minute; "
+      "more closes with ENHANCE_YOUR_CALM (PRIORITY_UPDATE counts as a "
+      "PRIORITY)" },
+    { "proxy.config.http2.stream_error_rate_threshold", REC_FLOAT, rec_set_milli,
+      REC_FIELD(h2_err_rate), "0.1", 0, 1000,
+      "HTTP/2: the share of a connection's streams that may end in a "
+      "stream error (a reset the client caused) once it has opened "
+      "stream_error_sampling_threshold and 1/this streams; past it the "
+      "connection drains (a final GOAWAY ENHANCE_YOUR_CALM once quiet), "
+      "past twice it (at most 1) GOAWAY ENHANCE_YOUR_CALM and the close; "
+      "0: no limit" },
+    { "proxy.config.http2.stream_error_sampling_threshold", REC_INT, rec_set_int,
+      REC_FIELD(h2_err_sample), "10", 1, 1000000,
+      "HTTP/2: streams a connection opens before its stream error rate "
+      "counts" },
 };
 
 #define REC_NKEYS (sizeof(rec_table) / sizeof(rec_table[0]))

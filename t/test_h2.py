@@ -9,7 +9,10 @@ with and without content-length, PUSH and PURGE on a stream, large bodies
 through tiny windows, many streams mixing hits and misses on one
 connection, reloads under h2load, and every defence with frames written
 here by hand (struct) or by python3-h2 (Debian's, read from
-/usr/lib/python3/dist-packages when the interpreter does not see it).
+/usr/lib/python3/dist-packages when the interpreter does not see it):
+the connection's window for uploads, bounded buffering behind a slow
+origin, floods of unknown frame types and the stream error rate among
+them.
 """
 import hashlib
 import os
@@ -121,8 +124,8 @@ def hpack_lit(name, value):
     return b"\x00" + s(name) + s(value)
 
 
-def req_block(path="/", method="GET", extra=()):
-    fields = [(":method", method), (":scheme", "http"), (":authority", HOST),
+def req_block(path="/", method="GET", extra=(), authority=HOST):
+    fields = [(":method", method), (":scheme", "http"), (":authority", authority),
               (":path", path)] + list(extra)
     return b"".join(hpack_lit(n, v) for n, v in fields)
 
@@ -172,6 +175,21 @@ class Raw:
                 break
             self.buf += d
         return out, closed
+
+    def statuses(self, frames):
+        """{stream: :status} of the answers among frames, which are this
+        connection's from its start, in order: each header block is
+        decoded once, with the connection's HPACK state (a later block may
+        name what an earlier one indexed; python3-hpack, which comes with
+        python3-h2)."""
+        if not hasattr(self, "hp"):
+            import hpack
+            self.hp, self.nhp, self.st = hpack.Decoder(), 0, {}
+        for t, _, sid, p in frames[self.nhp:]:
+            if t == HEADERS:
+                self.st.setdefault(sid, dict(self.hp.decode(p, raw=True)).get(b":status"))
+        self.nhp = len(frames)
+        return self.st
 
     def close(self):
         self.s.close()
@@ -970,6 +988,178 @@ def test_field_rules_and_what_reaches_the_origin():
                   "keyed by :authority")
 
 
+# ---------------------------------------------------------------------------
+# The connection's window (RFC 9113 6.9.2) and request bodies
+
+def _server_windows(r):
+    """The windows a Raw connection's server gave at its start: (the
+    connection's: 65,535 and its WINDOW_UPDATEs on stream 0; a stream's:
+    its SETTINGS_INITIAL_WINDOW_SIZE)."""
+    fr, _ = r.frames(lambda f: f[0] == SETTINGS and not f[1] & 1, timeout=3)
+    r.send(frame(SETTINGS, 1, 0))
+    more, _ = r.frames(lambda f: f[0] == WINDOW_UPDATE and f[2] == 0, timeout=1)
+    fr += more
+    conn = 65535 + sum(struct.unpack(">I", p)[0] & 0x7fffffff
+                       for t, _, sid, p in fr if t == WINDOW_UPDATE and sid == 0)
+    stream = 65535
+    for t, fl, _, p in fr:
+        if t == SETTINGS and not fl & 1:
+            for i in range(0, len(p), 6):
+                k, v = struct.unpack(">HI", p[i:i + 6])
+                stream = v if k == 4 else stream
+    return conn, stream
+
+
+def _upload(r, sids, size, conn, stream, quiet=1.0, limit=20.0):
+    """Send size bytes of DATA on each stream of sids (END_STREAM with the
+    last) as fast as the server's windows allow (RFC 9113 6.9: never past
+    them, taking its WINDOW_UPDATEs), until every stream is done or none
+    could send for quiet seconds.  Returns (bytes sent per stream, the
+    frames read)."""
+    win = dict.fromkeys(sids, stream)
+    sent = dict.fromkeys(sids, 0)
+    chunk = b"u" * 16384
+    seen, last, end = [], time.time(), time.time() + limit
+    while time.time() < end:
+        out = []
+        for s in sids:
+            while sent[s] < size and conn > 0 and win[s] > 0:
+                n = min(16384, conn, win[s], size - sent[s])
+                out.append(frame(DATA, 1 if sent[s] + n == size else 0, s, chunk[:n]))
+                sent[s] += n
+                conn -= n
+                win[s] -= n
+        if out:
+            if not r.send(b"".join(out)):
+                break
+            last = time.time()
+        elif all(sent[s] == size for s in sids) or time.time() - last > quiet:
+            break
+        fr, closed = r.frames(timeout=0.05)
+        seen += fr
+        for t, _, sid, p in fr:
+            if t == WINDOW_UPDATE and sid == 0:
+                conn += struct.unpack(">I", p)[0] & 0x7fffffff
+            elif t == WINDOW_UPDATE and sid in win:
+                win[sid] += struct.unpack(">I", p)[0] & 0x7fffffff
+        if closed or goaway_code(fr) is not None:
+            break
+    return sent, seen
+
+
+def _answers(r, sids, seen, timeout=10):
+    """:status per stream of sids once each has ended (or the time is up);
+    seen: every frame of r so far, added to."""
+    def ended():
+        return all(any(f[2] == s and f[1] & 1 and f[0] in (HEADERS, DATA) for f in seen)
+                   or s in rst_codes(seen) for s in sids)
+    end = time.time() + timeout
+    while not ended() and time.time() < end and goaway_code(seen) is None:
+        fr, closed = r.frames(timeout=0.2)
+        seen += fr
+        if closed:
+            break
+    st = r.statuses(seen)
+    return {s: st[s] for s in sids if s in st}
+
+
+def _served(r, data, what):
+    """Send data (a request on stream 1 among it) on r: stream 1 must be
+    answered 200, and no GOAWAY come; r is closed after."""
+    r.send(data)
+    seen = []
+    st = _answers(r, [1], seen)
+    r.close()
+    expect(goaway_code(seen) is None and st.get(1) == b"200",
+           "%s: GOAWAY %r, status %r" % (what, goaway_code(seen), st.get(1)))
+
+
+def test_connection_window_uploads():
+    """RFC 9113 6.9.2: the connection's window starts at 65,535 whatever
+    SETTINGS say, and only WINDOW_UPDATE on stream 0 grows it; we never
+    sent one, so every upload of a connection shared 64 KiB in flight:
+    with initial_window_size_in 1 MiB a client sending 1 MiB on one
+    stream within the windows we advertised got GOAWAY
+    FLOW_CONTROL_ERROR, and eight streams sending their 64 KiB each at
+    once the same.  Now the connection's window is the streams' windows
+    summed (flow_control.policy_in 1, ATS 10's key): 8 MiB for 1 MiB x 8
+    streams, 100 x 65,535 by default; policy_in 0 is ATS's one stream's
+    window (256 KiB for initial_window_size_in 256 KiB)."""
+    need_h2()
+    body = harness.seeded("up", 1 << 20)
+    with Origin() as o, daemon(o, storage=False, workers=1, records={
+            "proxy.config.http2.initial_window_size_in": 1 << 20,
+            "proxy.config.http2.max_concurrent_streams_in": 8}) as c:
+        r = Raw(c.ports[2])
+        expect_eq(_server_windows(r), (8 << 20, 1 << 20), "the connection's and a stream's windows")
+        _served(r, frame(HEADERS, 4, 1, req_block("/sink/up1", "POST",
+                                                  [("content-length", str(len(body)))]))
+                + b"".join(frame(DATA, 1 if i + 16384 >= len(body) else 0, 1, body[i:i + 16384])
+                           for i in range(0, len(body), 16384)),
+                "1 MiB on one stream within its window")
+        q = [q for q in o.requests() if q["path"] == "/sink/up1"]
+        expect(q and (q[0]["body_len"], q[0]["body_sha256"])
+               == (len(body), hashlib.sha256(body).hexdigest()), "the upload the origin got")
+    with Origin() as o, daemon(o, storage=False, workers=1) as c:
+        r = Raw(c.ports[2])
+        conn, stream = _server_windows(r)
+        expect_eq((conn, stream), (100 * 65535, 65535), "the default windows")
+        sids = list(range(1, 17, 2))
+        r.send(b"".join(frame(HEADERS, 4, s, req_block("/sink/m%d" % s, "POST",
+                                                        [("content-length", "65535")]))
+                        for s in sids))
+        sent, seen = _upload(r, sids, 65535, 65535 * len(sids), stream, limit=5)
+        st = _answers(r, sids, seen)
+        r.close()
+        expect(goaway_code(seen) is None and all(st.get(s) == b"200" for s in sids),
+               "eight streams each sending its window at once: GOAWAY %r, statuses %r"
+               % (goaway_code(seen), st))
+    with Origin() as o, daemon(o, storage=False, workers=1, records={
+            "proxy.config.http2.initial_window_size_in": 262144,
+            "proxy.config.http2.flow_control.policy_in": 0}) as c:
+        r = Raw(c.ports[2])
+        expect_eq(_server_windows(r), (262144, 262144), "policy_in 0: one stream's window")
+        r.close()
+
+
+@harness.timeout(120)
+def test_slow_origin_bounds_upload_buffering():
+    """The larger connection window lets no upload grow in us: four
+    streams uploading 64 MiB each, within every window we give, to an
+    origin that reads their heads and then nothing for 8 s, are held by
+    their stream windows (1 MiB each, 4 MiB for the connection): the
+    client gets no window back while the origin does not read, stops
+    well short of its uploads, and the worker's RssAnon grows by about
+    the four windows, not the uploads.  Each stream is then answered
+    (the origin closes: 502) and the connection serves on."""
+    need_h2()
+    size, win = 64 << 20, 1 << 20
+    with Origin() as o, daemon(o, storage=False, workers=1, records={
+            "proxy.config.http2.initial_window_size_in": win,
+            "proxy.config.http2.max_concurrent_streams_in": 4,
+            "proxy.config.http.transaction_no_activity_timeout_out": 30}) as c:
+        expect_eq(h2c(c, "/bytes/10").status, 200, "warm")
+        base = c.rss_anon()
+        r = Raw(c.ports[2])
+        conn, stream = _server_windows(r)
+        sids = [1, 3, 5, 7]
+        r.send(b"".join(frame(HEADERS, 4, s, req_block("/deaf/8000/u%d" % s, "POST",
+                                                        [("content-length", str(size))]))
+                        for s in sids))
+        sent, seen = _upload(r, sids, size, conn, stream, quiet=1.5, limit=6)
+        grew = c.rss_anon() - base
+        expect(goaway_code(seen) is None, "GOAWAY %r" % goaway_code(seen))
+        expect(all(sent[s] < size // 4 for s in sids),
+               "the client was not held back: sent %r" % sent)
+        expect(grew < 4 * win + (4 << 20), "the worker grew by %d bytes for %r sent" % (grew, sent))
+        st = _answers(r, sids, seen, timeout=20)
+        expect_eq(sorted(st.values()), [b"502"] * 4, "the streams' answers")
+        r.send(frame(HEADERS, 5, 9, req_block("/bytes/10")))
+        st = _answers(r, [9], seen)
+        expect_eq(st.get(9), b"200", "the connection after the uploads")
+        r.close()
+
+
 def _calm(c, frames_fn, what, settings=b""):
     """Send the flood; expect GOAWAY(ENHANCE_YOUR_CALM), the close and the
     log line."""
@@ -1042,6 +1232,105 @@ def test_empty_frame_floods():
         r.close()
         expect(goaway_code(fr) is not None, "max_empty_frames_per_minute 0: one empty DATA "
                "frame is a flood: %r" % [(f[0], f[1], f[2]) for f in fr])
+
+
+def _ext(ftype, payload=b"\0" * 8, flags=0, sid=0):
+    """A frame of a type RFC 9113 does not define (5.5: ignored)."""
+    return frame(ftype, flags, sid, payload)
+
+
+def test_unknown_frame_floods():
+    """RFC 9113 5.5: frames of unknown types are ignored, and were without
+    limit: nghttp2 skips them with no callback, so a client had us read
+    and skip any number at no cost to itself (200 in a row, nothing
+    said).  Past max_unknown_frames_per_minute (120: ATS has no key, it
+    drops them uncounted) they are a flood: GOAWAY(ENHANCE_YOUR_CALM) and
+    the close; ALTSVC and ORIGIN, which a client may not send, count with
+    them; a PRIORITY_UPDATE (RFC 9218, which nghttp2 acts on) counts as a
+    PRIORITY.  A few unknown frames (the GREASE some clients send) are
+    still ignored and the request answered; with the budget 0 one is a
+    flood."""
+    need_h2()
+    with Origin() as o, daemon(o, storage=False, workers=1) as c:
+        _calm(c, lambda: [_ext(0x21) * 200], "unknown frame type")
+        c.wait_log(r"HTTP/2 unknown frame type flood", 5)
+        _calm(c, lambda: [(_ext(0xa, b"\0\0") + _ext(0xc, b"")) * 100], "ALTSVC and ORIGIN")
+        _calm(c, lambda: [frame(HEADERS, 5, 1, req_block("/delay/3000/pu")),
+                          _ext(0x10, struct.pack(">I", 1) + b"u=3") * 200], "PRIORITY_UPDATE")
+        c.wait_log(r"HTTP/2 PRIORITY_UPDATE flood", 5)
+        _served(Raw(c.ports[2]), _ext(0xb) + _ext(0x21, b"x" * 100, 0xff, 1) + _ext(0x35)
+                + frame(HEADERS, 5, 1, req_block("/bytes/10")) + _ext(0x21),
+                "a request among a few unknown frames")
+    with Origin() as o, daemon(o, storage=False, workers=1, records={
+            "proxy.config.cistern.http2.max_unknown_frames_per_minute": 0}) as c:
+        r = Raw(c.ports[2])
+        r.send(_ext(0x21))
+        fr, _ = r.frames(lambda f: f[0] == GOAWAY)
+        r.close()
+        expect_eq(goaway_code(fr), ENHANCE_YOUR_CALM, "max_unknown_frames_per_minute 0: "
+                  "one unknown frame")
+
+
+def _bad_and_good(r, seen, sids_bad, sids_good):
+    """Requests on r: sids_good a plain GET each (answered first), then
+    sids_bad each breaking a field rule (RFC 9113 8.2.1: an uppercase
+    name, reset PROTOCOL_ERROR)."""
+    if sids_good:
+        r.send(b"".join(frame(HEADERS, 5, s, req_block("/bytes/10")) for s in sids_good))
+        expect_eq(set(_answers(r, sids_good, seen).values()), {b"200"}, "the good requests")
+    r.send(b"".join(frame(HEADERS, 5, s, req_block("/bad%d" % s, extra=[("X-Up", "1")]))
+                    for s in sids_bad))
+
+
+def test_stream_error_rate():
+    """ATS's stream_error_rate_threshold (0.1) over a connection's
+    streams, once it has opened stream_error_sampling_threshold (10):
+    twelve requests that each break a field rule were reset one by one
+    (under the rapid-reset budget) and the connection served on; now
+    past twice the rate it gets GOAWAY ENHANCE_YOUR_CALM and the close.
+    Ten good requests then two bad (2 in 12: past the rate, under twice
+    it) drain the connection: the final GOAWAY, ENHANCE_YOUR_CALM, once
+    the client has been quiet a second.  One bad in eleven (0.09) is
+    served on; stream_error_rate_threshold 0 is no limit."""
+    odd = lambda a, b: list(range(a, b, 2))     # noqa: E731
+    with Origin() as o, daemon(o, storage=False, workers=1) as c:
+        r, seen = Raw(c.ports[2]), []
+        _bad_and_good(r, seen, odd(1, 25), [])
+        fr, closed = r.frames(lambda f: f[0] == GOAWAY, timeout=5)
+        seen += fr
+        expect_eq(goaway_code(seen), ENHANCE_YOUR_CALM, "twelve bad streams: GOAWAY")
+        expect(len(rst_codes(seen)) <= 10, "%d streams reset" % len(rst_codes(seen)))
+        _, closed = r.frames(timeout=4)
+        expect(closed, "left open past twice the stream error rate")
+        r.close()
+        c.wait_log(r"HTTP/2 stream error rate \d+ of 12 streams, past "
+                   r"stream_error_rate_threshold 0\.100: GOAWAY ENHANCE_YOUR_CALM", 5)
+        r, seen = Raw(c.ports[2]), []
+        _bad_and_good(r, seen, [21, 23], odd(1, 21))
+        t0 = time.time()
+        fr, closed = r.frames(lambda f: f[0] == GOAWAY, timeout=6)
+        seen += fr
+        expect_eq(goaway_code(seen), ENHANCE_YOUR_CALM, "2 of 12 streams bad: the drain's GOAWAY")
+        expect(time.time() - t0 >= 0.8, "GOAWAY %.1f s after, not once quiet" % (time.time() - t0))
+        _, closed = r.frames(timeout=4)
+        expect(closed, "left open after the drain")
+        r.close()
+        c.wait_log(r"HTTP/2 stream error rate 2 of 12 streams.*: draining", 5)
+        r, seen = Raw(c.ports[2]), []
+        _bad_and_good(r, seen, [21], odd(1, 21))
+        expect_eq(_answers(r, [23], seen) if r.send(frame(HEADERS, 5, 23, req_block("/bytes/10")))
+                  else None, {23: b"200"}, "after 1 bad stream in 11")
+        fr, _ = r.frames(lambda f: f[0] == GOAWAY, timeout=2)
+        expect(goaway_code(seen + fr) is None, "1 bad stream in 11: GOAWAY")
+        r.close()
+    with Origin() as o, daemon(o, storage=False, workers=1, records={
+            "proxy.config.http2.stream_error_rate_threshold": 0.0}) as c:
+        r, seen = Raw(c.ports[2]), []
+        _bad_and_good(r, seen, odd(1, 25), [])
+        r.send(frame(HEADERS, 5, 25, req_block("/bytes/10")))
+        expect_eq(_answers(r, [25], seen), {25: b"200"}, "threshold 0: after twelve bad streams")
+        expect(goaway_code(seen) is None, "threshold 0: GOAWAY")
+        r.close()
 
 
 def test_continuation_flood_and_hpack_bomb():

@@ -32,6 +32,9 @@ is remapped, so the forward proxy changes nothing for them), and P8.A7b
 upgrades to a WebSocket origin behind the remap rule of ws.test.  A
 tunnel's sockets to its target count as the cell's in the fd accounting.
 
+The HTTP/2 cells (P16) speak h2c with prior knowledge on the daemon's third
+port, `0:proto=http;http2`, with hand-built frames (test_h2's Raw).
+
 The long and slow transfers of the issue (a 20 MiB hit and a 20 MiB miss to
 a reader limited to 1 MiB/s, a 20 s origin) are cells L1-L3 of the same run.
 
@@ -49,6 +52,7 @@ import time
 import traceback
 
 import harness
+import test_h2 as h2t           # its raw HTTP/2 client and frames (P16)
 import test_tunnel as tun       # its Server (raw TCP targets) and WebSocket
 #                                 frames
 from test_faults import serving_workers
@@ -81,8 +85,9 @@ RECORDS = {
     "proxy.config.http.keep_alive_no_activity_timeout_out": T_KA_OUT,
     "proxy.config.http.push_method_enabled": 1,
     "proxy.config.cache.max_doc_size": ("INT", "64M"),
-    # P0: a second port that takes the PROXY protocol (c.ports[1])
-    "proxy.config.http.server_ports": "0 0:pp",
+    # P0: a second port that takes the PROXY protocol (c.ports[1]); P16: a
+    # third, h2c with prior knowledge beside HTTP/1.1 (c.ports[2])
+    "proxy.config.http.server_ports": "0 0:pp 0:proto=http;http2",
     "proxy.config.http.proxy_protocol_allowlist": "127.0.0.1",
     # P8: CONNECT to any port.  remap_required 0 makes the daemon a forward
     # proxy too; every other cell's request names m.test, which the remap
@@ -131,6 +136,7 @@ PHASES = [
     ("P13", "background fill"),
     ("P14", "a plugged rule's hit (headers.so, cachekey.so)"),
     ("P15", "a plugin's answer (generator.so's intercept)"),
+    ("P16", "an HTTP/2 stream waiting on its origin (h2c)"),
 ]
 ADVERSITIES = [
     ("A1", "client reads at 1 KiB/s"),
@@ -155,7 +161,7 @@ ADVS_OF = dict([(p, _A10) for p in ("P0", "P1", "P2", "P3", "P4", "P5",
                                     "P6", "P7", "P8")]
                + [("P14", _A10)]
                + [(p, _A10 + ["A11", "A12"]) for p in ("P9", "P10", "P11",
-                                                       "P13", "P15")]
+                                                       "P13", "P15", "P16")]
                + [("P12", _A10 + ["A11", "A12", "A13", "A14"])])
 
 CELLS = []        # (cid, phase, adversity, expected, fn, preload)
@@ -366,6 +372,7 @@ class Ctx:
         self.cid, self.port, self.origin = cid, c.port, origin
         self.cistern = c                # (the solo cells' own daemon)
         self.pp_port = c.ports[1]       # the `0:pp` listener
+        self.h2_port = c.ports[2]       # h2c with prior knowledge (P16)
         self.log_dir = c.log_dir
         self.ws_port = ws_port          # the WebSocket origin of P8
         self.lports = []
@@ -2458,6 +2465,139 @@ def p15_a12(ctx):
 
 
 # ---------------------------------------------------------------------------
+# P16: an HTTP/2 stream (h2c) waiting on a slow origin when its worker
+# reloads or is killed.  A stream's client timers run on its connection's
+# timer (worker/h2.c, h2_streams_tick), which the drain after a reload
+# takes over; the stream waits on its origin, so none of them may cut it.
+# The client's and the origin's faults for a stream are test_h2's (the
+# origin transaction is P3-P5's: the stream only owns the request).
+
+H2N = 10000             # the answer: inside the first windows, no
+#                         WINDOW_UPDATE needed
+H2_WAIT_MS = 3000       # the origin's wait: under T_OUT, past a reload
+na("P16", ["A1"], "a stream reads at its window's pace: test_h2 (1 MiB "
+   "through 1 KiB windows; a window kept shut reset after "
+   "transaction_no_activity_timeout_in)")
+na("P16", ["A2"], "a client that closes its side with a stream out of "
+   "window: test_review (the connection closed at once)")
+na("P16", ["A3"], "RST_STREAM of streams waiting on their origin: "
+   "test_h2's rapid reset (and its budget)")
+na("P16", ["A4"], "test_h2: a zero-window client closed at "
+   "no_activity_timeout_in, a stalled body 408 and a shut window reset "
+   "per stream while others keep the connection busy")
+na("P16", ["A%d" % i for i in range(5, 11)], "the origin transaction is "
+   "P3-P5's (proxy.c); a stream only owns the request "
+   "(transaction_active_timeout_in cutting a stream on a slow origin: "
+   "test_h2)")
+
+
+def h2_conn(ctx):
+    """An h2c connection (preface and SETTINGS sent), its port counted as
+    the cell's."""
+    r = h2t.Raw(ctx.h2_port)
+    ctx.lports.append(r.s.getsockname()[1])
+    return r
+
+
+def h2_get(r, path):
+    r.send(h2t.frame(h2t.HEADERS, 5, 1, h2t.req_block(path, authority=HOST)))
+
+
+def h2_answer(r, timeout):
+    """Stream 1's answer on r: (status bytes or None, body, ended, the
+    frames, closed)."""
+    def last(f):
+        return f[2] == 1 and (f[0] == h2t.RST_STREAM or (
+            f[1] & 1 and f[0] in (h2t.HEADERS, h2t.DATA)))
+    fr, closed = r.frames(last, timeout)
+    heads = [f for f in fr if f[0] == h2t.HEADERS and f[2] == 1]
+    body = b"".join(f[3] for f in fr if f[0] == h2t.DATA and f[2] == 1)
+    ended = any(f[2] == 1 and f[1] & 1 and f[0] in (h2t.HEADERS, h2t.DATA)
+                for f in fr)
+    return (h2t._status_bytes(heads[0][3]) if heads else None, body, ended,
+            fr, closed)
+
+
+def expect_h2_complete(r, want, what):
+    st, body, ended, fr, _ = h2_answer(r, H2_WAIT_MS / 1000 + LATE)
+    expect(st == b"200" and ended, "%s: status %r, END_STREAM %s, frames %r"
+           % (what, st, ended, [(f[0], f[1], f[2]) for f in fr]))
+    expect_body(body, want, what)
+    return fr
+
+
+@cell("P16.A11", "a reload while an HTTP/2 stream waits 3 s on its origin "
+      "-> the stream byte-exact on the old worker (its timers do not cut "
+      "it), then GOAWAY NO_ERROR and the close; the worker exits; stored "
+      "(solo)", solo=True)
+def p16_a11(ctx):
+    p = ctx.path("delay/%d/bytes/%d" % (H2_WAIT_MS, H2N))
+    old = set(serving_workers(ctx.cistern))
+    r = h2_conn(ctx)
+    h2_get(r, p)
+    harness.wait_for(lambda: origin_count(ctx, p) >= 1, 20,
+                     what="the stream at the origin")
+    ctx.cistern.reload()
+    fr = expect_h2_complete(r, ctx.body(H2N), "the stream across the reload")
+    more, closed = r.frames(lambda f: f[0] == h2t.GOAWAY, T_IN + LATE)
+    expect_eq(h2t.goaway_code(fr + more), 0, "the drain's GOAWAY")
+    expect(r.frames(timeout=5)[1] or closed, "the drained connection left "
+           "open")
+    r.close()
+    harness.wait_for(lambda: not old & set(harness.children_of(
+        ctx.cistern.pid)), T_KA_IN + LATE, what="the old workers to drain")
+    followup(ctx, p, ctx.body(H2N), "yes")
+
+
+def _h2_elsewhere(ctx, pid):
+    """An h2c connection held by another worker than pid (SO_REUSEPORT
+    spreads them by their ports)."""
+    for _ in range(64):
+        r = h2_conn(ctx)
+        lport = r.s.getsockname()[1]
+        holder = harness.wait_for(lambda: holder_of(ctx.cistern, lport), 5,
+                                  what="a worker to take the connection")
+        if holder != pid:
+            return r
+        r.close()
+    fail("64 connections in a row went to worker %d" % pid)
+
+
+@cell("P16.A12", "kill -9 of the worker while an HTTP/2 stream waits 3 s on "
+      "its origin -> that connection closed, the stream never ended; a "
+      "stream on the other worker byte-exact; the worker replaced; nothing "
+      "stored short (solo)", solo=True)
+def p16_a12(ctx):
+    ctx.cistern.expect_log(r"killed by signal 9")
+    other = ctx.tag + "-other"
+    p = ctx.path("delay/%d/bytes/%d" % (H2_WAIT_MS, H2N))
+    q = ctx.path("delay/%d/bytes/%d" % (H2_WAIT_MS, H2N), tag=other)
+    victim = h2_conn(ctx)
+    lport = victim.s.getsockname()[1]
+    pid = harness.wait_for(lambda: holder_of(ctx.cistern, lport), 5,
+                           what="a worker to take the connection")
+    r = _h2_elsewhere(ctx, pid)
+    h2_get(victim, p)
+    h2_get(r, q)
+    harness.wait_for(lambda: origin_count(ctx, p) >= 1
+                     and origin_count(ctx, q) >= 1, 20,
+                     what="both streams at the origin")
+    os.kill(pid, 9)
+    st, _, ended, fr, closed = h2_answer(victim, 10)
+    expect(closed and not ended, "the killed worker's stream: closed %s, "
+           "ended %s, frames %r" % (closed, ended,
+                                    [(f[0], f[1], f[2]) for f in fr]))
+    victim.close()
+    expect_h2_complete(r, ctx.body(H2N, tag=other), "the other worker's "
+                       "stream")
+    r.close()
+    harness.wait_for(lambda: len(serving_workers(ctx.cistern)) == 2, 10,
+                     what="the killed worker replaced")
+    followup(ctx, p, ctx.body(H2N), "either")
+    followup(ctx, q, ctx.body(H2N, tag=other), "yes")
+
+
+# ---------------------------------------------------------------------------
 # Long and slow transfers
 
 MIB = 1 << 20
@@ -2534,6 +2674,22 @@ TCP_STATES = {"01": "ESTABLISHED", "02": "SYN_SENT", "04": "FIN_WAIT1",
               "0B": "CLOSING"}
 
 
+def holder_of(c, lport):
+    """The child of the master holding the other end of our connection
+    from local port lport, or None."""
+    tcp = tcp_table()
+    for pid in harness.children_of(c.pid):
+        try:
+            links = fd_links(pid)
+        except OSError:
+            continue        # gone (a killed worker)
+        for tgt in links.values():
+            m = re.match(r"socket:\[(\d+)\]", tgt)
+            if m and tcp.get(m.group(1), (0, 0))[1] == lport:
+                return pid
+    return None
+
+
 def worker_pid(c):
     """The one worker: the child of the master holding the other end of a
     connection we keep open (the cache manager is a child too)."""
@@ -2541,14 +2697,10 @@ def worker_pid(c):
         s.sendall(b"GET /_stats HTTP/1.1\r\nHost: %s\r\n\r\n"
                   % HOST.encode())
         s.recv(100)             # the worker has accepted it by now
-        lport = s.getsockname()[1]
-        tcp = tcp_table()
-        for pid in harness.children_of(c.pid):
-            for tgt in fd_links(pid).values():
-                m = re.match(r"socket:\[(\d+)\]", tgt)
-                if m and tcp.get(m.group(1), (0, 0))[1] == lport:
-                    return pid
-    fail("no child of the master holds our connection")
+        pid = holder_of(c, s.getsockname()[1])
+    if pid is None:
+        fail("no child of the master holds our connection")
+    return pid
 
 
 def _preload(port, path, n, tag):

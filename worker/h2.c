@@ -44,13 +44,20 @@
  *     more frames are made, nor input read, until it drains;
  *   - request DATA: automatic WINDOW_UPDATE is off; the bytes given back
  *     are those the transaction has taken (or we dropped), so a client
- *     can have at most initial_window_size_in bytes per stream in us.
+ *     can have at most initial_window_size_in bytes per stream in us;
+ *     the connection's window is the sum of the streams'
+ *     (flow_control.policy_in 1, h2_conn_window), so it throttles no
+ *     stream and lets in nothing the stream windows do not.
  *
  * Defences (counted per minute, ATS's keys): RST_STREAM (rapid reset;
  * with the resets a client's stream errors make us send: MadeYouReset),
- * SETTINGS, PING (ACKs too), PRIORITY, CONTINUATION and WINDOW_UPDATE
- * floods, and one of DATA frames that carry nothing (max_empty_frames_per_minute), close
- * the connection with GOAWAY(ENHANCE_YOUR_CALM); a header list past
+ * SETTINGS, PING (ACKs too), PRIORITY (PRIORITY_UPDATE too), CONTINUATION
+ * and WINDOW_UPDATE floods, one of DATA frames that carry nothing
+ * (max_empty_frames_per_minute) and one of frames of unknown types
+ * (max_unknown_frames_per_minute) close the connection with
+ * GOAWAY(ENHANCE_YOUR_CALM); a connection whose streams end in errors
+ * it caused too often (stream_error_rate_threshold) drains, or past
+ * twice the rate is closed the same way; a header list past
  * max_header_list_size (an HPACK bomb) is kept no further and answered
  * 431; streams past max_concurrent_streams_in are refused by nghttp2;
  * no_activity_timeout_in ends a connection that neither sends requests
@@ -145,10 +152,13 @@ struct h2c {
     unsigned              draining:1; /* the worker drains: GOAWAY once quiet */
     unsigned              read_off:1; /* reading stopped: output backed up */
     unsigned              ticking:1;  /* tmr armed for the streams' timers */
+    unsigned              calm_drain:1; /* draining for its stream error rate */
     int64_t               active;     /* last request, DATA in or out (ms) */
     int64_t               minute;     /* the counters' minute (ms) */
     unsigned              n_rst, n_settings, n_setvals, n_ping, n_prio;
-    unsigned              n_cont, n_wu, n_data, n_empty;
+    unsigned              n_cont, n_wu, n_data, n_empty, n_unknown;
+    unsigned              n_opened, n_errs; /* streams it opened, stream
+                                         errors it caused (h2_stream_error) */
     int32_t               last_sid;   /* the highest stream the client opened */
     int32_t               gap_lo, gap_hi; /* the ids it skipped last: closed unused */
     int32_t               done[H2_DONE_MAX]; /* streams the client ended, closed */
@@ -257,6 +267,7 @@ static nghttp2_mem h2m = { NULL, h2m_malloc, h2m_free, h2m_calloc, h2m_realloc }
 static void h2_send(struct h2c *h);
 static void h2_close(struct h2c *h);
 static void h2_tick_start(struct h2c *h);
+static void h2_drain_start(struct h2c *h);
 
 static int64_t
 h2_now_ms(void)
@@ -1047,22 +1058,32 @@ h2_sid_done(const struct h2c *h, int32_t id)
     return 0;
 }
 
+/* The per-minute budgets start again each minute. */
+static void
+h2_minute(struct h2c *h)
+{
+    int64_t now = h2_now_ms();
+
+    if (now - h->minute >= 60000) {
+        h->minute = now;
+        h->n_rst = h->n_settings = h->n_setvals = h->n_ping = h->n_prio = 0;
+        h->n_cont = h->n_wu = h->n_data = h->n_empty = h->n_unknown = 0;
+    }
+}
+
 /* Every frame's header, before its payload: the per-minute budgets. */
 static int
 h2_cb_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *arg)
 {
     struct h2c *h = arg;
     const struct conf_records *rec = &wk->conf->rec;
-    int64_t now = h2_now_ms();
 
     (void)ss;
-    if (now - h->minute >= 60000) {
-        h->minute = now;
-        h->n_rst = h->n_settings = h->n_setvals = h->n_ping = h->n_prio = 0;
-        h->n_cont = h->n_wu = h->n_data = h->n_empty = 0;
-    }
+    h2_minute(h);
     switch (hd->type) {
     case NGHTTP2_HEADERS:
+        if ((hd->stream_id & 1) && hd->stream_id > h->last_sid)
+            h->n_opened++;
         if (h2_sid_down(h, hd->stream_id) < 0) {
             nghttp2_session_terminate_session(h->ss, NGHTTP2_PROTOCOL_ERROR);
             return NGHTTP2_ERR_CALLBACK_FAILURE;
@@ -1131,11 +1152,37 @@ h2_data_empty(const uint8_t *f, unsigned n)
     return len == 0 || (n == 10 && len == 1u + f[9]);
 }
 
+/* A frame of a type RFC 9113 does not define, which nghttp2 skips
+ * without a callback (5.5: ignored): PRIORITY_UPDATE (RFC 9218) counts as
+ * a PRIORITY, any other (an unknown type; ALTSVC or ORIGIN, which a
+ * client may not send) against max_unknown_frames_per_minute.
+ * Uncounted, a client had us read and skip them without end at no cost
+ * to itself.  0, or -1: the connection ends (GOAWAY submitted). */
+static int
+h2_frame_extension(struct h2c *h, uint8_t type)
+{
+    const struct conf_records *rec = &wk->conf->rec;
+
+    if (type == NGHTTP2_PRIORITY_UPDATE) {
+        if (++h->n_prio > (unsigned)rec->h2_priority_min) {
+            (void)h2_calm(h, "PRIORITY_UPDATE", h->n_prio);
+            return -1;
+        }
+        return 0;
+    }
+    if (++h->n_unknown > (unsigned)rec->h2_unknown_min) {
+        (void)h2_calm(h, "unknown frame type", h->n_unknown);
+        return -1;
+    }
+    return 0;
+}
+
 /* A DATA frame's header f (with its pad length when padded: 10 bytes),
- * or a PRIORITY's with its dependency (13 bytes), n bytes, once nghttp2
- * has taken every frame before it: the rules nghttp2 drops such a frame
- * without checking, and the empty DATA budget.  0 to go on, -1 when the
- * connection ends (GOAWAY submitted). */
+ * a PRIORITY's with its dependency (13 bytes), or an extension frame's
+ * header, n bytes, once nghttp2 has taken every frame before it: the
+ * rules nghttp2 drops such a frame without checking, and the budgets of
+ * frames that carry nothing.  0 to go on, -1 when the connection ends
+ * (GOAWAY submitted). */
 static int
 h2_frame_check(struct h2c *h, const uint8_t *f, unsigned n)
 {
@@ -1143,6 +1190,9 @@ h2_frame_check(struct h2c *h, const uint8_t *f, unsigned n)
                             | f[8]) & 0x7fffffffu);
     int32_t dep;
 
+    h2_minute(h);
+    if (f[3] > NGHTTP2_CONTINUATION)
+        return h2_frame_extension(h, f[3]);
     if (f[3] == NGHTTP2_DATA && h2_data_empty(f, n)
         && ++h->n_empty > (unsigned)wk->conf->rec.h2_empty_min) {
         (void)h2_calm(h, "empty DATA", h->n_empty);
@@ -1170,9 +1220,9 @@ h2_frame_check(struct h2c *h, const uint8_t *f, unsigned n)
     return 0;
 }
 
-/* Feed n bytes of input to nghttp2, stopping at each DATA and PRIORITY
- * frame's header (and a padded DATA's pad length) to check it first
- * (h2_frame_check).  A request without a
+/* Feed n bytes of input to nghttp2, stopping at each DATA, PRIORITY and
+ * extension frame's header (and a padded DATA's pad length) to check it
+ * first (h2_frame_check).  A request without a
  * body costs one nghttp2_session_mem_recv, as before, and a look at each
  * frame header.  Returns 0, or -1: the connection ends (nghttp2 failed,
  * or a GOAWAY was submitted). */
@@ -1204,7 +1254,8 @@ h2_recv(struct h2c *h, const uint8_t *p, size_t n)
             h->fr_need = 10;        /* its pad length too */
             continue;
         }
-        if (h->fr_hd[3] == NGHTTP2_DATA || h->fr_need == 13) {
+        if (h->fr_hd[3] == NGHTTP2_DATA || h->fr_need == 13
+            || h->fr_hd[3] > NGHTTP2_CONTINUATION) {
             /* (a PRIORITY of another length is nghttp2's FRAME_SIZE_ERROR.)
              * nghttp2 first takes what comes before this frame (a header
              * that began in an earlier read is partly in it already). */
@@ -1305,6 +1356,38 @@ h2_cb_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t *
     return 0;
 }
 
+/* A stream the client made us reset (h2_cb_frame_send) is a stream
+ * error: ATS's stream_error_rate_threshold over the streams it opened,
+ * once it has opened stream_error_sampling_threshold and 1/threshold of
+ * them.  Past the rate the connection drains, its final GOAWAY saying
+ * ENHANCE_YOUR_CALM; past twice the rate (at most every stream), GOAWAY
+ * ENHANCE_YOUR_CALM now.  The rapid-reset budget counts the same resets
+ * per minute; this catches a client whose streams mostly fail below it. */
+static void
+h2_stream_error(struct h2c *h)
+{
+    const struct conf_records *rec = &wk->conf->rec;
+    uint64_t errs = ++h->n_errs, total = h->n_opened, thr = (uint64_t)rec->h2_err_rate;
+    uint64_t hard = thr * 2 < 1000 ? thr * 2 : 1000;
+    char peer[64];
+
+    if (thr == 0 || total < (uint64_t)rec->h2_err_sample || total * thr < 1000
+        || errs * 1000 <= thr * total || (h->draining && errs * 1000 <= hard * total))
+        return;
+    fmt_peer(&h->c->cn_peer.sa, peer, sizeof(peer));
+    log_notice("conn %llu from %s: HTTP/2 stream error rate %llu of %llu streams, past "
+               "stream_error_rate_threshold %.3f: %s", (unsigned long long)h->c->cn_id, peer,
+               (unsigned long long)errs, (unsigned long long)total, (double)thr / 1000,
+               errs * 1000 > hard * total ? "GOAWAY ENHANCE_YOUR_CALM" : "draining");
+    if (errs * 1000 > hard * total) {
+        h->calm = 1;
+        nghttp2_session_terminate_session(h->ss, NGHTTP2_ENHANCE_YOUR_CALM);
+        return;
+    }
+    h->calm_drain = 1;
+    h2_drain_start(h);
+}
+
 /* A frame went out: a complete answer ends the client's upload too. */
 static int
 h2_cb_frame_send(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
@@ -1318,9 +1401,12 @@ h2_cb_frame_send(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
          * that never sends RST_STREAM resets streams at will
          * (MadeYouReset, CVE-2025-8671).  Ours (h2s_reset: dead) do not. */
         s = nghttp2_session_get_stream_user_data(ss, f->hd.stream_id);
-        if ((s == NULL || !s->dead) && !h->calm
-            && ++h->n_rst > (unsigned)wk->conf->rec.h2_rst_min)
+        if ((s != NULL && s->dead) || h->calm)
+            return 0;
+        if (++h->n_rst > (unsigned)wk->conf->rec.h2_rst_min)
             (void)h2_calm(h, "stream reset (rapid reset by stream errors)", h->n_rst);
+        else
+            h2_stream_error(h);
         return 0;
     }
     if (!(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
@@ -1363,7 +1449,8 @@ h2_drain_tick(struct h2c *h)
     if (h->nstreams == 0 && h2_now_ms() - h->active >= H2_DRAIN_QUIET_MS) {
         nghttp2_submit_goaway(h->ss, NGHTTP2_FLAG_NONE,
                               nghttp2_session_get_last_proc_stream_id(h->ss),
-                              NGHTTP2_NO_ERROR, NULL, 0);
+                              h->calm_drain ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_NO_ERROR,
+                              NULL, 0);
         h->goaway = 1;
         h2_send(h);
         if (!h->lingering)
@@ -1697,6 +1784,24 @@ h2_on_timer(evutil_socket_t fd, short what, void *arg)
 /* ------------------------------------------------------------------ */
 /* Attach, drain, free */
 
+/* The connection's receive window (flow_control.policy_in): RFC 9113
+ * 6.9.2 starts it at 65,535 whatever SETTINGS say, so it grows by a
+ * WINDOW_UPDATE on stream 0 right after our SETTINGS.  Policy 1 makes it
+ * the sum of the streams' windows: a stream is never held back by the
+ * others (or, with initial_window_size_in past 64 KiB, by the connection
+ * alone), and what a client can have in us is still what the stream
+ * windows allow (request DATA is given back only as the transaction
+ * takes it: h2s_ack).  Policy 0 is ATS's: one stream's window. */
+static int32_t
+h2_conn_window(const struct conf_records *rec)
+{
+    int64_t w = rec->h2_window;
+
+    if (rec->h2_flow_policy == 1)
+        w *= rec->h2_max_streams;
+    return w > NGHTTP2_MAX_WINDOW_SIZE ? NGHTTP2_MAX_WINDOW_SIZE : (int32_t)w;
+}
+
 static int
 h2_session_new(struct h2c *h)
 {
@@ -1726,7 +1831,9 @@ h2_session_new(struct h2c *h)
                                        (uint32_t)rec->h2_header_list };
     set[5] = (nghttp2_settings_entry){ NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES,
                                        rec->h2_priority ? 0u : 1u };
-    if (nghttp2_submit_settings(h->ss, NGHTTP2_FLAG_NONE, set, 6) != 0) {
+    if (nghttp2_submit_settings(h->ss, NGHTTP2_FLAG_NONE, set, 6) != 0
+        || nghttp2_session_set_local_window_size(h->ss, NGHTTP2_FLAG_NONE, 0,
+                                                 h2_conn_window(rec)) != 0) {
         nghttp2_session_del(h->ss);
         h->ss = NULL;
         return -1;
