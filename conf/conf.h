@@ -336,8 +336,8 @@ struct conf_pcall {
 struct conf_plan {
     unsigned hooks;                   /* CONF_PH_ bits: some call has it */
     int      n;                       /* instances (at most CONF_PLAN_MAX) */
+    uint8_t  first[CONF_PH_COUNT + 1];    /* (a step's reads: one line) */
     const struct conf_plugin *pl[CONF_PLAN_MAX];    /* by slot */
-    uint8_t  first[CONF_PH_COUNT + 1];
     struct conf_pcall calls[];        /* first[CONF_PH_COUNT] of them */
 };
 
