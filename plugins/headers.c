@@ -55,7 +55,8 @@ struct hdrs {
     struct hcond *conds;
     int           nconds;
     int           has[3];             /* how many rules for W_REQ, W_ORIGIN, W_RESP */
-    int          *by[3];              /* their indexes in rules, in order */
+    int           start[3];           /* where they start in rules (sorted by
+                                         where, in order within each) */
 };
 
 static void
@@ -73,8 +74,6 @@ hdrs_destroy(void *inst)
         free(h->conds[i].field);
         free(h->conds[i].fvalue);
     }
-    for (int w = 0; w < 3; w++)
-        free(h->by[w]);
     free(h->rules);
     free(h->conds);
     free(h);
@@ -207,15 +206,19 @@ hdrs_create(const struct cst_api *api, int argc, char **argv, char *err, size_t 
         snprintf(err, errlen, "no operation given (e.g. @pparam=set-resp:X-A:1)");
         goto fail;
     }
-    for (int w = 0; w < 3; w++) {
-        if (h->has[w] == 0)
-            continue;
-        if ((h->by[w] = malloc(sizeof(int) * (size_t)h->has[w])) == NULL)
-            goto fail;
-        for (int i = 0, n = 0; i < h->nrules; i++)
+    /* the rules sorted by where, in their order within each: a hook walks
+     * its own run of them */
+    struct hrule *sorted = malloc(sizeof(*sorted) * (size_t)h->nrules);
+    if (sorted == NULL)
+        goto fail;
+    for (int w = 0, n = 0; w < 3; w++) {
+        h->start[w] = n;
+        for (int i = 0; i < h->nrules; i++)
             if (h->rules[i].where == (enum where)w)
-                h->by[w][n++] = i;
+                sorted[n++] = h->rules[i];
     }
+    free(h->rules);
+    h->rules = sorted;
     /* the hooks this instance's operations need, no call for the others */
     api->hooks_off((h->has[W_REQ] ? 0 : CST_HOOK_REMAP)
                    | (h->has[W_ORIGIN] ? 0 : CST_HOOK_READ_RESPONSE)
@@ -259,9 +262,7 @@ hdrs_apply(struct hdrs *h, struct cst_txn *t, enum where w, int head)
 {
     int status = -1;
 
-    for (int i = 0; i < h->has[w]; i++) {
-        const struct hrule *r = &h->rules[h->by[w][i]];
-
+    for (const struct hrule *r = h->rules + h->start[w], *end = r + h->has[w]; r < end; r++) {
         if (r->cond >= 0 && !hdrs_cond_ok(h, t, r->cond, &status))
             continue;
         switch (r->op) {
