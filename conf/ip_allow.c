@@ -81,6 +81,23 @@ conf_method_bit(const char *name, size_t len)
     return CONF_METHOD_OTHER;
 }
 
+/* RFC 9110 5.6.2's tchar, without '|': ip_allow.config's separator */
+static int
+ip_method_char(unsigned char ch)
+{
+    return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z')
+           || (ch >= '0' && ch <= '9') || (ch != '\0' && strchr("!#$%&'*+-.^_`~", ch));
+}
+
+int
+conf_method_name_ok(const char *name, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (!ip_method_char((unsigned char)name[i]))
+            return 0;
+    return len > 0;
+}
+
 /* ---------------------------------------------------------------------
  * Addresses
  */
@@ -288,13 +305,20 @@ ip_rules_free(struct conf_ip_rule *list, int n)
 }
 
 /* Add one method (name, len) to rule: its bit, ALL, or its name.  Names
- * point into the caller's text until ip_rule_add() copies them. */
+ * point into the caller's text until ip_rule_add() copies them.  Returns
+ * 0, or -1 with *why: a name that is no method ("PURGE, DELETE": a list
+ * written as one name, which no request would match, so a deny rule would
+ * deny nothing), or one name too many. */
 static int
 ip_rule_method(struct conf_ip_rule *rule, const char *name, size_t len,
-               const char **namebuf, int namecap)
+               const char **namebuf, int namecap, const char **why)
 {
     unsigned b;
 
+    if (!conf_method_name_ok(name, len)) {
+        *why = "is not a method name";
+        return -1;
+    }
     if (len == 3 && strncasecmp(name, "ALL", 3) == 0) {
         rule->methods = CONF_METHOD_ALL;
         return 0;
@@ -304,8 +328,10 @@ ip_rule_method(struct conf_ip_rule *rule, const char *name, size_t len,
         rule->methods |= b;
         return 0;
     }
-    if (rule->nnames >= namecap)
+    if (rule->nnames >= namecap) {
+        *why = "is one non-standard method too many";
         return -1;
+    }
     namebuf[rule->nnames++] = name;
     return 0;
 }
@@ -328,6 +354,7 @@ ip_parse_methods(struct ip_parse *ps, int line, char *value,
                  struct conf_ip_rule *rule, const char **names)
 {
     char *p = value, *bar;
+    const char *why;
 
     for (;;) {
         size_t len;
@@ -340,9 +367,9 @@ ip_parse_methods(struct ip_parse *ps, int line, char *value,
         }
         if (bar != NULL)
             *bar = '\0';
-        if (ip_rule_method(rule, p, len, names, IP_MAX_NAMES) < 0) {
-            conf_error(ps->e, ps->file, line,
-                       "more than %d non-standard methods", IP_MAX_NAMES);
+        if (ip_rule_method(rule, p, len, names, IP_MAX_NAMES, &why) < 0) {
+            conf_error(ps->e, ps->file, line, "method=: \"%s\" %s (at most %d "
+                       "non-standard ones, separated by |)", p, why, IP_MAX_NAMES);
             return -1;
         }
         if (bar == NULL)
@@ -542,6 +569,7 @@ ip_yaml_action(struct ip_parse *ps, const struct conf_yaml *node,
                int *out, const char **names)
 {
     const struct conf_yaml *const *ms;
+    const char *why;
     int nm;
 
     if (yr->apply == NULL || yr->action == NULL || yr->addrs == NULL) {
@@ -587,10 +615,10 @@ ip_yaml_action(struct ip_parse *ps, const struct conf_yaml *node,
             return -1;
         }
         if (ip_rule_method(rule, ms[i]->str, ms[i]->len, names,
-                           IP_MAX_NAMES) < 0) {
-            conf_error(ps->e, ps->file, ms[i]->line,
-                       "methods: more than %d non-standard methods",
-                       IP_MAX_NAMES);
+                           IP_MAX_NAMES, &why) < 0) {
+            conf_error(ps->e, ps->file, ms[i]->line, "methods: \"%s\" %s (at "
+                       "most %d non-standard ones; a list is [A, B] or one "
+                       "\"- A\" line each)", ms[i]->str, why, IP_MAX_NAMES);
             return -1;
         }
     }

@@ -529,6 +529,11 @@ remap_acl_parse(struct remap_parse *ps, int line, int report, char **argv,
             unsigned b = conf_method_bit(v, strlen(v));
             char   **nn;
 
+            if (!conf_method_name_ok(v, strlen(v))) {
+                ACL_ERR("\"%s\": not a method name, so no request would match "
+                        "(one method per @method=; repeat the option)", argv[i]);
+                continue;
+            }
             a->methods |= b;
             if (b == CONF_METHOD_OTHER) {
                 nn = realloc(a->mnames, sizeof(*nn) * (size_t)(a->nmnames + 1));

@@ -172,6 +172,47 @@ def test_unknown_key_is_an_error():
               "ip_addrs, action, methods)", r.stderr, "cistern -t")
 
 
+# 127.0.0.2 may not PURGE or DELETE, written as a YAML list
+DENY_PURGE_YAML = """\
+ip_allow:
+  - apply: in
+    ip_addrs: 127.0.0.2
+    action: deny
+    methods: [PURGE, DELETE]
+  - {apply: in, ip_addrs: [0/0, "::/0"], action: allow}
+"""
+
+
+def test_method_list_in_one_name_is_an_error():
+    """`methods: PURGE, DELETE` is one YAML scalar, which ATS reads as one
+    method named "PURGE, DELETE": the deny rule denied nothing and PURGE
+    went through.  A method name that is not an HTTP token (a comma, a
+    space, a ';') is an error with file:line, in both files, and a reload
+    to such a file keeps the running rules."""
+    yaml_bad = DENY_PURGE_YAML.replace("[PURGE, DELETE]", "PURGE, DELETE")
+    r = harness.check_config(files={"ip_allow.yaml": yaml_bad})
+    expect_eq(r.rc, 1, "cistern -t exit status (stderr:\n%s)" % r.stderr)
+    expect_in("ip_allow.yaml:5: methods: \"PURGE, DELETE\" is not a method name",
+              r.stderr, "cistern -t")
+    r = harness.check_config(ip_allow="src_ip=127.0.0.2 action=ip_deny method=PURGE,DELETE\n"
+                                      "src_ip=0/0 action=ip_allow\n")
+    expect_eq(r.rc, 1, "cistern -t exit status (stderr:\n%s)" % r.stderr)
+    expect_in("ip_allow.config:1: method=: \"PURGE,DELETE\" is not a method name",
+              r.stderr, "cistern -t")
+    with Origin() as o:
+        with Cistern(remap=remap_for(o), workers=1,
+                     files={"ip_allow.yaml": DENY_PURGE_YAML}) as c:
+            c.expect_log(r"reload failed|is not a method name")
+            expect_eq(req(c, "PURGE", "/p", src="127.0.0.2").status, 403, "before")
+            c.write_file("ip_allow.yaml", yaml_bad)
+            c.reload(wait_log=r"reload (ok|failed)", timeout=15)
+            expect_in("ip_allow.yaml:5: methods: \"PURGE, DELETE\" is not a method name",
+                      c.error_log(), "error log")
+            expect_eq(req(c, "PURGE", "/p", src="127.0.0.2").status, 403, "after the reload")
+            expect_eq(req(c, "DELETE", "/p", src="127.0.0.2").status, 403, "after the reload")
+            expect_eq(origin_targets(o), [], "origin saw")
+
+
 def test_both_files_is_an_error():
     """ip_allow.yaml and ip_allow.config together: an error naming both."""
     r = harness.check_config(ip_allow="src_ip=0/0 action=ip_allow\n",

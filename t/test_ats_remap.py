@@ -176,6 +176,22 @@ def test_unknown_and_unsupported_options_are_errors():
     expect_eq(r.rc, 0, "cistern -t on a full filter: " + r.stderr)
 
 
+def test_method_list_in_one_option_is_an_error():
+    """@method= takes one method; "PUT,DELETE" (or ip_allow.config's
+    "PUT|DELETE") was kept as one odd name that no request carries, so the
+    deny filter denied nothing.  It is an error with file:line, in-line and
+    in a named filter."""
+    for line in ("map http://a.test/ http://o.test/ @action=deny @method=PUT,DELETE",
+                 ".definefilter f @action=deny @method=PUT|DELETE"):
+        r = check_config(remap=["map http://z.test/ http://o.test/", line])
+        expect_eq(r.rc, 1, "cistern -t on %r (stderr:\n%s)" % (line, r.stderr))
+        expect_in("remap.config:2: \"@method=PUT", r.stderr, "cistern -t")
+        expect_in("not a method name", r.stderr, "cistern -t")
+    r = check_config(remap=["map http://a.test/ http://o.test/ @action=deny "
+                            "@method=PROPFIND @method=purge"])
+    expect_eq(r.rc, 0, "extension and lower-case methods: " + r.stderr)
+
+
 def test_recv_port():
     """map_with_recv_port: the port the connection came in on picks the
     rule, whatever the Host header says."""
