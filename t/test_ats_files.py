@@ -244,6 +244,37 @@ def test_matches_key_other_value_is_error():
     expect_eq(r.rc, 0, "matching values (stderr:\n%s)" % r.stderr)
 
 
+def test_ats_access_keys_are_matches():
+    """ATS keys that restrict access, which Cistern does not implement,
+    were unknown keys: one warning, and (certification_level 2) every TLS
+    client served without a certificate, the Cookie sent on, no HSTS.
+    Each is now a "matches" key: an error with file:line for a value that
+    asks for the restriction, accepted with ATS's default."""
+    asks = ["CONFIG proxy.config.ssl.client.certification_level INT 2",
+            "CONFIG proxy.config.ssl.hsts_max_age INT 31536000",
+            "CONFIG proxy.config.http.anonymize_remove_cookie INT 1",
+            "CONFIG proxy.config.http.referer_filter INT 1",
+            "CONFIG proxy.config.ssl.client.TLSv1_2 INT 0",
+            "CONFIG proxy.config.http.strict_uri_parsing INT 1"]
+    r = _check(asks)
+    expect_eq(r.rc, 1, "exit status (stderr:\n%s)" % r.stderr)
+    for i, line in enumerate(asks):
+        key, value = line.split()[1], line.split()[3]
+        expect(re.search(r"records\.config:%d: %s %s is not supported"
+                         % (5 + i, re.escape(key), value), r.stderr),
+               "no file:line error for %s %s:\n%s" % (key, value, r.stderr))
+    expect("unknown key" not in r.stderr, "an unknown-key warning:\n" + r.stderr)
+    r = _check(["CONFIG proxy.config.ssl.client.certification_level INT 0",
+                "CONFIG proxy.config.ssl.hsts_max_age INT -1",
+                "CONFIG proxy.config.http.anonymize_remove_cookie INT 0",
+                "CONFIG proxy.config.http.referer_filter INT 0",
+                "CONFIG proxy.config.ssl.client.TLSv1_2 INT 1",
+                "CONFIG proxy.config.http.strict_uri_parsing INT 2",
+                "CONFIG proxy.config.ssl.client.cipher_suite STRING NULL"])
+    expect_eq(r.rc, 0, "ATS's defaults (stderr:\n%s)" % r.stderr)
+    expect_eq(report_sections(r.stdout)["unknown_n"], 0, "unknown keys")
+
+
 def test_internal_keys_one_warning_per_file():
     r = _check(["CONFIG proxy.config.exec_thread.limit INT 8",
                 "CONFIG proxy.config.accept_threads INT 4",
