@@ -275,6 +275,21 @@ def test_ats_access_keys_are_matches():
     expect_eq(report_sections(r.stdout)["unknown_n"], 0, "unknown keys")
 
 
+def test_admin_allow_error_has_its_line():
+    """A bad address in proxy.config.cistern.admin.allow (who may read the
+    stats) was reported as "records.config: ..." without its line, found
+    only after the whole file was read; it is checked where it is set, as
+    proxy_protocol_allowlist is.  "none" lets nobody read them."""
+    r = _check(["CONFIG proxy.config.cistern.admin.allow STRING 10.0.0.0/8, bogus"])
+    expect_eq(r.rc, 1, "exit status (stderr:\n%s)" % r.stderr)
+    expect_in("records.config:5: proxy.config.cistern.admin.allow: bad address "
+              "in \"10.0.0.0/8, bogus\"", r.stderr, "cistern -t")
+    r = _check(["CONFIG proxy.config.cistern.admin.allow STRING none"])
+    expect_eq(r.rc, 0, "admin.allow none (stderr:\n%s)" % r.stderr)
+    with Cistern(records={"proxy.config.cistern.admin.allow": "none"}) as c:
+        expect_eq(curl([c.url("/_stats")]).status, 403, "/_stats from loopback")
+
+
 def test_internal_keys_one_warning_per_file():
     r = _check(["CONFIG proxy.config.exec_thread.limit INT 8",
                 "CONFIG proxy.config.accept_threads INT 4",
