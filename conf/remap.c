@@ -529,6 +529,12 @@ remap_acl_parse(struct remap_parse *ps, int line, int report, char **argv,
             unsigned b = conf_method_bit(v, strlen(v));
             char   **nn;
 
+            if (strcasecmp(v, "ALL") == 0) {
+                ACL_ERR("\"%s\": a filter has no ALL (ip_allow's word; ATS reads "
+                        "a method named ALL, which no request carries): leave "
+                        "@method= out to match every method", argv[i]);
+                continue;
+            }
             if (!conf_method_name_ok(v, strlen(v))) {
                 ACL_ERR("\"%s\": not a method name, so no request would match "
                         "(one method per @method=; repeat the option)", argv[i]);

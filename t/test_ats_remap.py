@@ -192,6 +192,17 @@ def test_method_list_in_one_option_is_an_error():
     expect_eq(r.rc, 0, "extension and lower-case methods: " + r.stderr)
 
 
+def test_method_all_is_an_error():
+    """ip_allow's ALL is no method to a remap filter: ATS (and Cistern)
+    kept @method=ALL as a method named "ALL", so "@action=deny
+    @method=ALL" denied nothing.  It is an error with file:line."""
+    r = check_config(remap=["map http://a.test/ http://o.test/ @action=deny "
+                            "@src_ip=127.0.0.2 @method=ALL"])
+    expect_eq(r.rc, 1, "cistern -t (stderr:\n%s)" % r.stderr)
+    expect_in('remap.config:1: "@method=ALL": a filter has no ALL', r.stderr,
+              "cistern -t")
+
+
 def test_recv_port():
     """map_with_recv_port: the port the connection came in on picks the
     rule, whatever the Host header says."""
