@@ -609,6 +609,12 @@ ip_yaml_action(struct ip_parse *ps, const struct conf_yaml *node,
     if ((nm = ip_yaml_list(ps, &yr->methods, "methods", &ms)) < 0)
         return -1;
     for (int i = 0; i < nm; i++) {
+        if (conf_yaml_is_null(ms[i])) {
+            /* read as a name, it would match no request */
+            conf_error(ps->e, ps->file, ms[i]->line,
+                       "methods: a YAML null is no method (ATS refuses it)");
+            return -1;
+        }
         if (ms[i]->len == 0 || strlen(ms[i]->str) != ms[i]->len) {
             conf_error(ps->e, ps->file, ms[i]->line,
                        "methods: an empty or broken method name");

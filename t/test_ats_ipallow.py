@@ -213,6 +213,22 @@ def test_method_list_in_one_name_is_an_error():
             expect_eq(origin_targets(o), [], "origin saw")
 
 
+def test_null_methods_is_an_error():
+    """`methods: ~` (or null, Null, NULL) is YAML's null, which ATS refuses
+    as neither a method nor a list; Cistern read it as a method named "~"
+    that no request carries, so the deny rule denied nothing.  An error
+    with file:line; a quoted "~" is still a name."""
+    for null in ("~", "null", "NULL", "[PURGE, ~]"):
+        text = DENY_PURGE_YAML.replace("[PURGE, DELETE]", null)
+        r = harness.check_config(files={"ip_allow.yaml": text})
+        expect_eq(r.rc, 1, "methods: %s (stderr:\n%s)" % (null, r.stderr))
+        expect_in("ip_allow.yaml:5: methods: a YAML null is no method",
+                  r.stderr, "cistern -t, methods: %s" % null)
+    text = DENY_PURGE_YAML.replace("[PURGE, DELETE]", "'~'")
+    r = harness.check_config(files={"ip_allow.yaml": text})
+    expect_eq(r.rc, 0, "methods: '~' (stderr:\n%s)" % r.stderr)
+
+
 def test_both_files_is_an_error():
     """ip_allow.yaml and ip_allow.config together: an error naming both."""
     r = harness.check_config(ip_allow="src_ip=0/0 action=ip_allow\n",
