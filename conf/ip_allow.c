@@ -23,7 +23,9 @@
  * the method.  An allow rule allows the methods it lists and denies the
  * others; a deny rule denies the methods it lists and allows the others.
  * So "deny PURGE from 0/0" lets GET through, and a later rule for the same
- * addresses is never consulted.  Methods without a bit of their own are
+ * addresses is never consulted: a rule whose addresses earlier rules all
+ * hold is an error (a warning when it allows everything), since what it
+ * says is not what happens.  Methods without a bit of their own are
  * matched by name.  In rules: an address no rule holds is denied.  Out
  * rules: an address no rule holds is allowed (ATS: "default is fail open"),
  * and with no out rules at all the check costs nothing.
@@ -336,9 +338,7 @@ ip_rule_method(struct conf_ip_rule *rule, const char *name, size_t len,
     return 0;
 }
 
-/* ---------------------------------------------------------------------
- * ip_allow.config
- */
+/* One parse of either file. */
 #define IP_MAX_NAMES 32             /* named methods in one rule */
 
 struct ip_parse {
@@ -346,6 +346,89 @@ struct ip_parse {
     const char           *file;
     struct conf_errors   *e;
 };
+
+/* ---------------------------------------------------------------------
+ * Rules that never apply
+ */
+
+/* Do the ranges of list[0..upto) written on other lines than r's hold all
+ * of r's range?  Sets *by to the line of the first that holds its start. */
+static int
+ip_range_covered(const struct conf_ip_rule *list, int upto,
+                 const struct conf_ip_rule *r, int *by)
+{
+    size_t  alen = r->range.family == AF_INET ? 4 : 16;
+    uint8_t cur[16];
+
+    memcpy(cur, r->range.lo, alen);
+    *by = 0;
+    for (;;) {
+        const struct conf_ip_range *reach = NULL;
+
+        /* of the earlier ranges holding cur, the one reaching furthest */
+        for (int j = 0; j < upto; j++) {
+            const struct conf_ip_range *e = &list[j].range;
+
+            if (list[j].line == r->line || e->family != r->range.family
+                || memcmp(e->lo, cur, alen) > 0 || memcmp(cur, e->hi, alen) > 0)
+                continue;
+            if (reach == NULL || memcmp(e->hi, reach->hi, alen) > 0)
+                reach = e;
+            if (*by == 0)
+                *by = list[j].line;
+        }
+        if (reach == NULL)
+            return 0;
+        if (memcmp(reach->hi, r->range.hi, alen) >= 0)
+            return 1;
+        /* on past it: reach->hi < r's end, so this cannot wrap */
+        memcpy(cur, reach->hi, alen);
+        for (size_t i = alen; i-- > 0 && ++cur[i] == 0;)
+            ;
+    }
+}
+
+/* The first rule holding an address decides, whatever the method (ATS),
+ * so a rule whose addresses earlier rules all hold is never consulted: an
+ * error when it would deny something (its restriction would silently not
+ * be), a warning when it allows every method. */
+static void
+ip_dead_rules(struct ip_parse *ps, const struct conf_ip_rule *list, int n)
+{
+    for (int i = 1; i < n; i++) {
+        const struct conf_ip_rule *r = &list[i];
+        char lo[INET6_ADDRSTRLEN], hi[INET6_ADDRSTRLEN], what[2 * INET6_ADDRSTRLEN + 2];
+        int  by;
+
+        if (!ip_range_covered(list, i, r, &by))
+            continue;
+        inet_ntop(r->range.family, r->range.lo, lo, sizeof(lo));
+        inet_ntop(r->range.family, r->range.hi, hi, sizeof(hi));
+        snprintf(what, sizeof(what), "%s%s%s", lo, strcmp(lo, hi) ? "-" : "",
+                 strcmp(lo, hi) ? hi : "");
+        if (r->allow && r->methods == CONF_METHOD_ALL)
+            conf_warn(ps->e, ps->file, r->line, "%s: this rule never applies: "
+                      "earlier rules hold all of it (line %d first), and the "
+                      "first rule holding an address decides", what, by);
+        else
+            conf_error(ps->e, ps->file, r->line, "%s: this rule never applies: "
+                       "earlier rules hold all of it (line %d first), and the "
+                       "first rule holding an address decides (as in ATS), so "
+                       "what it denies would not be; put it before them", what, by);
+    }
+}
+
+/* Both lists of a parsed file. */
+static void
+ip_dead_rules_all(struct ip_parse *ps)
+{
+    ip_dead_rules(ps, ps->ia->rules, ps->ia->nrules);
+    ip_dead_rules(ps, ps->ia->out, ps->ia->nout);
+}
+
+/* ---------------------------------------------------------------------
+ * ip_allow.config
+ */
 
 /* method=M1|M2|... into rule (names are cut out of value in place).
  * Returns 0, or -1 after an error. */
@@ -480,6 +563,8 @@ conf_ip_allow_parse(struct conf_ip_allow *ia, const char *file,
     ia->source = "ip_allow.config";
     if (conf_foreach_line(file, e, ip_line, &ps) < 0)
         return -1;
+    if (e->n == n0)
+        ip_dead_rules_all(&ps);
     return e->n == n0 ? 0 : -1;
 }
 
@@ -745,6 +830,8 @@ conf_ip_allow_yaml_parse(struct conf_ip_allow *ia, const char *file,
         /* ATS refuses a file without rules (and would block everyone) */
         if (e->n == n0 && ia->nrules + ia->nout == 0)
             conf_error(e, file, rules->line, "ip_allow: no rules");
+        if (e->n == n0)
+            ip_dead_rules_all(&ps);
     }
     conf_yaml_free(root);
     return e->n == n0 ? 0 : -1;
