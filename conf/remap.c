@@ -1211,6 +1211,70 @@ oom:
     return -1;
 }
 
+static int
+remap_path_matches(const struct conf_url *u, const char *path, size_t pathlen)
+{
+    return pathlen >= u->pathlen && memcmp(path, u->path, u->pathlen) == 0;
+}
+
+/* The directive that wrote rule (for messages). */
+static const char *
+remap_directive_name(const struct conf_remap_rule *rule)
+{
+    for (size_t i = 0; i < sizeof(remap_directives) / sizeof(remap_directives[0]); i++)
+        if (remap_directives[i].word == REMAP_RULE && remap_directives[i].type == rule->type
+            && remap_directives[i].regex == rule->re_ok)
+            return remap_directives[i].name;
+    return "rule";
+}
+
+/* Does earlier take every request later would?  Only for plain hosts: a
+ * host pattern's reach is not decided here. */
+static int
+remap_shadows(const struct conf_remap_rule *earlier, const struct conf_remap_rule *later)
+{
+    return earlier->cls == later->cls && earlier->cls >= 0 && !earlier->re_ok
+           && !later->re_ok && strcmp(earlier->from.scheme, later->from.scheme) == 0
+           && earlier->from.port == later->from.port
+           && earlier->from.hostlen == later->from.hostlen
+           && strcmp(earlier->from.host, later->from.host) == 0
+           && remap_path_matches(&earlier->from, later->from.path, later->from.pathlen);
+}
+
+/* The first matching rule of a class wins (ATS too: of the path prefixes
+ * that match, the earliest rule), so a rule an earlier one shadows never
+ * matches: an error when it has a filter (the restriction would silently
+ * not be), a warning when it only routes. */
+static void
+remap_shadowed(struct remap_parse *ps)
+{
+    const struct conf_remap *rm = ps->rm;
+
+    for (int i = 1; i < rm->nrules; i++) {
+        const struct conf_remap_rule *r = &rm->rules[i], *by = NULL;
+        char port[16], what[512];
+
+        for (int j = 0; j < i && by == NULL; j++)
+            if (remap_shadows(&rm->rules[j], r))
+                by = &rm->rules[j];
+        if (by == NULL)
+            continue;
+        snprintf(port, sizeof(port), ":%d", by->from.port);
+        snprintf(what, sizeof(what), "line %d (%s %s://%s%s%s)", by->line,
+                 remap_directive_name(by), by->from.scheme, by->from.host,
+                 by->from.port_explicit ? port : "", by->from.path);
+        if (r->nacl > 0)
+            conf_error(ps->e, r->file, r->line, "this rule never matches: %s takes "
+                       "every request it would, and the first matching rule wins "
+                       "(as in ATS), so its filter would restrict nothing; put it "
+                       "first", what);
+        else
+            conf_warn(ps->e, r->file, r->line, "this rule never matches: %s takes "
+                      "every request it would, and the first matching rule wins "
+                      "(as in ATS)", what);
+    }
+}
+
 int
 conf_remap_parse(struct conf_remap *rm, const char *file, const char *dir,
                  struct conf_errors *e)
@@ -1223,6 +1287,8 @@ conf_remap_parse(struct conf_remap *rm, const char *file, const char *dir,
     ps.dir = dir;
     ps.e = e;
     rc = remap_parse_file(&ps, file);
+    if (rc == 0 && e->n == n0)
+        remap_shadowed(&ps);
     for (int i = 0; i < ps.nfilters; i++)
         remap_filter_free(&ps.filters[i]);
     free(ps.filters);
@@ -1345,12 +1411,6 @@ remap_host_matches(const struct conf_remap_rule *r, const char *host,
         return lchost != NULL && regexec(&r->re, lchost, nm, m, 0) == 0;
     return hostlen == r->from.hostlen
            && strncasecmp(host, r->from.host, hostlen) == 0;
-}
-
-static int
-remap_path_matches(const struct conf_url *u, const char *path, size_t pathlen)
-{
-    return pathlen >= u->pathlen && memcmp(path, u->path, u->pathlen) == 0;
 }
 
 const struct conf_remap_rule *

@@ -203,6 +203,43 @@ def test_method_all_is_an_error():
               "cistern -t")
 
 
+def test_filtered_rule_behind_an_earlier_one_is_an_error():
+    """The first matching rule of its class wins (ATS: the earliest rule
+    among the path prefixes that match), so "map http://a.test/admin/ ...
+    @action=deny" after "map http://a.test/ ..." never matched: /admin/
+    was served to everyone, in ATS and in Cistern.  A rule with a filter
+    that an earlier rule shadows is an error with file:line naming it; one
+    without a filter (it only routes) is a warning; the same path on
+    another host, scheme or port, or before the wider rule, is fine."""
+    r = check_config(remap=[
+        "map http://a.test/ http://o.test/",
+        "map http://a.test/admin/ http://o.test/admin/ @action=deny @src_ip=all"])
+    expect_eq(r.rc, 1, "cistern -t (stderr:\n%s)" % r.stderr)
+    expect_in("remap.config:2: this rule never matches: line 1 (map "
+              "http://a.test/) takes every request it would", r.stderr, "cistern -t")
+    r = check_config(remap=[
+        ".definefilter staff @action=allow @src_ip=10.0.0.0/8",
+        "map http://A.test/ http://o.test/",
+        ".activatefilter staff",
+        "map http://a.test/admin http://o.test/admin",
+        ".deactivatefilter staff"])
+    expect_eq(r.rc, 1, "cistern -t, named filter (stderr:\n%s)" % r.stderr)
+    expect_in("remap.config:4: this rule never matches: line 2", r.stderr, "cistern -t")
+    r = check_config(remap=[
+        "map http://a.test/admin/ http://o.test/admin/ @action=deny @src_ip=all",
+        "map http://a.test/ http://o.test/",
+        "map http://b.test/admin/ http://o.test/ @action=deny @src_ip=all",
+        "map https://a.test/admin/ http://o.test/ @action=deny @src_ip=all",
+        "map http://a.test:8080/admin/ http://o.test/ @action=deny @src_ip=all",
+        "redirect http://a.test/admin/x http://o.test/ @action=deny @src_ip=all",
+        "map http://a.test/x/ http://o.test/x/"])
+    expect_eq(r.rc, 0, "cistern -t, nothing shadowed with a filter (stderr:\n%s)"
+              % r.stderr)
+    expect_in("warning: ", r.stderr, "cistern -t")
+    expect_in("remap.config:7: this rule never matches: line 2", r.stderr,
+              "cistern -t")
+
+
 def test_recv_port():
     """map_with_recv_port: the port the connection came in on picks the
     rule, whatever the Host header says."""
