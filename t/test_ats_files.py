@@ -376,6 +376,31 @@ def test_other_ats_files_fail_closed():
            "logging.yaml error:\n" + r.stderr)
 
 
+def test_records_yaml_and_older_sni_files_fail_closed():
+    """ATS 10's records.yaml, and ATS 8's ssl_server_name.yaml (sni.yaml's
+    old name: client certificates, ip_allow per name), were not looked at:
+    a records.yaml asking for client certificates was silently not
+    applied.  With content they are errors at their first line; empty,
+    they match."""
+    r = _check([], files={"records.yaml":
+                          "# ATS 10\nrecords:\n  ssl:\n    client:\n"
+                          "      certification_level: 2\n"})
+    expect_eq(r.rc, 1, "records.yaml with keys (stderr:\n%s)" % r.stderr)
+    expect(re.search(r"records\.yaml:5: .*records\.yaml \(ATS 10\) is not "
+                     r"read", r.stderr), r.stderr)
+    r = _check([], files={"ssl_server_name.yaml":
+                          "- fqdn: '*.test'\n  verify_client: STRICT\n"})
+    expect_eq(r.rc, 1, "ssl_server_name.yaml with a rule")
+    expect(re.search(r"ssl_server_name\.yaml:1: .*per-name TLS policy", r.stderr),
+           r.stderr)
+    r = _check([], files={"records.yaml": "# nothing\n---\nrecords: {}\n",
+                          "ssl_server_name.yaml": "# c\n"})
+    expect_eq(r.rc, 0, "empty files (stderr:\n%s)" % r.stderr)
+    m = "\n".join(report_sections(r.stdout)["matches"])
+    expect_in("records.yaml: empty", m, "matches")
+    expect_in("ssl_server_name.yaml: empty", m, "matches")
+
+
 def test_socks_config_with_socks_needed_0_passes():
     socks = "# c\nno_socks 123.14.15.1 - 123.14.17.4, 113.14.18.2\n"
     r = _check(["CONFIG proxy.config.socks.socks_needed INT 0"],
