@@ -174,6 +174,11 @@ const struct conf_ats_key conf_ats_keys[] = {
     { "proxy.config.http.use_client_target_addr", "INT", CONF_ATS_MATCHES,
       "0", "an origin's address comes from its name, never from the "
       "client's connection" },
+    { "proxy.local.incoming_ip_to_bind", "STRING", CONF_ATS_MATCHES, "NULL",
+      "listeners bind to every address unless proxy.config.http.server_ports "
+      "names one (`ip-in=ADDR:PORT`)" },
+    { "proxy.local.outgoing_ip_to_bind", "STRING", CONF_ATS_MATCHES, "NULL",
+      "origin connections leave from the address the kernel picks" },
     { "proxy.config.hostdb.ip_resolve", "STRING", CONF_ATS_MATCHES,
       "ipv4;ipv6", "an origin's IPv4 addresses are tried first, then its "
       "IPv6 ones" },

@@ -275,6 +275,23 @@ def test_ats_access_keys_are_matches():
     expect_eq(report_sections(r.stdout)["unknown_n"], 0, "unknown keys")
 
 
+def test_local_bind_addresses_are_matches():
+    """ATS's LOCAL proxy.local.incoming_ip_to_bind binds the listeners to
+    one address (loopback only, say); it was an unknown key, a warning,
+    and Cistern listened on every address.  It and outgoing_ip_to_bind are
+    errors with file:line unless NULL, the incoming one naming ip-in=."""
+    r = _check(["LOCAL proxy.local.incoming_ip_to_bind STRING 127.0.0.1",
+                "LOCAL proxy.local.outgoing_ip_to_bind STRING 192.0.2.1"])
+    expect_eq(r.rc, 1, "exit status (stderr:\n%s)" % r.stderr)
+    expect(re.search(r"records\.config:5: proxy\.local\.incoming_ip_to_bind "
+                     r"127\.0\.0\.1 is not supported \(only NULL\): .*ip-in=",
+                     r.stderr), r.stderr)
+    expect_in("records.config:6: proxy.local.outgoing_ip_to_bind 192.0.2.1 is "
+              "not supported", r.stderr, "cistern -t")
+    r = _check(["LOCAL proxy.local.incoming_ip_to_bind STRING NULL"])
+    expect_eq(r.rc, 0, "NULL (stderr:\n%s)" % r.stderr)
+
+
 def test_admin_allow_error_has_its_line():
     """A bad address in proxy.config.cistern.admin.allow (who may read the
     stats) was reported as "records.config: ..." without its line, found
