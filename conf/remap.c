@@ -154,15 +154,17 @@ remap_bad_host_char(unsigned char c)
 
 /* The authority of a remap URL, [auth, auth_end): find where the host ends
  * (*host_end) and the port starts (*port_s, NULL without one): an IPv6
- * literal in brackets, or the last ':' (in a regex host, only a ':'
- * followed by digits).  Records an error and returns -1 on bad input. */
+ * literal in brackets (not in a regex host), or the last ':' (in a regex
+ * host, only a ':' followed by digits).  Records an error and returns -1 on bad input. */
 static int
 remap_url_authority(struct remap_parse *ps, int line, const char *s, int regex,
                     const char *auth, const char *auth_end,
                     const char **host_end, const char **port_s)
 {
     *port_s = NULL;
-    if (*auth == '[') {
+    /* In a pattern '[' opens a bracket expression ("[a-z]+"): there an
+     * IPv6 literal would be written "\[::1\]" anyway. */
+    if (*auth == '[' && !regex) {
         char  addr[INET6_ADDRSTRLEN + 1];
         struct in6_addr a6;
         const char *rb = memchr(auth, ']', (size_t)(auth_end - auth));
@@ -1228,17 +1230,22 @@ remap_directive_name(const struct conf_remap_rule *rule)
     return "rule";
 }
 
-/* Does earlier take every request later would?  Only for plain hosts: a
- * host pattern's reach is not decided here. */
+/* Does earlier take every request later would?  Only when later names
+ * one host (a host pattern's reach is not decided here), which earlier
+ * names too or its pattern matches. */
 static int
 remap_shadows(const struct conf_remap_rule *earlier, const struct conf_remap_rule *later)
 {
-    return earlier->cls == later->cls && earlier->cls >= 0 && !earlier->re_ok
-           && !later->re_ok && strcmp(earlier->from.scheme, later->from.scheme) == 0
-           && earlier->from.port == later->from.port
-           && earlier->from.hostlen == later->from.hostlen
-           && strcmp(earlier->from.host, later->from.host) == 0
-           && remap_path_matches(&earlier->from, later->from.path, later->from.pathlen);
+    regmatch_t m[1];
+
+    if (earlier->cls != later->cls || earlier->cls < 0 || later->re_ok
+        || strcmp(earlier->from.scheme, later->from.scheme) != 0
+        || earlier->from.port != later->from.port
+        || !remap_path_matches(&earlier->from, later->from.path, later->from.pathlen))
+        return 0;
+    if (earlier->re_ok)
+        return regexec(&earlier->re, later->from.host, 1, m, 0) == 0;
+    return strcmp(earlier->from.host, later->from.host) == 0;
 }
 
 /* The first matching rule of a class wins (ATS too: of the path prefixes

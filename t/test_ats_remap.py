@@ -226,13 +226,21 @@ def test_filtered_rule_behind_an_earlier_one_is_an_error():
     expect_eq(r.rc, 1, "cistern -t, named filter (stderr:\n%s)" % r.stderr)
     expect_in("remap.config:4: this rule never matches: line 2", r.stderr, "cistern -t")
     r = check_config(remap=[
+        "regex_map http://.*\\.a\\.test/ http://o.test/",
+        "map http://x.a.test/admin/ http://o.test/ @action=deny @src_ip=all"])
+    expect_eq(r.rc, 1, "cistern -t, a host pattern first (stderr:\n%s)" % r.stderr)
+    expect_in("remap.config:2: this rule never matches: line 1 (regex_map", r.stderr,
+              "cistern -t")
+    r = check_config(remap=[
         "map http://a.test/admin/ http://o.test/admin/ @action=deny @src_ip=all",
         "map http://a.test/ http://o.test/",
         "map http://b.test/admin/ http://o.test/ @action=deny @src_ip=all",
         "map https://a.test/admin/ http://o.test/ @action=deny @src_ip=all",
         "map http://a.test:8080/admin/ http://o.test/ @action=deny @src_ip=all",
         "redirect http://a.test/admin/x http://o.test/ @action=deny @src_ip=all",
-        "map http://a.test/x/ http://o.test/x/"])
+        "map http://a.test/x/ http://o.test/x/",
+        "regex_map http://.\\.b\\.test/ http://o.test/",
+        "map http://xy.b.test/ http://o.test/ @action=deny @src_ip=all"])
     expect_eq(r.rc, 0, "cistern -t, nothing shadowed with a filter (stderr:\n%s)"
               % r.stderr)
     expect_in("warning: ", r.stderr, "cistern -t")
@@ -278,6 +286,15 @@ def test_regex_redirect():
         r = req(c.port, path="/", host="tmp.z.test")
         expect_eq(r.status, 307, "regex_redirect_temporary status")
         expect_eq(r.header("Location"), "https://t.z.test/", "Location")
+
+
+def test_regex_host_with_a_bracket_expression():
+    """A regex rule's host is a pattern, where '[' opens a bracket
+    expression ("[a-z]+", as ATS's regex_map examples write), never an
+    IPv6 literal; it was refused as a bad IPv6 address."""
+    with Cistern(remap=[r"regex_redirect http://[a-z]+\.c\.test/ http://new.test/"]) as c:
+        expect_eq(req(c.port, host="abc.c.test").status, 301, "abc.c.test")
+        expect_eq(req(c.port, host="a1.c.test").status, 404, "a1.c.test")
 
 
 def test_denied_post_body_not_parsed():
