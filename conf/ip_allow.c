@@ -351,8 +351,22 @@ struct ip_parse {
  * Rules that never apply
  */
 
-/* Do the ranges of list[0..upto) written on other lines than r's hold all
- * of r's range?  Sets *by to the line of the first that holds its start. */
+/* Are a and b ranges of one rule (its line, action and methods)? */
+static int
+ip_same_rule(const struct conf_ip_rule *a, const struct conf_ip_rule *b)
+{
+    if (a->line != b->line || a->allow != b->allow || a->methods != b->methods
+        || a->nnames != b->nnames)
+        return 0;
+    for (int i = 0; i < a->nnames; i++)
+        if (strcmp(a->names[i], b->names[i]) != 0)
+            return 0;
+    return 1;
+}
+
+/* Do the ranges of list[0..upto) of other rules than r's hold all of r's
+ * range?  (A rule's own ranges overlapping say the same thing twice.)
+ * Sets *by to the line of the first that holds its start. */
 static int
 ip_range_covered(const struct conf_ip_rule *list, int upto,
                  const struct conf_ip_rule *r, int *by)
@@ -369,7 +383,7 @@ ip_range_covered(const struct conf_ip_rule *list, int upto,
         for (int j = 0; j < upto; j++) {
             const struct conf_ip_range *e = &list[j].range;
 
-            if (list[j].line == r->line || e->family != r->range.family
+            if (ip_same_rule(&list[j], r) || e->family != r->range.family
                 || memcmp(e->lo, cur, alen) > 0 || memcmp(cur, e->hi, alen) > 0)
                 continue;
             if (reach == NULL || memcmp(e->hi, reach->hi, alen) > 0)

@@ -256,6 +256,15 @@ def test_rule_behind_an_earlier_one_is_an_error():
     expect_in("ip_allow.config:3: 10.0.0.0-10.0.0.255: this rule never applies: "
               "earlier rules hold all of it (line 1 first)", r.stderr, "cistern -t")
     expect("ip_allow.config:4" not in r.stderr, "10.0.1.0/24 is new:\n" + r.stderr)
+    # two rules on one line (flow style); one rule's own ranges overlapping
+    # say the same thing twice, which is no error
+    r = harness.check_config(files={"ip_allow.yaml":
+        "ip_allow: [{apply: in, ip_addrs: [0/0, 10.0.0.0/8], action: allow},"
+        " {apply: in, ip_addrs: 10.0.0.0/8, action: deny}]\n"})
+    expect_eq(r.rc, 1, "cistern -t, one line (stderr:\n%s)" % r.stderr)
+    expect_in("ip_allow.yaml:1: 10.0.0.0-10.255.255.255: this rule never applies",
+              r.stderr, "cistern -t")
+    expect("warning" not in r.stderr, "the first rule's own ranges:\n" + r.stderr)
     # a dead allow-all rule restricts nothing: a warning
     r = harness.check_config(files={"ip_allow.yaml": DENY_GET_YAML + (
         "  - {apply: in, ip_addrs: 127.0.0.1, action: allow}\n")})
