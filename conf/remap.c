@@ -294,6 +294,12 @@ remap_url_parse(struct remap_parse *ps, int line, const char *s, int regex,
         conf_error(ps->e, ps->file, line, "missing host in \"%s\"", s);
         goto fail;
     }
+    if (!regex && *auth == '{') {
+        conf_error(ps->e, ps->file, line, "\"%.*s\": ATS's internal pages "
+                   "({cache}, {stat}, {hostdb}, ...) are not supported",
+                   (int)(host_end - auth), auth);
+        goto fail;
+    }
     if (!regex) {
         for (const char *p = auth; p < host_end; p++) {
             if (remap_bad_host_char((unsigned char)*p)

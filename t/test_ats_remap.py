@@ -166,7 +166,10 @@ def test_unknown_and_unsupported_options_are_errors():
              "remap.config:1: .deactivatefilter ip_allow: lifting "
              "ip_allow.config for some rules is not supported"),
             ("map http://a.test/ http://o.test/ @action=deny @src_ip=1.2.3",
-             'remap.config:1: "@src_ip=1.2.3": bad address')):
+             'remap.config:1: "@src_ip=1.2.3": bad address'),
+            # ATS's cache inspector: it routed to a host named "{cache}"
+            ("map http://a.test/ http://{cache}",
+             'remap.config:1: "{cache}": ATS\'s internal pages')):
         r = check_config(remap=[line])
         expect(r.rc != 0, "cistern -t accepted %r" % line)
         expect_in(msg, r.stderr, "cistern -t on %r" % line)
