@@ -16,7 +16,10 @@
  *   volume.config
  *   splitdns.config   which DNS server resolves which origin: an error.
  *   sni.yaml          per-name TLS policy (client certificates, tunnels,
- *                     verification, versions): an error.
+ *                     verification, versions): an error; so is ATS 8's
+ *                     ssl_server_name.yaml, its old name.
+ *   records.yaml      ATS 10's records (in place of records.config): an
+ *                     error, its keys would go unread.
  *   body_factory/     error page templates: noted as ignored.
  *
  * YAML files are not parsed here: "empty" is comments, blank lines,
@@ -203,6 +206,7 @@ ats_body_factory(const char *dir, struct conf_errors *e)
 void
 conf_ats_files_check(const struct conf *c, struct conf_errors *e)
 {
+    static const char *const sni_names[] = { "sni.yaml", "ssl_server_name.yaml" };
     const char *dir = c->confdir;
 
     ats_socks(dir, e);
@@ -223,10 +227,16 @@ conf_ats_files_check(const struct conf *c, struct conf_errors *e)
                       "split DNS is not supported: Cistern resolves every "
                       "origin name with the same nameservers "
                       "(proxy.config.dns.nameservers)", e);
-    ats_must_be_empty(dir, "sni.yaml", "no per-name TLS policy",
-                      "per-name TLS policy (client certificates, tunnels, "
-                      "verification, protocol versions) is not supported "
-                      "yet; Cistern would apply its defaults to every name",
-                      e);
+    /* sni.yaml was ssl_server_name.yaml in ATS 8 */
+    for (size_t i = 0; i < sizeof(sni_names) / sizeof(sni_names[0]); i++)
+        ats_must_be_empty(dir, sni_names[i], "no per-name TLS policy",
+                          "per-name TLS policy (client certificates, tunnels, "
+                          "verification, protocol versions) is not supported "
+                          "yet; Cistern would apply its defaults to every name",
+                          e);
+    ats_must_be_empty(dir, "records.yaml", "no ATS 10 records",
+                      "records.yaml (ATS 10) is not read: Cistern reads "
+                      "records.config (CONFIG name TYPE value lines); write "
+                      "these keys there", e);
     ats_body_factory(dir, e);
 }

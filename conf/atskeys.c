@@ -100,6 +100,89 @@ const struct conf_ats_key conf_ats_keys[] = {
       "a request for a parent proxy is sent without resolving its origin, "
       "and uncacheable_requests_bypass_parent applies (ATS's 0)" },
 
+    /* Access restrictions ATS has and Cistern does not: accepted with the
+     * value that asks for none.  Unlisted, they were unknown keys, a
+     * warning, and a client without a certificate was served where the
+     * operator asked for one. */
+    { "proxy.config.ssl.client.certification_level", "INT", CONF_ATS_MATCHES,
+      "0", "client certificates are never asked for: every TLS client is "
+      "served without one" },
+    { "proxy.config.ssl.allow_client_renegotiation", "INT", CONF_ATS_MATCHES,
+      "0", "clients may not renegotiate TLS" },
+    { "proxy.config.ssl.hsts_max_age", "INT", CONF_ATS_MATCHES, "-1",
+      "no Strict-Transport-Security field is added to responses" },
+    { "proxy.config.ssl.hsts_include_subdomains", "INT", CONF_ATS_MATCHES,
+      "0", "no Strict-Transport-Security field is added to responses" },
+    { "proxy.config.ssl.client.verify.server", "INT", CONF_ATS_MATCHES, "0",
+      "ATS 7's switch is not read: an origin's certificate is checked as "
+      "proxy.config.ssl.client.verify.server.policy says" },
+    { "proxy.config.ssl.client.TLSv1", "INT", CONF_ATS_MATCHES, "0",
+      "origins are spoken to in TLS 1.2 and 1.3 only" },
+    { "proxy.config.ssl.client.TLSv1_1", "INT", CONF_ATS_MATCHES, "0",
+      "origins are spoken to in TLS 1.2 and 1.3 only" },
+    { "proxy.config.ssl.client.TLSv1_2", "INT", CONF_ATS_MATCHES, "1",
+      "origins are spoken to in TLS 1.2 and 1.3 only" },
+    { "proxy.config.ssl.client.TLSv1_3", "INT", CONF_ATS_MATCHES, "1",
+      "origins are spoken to in TLS 1.2 and 1.3 only" },
+    { "proxy.config.ssl.client.cipher_suite", "STRING", CONF_ATS_MATCHES,
+      "NULL", "origin TLS uses OpenSSL's default ciphers" },
+    { "proxy.config.ssl.client.TLSv1_3.cipher_suites", "STRING",
+      CONF_ATS_MATCHES, "NULL", "origin TLS uses OpenSSL's default ciphers" },
+    { "proxy.config.ssl.server.groups_list", "STRING", CONF_ATS_MATCHES,
+      "NULL", "TLS key exchange uses OpenSSL's default groups" },
+    { "proxy.config.ssl.client.groups_list", "STRING", CONF_ATS_MATCHES,
+      "NULL", "TLS key exchange uses OpenSSL's default groups" },
+    { "proxy.config.http.host_sni_policy", "INT", CONF_ATS_MATCHES, "0|1|2",
+      "sni.yaml's per-name policies are not read (sni.yaml must be empty), "
+      "so there is none a Host field could bypass" },
+    { "proxy.config.http.referer_filter", "INT", CONF_ATS_MATCHES, "0",
+      "the Referer is not checked (map_with_referer is an error)" },
+    { "proxy.config.http.strict_uri_parsing", "INT", CONF_ATS_MATCHES, "0|2",
+      "a request-target with a control character or a space is refused "
+      "(400); other characters RFC 3986 does not allow are passed on" },
+    { "proxy.config.http.disallow_post_100_continue", "INT",
+      CONF_ATS_MATCHES, "0", "a POST with Expect: 100-continue is taken" },
+    { "proxy.config.http.websocket.max_number_of_connections", "INT",
+      CONF_ATS_MATCHES, "-1", "WebSocket tunnels are not limited in number "
+      "apart from proxy.config.net.connections_throttle" },
+    { "proxy.config.http2.max_active_streams_in", "INT", CONF_ATS_MATCHES,
+      "0", "HTTP/2 streams are limited per connection only "
+      "(proxy.config.http2.max_concurrent_streams_in)" },
+    { "proxy.config.http.anonymize_remove_from", "INT", CONF_ATS_MATCHES,
+      "0", "the client's From field is passed to the origin" },
+    { "proxy.config.http.anonymize_remove_referer", "INT", CONF_ATS_MATCHES,
+      "0", "the client's Referer field is passed to the origin" },
+    { "proxy.config.http.anonymize_remove_user_agent", "INT",
+      CONF_ATS_MATCHES, "0",
+      "the client's User-Agent field is passed to the origin" },
+    { "proxy.config.http.anonymize_remove_cookie", "INT", CONF_ATS_MATCHES,
+      "0", "the client's Cookie field is passed to the origin" },
+    { "proxy.config.http.anonymize_remove_client_ip", "INT",
+      CONF_ATS_MATCHES, "0", "the client's address fields are not removed "
+      "(proxy.config.http.insert_client_ip and insert_squid_x_forwarded_for "
+      "say what Cistern adds)" },
+    { "proxy.config.http.anonymize_other_header_list", "STRING",
+      CONF_ATS_MATCHES, "NULL",
+      "no other client field is removed before the origin" },
+    { "proxy.config.admin.api.restricted", "INT", CONF_ATS_MATCHES, "0",
+      "`cistern ctl`'s socket is mode 0600: the user the master runs as, "
+      "and root, may use every verb" },
+    { "proxy.config.http.number_of_redirections", "INT", CONF_ATS_MATCHES,
+      "0", "an origin's redirect is passed to the client, never followed" },
+    { "proxy.config.http.forward_connect_method", "INT", CONF_ATS_MATCHES,
+      "0", "CONNECT is tunnelled by Cistern itself, never forwarded" },
+    { "proxy.config.http.use_client_target_addr", "INT", CONF_ATS_MATCHES,
+      "0", "an origin's address comes from its name, never from the "
+      "client's connection" },
+    { "proxy.local.incoming_ip_to_bind", "STRING", CONF_ATS_MATCHES, "NULL",
+      "listeners bind to every address unless proxy.config.http.server_ports "
+      "names one (`ip-in=ADDR:PORT`)" },
+    { "proxy.local.outgoing_ip_to_bind", "STRING", CONF_ATS_MATCHES, "NULL",
+      "origin connections leave from the address the kernel picks" },
+    { "proxy.config.hostdb.ip_resolve", "STRING", CONF_ATS_MATCHES,
+      "ipv4;ipv6", "an origin's IPv4 addresses are tried first, then its "
+      "IPv6 ones" },
+
     /* The files ATS reads, under other names: Cistern reads (or checks)
      * the files of the config directory under ATS's default names only. */
     { "proxy.config.url_remap.filename", "STRING", CONF_ATS_MATCHES,

@@ -65,7 +65,8 @@ conf_cross_check(struct conf *c, const char *recfile, struct conf_errors *e)
         && strcmp(r->access_log_format, "json") != 0)
         conf_error(e, recfile, 0, "proxy.config.cistern.access_log_format: "
                    "\"%s\" is not combined, squid or json", r->access_log_format);
-    if (r->admin_allow && conf_ip_list_parse(&c->admin_allow, r->admin_allow, &why) < 0)
+    if (r->admin_allow && strcasecmp(r->admin_allow, "none") != 0
+        && conf_ip_list_parse(&c->admin_allow, r->admin_allow, &why) < 0)
         conf_error(e, recfile, 0, "proxy.config.cistern.admin.allow: %s in \"%s\"",
                    why, r->admin_allow);
     if (r->pp_allowlist && strcasecmp(r->pp_allowlist, "none") != 0

@@ -503,6 +503,10 @@ int conf_ip_list_parse(struct conf_ip_allow *ia, const char *list,
 
 /* Map a method name to its CONF_METHOD_* bit (unknown -> CONF_METHOD_OTHER). */
 unsigned conf_method_bit(const char *name, size_t len);
+/* 1 when name (len bytes) can be a request's method: an RFC 9110 token
+ * without '|'.  A list written as one name ("PURGE, DELETE", "GET|POST")
+ * is not, and would match no request. */
+int conf_method_name_ok(const char *name, size_t len);
 
 /* Inbound decision, ATS's: the first rule whose range holds the address
  * decides, by its action and method list; an address no rule holds is

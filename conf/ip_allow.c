@@ -23,7 +23,9 @@
  * the method.  An allow rule allows the methods it lists and denies the
  * others; a deny rule denies the methods it lists and allows the others.
  * So "deny PURGE from 0/0" lets GET through, and a later rule for the same
- * addresses is never consulted.  Methods without a bit of their own are
+ * addresses is never consulted: a rule whose addresses earlier rules all
+ * hold is an error (a warning when it allows everything), since what it
+ * says is not what happens.  Methods without a bit of their own are
  * matched by name.  In rules: an address no rule holds is denied.  Out
  * rules: an address no rule holds is allowed (ATS: "default is fail open"),
  * and with no out rules at all the check costs nothing.
@@ -79,6 +81,23 @@ conf_method_bit(const char *name, size_t len)
             && strncasecmp(ip_methods[i].name, name, len) == 0)
             return ip_methods[i].bit;
     return CONF_METHOD_OTHER;
+}
+
+/* RFC 9110 5.6.2's tchar, without '|': ip_allow.config's separator */
+static int
+ip_method_char(unsigned char ch)
+{
+    return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z')
+           || (ch >= '0' && ch <= '9') || (ch != '\0' && strchr("!#$%&'*+-.^_`~", ch));
+}
+
+int
+conf_method_name_ok(const char *name, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (!ip_method_char((unsigned char)name[i]))
+            return 0;
+    return len > 0;
 }
 
 /* ---------------------------------------------------------------------
@@ -288,13 +307,20 @@ ip_rules_free(struct conf_ip_rule *list, int n)
 }
 
 /* Add one method (name, len) to rule: its bit, ALL, or its name.  Names
- * point into the caller's text until ip_rule_add() copies them. */
+ * point into the caller's text until ip_rule_add() copies them.  Returns
+ * 0, or -1 with *why: a name that is no method ("PURGE, DELETE": a list
+ * written as one name, which no request would match, so a deny rule would
+ * deny nothing), or one name too many. */
 static int
 ip_rule_method(struct conf_ip_rule *rule, const char *name, size_t len,
-               const char **namebuf, int namecap)
+               const char **namebuf, int namecap, const char **why)
 {
     unsigned b;
 
+    if (!conf_method_name_ok(name, len)) {
+        *why = "is not a method name";
+        return -1;
+    }
     if (len == 3 && strncasecmp(name, "ALL", 3) == 0) {
         rule->methods = CONF_METHOD_ALL;
         return 0;
@@ -304,15 +330,15 @@ ip_rule_method(struct conf_ip_rule *rule, const char *name, size_t len,
         rule->methods |= b;
         return 0;
     }
-    if (rule->nnames >= namecap)
+    if (rule->nnames >= namecap) {
+        *why = "is one non-standard method too many";
         return -1;
+    }
     namebuf[rule->nnames++] = name;
     return 0;
 }
 
-/* ---------------------------------------------------------------------
- * ip_allow.config
- */
+/* One parse of either file. */
 #define IP_MAX_NAMES 32             /* named methods in one rule */
 
 struct ip_parse {
@@ -321,6 +347,103 @@ struct ip_parse {
     struct conf_errors   *e;
 };
 
+/* ---------------------------------------------------------------------
+ * Rules that never apply
+ */
+
+/* Are a and b ranges of one rule (its line, action and methods)? */
+static int
+ip_same_rule(const struct conf_ip_rule *a, const struct conf_ip_rule *b)
+{
+    if (a->line != b->line || a->allow != b->allow || a->methods != b->methods
+        || a->nnames != b->nnames)
+        return 0;
+    for (int i = 0; i < a->nnames; i++)
+        if (strcmp(a->names[i], b->names[i]) != 0)
+            return 0;
+    return 1;
+}
+
+/* Do the ranges of list[0..upto) of other rules than r's hold all of r's
+ * range?  (A rule's own ranges overlapping say the same thing twice.)
+ * Sets *by to the line of the first that holds its start. */
+static int
+ip_range_covered(const struct conf_ip_rule *list, int upto,
+                 const struct conf_ip_rule *r, int *by)
+{
+    size_t  alen = r->range.family == AF_INET ? 4 : 16;
+    uint8_t cur[16];
+
+    memcpy(cur, r->range.lo, alen);
+    *by = 0;
+    for (;;) {
+        const struct conf_ip_range *reach = NULL;
+
+        /* of the earlier ranges holding cur, the one reaching furthest */
+        for (int j = 0; j < upto; j++) {
+            const struct conf_ip_range *e = &list[j].range;
+
+            if (ip_same_rule(&list[j], r) || e->family != r->range.family
+                || memcmp(e->lo, cur, alen) > 0 || memcmp(cur, e->hi, alen) > 0)
+                continue;
+            if (reach == NULL || memcmp(e->hi, reach->hi, alen) > 0)
+                reach = e;
+            if (*by == 0)
+                *by = list[j].line;
+        }
+        if (reach == NULL)
+            return 0;
+        if (memcmp(reach->hi, r->range.hi, alen) >= 0)
+            return 1;
+        /* on past it: reach->hi < r's end, so this cannot wrap */
+        memcpy(cur, reach->hi, alen);
+        for (size_t i = alen; i-- > 0 && ++cur[i] == 0;)
+            ;
+    }
+}
+
+/* The first rule holding an address decides, whatever the method (ATS),
+ * so a rule whose addresses earlier rules all hold is never consulted: an
+ * error when it would deny something (its restriction would silently not
+ * be), a warning when it allows every method. */
+static void
+ip_dead_rules(struct ip_parse *ps, const struct conf_ip_rule *list, int n)
+{
+    for (int i = 1; i < n; i++) {
+        const struct conf_ip_rule *r = &list[i];
+        char lo[INET6_ADDRSTRLEN], hi[INET6_ADDRSTRLEN], what[2 * INET6_ADDRSTRLEN + 2];
+        int  by;
+
+        if (!ip_range_covered(list, i, r, &by))
+            continue;
+        inet_ntop(r->range.family, r->range.lo, lo, sizeof(lo));
+        inet_ntop(r->range.family, r->range.hi, hi, sizeof(hi));
+        snprintf(what, sizeof(what), "%s%s%s", lo, strcmp(lo, hi) ? "-" : "",
+                 strcmp(lo, hi) ? hi : "");
+        if (r->allow && r->methods == CONF_METHOD_ALL)
+            conf_warn(ps->e, ps->file, r->line, "%s: this rule never applies: "
+                      "earlier rules hold all of it (line %d first), and the "
+                      "first rule holding an address decides", what, by);
+        else
+            conf_error(ps->e, ps->file, r->line, "%s: this rule never applies: "
+                       "earlier rules hold all of it (line %d first), and the "
+                       "first rule holding an address decides (as in ATS), so "
+                       "what it denies would not be; put it before them", what, by);
+    }
+}
+
+/* Both lists of a parsed file. */
+static void
+ip_dead_rules_all(struct ip_parse *ps)
+{
+    ip_dead_rules(ps, ps->ia->rules, ps->ia->nrules);
+    ip_dead_rules(ps, ps->ia->out, ps->ia->nout);
+}
+
+/* ---------------------------------------------------------------------
+ * ip_allow.config
+ */
+
 /* method=M1|M2|... into rule (names are cut out of value in place).
  * Returns 0, or -1 after an error. */
 static int
@@ -328,6 +451,7 @@ ip_parse_methods(struct ip_parse *ps, int line, char *value,
                  struct conf_ip_rule *rule, const char **names)
 {
     char *p = value, *bar;
+    const char *why;
 
     for (;;) {
         size_t len;
@@ -340,9 +464,9 @@ ip_parse_methods(struct ip_parse *ps, int line, char *value,
         }
         if (bar != NULL)
             *bar = '\0';
-        if (ip_rule_method(rule, p, len, names, IP_MAX_NAMES) < 0) {
-            conf_error(ps->e, ps->file, line,
-                       "more than %d non-standard methods", IP_MAX_NAMES);
+        if (ip_rule_method(rule, p, len, names, IP_MAX_NAMES, &why) < 0) {
+            conf_error(ps->e, ps->file, line, "method=: \"%s\" %s (at most %d "
+                       "non-standard ones, separated by |)", p, why, IP_MAX_NAMES);
             return -1;
         }
         if (bar == NULL)
@@ -453,6 +577,8 @@ conf_ip_allow_parse(struct conf_ip_allow *ia, const char *file,
     ia->source = "ip_allow.config";
     if (conf_foreach_line(file, e, ip_line, &ps) < 0)
         return -1;
+    if (e->n == n0)
+        ip_dead_rules_all(&ps);
     return e->n == n0 ? 0 : -1;
 }
 
@@ -542,6 +668,7 @@ ip_yaml_action(struct ip_parse *ps, const struct conf_yaml *node,
                int *out, const char **names)
 {
     const struct conf_yaml *const *ms;
+    const char *why;
     int nm;
 
     if (yr->apply == NULL || yr->action == NULL || yr->addrs == NULL) {
@@ -581,16 +708,22 @@ ip_yaml_action(struct ip_parse *ps, const struct conf_yaml *node,
     if ((nm = ip_yaml_list(ps, &yr->methods, "methods", &ms)) < 0)
         return -1;
     for (int i = 0; i < nm; i++) {
+        if (conf_yaml_is_null(ms[i])) {
+            /* read as a name, it would match no request */
+            conf_error(ps->e, ps->file, ms[i]->line,
+                       "methods: a YAML null is no method (ATS refuses it)");
+            return -1;
+        }
         if (ms[i]->len == 0 || strlen(ms[i]->str) != ms[i]->len) {
             conf_error(ps->e, ps->file, ms[i]->line,
                        "methods: an empty or broken method name");
             return -1;
         }
         if (ip_rule_method(rule, ms[i]->str, ms[i]->len, names,
-                           IP_MAX_NAMES) < 0) {
-            conf_error(ps->e, ps->file, ms[i]->line,
-                       "methods: more than %d non-standard methods",
-                       IP_MAX_NAMES);
+                           IP_MAX_NAMES, &why) < 0) {
+            conf_error(ps->e, ps->file, ms[i]->line, "methods: \"%s\" %s (at "
+                       "most %d non-standard ones; a list is [A, B] or one "
+                       "\"- A\" line each)", ms[i]->str, why, IP_MAX_NAMES);
             return -1;
         }
     }
@@ -711,6 +844,8 @@ conf_ip_allow_yaml_parse(struct conf_ip_allow *ia, const char *file,
         /* ATS refuses a file without rules (and would block everyone) */
         if (e->n == n0 && ia->nrules + ia->nout == 0)
             conf_error(e, file, rules->line, "ip_allow: no rules");
+        if (e->n == n0)
+            ip_dead_rules_all(&ps);
     }
     conf_yaml_free(root);
     return e->n == n0 ? 0 : -1;

@@ -205,9 +205,10 @@ static const struct rec_directive rec_table[] = {
     { "proxy.config.cistern.debug_headers", REC_INT, rec_set_int,
       REC_FIELD(debug_headers), "0", 0, 1,
       "1: add `X-Cistern-Worker` to responses" },
-    { "proxy.config.cistern.admin.allow", REC_STRING, rec_set_string,
+    { "proxy.config.cistern.admin.allow", REC_STRING, rec_set_ip_list,
       REC_FIELD(admin_allow), "127.0.0.1 ::1", 0, 0,
-      "who may read `/_stats` and `/_metrics`" },
+      "who may read `/_stats` and `/_metrics`: addresses, ranges, CIDRs, or "
+      "`none`" },
     { "proxy.config.http.connect_ports", REC_STRING, rec_set_port_list,
       REC_FIELD(connect_ports), "443", 0, 0,
       "the ports CONNECT may tunnel to: ports, ranges (443 8000-9000) or *" },
@@ -1247,10 +1248,10 @@ rec_set_ports(struct conf_records *r, const struct rec_directive *d,
     return 0;
 }
 
-/* proxy.config.http.proxy_protocol_allowlist: addresses, ranges and CIDRs
- * separated by commas or spaces (conf_ip_list_parse), or "none" / empty
- * (ATS's default: a PROXY header is taken from any peer).  Checked here so
- * a typo is reported with its line; conf_load() builds the list. */
+/* proxy.config.http.proxy_protocol_allowlist and cistern.admin.allow:
+ * addresses, ranges and CIDRs separated by commas or spaces
+ * (conf_ip_list_parse), or "none" (nobody).  Checked here so a typo is
+ * reported with its line; conf_load() builds the list. */
 static int
 rec_set_ip_list(struct conf_records *r, const struct rec_directive *d,
                 const char *value, struct rec_ctx *ctx)

@@ -154,15 +154,17 @@ remap_bad_host_char(unsigned char c)
 
 /* The authority of a remap URL, [auth, auth_end): find where the host ends
  * (*host_end) and the port starts (*port_s, NULL without one): an IPv6
- * literal in brackets, or the last ':' (in a regex host, only a ':'
- * followed by digits).  Records an error and returns -1 on bad input. */
+ * literal in brackets (not in a regex host), or the last ':' (in a regex
+ * host, only a ':' followed by digits).  Records an error and returns -1 on bad input. */
 static int
 remap_url_authority(struct remap_parse *ps, int line, const char *s, int regex,
                     const char *auth, const char *auth_end,
                     const char **host_end, const char **port_s)
 {
     *port_s = NULL;
-    if (*auth == '[') {
+    /* In a pattern '[' opens a bracket expression ("[a-z]+"): there an
+     * IPv6 literal would be written "\[::1\]" anyway. */
+    if (*auth == '[' && !regex) {
         char  addr[INET6_ADDRSTRLEN + 1];
         struct in6_addr a6;
         const char *rb = memchr(auth, ']', (size_t)(auth_end - auth));
@@ -290,6 +292,12 @@ remap_url_parse(struct remap_parse *ps, int line, const char *s, int regex,
 
     if (host_end == auth) {
         conf_error(ps->e, ps->file, line, "missing host in \"%s\"", s);
+        goto fail;
+    }
+    if (!regex && *auth == '{') {
+        conf_error(ps->e, ps->file, line, "\"%.*s\": ATS's internal pages "
+                   "({cache}, {stat}, {hostdb}, ...) are not supported",
+                   (int)(host_end - auth), auth);
         goto fail;
     }
     if (!regex) {
@@ -529,6 +537,17 @@ remap_acl_parse(struct remap_parse *ps, int line, int report, char **argv,
             unsigned b = conf_method_bit(v, strlen(v));
             char   **nn;
 
+            if (strcasecmp(v, "ALL") == 0) {
+                ACL_ERR("\"%s\": a filter has no ALL (ip_allow's word; ATS reads "
+                        "a method named ALL, which no request carries): leave "
+                        "@method= out to match every method", argv[i]);
+                continue;
+            }
+            if (!conf_method_name_ok(v, strlen(v))) {
+                ACL_ERR("\"%s\": not a method name, so no request would match "
+                        "(one method per @method=; repeat the option)", argv[i]);
+                continue;
+            }
             a->methods |= b;
             if (b == CONF_METHOD_OTHER) {
                 nn = realloc(a->mnames, sizeof(*nn) * (size_t)(a->nmnames + 1));
@@ -1200,6 +1219,75 @@ oom:
     return -1;
 }
 
+static int
+remap_path_matches(const struct conf_url *u, const char *path, size_t pathlen)
+{
+    return pathlen >= u->pathlen && memcmp(path, u->path, u->pathlen) == 0;
+}
+
+/* The directive that wrote rule (for messages). */
+static const char *
+remap_directive_name(const struct conf_remap_rule *rule)
+{
+    for (size_t i = 0; i < sizeof(remap_directives) / sizeof(remap_directives[0]); i++)
+        if (remap_directives[i].word == REMAP_RULE && remap_directives[i].type == rule->type
+            && remap_directives[i].regex == rule->re_ok)
+            return remap_directives[i].name;
+    return "rule";
+}
+
+/* Does earlier take every request later would?  Only when later names
+ * one host (a host pattern's reach is not decided here), which earlier
+ * names too or its pattern matches. */
+static int
+remap_shadows(const struct conf_remap_rule *earlier, const struct conf_remap_rule *later)
+{
+    regmatch_t m[1];
+
+    if (earlier->cls != later->cls || earlier->cls < 0 || later->re_ok
+        || strcmp(earlier->from.scheme, later->from.scheme) != 0
+        || earlier->from.port != later->from.port
+        || !remap_path_matches(&earlier->from, later->from.path, later->from.pathlen))
+        return 0;
+    if (earlier->re_ok)
+        return regexec(&earlier->re, later->from.host, 1, m, 0) == 0;
+    return strcmp(earlier->from.host, later->from.host) == 0;
+}
+
+/* The first matching rule of a class wins (ATS too: of the path prefixes
+ * that match, the earliest rule), so a rule an earlier one shadows never
+ * matches: an error when it has a filter (the restriction would silently
+ * not be), a warning when it only routes. */
+static void
+remap_shadowed(struct remap_parse *ps)
+{
+    const struct conf_remap *rm = ps->rm;
+
+    for (int i = 1; i < rm->nrules; i++) {
+        const struct conf_remap_rule *r = &rm->rules[i], *by = NULL;
+        char port[16], what[512];
+
+        for (int j = 0; j < i && by == NULL; j++)
+            if (remap_shadows(&rm->rules[j], r))
+                by = &rm->rules[j];
+        if (by == NULL)
+            continue;
+        snprintf(port, sizeof(port), ":%d", by->from.port);
+        snprintf(what, sizeof(what), "line %d (%s %s://%s%s%s)", by->line,
+                 remap_directive_name(by), by->from.scheme, by->from.host,
+                 by->from.port_explicit ? port : "", by->from.path);
+        if (r->nacl > 0)
+            conf_error(ps->e, r->file, r->line, "this rule never matches: %s takes "
+                       "every request it would, and the first matching rule wins "
+                       "(as in ATS), so its filter would restrict nothing; put it "
+                       "first", what);
+        else
+            conf_warn(ps->e, r->file, r->line, "this rule never matches: %s takes "
+                      "every request it would, and the first matching rule wins "
+                      "(as in ATS)", what);
+    }
+}
+
 int
 conf_remap_parse(struct conf_remap *rm, const char *file, const char *dir,
                  struct conf_errors *e)
@@ -1212,6 +1300,8 @@ conf_remap_parse(struct conf_remap *rm, const char *file, const char *dir,
     ps.dir = dir;
     ps.e = e;
     rc = remap_parse_file(&ps, file);
+    if (rc == 0 && e->n == n0)
+        remap_shadowed(&ps);
     for (int i = 0; i < ps.nfilters; i++)
         remap_filter_free(&ps.filters[i]);
     free(ps.filters);
@@ -1334,12 +1424,6 @@ remap_host_matches(const struct conf_remap_rule *r, const char *host,
         return lchost != NULL && regexec(&r->re, lchost, nm, m, 0) == 0;
     return hostlen == r->from.hostlen
            && strncasecmp(host, r->from.host, hostlen) == 0;
-}
-
-static int
-remap_path_matches(const struct conf_url *u, const char *path, size_t pathlen)
-{
-    return pathlen >= u->pathlen && memcmp(path, u->path, u->pathlen) == 0;
 }
 
 const struct conf_remap_rule *

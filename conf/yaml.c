@@ -49,6 +49,19 @@ conf_yaml_kind_name(enum conf_yaml_kind kind)
     return "node";
 }
 
+int
+conf_yaml_is_null(const struct conf_yaml *n)
+{
+    static const char *const nulls[] = { "", "~", "null", "Null", "NULL" };
+
+    if (n->kind != CONF_YAML_SCALAR || !n->plain)
+        return 0;
+    for (size_t i = 0; i < sizeof(nulls) / sizeof(nulls[0]); i++)
+        if (strcmp(n->str, nulls[i]) == 0)
+            return 1;
+    return 0;
+}
+
 void
 conf_yaml_free(struct conf_yaml *n)
 {

@@ -57,6 +57,9 @@ void conf_yaml_free(struct conf_yaml *n);
  * is not a mapping). */
 const struct conf_yaml *conf_yaml_get(const struct conf_yaml *map,
                                       const char *key);
+/* 1 when n is YAML's null (a plain "", "~", "null", "Null" or "NULL", as
+ * the core schema and ATS's yaml-cpp read them), not a string. */
+int conf_yaml_is_null(const struct conf_yaml *n);
 /* "scalar", "sequence" or "mapping", for messages. */
 const char *conf_yaml_kind_name(enum conf_yaml_kind kind);
 

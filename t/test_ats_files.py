@@ -244,6 +244,69 @@ def test_matches_key_other_value_is_error():
     expect_eq(r.rc, 0, "matching values (stderr:\n%s)" % r.stderr)
 
 
+def test_ats_access_keys_are_matches():
+    """ATS keys that restrict access, which Cistern does not implement,
+    were unknown keys: one warning, and (certification_level 2) every TLS
+    client served without a certificate, the Cookie sent on, no HSTS.
+    Each is now a "matches" key: an error with file:line for a value that
+    asks for the restriction, accepted with ATS's default."""
+    asks = ["CONFIG proxy.config.ssl.client.certification_level INT 2",
+            "CONFIG proxy.config.ssl.hsts_max_age INT 31536000",
+            "CONFIG proxy.config.http.anonymize_remove_cookie INT 1",
+            "CONFIG proxy.config.http.referer_filter INT 1",
+            "CONFIG proxy.config.ssl.client.TLSv1_2 INT 0",
+            "CONFIG proxy.config.http.strict_uri_parsing INT 1"]
+    r = _check(asks)
+    expect_eq(r.rc, 1, "exit status (stderr:\n%s)" % r.stderr)
+    for i, line in enumerate(asks):
+        key, value = line.split()[1], line.split()[3]
+        expect(re.search(r"records\.config:%d: %s %s is not supported"
+                         % (5 + i, re.escape(key), value), r.stderr),
+               "no file:line error for %s %s:\n%s" % (key, value, r.stderr))
+    expect("unknown key" not in r.stderr, "an unknown-key warning:\n" + r.stderr)
+    r = _check(["CONFIG proxy.config.ssl.client.certification_level INT 0",
+                "CONFIG proxy.config.ssl.hsts_max_age INT -1",
+                "CONFIG proxy.config.http.anonymize_remove_cookie INT 0",
+                "CONFIG proxy.config.http.referer_filter INT 0",
+                "CONFIG proxy.config.ssl.client.TLSv1_2 INT 1",
+                "CONFIG proxy.config.http.strict_uri_parsing INT 2",
+                "CONFIG proxy.config.ssl.client.cipher_suite STRING NULL"])
+    expect_eq(r.rc, 0, "ATS's defaults (stderr:\n%s)" % r.stderr)
+    expect_eq(report_sections(r.stdout)["unknown_n"], 0, "unknown keys")
+
+
+def test_local_bind_addresses_are_matches():
+    """ATS's LOCAL proxy.local.incoming_ip_to_bind binds the listeners to
+    one address (loopback only, say); it was an unknown key, a warning,
+    and Cistern listened on every address.  It and outgoing_ip_to_bind are
+    errors with file:line unless NULL, the incoming one naming ip-in=."""
+    r = _check(["LOCAL proxy.local.incoming_ip_to_bind STRING 127.0.0.1",
+                "LOCAL proxy.local.outgoing_ip_to_bind STRING 192.0.2.1"])
+    expect_eq(r.rc, 1, "exit status (stderr:\n%s)" % r.stderr)
+    expect(re.search(r"records\.config:5: proxy\.local\.incoming_ip_to_bind "
+                     r"127\.0\.0\.1 is not supported \(only NULL\): .*ip-in=",
+                     r.stderr), r.stderr)
+    expect_in("records.config:6: proxy.local.outgoing_ip_to_bind 192.0.2.1 is "
+              "not supported", r.stderr, "cistern -t")
+    r = _check(["LOCAL proxy.local.incoming_ip_to_bind STRING NULL"])
+    expect_eq(r.rc, 0, "NULL (stderr:\n%s)" % r.stderr)
+
+
+def test_admin_allow_error_has_its_line():
+    """A bad address in proxy.config.cistern.admin.allow (who may read the
+    stats) was reported as "records.config: ..." without its line, found
+    only after the whole file was read; it is checked where it is set, as
+    proxy_protocol_allowlist is.  "none" lets nobody read them."""
+    r = _check(["CONFIG proxy.config.cistern.admin.allow STRING 10.0.0.0/8, bogus"])
+    expect_eq(r.rc, 1, "exit status (stderr:\n%s)" % r.stderr)
+    expect_in("records.config:5: proxy.config.cistern.admin.allow: bad address "
+              "in \"10.0.0.0/8, bogus\"", r.stderr, "cistern -t")
+    r = _check(["CONFIG proxy.config.cistern.admin.allow STRING none"])
+    expect_eq(r.rc, 0, "admin.allow none (stderr:\n%s)" % r.stderr)
+    with Cistern(records={"proxy.config.cistern.admin.allow": "none"}) as c:
+        expect_eq(curl([c.url("/_stats")]).status, 403, "/_stats from loopback")
+
+
 def test_internal_keys_one_warning_per_file():
     r = _check(["CONFIG proxy.config.exec_thread.limit INT 8",
                 "CONFIG proxy.config.accept_threads INT 4",
@@ -328,6 +391,31 @@ def test_other_ats_files_fail_closed():
     expect(re.search(r"logging\.yaml:4: format \"x\": unknown log field at "
                      r"\"%<nosuch>\"", r.stderr),
            "logging.yaml error:\n" + r.stderr)
+
+
+def test_records_yaml_and_older_sni_files_fail_closed():
+    """ATS 10's records.yaml, and ATS 8's ssl_server_name.yaml (sni.yaml's
+    old name: client certificates, ip_allow per name), were not looked at:
+    a records.yaml asking for client certificates was silently not
+    applied.  With content they are errors at their first line; empty,
+    they match."""
+    r = _check([], files={"records.yaml":
+                          "# ATS 10\nrecords:\n  ssl:\n    client:\n"
+                          "      certification_level: 2\n"})
+    expect_eq(r.rc, 1, "records.yaml with keys (stderr:\n%s)" % r.stderr)
+    expect(re.search(r"records\.yaml:5: .*records\.yaml \(ATS 10\) is not "
+                     r"read", r.stderr), r.stderr)
+    r = _check([], files={"ssl_server_name.yaml":
+                          "- fqdn: '*.test'\n  verify_client: STRICT\n"})
+    expect_eq(r.rc, 1, "ssl_server_name.yaml with a rule")
+    expect(re.search(r"ssl_server_name\.yaml:1: .*per-name TLS policy", r.stderr),
+           r.stderr)
+    r = _check([], files={"records.yaml": "# nothing\n---\nrecords: {}\n",
+                          "ssl_server_name.yaml": "# c\n"})
+    expect_eq(r.rc, 0, "empty files (stderr:\n%s)" % r.stderr)
+    m = "\n".join(report_sections(r.stdout)["matches"])
+    expect_in("records.yaml: empty", m, "matches")
+    expect_in("ssl_server_name.yaml: empty", m, "matches")
 
 
 def test_socks_config_with_socks_needed_0_passes():

@@ -172,6 +172,117 @@ def test_unknown_key_is_an_error():
               "ip_addrs, action, methods)", r.stderr, "cistern -t")
 
 
+# 127.0.0.2 may not PURGE or DELETE, written as a YAML list
+DENY_PURGE_YAML = """\
+ip_allow:
+  - apply: in
+    ip_addrs: 127.0.0.2
+    action: deny
+    methods: [PURGE, DELETE]
+  - {apply: in, ip_addrs: [0/0, "::/0"], action: allow}
+"""
+
+
+def test_method_list_in_one_name_is_an_error():
+    """`methods: PURGE, DELETE` is one YAML scalar, which ATS reads as one
+    method named "PURGE, DELETE": the deny rule denied nothing and PURGE
+    went through.  A method name that is not an HTTP token (a comma, a
+    space, a ';') is an error with file:line, in both files, and a reload
+    to such a file keeps the running rules."""
+    yaml_bad = DENY_PURGE_YAML.replace("[PURGE, DELETE]", "PURGE, DELETE")
+    r = harness.check_config(files={"ip_allow.yaml": yaml_bad})
+    expect_eq(r.rc, 1, "cistern -t exit status (stderr:\n%s)" % r.stderr)
+    expect_in("ip_allow.yaml:5: methods: \"PURGE, DELETE\" is not a method name",
+              r.stderr, "cistern -t")
+    r = harness.check_config(ip_allow="src_ip=127.0.0.2 action=ip_deny method=PURGE,DELETE\n"
+                                      "src_ip=0/0 action=ip_allow\n")
+    expect_eq(r.rc, 1, "cistern -t exit status (stderr:\n%s)" % r.stderr)
+    expect_in("ip_allow.config:1: method=: \"PURGE,DELETE\" is not a method name",
+              r.stderr, "cistern -t")
+    with Origin() as o:
+        with Cistern(remap=remap_for(o), workers=1,
+                     files={"ip_allow.yaml": DENY_PURGE_YAML}) as c:
+            c.expect_log(r"reload failed|is not a method name")
+            expect_eq(req(c, "PURGE", "/p", src="127.0.0.2").status, 403, "before")
+            c.write_file("ip_allow.yaml", yaml_bad)
+            c.reload(wait_log=r"reload (ok|failed)", timeout=15)
+            expect_in("ip_allow.yaml:5: methods: \"PURGE, DELETE\" is not a method name",
+                      c.error_log(), "error log")
+            expect_eq(req(c, "PURGE", "/p", src="127.0.0.2").status, 403, "after the reload")
+            expect_eq(req(c, "DELETE", "/p", src="127.0.0.2").status, 403, "after the reload")
+            expect_eq(origin_targets(o), [], "origin saw")
+
+
+def test_null_methods_is_an_error():
+    """`methods: ~` (or null, Null, NULL) is YAML's null, which ATS refuses
+    as neither a method nor a list; Cistern read it as a method named "~"
+    that no request carries, so the deny rule denied nothing.  An error
+    with file:line; a quoted "~" is still a name."""
+    for null in ("~", "null", "NULL", "[PURGE, ~]"):
+        text = DENY_PURGE_YAML.replace("[PURGE, DELETE]", null)
+        r = harness.check_config(files={"ip_allow.yaml": text})
+        expect_eq(r.rc, 1, "methods: %s (stderr:\n%s)" % (null, r.stderr))
+        expect_in("ip_allow.yaml:5: methods: a YAML null is no method",
+                  r.stderr, "cistern -t, methods: %s" % null)
+    text = DENY_PURGE_YAML.replace("[PURGE, DELETE]", "'~'")
+    r = harness.check_config(files={"ip_allow.yaml": text})
+    expect_eq(r.rc, 0, "methods: '~' (stderr:\n%s)" % r.stderr)
+
+
+def test_rule_behind_an_earlier_one_is_an_error():
+    """The first rule holding an address decides (ATS), so a rule whose
+    addresses earlier rules all hold never applies.  Debian's stock file
+    says to append rules after its own, whose 0/0 and ::/0 rules hold every
+    address: an appended deny was silently dead in ATS and in Cistern, and
+    127.0.0.2 could still GET.  A dead rule that would deny something is an
+    error with file:line naming the earlier rule; a dead allow-everything
+    rule is a warning; a reload to such a file keeps the running rules."""
+    appended = DEBIAN_IP_ALLOW_YAML + (
+        "  - apply: in\n"
+        "    ip_addrs: [127.0.0.2, 10.0.0.0/8]\n"
+        "    action: deny\n")
+    r = harness.check_config(files={"ip_allow.yaml": appended})
+    expect_eq(r.rc, 1, "cistern -t on an appended deny (stderr:\n%s)" % r.stderr)
+    expect_in("ip_allow.yaml:53: 127.0.0.2: this rule never applies: earlier rules "
+              "hold all of it (line 37 first)", r.stderr, "cistern -t")
+    expect_in("ip_allow.yaml:53: 10.0.0.0-10.255.255.255: this rule never applies",
+              r.stderr, "cistern -t")
+    # covered by two earlier ranges together, in ip_allow.config
+    r = harness.check_config(ip_allow="src_ip=10.0.0.0-10.0.0.127 action=ip_allow\n"
+                                      "src_ip=10.0.0.128/25 action=ip_allow\n"
+                                      "src_ip=10.0.0.0/24 action=ip_deny method=PURGE\n"
+                                      "src_ip=10.0.0.0/23 action=ip_deny method=PURGE\n")
+    expect_eq(r.rc, 1, "cistern -t on a union (stderr:\n%s)" % r.stderr)
+    expect_in("ip_allow.config:3: 10.0.0.0-10.0.0.255: this rule never applies: "
+              "earlier rules hold all of it (line 1 first)", r.stderr, "cistern -t")
+    expect("ip_allow.config:4" not in r.stderr, "10.0.1.0/24 is new:\n" + r.stderr)
+    # two rules on one line (flow style); one rule's own ranges overlapping
+    # say the same thing twice, which is no error
+    r = harness.check_config(files={"ip_allow.yaml":
+        "ip_allow: [{apply: in, ip_addrs: [0/0, 10.0.0.0/8], action: allow},"
+        " {apply: in, ip_addrs: 10.0.0.0/8, action: deny}]\n"})
+    expect_eq(r.rc, 1, "cistern -t, one line (stderr:\n%s)" % r.stderr)
+    expect_in("ip_allow.yaml:1: 10.0.0.0-10.255.255.255: this rule never applies",
+              r.stderr, "cistern -t")
+    expect("warning" not in r.stderr, "the first rule's own ranges:\n" + r.stderr)
+    # a dead allow-all rule restricts nothing: a warning
+    r = harness.check_config(files={"ip_allow.yaml": DENY_GET_YAML + (
+        "  - {apply: in, ip_addrs: 127.0.0.1, action: allow}\n")})
+    expect_eq(r.rc, 0, "cistern -t on a dead allow (stderr:\n%s)" % r.stderr)
+    expect_in("warning: ", r.stderr, "cistern -t")
+    expect_in("ip_allow.yaml:9: 127.0.0.1: this rule never applies", r.stderr,
+              "cistern -t")
+    with Origin() as o:
+        with Cistern(remap=remap_for(o), workers=1,
+                     files={"ip_allow.yaml": DENY_GET_YAML}) as c:
+            c.expect_log(r"reload failed|never applies")
+            c.write_file("ip_allow.yaml", appended)
+            c.reload(wait_log=r"reload (ok|failed)", timeout=15)
+            expect_in("this rule never applies", c.error_log(), "error log")
+            expect_eq(req(c, "GET", "/g", src="127.0.0.2").status, 403, "kept rules")
+            expect_eq(origin_targets(o), [], "origin saw")
+
+
 def test_both_files_is_an_error():
     """ip_allow.yaml and ip_allow.config together: an error naming both."""
     r = harness.check_config(ip_allow="src_ip=0/0 action=ip_allow\n",

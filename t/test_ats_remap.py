@@ -166,7 +166,10 @@ def test_unknown_and_unsupported_options_are_errors():
              "remap.config:1: .deactivatefilter ip_allow: lifting "
              "ip_allow.config for some rules is not supported"),
             ("map http://a.test/ http://o.test/ @action=deny @src_ip=1.2.3",
-             'remap.config:1: "@src_ip=1.2.3": bad address')):
+             'remap.config:1: "@src_ip=1.2.3": bad address'),
+            # ATS's cache inspector: it routed to a host named "{cache}"
+            ("map http://a.test/ http://{cache}",
+             'remap.config:1: "{cache}": ATS\'s internal pages')):
         r = check_config(remap=[line])
         expect(r.rc != 0, "cistern -t accepted %r" % line)
         expect_in(msg, r.stderr, "cistern -t on %r" % line)
@@ -174,6 +177,78 @@ def test_unknown_and_unsupported_options_are_errors():
         "map http://a.test/ http://o.test/ @action=deny @src_ip=127.0.0.1"
         " @src_ip=::1 @method=POST @in_ip=127.0.0.1 @internal"])
     expect_eq(r.rc, 0, "cistern -t on a full filter: " + r.stderr)
+
+
+def test_method_list_in_one_option_is_an_error():
+    """@method= takes one method; "PUT,DELETE" (or ip_allow.config's
+    "PUT|DELETE") was kept as one odd name that no request carries, so the
+    deny filter denied nothing.  It is an error with file:line, in-line and
+    in a named filter."""
+    for line in ("map http://a.test/ http://o.test/ @action=deny @method=PUT,DELETE",
+                 ".definefilter f @action=deny @method=PUT|DELETE"):
+        r = check_config(remap=["map http://z.test/ http://o.test/", line])
+        expect_eq(r.rc, 1, "cistern -t on %r (stderr:\n%s)" % (line, r.stderr))
+        expect_in("remap.config:2: \"@method=PUT", r.stderr, "cistern -t")
+        expect_in("not a method name", r.stderr, "cistern -t")
+    r = check_config(remap=["map http://a.test/ http://o.test/ @action=deny "
+                            "@method=PROPFIND @method=purge"])
+    expect_eq(r.rc, 0, "extension and lower-case methods: " + r.stderr)
+
+
+def test_method_all_is_an_error():
+    """ip_allow's ALL is no method to a remap filter: ATS (and Cistern)
+    kept @method=ALL as a method named "ALL", so "@action=deny
+    @method=ALL" denied nothing.  It is an error with file:line."""
+    r = check_config(remap=["map http://a.test/ http://o.test/ @action=deny "
+                            "@src_ip=127.0.0.2 @method=ALL"])
+    expect_eq(r.rc, 1, "cistern -t (stderr:\n%s)" % r.stderr)
+    expect_in('remap.config:1: "@method=ALL": a filter has no ALL', r.stderr,
+              "cistern -t")
+
+
+def test_filtered_rule_behind_an_earlier_one_is_an_error():
+    """The first matching rule of its class wins (ATS: the earliest rule
+    among the path prefixes that match), so "map http://a.test/admin/ ...
+    @action=deny" after "map http://a.test/ ..." never matched: /admin/
+    was served to everyone, in ATS and in Cistern.  A rule with a filter
+    that an earlier rule shadows is an error with file:line naming it; one
+    without a filter (it only routes) is a warning; the same path on
+    another host, scheme or port, or before the wider rule, is fine."""
+    r = check_config(remap=[
+        "map http://a.test/ http://o.test/",
+        "map http://a.test/admin/ http://o.test/admin/ @action=deny @src_ip=all"])
+    expect_eq(r.rc, 1, "cistern -t (stderr:\n%s)" % r.stderr)
+    expect_in("remap.config:2: this rule never matches: line 1 (map "
+              "http://a.test/) takes every request it would", r.stderr, "cistern -t")
+    r = check_config(remap=[
+        ".definefilter staff @action=allow @src_ip=10.0.0.0/8",
+        "map http://A.test/ http://o.test/",
+        ".activatefilter staff",
+        "map http://a.test/admin http://o.test/admin",
+        ".deactivatefilter staff"])
+    expect_eq(r.rc, 1, "cistern -t, named filter (stderr:\n%s)" % r.stderr)
+    expect_in("remap.config:4: this rule never matches: line 2", r.stderr, "cistern -t")
+    r = check_config(remap=[
+        "regex_map http://.*\\.a\\.test/ http://o.test/",
+        "map http://x.a.test/admin/ http://o.test/ @action=deny @src_ip=all"])
+    expect_eq(r.rc, 1, "cistern -t, a host pattern first (stderr:\n%s)" % r.stderr)
+    expect_in("remap.config:2: this rule never matches: line 1 (regex_map", r.stderr,
+              "cistern -t")
+    r = check_config(remap=[
+        "map http://a.test/admin/ http://o.test/admin/ @action=deny @src_ip=all",
+        "map http://a.test/ http://o.test/",
+        "map http://b.test/admin/ http://o.test/ @action=deny @src_ip=all",
+        "map https://a.test/admin/ http://o.test/ @action=deny @src_ip=all",
+        "map http://a.test:8080/admin/ http://o.test/ @action=deny @src_ip=all",
+        "redirect http://a.test/admin/x http://o.test/ @action=deny @src_ip=all",
+        "map http://a.test/x/ http://o.test/x/",
+        "regex_map http://.\\.b\\.test/ http://o.test/",
+        "map http://xy.b.test/ http://o.test/ @action=deny @src_ip=all"])
+    expect_eq(r.rc, 0, "cistern -t, nothing shadowed with a filter (stderr:\n%s)"
+              % r.stderr)
+    expect_in("warning: ", r.stderr, "cistern -t")
+    expect_in("remap.config:7: this rule never matches: line 2", r.stderr,
+              "cistern -t")
 
 
 def test_recv_port():
@@ -214,6 +289,15 @@ def test_regex_redirect():
         r = req(c.port, path="/", host="tmp.z.test")
         expect_eq(r.status, 307, "regex_redirect_temporary status")
         expect_eq(r.header("Location"), "https://t.z.test/", "Location")
+
+
+def test_regex_host_with_a_bracket_expression():
+    """A regex rule's host is a pattern, where '[' opens a bracket
+    expression ("[a-z]+", as ATS's regex_map examples write), never an
+    IPv6 literal; it was refused as a bad IPv6 address."""
+    with Cistern(remap=[r"regex_redirect http://[a-z]+\.c\.test/ http://new.test/"]) as c:
+        expect_eq(req(c.port, host="abc.c.test").status, 301, "abc.c.test")
+        expect_eq(req(c.port, host="a1.c.test").status, 404, "a1.c.test")
 
 
 def test_denied_post_body_not_parsed():

@@ -252,7 +252,6 @@ def test_connect_refusals():
             s.close()
         ip_allow = ["src_ip=127.0.0.1 action=ip_allow method=ALL",
                     "src_ip=127.0.0.2 action=ip_deny method=CONNECT",
-                    "src_ip=127.0.0.2 action=ip_allow method=ALL",
                     "dest_ip=127.0.0.1 action=ip_allow method=ALL"]
         with Cistern(records=fwd_records("*"), ip_allow=ip_allow, workers=1) as c:
             s, h, rest = connect_via(c, "127.0.0.1:%d" % srv.port, src="127.0.0.2")

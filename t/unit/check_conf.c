@@ -1598,8 +1598,9 @@ method_ok(const char *addr, const char *method, int out)
 }
 
 /* The first rule holding the address decides (ATS fills an address map):
- * a later rule for the same address is never consulted, and a rule's
- * action applies to the methods it lists, the opposite to the others. */
+ * a later rule for the same address is never consulted (and said so: a
+ * warning for one allowing everything), and a rule's action applies to
+ * the methods it lists, the opposite to the others. */
 START_TEST(test_ip_allow_ats_order)
 {
     int rc = ip_allow("src_ip=10.0.0.0/8 action=ip_allow method=GET|PROPFIND\n"
@@ -1607,7 +1608,11 @@ START_TEST(test_ip_allow_ats_order)
                       "src_ip=0.0.0.0/0 action=ip_allow\n");
 
     ck_assert_int_eq(rc, 0);
-    ck_assert_int_eq(errs.n + errs.nwarn, 0);
+    ck_assert_int_eq(errs.n, 0);
+    ck_assert_int_eq(errs.nwarn, 1);
+    check_warning("ip_allow.config:3: 0.0.0.0-255.255.255.255: this rule never "
+                  "applies: earlier rules hold all of it (line 2 first), and the "
+                  "first rule holding an address decides");
     ck_assert_int_eq(method_ok("10.1.2.3", "GET", 0), 1);
     ck_assert_int_eq(method_ok("10.1.2.3", "POST", 0), 0);   /* not rule 3 */
     ck_assert_int_eq(method_ok("10.1.2.3", "PROPFIND", 0), 1);
