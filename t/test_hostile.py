@@ -18,6 +18,8 @@
   101 only to a protocol the client asked for, Vary's absent field apart
   from an empty one, and no pooled connection behind a body its method
   gives no meaning (CL.0).
+- Left open by those reviews: Content-Length forwarded as its decimal
+  value both ways.
 """
 import json
 import resource
@@ -719,6 +721,111 @@ def test_body_an_origin_may_not_read_never_leaves_its_connection_pooled():
                         r = harness.one_request(c.port, "GET", victim.decode(), host="m.test")
                         expect(r is not None, "no answer to %r" % victim)
                         expect_eq(r.body, b"good " + victim, "the victim's body")
+    finally:
+        o.close()
+
+
+# ---------------------------------------------------------------------------
+# Left open by the HTTP/1.1 reviews: Content-Length spellings
+
+
+def _field_lines(head, name):
+    """The field lines of head (bytes, up to the blank line) named name."""
+    return [ln for ln in head.split(b"\r\n")[1:]
+            if ln.split(b":", 1)[0].lower() == name.lower()]
+
+
+def test_content_length_goes_on_as_its_decimal_value():
+    """RFC 9110 8.6: Content-Length is 1*DIGIT.  Cistern framed by the
+    value but passed the field on as it came: `Content-Length: 005`
+    reached the origin, where parsers disagree (octal to some, refused
+    by others).  Now the origin gets `Content-Length: 5` whatever the
+    spelling.  A valid HTAB after the value (RFC 9110 5.5's OWS) was a
+    400 (http-parser, the second check, takes only SP there): now it
+    passes too.  A list of one value repeated (`5, 5`, or two lines of
+    it), which 8.6 lets a recipient refuse or fold, stays refused, as
+    do values that differ and a blank inside one (`5 5`): a 400, nothing
+    forwarded."""
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+    o = _RawOrigin(lambda t: ok, close_after=False)
+    good = [[b"005"], [b"0000000000000000000000000005"], [b"\t05\t"], [b"5 \t "]]
+    bad = [[b"5, 5"], [b"5,5"], [b"5", b"005"], [b"5 5"], [b"5", b"6"], [b"05, 6"],
+           [b"5\t,"]]
+    try:
+        with Cistern(remap=["map http://m.test/ http://127.0.0.1:%d/" % o.port],
+                     workers=1) as c, harness.Collector() as col:
+            for values in good + bad:
+                with col.case(repr(values)):
+                    o.got.clear()
+                    cl = b"".join(b"Content-Length: " + v + b"\r\n" for v in values)
+                    got, closed = raw(c.port, b"POST /cl HTTP/1.1\r\nHost: m.test\r\n" + cl
+                                      + b"Connection: close\r\n\r\nhello", timeout=3)
+                    if values in bad:
+                        expect_eq(_statuses(got), [400], "status (%r)" % got[:200])
+                        expect_eq(o.seen(), b"", "forwarded")
+                        continue
+                    expect_eq(_statuses(got), [200], "status (%r)" % got[:200])
+                    head, _, body = o.seen().partition(b"\r\n\r\n")
+                    expect_eq(_field_lines(head, b"content-length"),
+                              [b"Content-Length: 5"], "Content-Length at the origin")
+                    expect_eq(body, b"hello", "body at the origin")
+            with col.case("000 without a body"):
+                o.got.clear()
+                got, _ = raw(c.port, b"POST /cl HTTP/1.1\r\nHost: m.test\r\n"
+                             b"Content-Length: 000\r\nConnection: close\r\n\r\n", timeout=3)
+                expect_eq(_statuses(got), [200], "status")
+                expect_eq(_field_lines(o.seen().partition(b"\r\n\r\n")[0], b"content-length"),
+                          [b"Content-Length: 0"], "Content-Length at the origin")
+    finally:
+        o.close()
+
+
+def test_origin_content_length_reaches_the_client_as_its_decimal_value():
+    """The same for an origin's answer: `Content-Length: 005` went to the
+    client as it came (and `5<HTAB>` was a 502).  Now the client gets
+    `Content-Length: 5`, from the origin and from the stored copy (a
+    hit, re-framed by the length it knows already); a HEAD's `0040` is
+    `40`.  A list or two lines, of one value or two, stay a 502 and are
+    never stored."""
+    fields = {
+        b"/zeros": b"Content-Length: 005\r\n",
+        b"/tab": b"Content-Length: 5\t\r\n",
+        b"/head": b"Content-Length: 0040\r\n",
+        b"/list": b"Content-Length: 5, 5\r\n",
+        b"/lines": b"Content-Length: 5\r\ncontent-length: 005\r\n",
+        b"/differ": b"Content-Length: 5, 6\r\n",
+        b"/differ-lines": b"Content-Length: 5\r\nContent-Length: 6\r\n",
+    }
+    o = _RawOrigin(lambda t: b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\n" + fields[t]
+                   + b"Connection: close\r\n\r\n" + (b"" if t == b"/head" else b"hello"))
+    try:
+        with Cistern(remap=["map http://m.test/ http://127.0.0.1:%d/" % o.port],
+                     workers=1, storage=["cache 64M"]) as c, harness.Collector() as col:
+            for path in (b"/zeros", b"/tab"):
+                with col.case(path.decode()):
+                    for n in (1, 2):
+                        got, _ = raw(c.port, b"GET " + path + b" HTTP/1.1\r\nHost: m.test\r\n"
+                                     b"Connection: close\r\n\r\n", timeout=3)
+                        head, _, body = got.partition(b"\r\n\r\n")
+                        expect_eq(_statuses(got), [200], "status (%r)" % got[:300])
+                        expect_eq(_field_lines(head, b"content-length"),
+                                  [b"Content-Length: 5"], "Content-Length, answer %d" % n)
+                        expect_eq(body, b"hello", "body, answer %d" % n)
+                    expect_eq(o.seen().count(b"GET " + path + b" "), 1, "origin requests")
+            with col.case("HEAD"):
+                got, _ = raw(c.port, b"HEAD /head HTTP/1.1\r\nHost: m.test\r\n"
+                             b"Connection: close\r\n\r\n", timeout=3)
+                expect_eq(_field_lines(got.partition(b"\r\n\r\n")[0], b"content-length"),
+                          [b"Content-Length: 40"], "HEAD's Content-Length (%r)" % got)
+            for path in (b"/list", b"/lines", b"/differ", b"/differ-lines"):
+                with col.case(path.decode()):
+                    for n in (1, 2):
+                        got, _ = raw(c.port, b"GET " + path + b" HTTP/1.1\r\nHost: m.test\r\n"
+                                     b"Connection: close\r\n\r\n", timeout=3)
+                        expect_eq(_statuses(got), [502], "status (%r)" % got[:300])
+                    expect_eq(o.seen().count(b"GET " + path + b" "), 2, "origin requests "
+                              "(the answer was stored)")
+            c.expect_log(r"(differing|repeated) Content-Length")
     finally:
         o.close()
 

@@ -13,7 +13,8 @@
  *
  * Smuggling rules enforced here (RFC 9112 6.1, 6.3, 11.2):
  *  - Content-Length with Transfer-Encoding: 400.
- *  - Content-Length values that differ, or are not 1*DIGIT, or overflow: 400.
+ *  - Content-Length not one 1*DIGIT value (a list or a second line, even
+ *    of the same value; an overflow): 400.
  *  - chunked not the final coding, or applied twice: 400; a request
  *    whose final coding is not chunked ("gzip"): 400, since its length
  *    cannot be determined (RFC 9112 6.3 item 4); a coding we do not
@@ -433,6 +434,22 @@ http_list_next(const char **pp, const char *end, const char **tok,
     }
 }
 
+int64_t
+http_decimal(const char *p, size_t n)
+{
+    int64_t v = 0;
+
+    if (n == 0)
+        return -1;
+    for (size_t k = 0; k < n; k++) {
+        int d = p[k] - '0';
+        if (d < 0 || d > 9 || v > (INT64_MAX - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
+    return v;
+}
+
 int
 http_list_has(const char *p, size_t n, const char *tok)
 {
@@ -716,6 +733,26 @@ static const http_parser_settings http_settings = {
     .on_message_complete = http_cb_message_complete,
 };
 
+/* http-parser takes only SP after the value of Content-Length or of a
+ * chunked Transfer-Encoding, where RFC 9110 5.5 allows any OWS: a valid
+ * "Content-Length: 5<HTAB>" was refused as malformed.  Neither field is
+ * forwarded as it came (proxy.c writes them), so their trailing OWS
+ * becomes SP before the second opinion. */
+static void
+http_framing_ows(const struct http_req *r, char *head)
+{
+    static const enum http_fid ids[2] = { HTTP_F_CONTENT_LENGTH, HTTP_F_TRANSFER_ENCODING };
+
+    for (int k = 0; k < 2; k++) {
+        for (int i = http_field_find_id(r, ids[k], 0); i >= 0;
+             i = http_field_find_id(r, ids[k], i + 1)) {
+            char *p = head + r->fields[i].value + r->fields[i].value_len;
+            for (; *p == ' ' || *p == '\t'; p++)
+                *p = ' ';
+        }
+    }
+}
+
 /* Framing fields: Content-Length, Transfer-Encoding.  See the essay.
  * For a response (resp set) a final coding other than chunked is 501,
  * which the caller turns into reading until the close. */
@@ -735,18 +772,19 @@ http_req_framing(struct http_req *r, int resp)
             const char *p = v, *end = v + f->value_len, *t;
             size_t tl;
             int any = 0;
-            /* "42, 42" is allowed by RFC 9110 8.6 when all values agree. */
+            /* RFC 9110 8.6 lets a recipient take "42, 42" (or two lines
+             * of 42) for 42, or refuse it: refused, as http-parser (our
+             * second check) would, so one value frames the message.  Its
+             * spelling ("042") is not passed on: proxy.c writes the
+             * value. */
             while (http_list_next(&p, end, &t, &tl)) {
-                int64_t val = 0;
-                for (size_t k = 0; k < tl; k++) {
-                    if (t[k] < '0' || t[k] > '9')
-                        return http_refuse(r, 400, "invalid Content-Length");
-                    if (val > (INT64_MAX - 9) / 10)
-                        return http_refuse(r, 400, "Content-Length too large");
-                    val = val * 10 + (t[k] - '0');
-                }
-                if (r->content_length >= 0 && r->content_length != val)
-                    return http_refuse(r, 400, "differing Content-Length values");
+                int64_t val = http_decimal(t, tl);
+                if (val < 0)
+                    return http_refuse(r, 400, "invalid Content-Length");
+                if (r->content_length >= 0)
+                    return http_refuse(r, 400, r->content_length != val
+                                                   ? "differing Content-Length values"
+                                                   : "repeated Content-Length value");
                 r->content_length = val;
                 any = 1;
             }
@@ -1264,6 +1302,7 @@ http_req_parse(struct http_req *r, char *head)
     r->has_body = r->chunked || r->content_length > 0;
 
     /* The independent second opinion, and the body framing state. */
+    http_framing_ows(r, head);
     http_parser_init(&r->parser, HTTP_REQUEST);
     r->parser.data = r;
     r->sink = NULL;
@@ -1361,6 +1400,7 @@ http_resp_parse(struct http_req *r, char *head, int req_method)
                     && (r->minor >= 1 || (r->conn_tokens & HTTP_CONN_KEEPALIVE));
     r->has_body = !r->skip_body && (r->chunked || r->until_close || r->content_length > 0);
 
+    http_framing_ows(r, head);
     http_parser_init(&r->parser, HTTP_RESPONSE);
     r->parser.data = r;
     r->sink = NULL;

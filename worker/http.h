@@ -268,6 +268,10 @@ http_field_hop(const struct http_req *r, int i)
 int64_t http_max_forwards(const struct http_req *r, int *idx);
 const char *http_method_name(int method);
 
+/* The decimal value of p[0..n) (1*DIGIT), or -1: empty, another byte,
+ * or past INT64_MAX. */
+int64_t http_decimal(const char *p, size_t n);
+
 /* Case-insensitive token list search: does the comma-separated list
  * p[0..n) contain token tok? */
 int  http_list_has(const char *p, size_t n, const char *tok);

@@ -83,6 +83,30 @@ buf_put_field(struct buf *b, const struct http_req *r, const struct http_field *
     return 0;
 }
 
+/* "Content-Length: n\r\n": the value framed by, never a field's spelling
+ * of it (RFC 9110 8.6 allows "042", which some parsers read as octal). */
+static int
+buf_put_length(struct buf *b, int64_t n)
+{
+    char d[24];
+    int err = buf_lit(b, "Content-Length: ");
+
+    err |= buf_append(b, d, (size_t)(fmt_i64(d, n) - d));
+    return err | buf_lit(b, "\r\n");
+}
+
+/* A response's Content-Length f: the one value it was framed by
+ * (http_req_framing); a HEAD's or a 304's, not framing, likewise
+ * (http-parser saw 1*DIGIT), or nothing past INT64_MAX. */
+static int
+buf_put_resp_length(struct buf *b, const struct http_req *resp, const struct http_field *f)
+{
+    int64_t n = resp->content_length >= 0 ? resp->content_length
+                                          : http_decimal(resp->base + f->value, f->value_len);
+
+    return n >= 0 ? buf_put_length(b, n) : 0;
+}
+
 /* "HTTP/1.1 <status> <phrase>\r\n" of resp (the status has three digits,
  * http_resp_parse saw to that). */
 static int
@@ -377,6 +401,8 @@ proxy_put_field(struct buf *o, const struct upstream *up, const struct http_req 
     case HTTP_F_HOST:   /* written already */
     case HTTP_F_EXPECT: /* ours to answer */
         return 0;
+    case HTTP_F_CONTENT_LENGTH:     /* the one value (http_req_framing) */
+        return buf_put_length(o, r->content_length);
     case HTTP_F_IF_NONE_MATCH:
     case HTTP_F_IF_MODIFIED_SINCE:
         /* Revalidating: our validators replace the client's (its own
@@ -968,6 +994,9 @@ proxy_client_head(struct req *rq, struct upstream *up, struct http_req *resp)
             || (join && (f->id == HTTP_F_CONTENT_RANGE || f->id == HTTP_F_CONTENT_LENGTH)))
             continue;
         switch (f->id) {
+        case HTTP_F_CONTENT_LENGTH:
+            err |= buf_put_resp_length(o, resp, f);
+            continue;
         case HTTP_F_DATE:
             has_date = 1;
             break;
