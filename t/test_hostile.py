@@ -19,7 +19,8 @@
   from an empty one, and no pooled connection behind a body its method
   gives no meaning (CL.0).
 - Left open by those reviews: Content-Length forwarded as its decimal
-  value both ways.
+  value both ways, and the trailer fields a recipient may not merge
+  dropped both ways.
 """
 import json
 import resource
@@ -481,10 +482,12 @@ def _try_conn(port, req):
 class _RawOrigin:
     """A raw-socket origin: keeps every byte each connection sent (the
     request as forwarded, framing and all) and answers each request head
-    with answer(target) (bytes), then closes when close_after is set."""
+    with answer(target) (bytes, or a list of pieces sent one by one),
+    then closes when close_after is set.  blanks=2: the answer waits for
+    a second blank line (the end of a chunked body's trailers)."""
 
-    def __init__(self, answer, close_after=True):
-        self.answer, self.close_after = answer, close_after
+    def __init__(self, answer, close_after=True, blanks=1):
+        self.answer, self.close_after, self.blanks = answer, close_after, blanks
         self.ls = socket.socket()
         self.ls.bind(("127.0.0.1", 0))
         self.ls.listen(16)
@@ -505,12 +508,17 @@ class _RawOrigin:
     def _serve(self, s, rec):
         s.settimeout(10)
         try:
-            while b"\r\n\r\n" not in rec:
+            while rec.count(b"\r\n\r\n") < self.blanks:
                 d = s.recv(65536)
                 if not d:
                     return
                 rec += d
-            s.sendall(self.answer(bytes(rec).split(b" ")[1]))
+            answer = self.answer(bytes(rec).split(b" ")[1])
+            # a list goes out piece by piece, each its own read at the proxy
+            for piece in answer if isinstance(answer, list) else [answer]:
+                s.sendall(piece)
+                if isinstance(answer, list):
+                    time.sleep(0.01)
             # the rest of what the proxy sends (a request body) is kept too
             while not self.close_after:
                 d = s.recv(65536)
@@ -726,7 +734,8 @@ def test_body_an_origin_may_not_read_never_leaves_its_connection_pooled():
 
 
 # ---------------------------------------------------------------------------
-# Left open by the HTTP/1.1 reviews: Content-Length spellings
+# Left open by the HTTP/1.1 reviews: Content-Length spellings and
+# trailers
 
 
 def _field_lines(head, name):
@@ -826,6 +835,101 @@ def test_origin_content_length_reaches_the_client_as_its_decimal_value():
                     expect_eq(o.seen().count(b"GET " + path + b" "), 2, "origin requests "
                               "(the answer was stored)")
             c.expect_log(r"(differing|repeated) Content-Length")
+    finally:
+        o.close()
+
+
+# Trailer fields a recipient may not merge into the head (RFC 9110 6.5.1,
+# 6.5.2; RFC 7230 4.1.2 named them): framing, hop-by-hop (7.6.1, and what
+# the head's Connection names: X-Hop below), authentication and cookies,
+# request modifiers, response controls, how to process the content.
+DROPPED_TRAILERS = [
+    b"Trailer: X-Sum", b"Connection: x-sum", b"Keep-Alive: timeout=5",
+    b"Proxy-Connection: close", b"TE: trailers", b"Upgrade: h2c",
+    b"Authorization: Basic YTpi", b"proxy-authorization: Basic YTpi",
+    b"WWW-Authenticate: Basic", b"Proxy-Authenticate: Basic", b"Cookie: a=b",
+    b"Set-Cookie: a=b", b"Cache-Control: max-age=600", b"Pragma: no-cache",
+    b"Expect: 100-continue", b"Max-Forwards: 1", b"Range: bytes=0-1",
+    b"If-Match: *", b"If-None-Match: *", b"If-Modified-Since: Thu, 01 Jan 2026 00:00:00 GMT",
+    b"If-Unmodified-Since: Thu, 01 Jan 2026 00:00:00 GMT", b"If-Range: \"a\"",
+    b"Age: 1", b"Expires: 0", b"Date: Thu, 01 Jan 2026 00:00:00 GMT", b"Location: /x",
+    b"Retry-After: 1", b"Vary: *", b"Warning: 110 - x", b"Content-Type: text/x",
+    b"CONTENT-ENCODING: gzip", b"Content-Range: bytes 0-1/2", b"X-Hop: 1",
+]
+KEPT_TRAILERS = [b"X-Sum: 1", b"Server-Timing: a;dur=1", b"X-Hopper: 1"]
+
+
+def _trailer_section():
+    """Kept trailers first, between and last among the dropped ones."""
+    lines = [KEPT_TRAILERS[0]] + DROPPED_TRAILERS[:17] + [KEPT_TRAILERS[1]] \
+        + DROPPED_TRAILERS[17:] + [KEPT_TRAILERS[2]]
+    return b"".join(ln + b"\r\n" for ln in lines) + b"\r\n"
+
+
+def _pieces(data, n):
+    return [data[i:i + n] for i in range(0, len(data), n)]
+
+
+def test_trailer_fields_a_recipient_may_not_merge_are_dropped():
+    """RFC 9110 6.5.1, 6.5.2, 7.6.1: fields that frame or route a message,
+    the hop-by-hop ones (and those its Connection names), credentials,
+    request modifiers, response controls and content format are never
+    trailers a recipient may merge into the head, and a proxy removes the
+    hop-by-hop ones from the trailers it forwards.  Cistern refused only
+    Content-Length, Transfer-Encoding and Host there, and passed every
+    other trailer on as it came, both ways (an origin or client that
+    merges trailers took `Connection`, `Authorization`, `Cache-Control`
+    or `Set-Cookie` from them).  Now those lines are dropped from a
+    request's trailers and an origin's, sent whole or a few bytes a read;
+    the others (`X-Sum`, `Server-Timing`, `X-Hopper`, a name Connection
+    does not list) go on in order.  A stored answer is re-framed with
+    Content-Length: no trailer at all."""
+    kept = b"".join(ln + b"\r\n" for ln in KEPT_TRAILERS) + b"\r\n"
+    chunked = b"5\r\nhello\r\n0\r\n"
+    section = _trailer_section()
+    with harness.Collector() as col:
+        _trailers_from_a_client(col, chunked, section, chunked + kept)
+        _trailers_from_an_origin(col, chunked, section, chunked + kept)
+
+
+def _trailers_from_a_client(col, chunked, section, want):
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+    o = _RawOrigin(lambda t: ok, close_after=False, blanks=2)
+    try:
+        with Cistern(remap=["map http://m.test/ http://127.0.0.1:%d/" % o.port],
+                     workers=1) as c:
+            for step in (None, 1, 7):
+                with col.case("request, %s bytes a send" % (step or "all")):
+                    o.got.clear()
+                    head = (b"POST /t HTTP/1.1\r\nHost: m.test\r\nTransfer-Encoding: chunked\r\n"
+                            b"Connection: X-Hop, close\r\n\r\n")
+                    with Conn(c.port) as k:
+                        k.send(head + chunked)
+                        for piece in _pieces(section, step) if step else [section]:
+                            k.send(piece)
+                            time.sleep(0.002 if step else 0)
+                        expect_eq(k.response().status, 200, "status")
+                    expect_eq(o.seen().partition(b"\r\n\r\n")[2], want, "the body at the origin")
+    finally:
+        o.close()
+
+
+def _trailers_from_an_origin(col, chunked, section, want):
+    o = _RawOrigin(lambda t: _pieces(b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\n"
+                                     b"Transfer-Encoding: chunked\r\nConnection: X-Hop, close"
+                                     b"\r\n\r\n" + chunked + section, 5 if b"slow" in t else 1 << 20))
+    try:
+        with Cistern(remap=["map http://m.test/ http://127.0.0.1:%d/" % o.port],
+                     workers=1, storage=["cache 64M"]) as c:
+            for path in (b"/all", b"/slow"):
+                with col.case("answer " + path.decode()):
+                    got, _ = raw(c.port, b"GET " + path + b" HTTP/1.1\r\nHost: m.test\r\n"
+                                 b"Connection: close\r\n\r\n", timeout=3)
+                    expect_eq(_statuses(got), [200], "status (%r)" % got[:300])
+                    expect_eq(got.partition(b"\r\n\r\n")[2], want, "the client's body")
+                    r = harness.one_request(c.port, "GET", path.decode(), host="m.test")
+                    expect(harness.is_hit(r), "not a hit: %r" % r.headers)
+                    expect_eq((r.body, r.trailers, r.chunked), (b"hello", [], False), "the hit")
     finally:
         o.close()
 

@@ -10,15 +10,17 @@
  *
  * Data flow, with back-pressure both ways and nothing buffered whole:
  *
- *   client --rq_in--> http_req_body() --raw bytes--> up_out --> origin
+ *   client --rq_in--> http_body_forward() --raw bytes--> up_out --> origin
  *   origin --> up_in --our parser--> [start, parsed) --rq_body--> client
  *
  * Request bodies are forwarded as the client framed them (http-parser has
- * validated that framing): at most one up_out buffer is in flight, and the
+ * validated that framing), less the trailer lines no recipient may merge
+ * (http_body_forward): at most one up_out buffer is in flight, and the
  * client is not read while it is full.  Response bodies are parsed in
  * place and the parsed span is lent to the request's owner as rq_body
- * (written after rq_out), so body bytes are never copied inside Cistern; the origin is
- * not read while up_in is full of bytes the client has not taken.  The
+ * (written after rq_out), so body bytes are never copied inside Cistern
+ * (a trailer line not forwarded is stepped over, never lent); the origin
+ * is not read while up_in is full of bytes the client has not taken.  The
  * one exception is a chunked response to an HTTP/1.0 client, which is
  * de-chunked into the client's output buffer (rq_out).
  *
@@ -1136,20 +1138,23 @@ proxy_client_body(struct req *rq)
     struct http_req *r = &rq->r;
     struct buf *in = rq->rq_in, *o = &up->up_out;
     size_t avail = in->end - in->start, room, used;
-    int rc;
+    int rc, drop;
 
     if (o->data == NULL && buf_alloc(o) < 0)
         return 503;
     room = o->size - o->end;
     if (room == 0)
         return HTTP_AGAIN;      /* the origin has not taken the last part */
-    rc = http_req_body(r, in->data + in->start, avail < room ? avail : room,
-                       &used, NULL, NULL);
-    /* Forward the bytes exactly as framed by the client (validated). */
-    memcpy(o->data + o->end, in->data + in->start, used);
-    o->end += used;
+    rc = http_body_forward(r, in->data + in->start, avail < room ? avail : room,
+                           &used, &drop, NULL, NULL);
+    /* Forward the bytes exactly as framed by the client (validated), but
+     * a trailer line not to be forwarded. */
+    if (!drop) {
+        memcpy(o->data + o->end, in->data + in->start, used);
+        o->end += used;
+        alog_oreq(rq, 0, used);
+    }
     in->start += used;
-    alog_oreq(rq, 0, used);
     wk->ctr->bytes_in += used;
     if (rc == HTTP_OK)
         rq->rq_body_owned = 0;
@@ -1675,13 +1680,18 @@ proxy_pump_body(struct req *rq, struct upstream *up)
             up->up_parsed += used;
             in->start = up->up_parsed;
         } else {
-            rc = http_req_body(resp, in->data + up->up_parsed,
-                               in->end - up->up_parsed, &used,
-                               up->up_fill ? proxy_sink_fill : NULL, up);
-            rq->rq_body = in->data + up->up_parsed;
-            rq->rq_body_len = used;
-            alog_bytes(rq, used);
+            int drop;
+            rc = http_body_forward(resp, in->data + up->up_parsed,
+                                   in->end - up->up_parsed, &used, &drop,
+                                   up->up_fill ? proxy_sink_fill : NULL, up);
             alog_obody(rq, used);
+            if (drop) {
+                in->start = up->up_parsed + used;   /* a trailer line: not lent */
+            } else {
+                rq->rq_body = in->data + up->up_parsed;
+                rq->rq_body_len = used;
+                alog_bytes(rq, used);
+            }
             up->up_parsed += used;
         }
         if (rc != HTTP_OK && rc != HTTP_AGAIN) {
@@ -1698,6 +1708,9 @@ proxy_pump_body(struct req *rq, struct upstream *up)
         }
         if (used > 0)
             return WK_MORE;
+        /* a trailer name held back until whole (http_body_forward): the
+         * origin's read may have stopped at a full buffer */
+        up_read_again(up);
     }
     if (!resp->body_done && up->up_eof) {
         if (http_body_eof(resp) != HTTP_OK) {
