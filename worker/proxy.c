@@ -4,9 +4,11 @@
  * Ownership: a struct upstream belongs to exactly one request (rq->rq_up,
  * its FETCH step) and dies with the response: its connection goes back to
  * the pool when the exchange ended cleanly (and carried no body the
- * origin may have left unread: up_body_moot), otherwise it is closed.  It
- * writes only its request's fields; the request's owner (conn.c) is told
- * to write through the owner ops (up_kick: flush, and body_resume).
+ * origin may have left unread: up_body_moot, a body its method gives no
+ * meaning or an answer that came before all of it was sent), otherwise
+ * it is closed.  It writes only its request's fields; the request's
+ * owner (conn.c) is told to write through the owner ops (up_kick: flush,
+ * and body_resume).
  *
  * Data flow, with back-pressure both ways and nothing buffered whole:
  *
@@ -1505,6 +1507,18 @@ proxy_cache_response(struct upstream *up, const struct http_req *resp)
     }
 }
 
+/* The final answer's head came.  One that came before all of the
+ * request was sent did not wait for (all of) it, and whether the origin
+ * will read the rest is unknown: RFC 9112 9.3 has it close, and one that
+ * does not would read the rest of the body as its next request.  Its
+ * connection is not pooled. */
+static void
+up_answered(struct upstream *up)
+{
+    if (!up->up_req_done)
+        up->up_body_moot = 1;
+}
+
 enum wk_rc
 proxy_pump(struct req *rq)
 {
@@ -1572,6 +1586,7 @@ proxy_pump(struct req *rq)
             }
             resp = up->up_resp;
         }
+        up_answered(up);
         /* The origin's verdict on the stale object we hold (kept even
          * without validators, for stale-if-error). */
         if (proxy_refreshes(rq, up, resp))
