@@ -18,6 +18,10 @@
   101 only to a protocol the client asked for, Vary's absent field apart
   from an empty one, and no pooled connection behind a body its method
   gives no meaning (CL.0).
+- Left open by those reviews: Content-Length forwarded as its decimal
+  value both ways, the trailer fields a recipient may not merge dropped
+  both ways, and no pooled connection behind an answer that came before
+  the POST body it answered was sent.
 """
 import json
 import resource
@@ -479,10 +483,12 @@ def _try_conn(port, req):
 class _RawOrigin:
     """A raw-socket origin: keeps every byte each connection sent (the
     request as forwarded, framing and all) and answers each request head
-    with answer(target) (bytes), then closes when close_after is set."""
+    with answer(target) (bytes, or a list of pieces sent one by one),
+    then closes when close_after is set.  blanks=2: the answer waits for
+    a second blank line (the end of a chunked body's trailers)."""
 
-    def __init__(self, answer, close_after=True):
-        self.answer, self.close_after = answer, close_after
+    def __init__(self, answer, close_after=True, blanks=1):
+        self.answer, self.close_after, self.blanks = answer, close_after, blanks
         self.ls = socket.socket()
         self.ls.bind(("127.0.0.1", 0))
         self.ls.listen(16)
@@ -503,12 +509,17 @@ class _RawOrigin:
     def _serve(self, s, rec):
         s.settimeout(10)
         try:
-            while b"\r\n\r\n" not in rec:
+            while rec.count(b"\r\n\r\n") < self.blanks:
                 d = s.recv(65536)
                 if not d:
                     return
                 rec += d
-            s.sendall(self.answer(bytes(rec).split(b" ")[1]))
+            answer = self.answer(bytes(rec).split(b" ")[1])
+            # a list goes out piece by piece, each its own read at the proxy
+            for piece in answer if isinstance(answer, list) else [answer]:
+                s.sendall(piece)
+                if isinstance(answer, list):
+                    time.sleep(0.01)
             # the rest of what the proxy sends (a request body) is kept too
             while not self.close_after:
                 d = s.recv(65536)
@@ -662,9 +673,10 @@ def test_vary_absent_field_does_not_match_an_empty_one():
 
 class _BodyBlindOrigin(_RawOrigin):
     """An origin that never reads the body of a GET, HEAD, OPTIONS or
-    DELETE (as Python's http.server does unless its handler reads it): on
-    a kept connection, such a body is read as the next request (CL.0).
-    Answers are cacheable; /slow-poison answers "POISON" after 300 ms."""
+    DELETE (as Python's http.server does unless its handler reads it), nor
+    a POST's: on a kept connection, such a body is read as the next
+    request (CL.0).  Answers are cacheable; /slow-poison answers "POISON"
+    after 300 ms; /early's 10 bytes come in two halves 0.5 s apart."""
 
     def __init__(self):
         super().__init__(None)
@@ -680,6 +692,11 @@ class _BodyBlindOrigin(_RawOrigin):
                     buf += d
                 head, buf = buf.split(b"\r\n\r\n", 1)
                 target = head.split(b" ")[1]
+                if target == b"/early":
+                    s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nearly")
+                    time.sleep(0.5)
+                    s.sendall(b"early")
+                    continue
                 body = b"good " + target
                 if target == b"/slow-poison":
                     time.sleep(0.3)
@@ -721,6 +738,263 @@ def test_body_an_origin_may_not_read_never_leaves_its_connection_pooled():
                         expect_eq(r.body, b"good " + victim, "the victim's body")
     finally:
         o.close()
+
+
+# ---------------------------------------------------------------------------
+# Left open by the HTTP/1.1 reviews: Content-Length spellings, trailers,
+# and an origin answering a POST before it has its body
+
+
+def _field_lines(head, name):
+    """The field lines of head (bytes, up to the blank line) named name."""
+    return [ln for ln in head.split(b"\r\n")[1:]
+            if ln.split(b":", 1)[0].lower() == name.lower()]
+
+
+def test_content_length_goes_on_as_its_decimal_value():
+    """RFC 9110 8.6: Content-Length is 1*DIGIT.  Cistern framed by the
+    value but passed the field on as it came: `Content-Length: 005`
+    reached the origin, where parsers disagree (octal to some, refused
+    by others).  Now the origin gets `Content-Length: 5` whatever the
+    spelling.  A valid HTAB after the value (RFC 9110 5.5's OWS) was a
+    400 (http-parser, the second check, takes only SP there): now it
+    passes too.  A list of one value repeated (`5, 5`, or two lines of
+    it), which 8.6 lets a recipient refuse or fold, stays refused, as
+    do values that differ and a blank inside one (`5 5`): a 400, nothing
+    forwarded."""
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+    o = _RawOrigin(lambda t: ok, close_after=False)
+    good = [[b"005"], [b"0000000000000000000000000005"], [b"\t05\t"], [b"5 \t "]]
+    bad = [[b"5, 5"], [b"5,5"], [b"5", b"005"], [b"5 5"], [b"5", b"6"], [b"05, 6"],
+           [b"5\t,"]]
+    try:
+        with Cistern(remap=["map http://m.test/ http://127.0.0.1:%d/" % o.port],
+                     workers=1) as c, harness.Collector() as col:
+            for values in good + bad:
+                with col.case(repr(values)):
+                    o.got.clear()
+                    cl = b"".join(b"Content-Length: " + v + b"\r\n" for v in values)
+                    got, closed = raw(c.port, b"POST /cl HTTP/1.1\r\nHost: m.test\r\n" + cl
+                                      + b"Connection: close\r\n\r\nhello", timeout=3)
+                    if values in bad:
+                        expect_eq(_statuses(got), [400], "status (%r)" % got[:200])
+                        expect_eq(o.seen(), b"", "forwarded")
+                        continue
+                    expect_eq(_statuses(got), [200], "status (%r)" % got[:200])
+                    head, _, body = o.seen().partition(b"\r\n\r\n")
+                    expect_eq(_field_lines(head, b"content-length"),
+                              [b"Content-Length: 5"], "Content-Length at the origin")
+                    expect_eq(body, b"hello", "body at the origin")
+            with col.case("000 without a body"):
+                o.got.clear()
+                got, _ = raw(c.port, b"POST /cl HTTP/1.1\r\nHost: m.test\r\n"
+                             b"Content-Length: 000\r\nConnection: close\r\n\r\n", timeout=3)
+                expect_eq(_statuses(got), [200], "status")
+                expect_eq(_field_lines(o.seen().partition(b"\r\n\r\n")[0], b"content-length"),
+                          [b"Content-Length: 0"], "Content-Length at the origin")
+    finally:
+        o.close()
+
+
+def test_origin_content_length_reaches_the_client_as_its_decimal_value():
+    """The same for an origin's answer: `Content-Length: 005` went to the
+    client as it came (and `5<HTAB>` was a 502).  Now the client gets
+    `Content-Length: 5`, from the origin and from the stored copy (a
+    hit, re-framed by the length it knows already); a HEAD's `0040` is
+    `40`.  A list or two lines, of one value or two, stay a 502 and are
+    never stored."""
+    fields = {
+        b"/zeros": b"Content-Length: 005\r\n",
+        b"/tab": b"Content-Length: 5\t\r\n",
+        b"/head": b"Content-Length: 0040\r\n",
+        b"/list": b"Content-Length: 5, 5\r\n",
+        b"/lines": b"Content-Length: 5\r\ncontent-length: 005\r\n",
+        b"/differ": b"Content-Length: 5, 6\r\n",
+        b"/differ-lines": b"Content-Length: 5\r\nContent-Length: 6\r\n",
+    }
+    o = _RawOrigin(lambda t: b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\n" + fields[t]
+                   + b"Connection: close\r\n\r\n" + (b"" if t == b"/head" else b"hello"))
+    try:
+        with Cistern(remap=["map http://m.test/ http://127.0.0.1:%d/" % o.port],
+                     workers=1, storage=["cache 64M"]) as c, harness.Collector() as col:
+            for path in (b"/zeros", b"/tab"):
+                with col.case(path.decode()):
+                    for n in (1, 2):
+                        got, _ = raw(c.port, b"GET " + path + b" HTTP/1.1\r\nHost: m.test\r\n"
+                                     b"Connection: close\r\n\r\n", timeout=3)
+                        head, _, body = got.partition(b"\r\n\r\n")
+                        expect_eq(_statuses(got), [200], "status (%r)" % got[:300])
+                        expect_eq(_field_lines(head, b"content-length"),
+                                  [b"Content-Length: 5"], "Content-Length, answer %d" % n)
+                        expect_eq(body, b"hello", "body, answer %d" % n)
+                    expect_eq(o.seen().count(b"GET " + path + b" "), 1, "origin requests")
+            with col.case("HEAD"):
+                got, _ = raw(c.port, b"HEAD /head HTTP/1.1\r\nHost: m.test\r\n"
+                             b"Connection: close\r\n\r\n", timeout=3)
+                expect_eq(_field_lines(got.partition(b"\r\n\r\n")[0], b"content-length"),
+                          [b"Content-Length: 40"], "HEAD's Content-Length (%r)" % got)
+            for path in (b"/list", b"/lines", b"/differ", b"/differ-lines"):
+                with col.case(path.decode()):
+                    for n in (1, 2):
+                        got, _ = raw(c.port, b"GET " + path + b" HTTP/1.1\r\nHost: m.test\r\n"
+                                     b"Connection: close\r\n\r\n", timeout=3)
+                        expect_eq(_statuses(got), [502], "status (%r)" % got[:300])
+                    expect_eq(o.seen().count(b"GET " + path + b" "), 2, "origin requests "
+                              "(the answer was stored)")
+            c.expect_log(r"(differing|repeated) Content-Length")
+    finally:
+        o.close()
+
+
+# Trailer fields a recipient may not merge into the head (RFC 9110 6.5.1,
+# 6.5.2; RFC 7230 4.1.2 named them): framing, hop-by-hop (7.6.1, and what
+# the head's Connection names: X-Hop below), authentication and cookies,
+# request modifiers, response controls, how to process the content.
+DROPPED_TRAILERS = [
+    b"Trailer: X-Sum", b"Connection: x-sum", b"Keep-Alive: timeout=5",
+    b"Proxy-Connection: close", b"TE: trailers", b"Upgrade: h2c",
+    b"Authorization: Basic YTpi", b"proxy-authorization: Basic YTpi",
+    b"WWW-Authenticate: Basic", b"Proxy-Authenticate: Basic", b"Cookie: a=b",
+    b"Set-Cookie: a=b", b"Cache-Control: max-age=600", b"Pragma: no-cache",
+    b"Expect: 100-continue", b"Max-Forwards: 1", b"Range: bytes=0-1",
+    b"If-Match: *", b"If-None-Match: *", b"If-Modified-Since: Thu, 01 Jan 2026 00:00:00 GMT",
+    b"If-Unmodified-Since: Thu, 01 Jan 2026 00:00:00 GMT", b"If-Range: \"a\"",
+    b"Age: 1", b"Expires: 0", b"Date: Thu, 01 Jan 2026 00:00:00 GMT", b"Location: /x",
+    b"Retry-After: 1", b"Vary: *", b"Warning: 110 - x", b"Content-Type: text/x",
+    b"CONTENT-ENCODING: gzip", b"Content-Range: bytes 0-1/2", b"X-Hop: 1",
+]
+KEPT_TRAILERS = [b"X-Sum: 1", b"Server-Timing: a;dur=1", b"X-Hopper: 1"]
+
+
+def _trailer_section():
+    """Kept trailers first, between and last among the dropped ones."""
+    lines = [KEPT_TRAILERS[0]] + DROPPED_TRAILERS[:17] + [KEPT_TRAILERS[1]] \
+        + DROPPED_TRAILERS[17:] + [KEPT_TRAILERS[2]]
+    return b"".join(ln + b"\r\n" for ln in lines) + b"\r\n"
+
+
+def _pieces(data, n):
+    return [data[i:i + n] for i in range(0, len(data), n)]
+
+
+def test_trailer_fields_a_recipient_may_not_merge_are_dropped():
+    """RFC 9110 6.5.1, 6.5.2, 7.6.1: fields that frame or route a message,
+    the hop-by-hop ones (and those its Connection names), credentials,
+    request modifiers, response controls and content format are never
+    trailers a recipient may merge into the head, and a proxy removes the
+    hop-by-hop ones from the trailers it forwards.  Cistern refused only
+    Content-Length, Transfer-Encoding and Host there, and passed every
+    other trailer on as it came, both ways (an origin or client that
+    merges trailers took `Connection`, `Authorization`, `Cache-Control`
+    or `Set-Cookie` from them).  Now those lines are dropped from a
+    request's trailers and an origin's, sent whole or a few bytes a read;
+    the others (`X-Sum`, `Server-Timing`, `X-Hopper`, a name Connection
+    does not list) go on in order.  A stored answer is re-framed with
+    Content-Length: no trailer at all."""
+    kept = b"".join(ln + b"\r\n" for ln in KEPT_TRAILERS) + b"\r\n"
+    chunked = b"5\r\nhello\r\n0\r\n"
+    section = _trailer_section()
+    with harness.Collector() as col:
+        _trailers_from_a_client(col, chunked, section, chunked + kept)
+        _trailers_from_an_origin(col, chunked, section, chunked + kept)
+
+
+def _trailers_from_a_client(col, chunked, section, want):
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+    o = _RawOrigin(lambda t: ok, close_after=False, blanks=2)
+    try:
+        with Cistern(remap=["map http://m.test/ http://127.0.0.1:%d/" % o.port],
+                     workers=1) as c:
+            for step in (None, 1, 7):
+                with col.case("request, %s bytes a send" % (step or "all")):
+                    o.got.clear()
+                    head = (b"POST /t HTTP/1.1\r\nHost: m.test\r\nTransfer-Encoding: chunked\r\n"
+                            b"Connection: X-Hop, close\r\n\r\n")
+                    with Conn(c.port) as k:
+                        k.send(head + chunked)
+                        for piece in _pieces(section, step) if step else [section]:
+                            k.send(piece)
+                            time.sleep(0.002 if step else 0)
+                        expect_eq(k.response().status, 200, "status")
+                    expect_eq(o.seen().partition(b"\r\n\r\n")[2], want, "the body at the origin")
+    finally:
+        o.close()
+
+
+def _trailers_from_an_origin(col, chunked, section, want):
+    o = _RawOrigin(lambda t: _pieces(b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\n"
+                                     b"Transfer-Encoding: chunked\r\nConnection: X-Hop, close"
+                                     b"\r\n\r\n" + chunked + section, 5 if b"slow" in t else 1 << 20))
+    try:
+        with Cistern(remap=["map http://m.test/ http://127.0.0.1:%d/" % o.port],
+                     workers=1, storage=["cache 64M"]) as c:
+            for path in (b"/all", b"/slow"):
+                with col.case("answer " + path.decode()):
+                    got, _ = raw(c.port, b"GET " + path + b" HTTP/1.1\r\nHost: m.test\r\n"
+                                 b"Connection: close\r\n\r\n", timeout=3)
+                    expect_eq(_statuses(got), [200], "status (%r)" % got[:300])
+                    expect_eq(got.partition(b"\r\n\r\n")[2], want, "the client's body")
+                    r = harness.one_request(c.port, "GET", path.decode(), host="m.test")
+                    expect(harness.is_hit(r), "not a hit: %r" % r.headers)
+                    expect_eq((r.body, r.trailers, r.chunked), (b"hello", [], False), "the hit")
+    finally:
+        o.close()
+
+
+def test_origin_answering_before_the_body_is_sent_is_not_pooled():
+    """RFC 9112 9.3 has a server that answers without reading a body
+    close the connection; one that does not leaves the body to be read
+    as its next request (CL.0, here a POST's).  A connection whose answer
+    came before all of the request was sent cannot be known to have had
+    the body read, and is not pooled: the answer's end before the body's
+    (a body larger than the socket buffers, still unsent) always was
+    closed; an answer that began before the body was sent and ended after
+    it (a client sending its body after the answer's head) left the
+    connection pooled, and the next client's request on it got the
+    answer to the request hidden in the body.  (A body the origin was
+    sent whole before it answered is beyond what a proxy can know:
+    DESIGN.md.)"""
+    o = _BodyBlindOrigin()
+    hidden = b"GET /slow-poison HTTP/1.1\r\nHost: m.test\r\n\r\n"
+    try:
+        with Cistern(remap=["map http://m.test/ http://127.0.0.1:%d/" % o.port],
+                     workers=1) as c, harness.Collector() as col:
+            with col.case("body sent after the answer's head"):
+                with Conn(c.port) as k:
+                    k.send(b"POST /early HTTP/1.1\r\nHost: m.test\r\n"
+                           b"Content-Length: %d\r\n\r\n" % len(hidden))
+                    harness.wait_for(lambda: k._recv_some(0.1) is None or b"early" in k.buf,
+                                     what="the answer's head")
+                    k.send(hidden)
+                    r = k.response()
+                    expect_eq((r.status, r.body), (200, b"earlyearly"), "the POST's answer")
+                time.sleep(0.05)
+                r = harness.one_request(c.port, "GET", "/victim", host="m.test")
+                expect(r is not None, "no answer to /victim")
+                expect_eq(r.body, b"good /victim", "the next client's body")
+            with col.case("body larger than the socket buffers"):
+                time.sleep(0.4)
+                k = Conn(c.port)
+                big = b"POST /early HTTP/1.1\r\nHost: m.test\r\nContent-Length: %d\r\n\r\n" \
+                    % (len(hidden) + (8 << 20)) + hidden + b"x" * (8 << 20)
+                t = threading.Thread(target=lambda: _send_quietly(k, big), daemon=True)
+                t.start()
+                r = k.response()
+                expect_eq((r.status, r.body), (200, b"earlyearly"), "the POST's answer")
+                k.close()
+                time.sleep(0.05)
+                r = harness.one_request(c.port, "GET", "/victim2", host="m.test")
+                expect(r is not None, "no answer to /victim2")
+                expect_eq(r.body, b"good /victim2", "the next client's body")
+    finally:
+        o.close()
+
+
+def _send_quietly(k, data):
+    try:
+        k.send(data)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@
  *
  * Smuggling rules enforced here (RFC 9112 6.1, 6.3, 11.2):
  *  - Content-Length with Transfer-Encoding: 400.
- *  - Content-Length values that differ, or are not 1*DIGIT, or overflow: 400.
+ *  - Content-Length not one 1*DIGIT value (a list or a second line, even
+ *    of the same value; an overflow): 400.
  *  - chunked not the final coding, or applied twice: 400; a request
  *    whose final coding is not chunked ("gzip"): 400, since its length
  *    cannot be determined (RFC 9112 6.3 item 4); a coding we do not
@@ -433,6 +434,22 @@ http_list_next(const char **pp, const char *end, const char **tok,
     }
 }
 
+int64_t
+http_decimal(const char *p, size_t n)
+{
+    int64_t v = 0;
+
+    if (n == 0)
+        return -1;
+    for (size_t k = 0; k < n; k++) {
+        int d = p[k] - '0';
+        if (d < 0 || d > 9 || v > (INT64_MAX - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
+    return v;
+}
+
 int
 http_list_has(const char *p, size_t n, const char *tok)
 {
@@ -652,6 +669,32 @@ http_conn_option(struct http_req *r, struct http_conn_marks *m, const char *t, s
     }
 }
 
+/* FNV-1a of a field name, case folded: a trailer's name is matched
+ * against the connection options of a head that may be gone by then. */
+static uint64_t
+http_name_hash(const char *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)p[i];
+        h = (h ^ (ch >= 'A' && ch <= 'Z' ? ch | 0x20u : ch)) * 0x100000001b3ull;
+    }
+    return h;
+}
+
+/* A connection option other than close and keep-alive (RFC 9110 7.6.1:
+ * it names a field of the message, in the head or the trailers). */
+static void
+http_conn_name(struct http_req *r, const char *t, size_t tl)
+{
+    r->conn_tokens |= HTTP_CONN_OTHER;
+    if (r->nconn_names < HTTP_CONN_NAMES)
+        r->conn_names[r->nconn_names] = http_name_hash(t, tl);
+    if (r->nconn_names <= HTTP_CONN_NAMES)
+        r->nconn_names++;
+}
+
 /* The Connection tokens we act on (close, keep-alive), whether it names
  * other fields, and the fields it names marked hop-by-hop. */
 static void
@@ -666,7 +709,7 @@ http_conn_tokens(struct http_req *r, struct http_conn_marks *m, const struct htt
         else if (tl == 10 && strncasecmp(t, "keep-alive", 10) == 0)
             r->conn_tokens |= HTTP_CONN_KEEPALIVE;
         else
-            r->conn_tokens |= HTTP_CONN_OTHER;
+            http_conn_name(r, t, tl);
         http_conn_option(r, m, t, tl);
     }
 }
@@ -716,6 +759,26 @@ static const http_parser_settings http_settings = {
     .on_message_complete = http_cb_message_complete,
 };
 
+/* http-parser takes only SP after the value of Content-Length or of a
+ * chunked Transfer-Encoding, where RFC 9110 5.5 allows any OWS: a valid
+ * "Content-Length: 5<HTAB>" was refused as malformed.  Neither field is
+ * forwarded as it came (proxy.c writes them), so their trailing OWS
+ * becomes SP before the second opinion. */
+static void
+http_framing_ows(const struct http_req *r, char *head)
+{
+    static const enum http_fid ids[2] = { HTTP_F_CONTENT_LENGTH, HTTP_F_TRANSFER_ENCODING };
+
+    for (int k = 0; k < 2; k++) {
+        for (int i = http_field_find_id(r, ids[k], 0); i >= 0;
+             i = http_field_find_id(r, ids[k], i + 1)) {
+            char *p = head + r->fields[i].value + r->fields[i].value_len;
+            for (; *p == ' ' || *p == '\t'; p++)
+                *p = ' ';
+        }
+    }
+}
+
 /* Framing fields: Content-Length, Transfer-Encoding.  See the essay.
  * For a response (resp set) a final coding other than chunked is 501,
  * which the caller turns into reading until the close. */
@@ -735,18 +798,19 @@ http_req_framing(struct http_req *r, int resp)
             const char *p = v, *end = v + f->value_len, *t;
             size_t tl;
             int any = 0;
-            /* "42, 42" is allowed by RFC 9110 8.6 when all values agree. */
+            /* RFC 9110 8.6 lets a recipient take "42, 42" (or two lines
+             * of 42) for 42, or refuse it: refused, as http-parser (our
+             * second check) would, so one value frames the message.  Its
+             * spelling ("042") is not passed on: proxy.c writes the
+             * value. */
             while (http_list_next(&p, end, &t, &tl)) {
-                int64_t val = 0;
-                for (size_t k = 0; k < tl; k++) {
-                    if (t[k] < '0' || t[k] > '9')
-                        return http_refuse(r, 400, "invalid Content-Length");
-                    if (val > (INT64_MAX - 9) / 10)
-                        return http_refuse(r, 400, "Content-Length too large");
-                    val = val * 10 + (t[k] - '0');
-                }
-                if (r->content_length >= 0 && r->content_length != val)
-                    return http_refuse(r, 400, "differing Content-Length values");
+                int64_t val = http_decimal(t, tl);
+                if (val < 0)
+                    return http_refuse(r, 400, "invalid Content-Length");
+                if (r->content_length >= 0)
+                    return http_refuse(r, 400, r->content_length != val
+                                                   ? "differing Content-Length values"
+                                                   : "repeated Content-Length value");
                 r->content_length = val;
                 any = 1;
             }
@@ -1203,6 +1267,7 @@ http_req_parse(struct http_req *r, char *head)
     r->base = head;
     r->f_host = -1;
     r->conn_tokens = 0;
+    r->nconn_names = 0;
     memset(r->hop, 0, sizeof(r->hop));
     r->expect_continue = 0;
     r->content_length = -1;
@@ -1264,6 +1329,7 @@ http_req_parse(struct http_req *r, char *head)
     r->has_body = r->chunked || r->content_length > 0;
 
     /* The independent second opinion, and the body framing state. */
+    http_framing_ows(r, head);
     http_parser_init(&r->parser, HTTP_REQUEST);
     r->parser.data = r;
     r->sink = NULL;
@@ -1307,6 +1373,7 @@ http_resp_parse(struct http_req *r, char *head, int req_method)
 
     r->base = head;
     r->conn_tokens = 0;
+    r->nconn_names = 0;
     memset(r->hop, 0, sizeof(r->hop));
     r->content_length = -1;
     r->chunked = 0;
@@ -1361,6 +1428,7 @@ http_resp_parse(struct http_req *r, char *head, int req_method)
                     && (r->minor >= 1 || (r->conn_tokens & HTTP_CONN_KEEPALIVE));
     r->has_body = !r->skip_body && (r->chunked || r->until_close || r->content_length > 0);
 
+    http_framing_ows(r, head);
     http_parser_init(&r->parser, HTTP_RESPONSE);
     r->parser.data = r;
     r->sink = NULL;
@@ -1385,6 +1453,9 @@ enum {
 };
 #define HTTP_CHUNK_EXT_MAX   4096
 #define HTTP_TRAILER_MAX     16384
+/* A trailer field name is held back until whole (http_body_forward), so
+ * it is bounded well within a buffer. */
+#define HTTP_TRAILER_NAME_MAX 256
 
 /* Set up the body decoder once the head is parsed. */
 static void
@@ -1394,6 +1465,7 @@ http_body_init(struct http_req *r)
     r->bcount = 0;
     r->bleft = r->chunked ? 0 : (r->content_length > 0 ? (uint64_t)r->content_length : 0);
     r->body_done = !r->has_body;
+    r->bfwd = r->bskip = r->tdrop = 0;
 }
 
 int
@@ -1428,6 +1500,71 @@ http_trailer_framing(const struct http_req *r)
         if (r->tname == no[i].len && memcmp(r->tbuf, no[i].name, no[i].len) == 0)
             return 1;
     return 0;
+}
+
+#define HTTP_FBIT(id) ((uint64_t)1 << (id))
+
+/* Is the trailer field named p[0..n) one a recipient may not merge into
+ * the head (RFC 9110 6.5.1, 6.5.2; RFC 7230 4.1.2 listed them), or one
+ * the head's Connection names (7.6.1)?  Then it is not forwarded.  The
+ * framing and routing fields are refused instead (http_trailer_framing);
+ * Authentication-Info is defined for trailers (11.6.3) and goes on. */
+static int
+http_trailer_dropped(const struct http_req *r, const char *p, size_t n)
+{
+    static const uint64_t ids =
+        /* hop-by-hop, framing */
+        HTTP_FBIT(HTTP_F_CONNECTION) | HTTP_FBIT(HTTP_F_KEEP_ALIVE)
+        | HTTP_FBIT(HTTP_F_PROXY_CONNECTION) | HTTP_FBIT(HTTP_F_TE)
+        | HTTP_FBIT(HTTP_F_UPGRADE) | HTTP_FBIT(HTTP_F_TRAILER)
+        /* credentials */
+        | HTTP_FBIT(HTTP_F_AUTHORIZATION) | HTTP_FBIT(HTTP_F_PROXY_AUTHENTICATE)
+        /* request modifiers */
+        | HTTP_FBIT(HTTP_F_EXPECT) | HTTP_FBIT(HTTP_F_RANGE) | HTTP_FBIT(HTTP_F_IF_RANGE)
+        | HTTP_FBIT(HTTP_F_IF_NONE_MATCH) | HTTP_FBIT(HTTP_F_IF_MODIFIED_SINCE)
+        /* response controls, request ones too */
+        | HTTP_FBIT(HTTP_F_CACHE_CONTROL) | HTTP_FBIT(HTTP_F_CDN_CACHE_CONTROL)
+        | HTTP_FBIT(HTTP_F_SURROGATE_CONTROL) | HTTP_FBIT(HTTP_F_AGE)
+        | HTTP_FBIT(HTTP_F_EXPIRES) | HTTP_FBIT(HTTP_F_DATE) | HTTP_FBIT(HTTP_F_LOCATION)
+        | HTTP_FBIT(HTTP_F_VARY)
+        /* how to process the content */
+        | HTTP_FBIT(HTTP_F_CONTENT_ENCODING) | HTTP_FBIT(HTTP_F_CONTENT_RANGE);
+    static const struct { const char *name; size_t len; } other[] = {
+        { "proxy-authorization", 19 }, { "www-authenticate", 16 }, { "cookie", 6 },
+        { "set-cookie", 10 }, { "max-forwards", 12 }, { "pragma", 6 }, { "if-match", 8 },
+        { "if-unmodified-since", 19 }, { "retry-after", 11 }, { "warning", 7 },
+        { "content-type", 12 },
+    };
+    enum http_fid id = http_field_id(p, n);
+    uint64_t h;
+
+    if ((ids >> id) & 1)
+        return 1;
+    for (size_t i = 0; id == HTTP_F_OTHER && i < sizeof(other) / sizeof(other[0]); i++)
+        if (n == other[i].len && strncasecmp(p, other[i].name, n) == 0)
+            return 1;
+    if (r->nconn_names > HTTP_CONN_NAMES)
+        return 1;
+    h = http_name_hash(p, n);
+    for (int i = 0; i < r->nconn_names; i++)
+        if (r->conn_names[i] == h)
+            return 1;
+    return 0;
+}
+
+/* At the start of a trailer field line p[0..n): 1 when it is not to be
+ * forwarded, 0 when it is (or is malformed: the byte loop refuses it),
+ * -1 when its name is not whole yet. */
+static int
+http_trailer_fate(const struct http_req *r, const char *p, size_t n)
+{
+    for (size_t k = 0; k < n && k <= HTTP_TRAILER_NAME_MAX; k++) {
+        if (p[k] == ':')
+            return http_trailer_dropped(r, p, k);
+        if (!http_tchar[(unsigned char)p[k]])
+            return 0;
+    }
+    return n > HTTP_TRAILER_NAME_MAX ? 0 : -1;
 }
 
 /* One byte of a chunk extension (RFC 9112 7.1.1):
@@ -1561,10 +1698,11 @@ http_chunk_byte(struct http_req *r, unsigned char ch)
                 return "framing field in a trailer";
         } else if (!http_tchar[(unsigned char)ch]) {
             return "malformed trailer field";
-        } else if (r->tname < sizeof(r->tbuf)) {
-            r->tbuf[r->tname++] = (char)(ch | 0x20);
         } else {
-            r->tname = ~0u;
+            if (r->tname < sizeof(r->tbuf))
+                r->tbuf[r->tname] = (char)(ch | 0x20);
+            if (++r->tname > HTTP_TRAILER_NAME_MAX)
+                return "trailer field name too long";
         }
         if (++r->bcount > HTTP_TRAILER_MAX)
             return "trailer section too large";
@@ -1638,12 +1776,42 @@ http_req_body(struct http_req *r, const char *buf, size_t len, size_t *used,
             *used = i + 1;
             return HTTP_OK;
         }
+        if (r->bstate == CS_TRAILER && ch != '\r' && r->bfwd) {
+            /* a field line: forwarded or not, it is one piece */
+            int drop = http_trailer_fate(r, buf + i, len - i);
+            if (drop < 0 || (drop && i > 0)) {
+                *used = i;
+                return HTTP_AGAIN;
+            }
+            r->tdrop = r->bskip = (uint8_t)drop;
+        }
         if ((why = http_chunk_byte(r, ch)) != NULL)
             return http_chunk_fail(r, why);
         i++;
+        if (r->tdrop && r->bstate == CS_TRAILER) {
+            r->tdrop = 0;
+            if (r->bfwd) {      /* the dropped line ends its call */
+                *used = i;
+                return HTTP_AGAIN;
+            }
+        }
     }
     *used = i;
     return HTTP_AGAIN;
+}
+
+int
+http_body_forward(struct http_req *r, const char *buf, size_t len, size_t *used,
+                  int *drop, http_body_sink sink, void *arg)
+{
+    int rc;
+
+    r->bfwd = 1;
+    r->bskip = r->tdrop;
+    rc = http_req_body(r, buf, len, used, sink, arg);
+    r->bfwd = 0;
+    *drop = r->bskip;
+    return rc;
 }
 
 const char *

@@ -26,6 +26,8 @@
  * perfect hash), and the parse marks the fields that are never forwarded
  * (hop-by-hop names and those the Connection lines list) in a bitmap, so
  * the proxy rewrites a head in one pass without comparing strings.
+ * A body forwarded as it was framed goes through http_body_forward(),
+ * which also says which trailer lines are not to go on.
  *
  * Nothing here allocates: a struct http_req lives in its request (struct
  * req, req.h) or, for an origin's response head, comes from the worker's
@@ -111,6 +113,9 @@ struct http_field {
 #define HTTP_CONN_CLOSE      0x1
 #define HTTP_CONN_KEEPALIVE  0x2
 #define HTTP_CONN_OTHER      0x4  /* names other hop-by-hop fields */
+/* Connection options remembered (hashed) for the trailers, whose head
+ * may be gone by then: a message naming more drops every trailer field */
+#define HTTP_CONN_NAMES      8
 
 struct http_req {
     /* scanner state (http_req_reset zeroes it) */
@@ -139,6 +144,9 @@ struct http_req {
     int64_t  content_length;    /* -1 when absent */
     int      chunked;
     unsigned conn_tokens;       /* HTTP_CONN_* */
+    uint8_t  nconn_names;       /* options in conn_names, HTTP_CONN_NAMES
+                                 * + 1 when there were more */
+    uint64_t conn_names[HTTP_CONN_NAMES];  /* their http_name_hash */
     int      expect_continue;
     int      keep_alive;        /* by the RFC rules for this version */
     int      absolute;          /* absolute-form target */
@@ -160,9 +168,11 @@ struct http_req {
     int      bstate;            /* chunked decoder state */
     uint64_t bleft;             /* bytes left: of the body (CL) or chunk */
     uint32_t bcount;            /* digits / extension / trailer bytes */
-    uint32_t tname;             /* trailer field name: length, or ~0 once
-                                 * it cannot be a framing field's */
+    uint32_t tname;             /* trailer field name: its length */
     char     tbuf[20];          /* its first bytes, lowercased */
+    uint8_t  bfwd;              /* in http_body_forward */
+    uint8_t  bskip;             /* that call's bytes are not forwarded */
+    uint8_t  tdrop;             /* in a trailer line not forwarded */
     const char *reason;         /* why a request was refused */
 };
 
@@ -196,6 +206,18 @@ int http_resp_parse(struct http_req *r, char *head, int req_method);
  * when more is needed, or 400 for a framing error (bad chunk size...). */
 int http_req_body(struct http_req *r, const char *buf, size_t len,
                   size_t *used, http_body_sink sink, void *arg);
+/* http_req_body for a caller that forwards the body as it was framed:
+ * the trailer fields a recipient may not merge into the head (RFC 9110
+ * 6.5.1, 6.5.2: framing, routing, hop-by-hop and those the head's
+ * Connection names, credentials and cookies, request modifiers, response
+ * controls, content format) are not to be forwarded (7.6.1 asks it of
+ * the hop-by-hop ones).  Such a line is consumed by calls of its own,
+ * which set *drop; the bytes of a call without it go on.  A trailer
+ * line's start is consumed only once its name is whole (*used stops
+ * before it: call again with more), so a name over 256 bytes is
+ * refused (by http_req_body too). */
+int http_body_forward(struct http_req *r, const char *buf, size_t len,
+                      size_t *used, int *drop, http_body_sink sink, void *arg);
 /* The peer closed: for a close-delimited body this completes the message
  * (HTTP_OK); otherwise the message is truncated (400). */
 int http_body_eof(struct http_req *r);
@@ -267,6 +289,10 @@ http_field_hop(const struct http_req *r, int i)
  * with it).  *idx: the field's index, or -1. */
 int64_t http_max_forwards(const struct http_req *r, int *idx);
 const char *http_method_name(int method);
+
+/* The decimal value of p[0..n) (1*DIGIT), or -1: empty, another byte,
+ * or past INT64_MAX. */
+int64_t http_decimal(const char *p, size_t n);
 
 /* Case-insensitive token list search: does the comma-separated list
  * p[0..n) contain token tok? */

@@ -4,21 +4,25 @@
  * Ownership: a struct upstream belongs to exactly one request (rq->rq_up,
  * its FETCH step) and dies with the response: its connection goes back to
  * the pool when the exchange ended cleanly (and carried no body the
- * origin may have left unread: up_body_moot), otherwise it is closed.  It
- * writes only its request's fields; the request's owner (conn.c) is told
- * to write through the owner ops (up_kick: flush, and body_resume).
+ * origin may have left unread: up_body_moot, a body its method gives no
+ * meaning or an answer that came before all of it was sent), otherwise
+ * it is closed.  It writes only its request's fields; the request's
+ * owner (conn.c) is told to write through the owner ops (up_kick: flush,
+ * and body_resume).
  *
  * Data flow, with back-pressure both ways and nothing buffered whole:
  *
- *   client --rq_in--> http_req_body() --raw bytes--> up_out --> origin
+ *   client --rq_in--> http_body_forward() --raw bytes--> up_out --> origin
  *   origin --> up_in --our parser--> [start, parsed) --rq_body--> client
  *
  * Request bodies are forwarded as the client framed them (http-parser has
- * validated that framing): at most one up_out buffer is in flight, and the
+ * validated that framing), less the trailer lines no recipient may merge
+ * (http_body_forward): at most one up_out buffer is in flight, and the
  * client is not read while it is full.  Response bodies are parsed in
  * place and the parsed span is lent to the request's owner as rq_body
- * (written after rq_out), so body bytes are never copied inside Cistern; the origin is
- * not read while up_in is full of bytes the client has not taken.  The
+ * (written after rq_out), so body bytes are never copied inside Cistern
+ * (a trailer line not forwarded is stepped over, never lent); the origin
+ * is not read while up_in is full of bytes the client has not taken.  The
  * one exception is a chunked response to an HTTP/1.0 client, which is
  * de-chunked into the client's output buffer (rq_out).
  *
@@ -81,6 +85,30 @@ buf_put_field(struct buf *b, const struct http_req *r, const struct http_field *
     memcpy(b->data + b->end + n, "\r\n", 2);
     b->end += n + 2;
     return 0;
+}
+
+/* "Content-Length: n\r\n": the value framed by, never a field's spelling
+ * of it (RFC 9110 8.6 allows "042", which some parsers read as octal). */
+static int
+buf_put_length(struct buf *b, int64_t n)
+{
+    char d[24];
+    int err = buf_lit(b, "Content-Length: ");
+
+    err |= buf_append(b, d, (size_t)(fmt_i64(d, n) - d));
+    return err | buf_lit(b, "\r\n");
+}
+
+/* A response's Content-Length f: the one value it was framed by
+ * (http_req_framing); a HEAD's or a 304's, not framing, likewise
+ * (http-parser saw 1*DIGIT), or nothing past INT64_MAX. */
+static int
+buf_put_resp_length(struct buf *b, const struct http_req *resp, const struct http_field *f)
+{
+    int64_t n = resp->content_length >= 0 ? resp->content_length
+                                          : http_decimal(resp->base + f->value, f->value_len);
+
+    return n >= 0 ? buf_put_length(b, n) : 0;
 }
 
 /* "HTTP/1.1 <status> <phrase>\r\n" of resp (the status has three digits,
@@ -377,6 +405,8 @@ proxy_put_field(struct buf *o, const struct upstream *up, const struct http_req 
     case HTTP_F_HOST:   /* written already */
     case HTTP_F_EXPECT: /* ours to answer */
         return 0;
+    case HTTP_F_CONTENT_LENGTH:     /* the one value (http_req_framing) */
+        return buf_put_length(o, r->content_length);
     case HTTP_F_IF_NONE_MATCH:
     case HTTP_F_IF_MODIFIED_SINCE:
         /* Revalidating: our validators replace the client's (its own
@@ -968,6 +998,9 @@ proxy_client_head(struct req *rq, struct upstream *up, struct http_req *resp)
             || (join && (f->id == HTTP_F_CONTENT_RANGE || f->id == HTTP_F_CONTENT_LENGTH)))
             continue;
         switch (f->id) {
+        case HTTP_F_CONTENT_LENGTH:
+            err |= buf_put_resp_length(o, resp, f);
+            continue;
         case HTTP_F_DATE:
             has_date = 1;
             break;
@@ -1107,20 +1140,23 @@ proxy_client_body(struct req *rq)
     struct http_req *r = &rq->r;
     struct buf *in = rq->rq_in, *o = &up->up_out;
     size_t avail = in->end - in->start, room, used;
-    int rc;
+    int rc, drop;
 
     if (o->data == NULL && buf_alloc(o) < 0)
         return 503;
     room = o->size - o->end;
     if (room == 0)
         return HTTP_AGAIN;      /* the origin has not taken the last part */
-    rc = http_req_body(r, in->data + in->start, avail < room ? avail : room,
-                       &used, NULL, NULL);
-    /* Forward the bytes exactly as framed by the client (validated). */
-    memcpy(o->data + o->end, in->data + in->start, used);
-    o->end += used;
+    rc = http_body_forward(r, in->data + in->start, avail < room ? avail : room,
+                           &used, &drop, NULL, NULL);
+    /* Forward the bytes exactly as framed by the client (validated), but
+     * a trailer line not to be forwarded. */
+    if (!drop) {
+        memcpy(o->data + o->end, in->data + in->start, used);
+        o->end += used;
+        alog_oreq(rq, 0, used);
+    }
     in->start += used;
-    alog_oreq(rq, 0, used);
     wk->ctr->bytes_in += used;
     if (rc == HTTP_OK)
         rq->rq_body_owned = 0;
@@ -1471,6 +1507,18 @@ proxy_cache_response(struct upstream *up, const struct http_req *resp)
     }
 }
 
+/* The final answer's head came.  One that came before all of the
+ * request was sent did not wait for (all of) it, and whether the origin
+ * will read the rest is unknown: RFC 9112 9.3 has it close, and one that
+ * does not would read the rest of the body as its next request.  Its
+ * connection is not pooled. */
+static void
+up_answered(struct upstream *up)
+{
+    if (!up->up_req_done)
+        up->up_body_moot = 1;
+}
+
 enum wk_rc
 proxy_pump(struct req *rq)
 {
@@ -1538,6 +1586,7 @@ proxy_pump(struct req *rq)
             }
             resp = up->up_resp;
         }
+        up_answered(up);
         /* The origin's verdict on the stale object we hold (kept even
          * without validators, for stale-if-error). */
         if (proxy_refreshes(rq, up, resp))
@@ -1646,13 +1695,18 @@ proxy_pump_body(struct req *rq, struct upstream *up)
             up->up_parsed += used;
             in->start = up->up_parsed;
         } else {
-            rc = http_req_body(resp, in->data + up->up_parsed,
-                               in->end - up->up_parsed, &used,
-                               up->up_fill ? proxy_sink_fill : NULL, up);
-            rq->rq_body = in->data + up->up_parsed;
-            rq->rq_body_len = used;
-            alog_bytes(rq, used);
+            int drop;
+            rc = http_body_forward(resp, in->data + up->up_parsed,
+                                   in->end - up->up_parsed, &used, &drop,
+                                   up->up_fill ? proxy_sink_fill : NULL, up);
             alog_obody(rq, used);
+            if (drop) {
+                in->start = up->up_parsed + used;   /* a trailer line: not lent */
+            } else {
+                rq->rq_body = in->data + up->up_parsed;
+                rq->rq_body_len = used;
+                alog_bytes(rq, used);
+            }
             up->up_parsed += used;
         }
         if (rc != HTTP_OK && rc != HTTP_AGAIN) {
@@ -1669,6 +1723,9 @@ proxy_pump_body(struct req *rq, struct upstream *up)
         }
         if (used > 0)
             return WK_MORE;
+        /* a trailer name held back until whole (http_body_forward): the
+         * origin's read may have stopped at a full buffer */
+        up_read_again(up);
     }
     if (!resp->body_done && up->up_eof) {
         if (http_body_eof(resp) != HTTP_OK) {

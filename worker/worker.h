@@ -243,8 +243,10 @@ struct upstream {
     unsigned         up_retried:1;
     int              up_tries;        /* connect rounds left (origin.c) */
     unsigned         up_req_body:1;   /* the request has a body */
-    unsigned         up_body_moot:1;  /* ... its method gives no meaning:
-                                         the connection is never pooled */
+    unsigned         up_body_moot:1;  /* ... its method gives no meaning,
+                                         or the answer came before all of
+                                         the request was sent: the
+                                         connection is never pooled */
     unsigned         up_req_done:1;   /* request fully written to origin */
     unsigned         up_resp_bytes:1; /* any response byte received */
     unsigned         up_eof:1;        /* origin closed */

@@ -4,8 +4,9 @@
  * The input is everything a client sends on one connection.  It goes
  * through what conn.c does: http_head_scan (once whole, and again fed in
  * pieces, which must agree: the scanner is resumable), http_req_parse,
- * then http_req_body for the body, then the next pipelined request, up to
- * a few.  Two limit sets: the defaults and tiny ones (to reach 414/431).
+ * then http_req_body for the body (and http_body_forward: fuzz_body.h),
+ * then the next pipelined request, up to a few.  Two limit sets: the
+ * defaults and tiny ones (to reach 414/431).
  * Invariants: an accepted head lies inside the input, every offset lies
  * inside the head, Content-Length and chunked are never both set, a
  * Transfer-Encoding field always means chunked, a refusal has a reason
@@ -15,6 +16,7 @@
 #include "config.h"
 #include "worker/http.h"
 #include "t/fuzz/fuzz.h"
+#include "t/fuzz/fuzz_body.h"
 
 struct sink_count {
     size_t bytes;
@@ -153,7 +155,9 @@ feed_body(struct http_req *r, const char *buf, size_t len, size_t *pos_io)
 
     if (r->has_body) {
         struct sink_count sc = { 0 };
-        size_t fed = 0;
+        size_t fed = 0, from = pos;
+        static struct http_req r0;
+        r0 = *r;
         rc = HTTP_AGAIN;
         while (pos < len) {
             /* pieces of up to 1 + (byte % 13) bytes */
@@ -174,6 +178,7 @@ feed_body(struct http_req *r, const char *buf, size_t len, size_t *pos_io)
                 FZ_CHECK(0);
             }
         }
+        fz_forward_agrees(&r0, buf + from, len - from, rc, fed, sc.bytes);
         if (rc != HTTP_OK && rc != HTTP_AGAIN) {
             FZ_CHECK(rc == 400 && r->reason != NULL);
             return 0;

@@ -4,8 +4,9 @@
  * The input is the byte stream of an origin connection, read the way
  * proxy.c reads it: http_head_scan with the response limits,
  * http_resp_parse for a GET and for a HEAD request (and a 1xx followed by
- * the final response), then the body through http_req_body in pieces and
- * http_body_eof at the end of the input.  Invariants: accepted heads and
+ * the final response), then the body through http_req_body in pieces
+ * (and http_body_forward: fuzz_body.h) and http_body_eof at the end of
+ * the input.  Invariants: accepted heads and
  * fields lie inside the input, status is 100..599, Content-Length and
  * chunked never both set, no body for HEAD/1xx/204/304, a close-delimited
  * body is never keep-alive, a refusal is a 502 with a reason, and
@@ -14,14 +15,7 @@
 #include "config.h"
 #include "worker/http.h"
 #include "t/fuzz/fuzz.h"
-
-static void
-count_sink(void *arg, const char *p, size_t n)
-{
-    volatile char c = n ? p[0] ^ p[n - 1] : 0;
-    (void)c;
-    *(size_t *)arg += n;
-}
+#include "t/fuzz/fuzz_body.h"
 
 /* Returns bytes consumed by one response, 0 to stop. */
 static size_t
@@ -57,12 +51,14 @@ one_response(const char *buf, size_t len, int method, const struct http_limits *
         FZ_CHECK(r.skip_body && !r.has_body);
     size_t pos = r.start + r.head_len, got = 0, fed = 0;
     if (r.has_body) {
+        static struct http_req r0;
+        r0 = r;
         rc = HTTP_AGAIN;
         while (pos < len) {
             size_t step = 1 + ((unsigned char)buf[pos] % 17), used = 0;
             if (step > len - pos)
                 step = len - pos;
-            rc = http_req_body(&r, buf + pos, step, &used, count_sink, &got);
+            rc = http_req_body(&r, buf + pos, step, &used, fz_count, &got);
             FZ_CHECK(used <= step);
             pos += used;
             fed += used;
@@ -71,6 +67,8 @@ one_response(const char *buf, size_t len, int method, const struct http_limits *
             FZ_CHECK(used == step);
             FZ_CHECK(got <= fed);
         }
+        fz_forward_agrees(&r0, buf + r.start + r.head_len, len - r.start - r.head_len, rc,
+                          fed, got);
         if (rc == HTTP_AGAIN) {
             rc = http_body_eof(&r);
             FZ_CHECK(rc == HTTP_OK || rc == 400);
