@@ -5,7 +5,8 @@
  * Directives (one table, remap_directives): map, reverse_map, regex_map,
  * redirect, redirect_temporary, regex_redirect(_temporary),
  * (regex_)map_with_recv_port, each "DIRECTIVE FROM TO [@option...]", plus
- * ".include FILE" and the named-filter directives (.definefilter,
+ * ".include PATH..." (files, and directories: their files in alphasort
+ * order, as ATS) and the named-filter directives (.definefilter,
  * .activatefilter, .deactivatefilter, .deletefilter).  Options are ATS's ACL
  * filter (@action=, @src_ip=, @in_ip=, @method=, @internal) and the
  * plugins (@plugin= with its @pparam=s: conf/plugin.c); any other
@@ -38,12 +39,14 @@
 #endif
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "conf/conf.h"
 #include "conf/path.h"
@@ -945,38 +948,22 @@ remap_rule_free(struct conf_remap_rule *rule)
     rule->nplugins = 0;
 }
 
+/* One file of an .include (name as written, path resolved), read where
+ * the directive stood unless it would loop. */
 static void
-remap_include(struct remap_parse *ps, int line, char *p)
+remap_include_file(struct remap_parse *ps, int line, const char *name, const char *path)
 {
     const char *saved = ps->file;
-    char       *name, *path, *real;
+    char       *real = realpath(path, NULL);
 
-    name = conf_token(&p);
-    if (name == NULL) {
-        conf_error(ps->e, ps->file, line, ".include: missing file name");
-        return;
-    }
-    if (conf_token(&p) != NULL) {
-        conf_error(ps->e, ps->file, line,
-                   ".include: too many fields (expected one file name)");
-        return;
-    }
     if (ps->depth > REMAP_MAX_INCLUDE_DEPTH) {
-        conf_error(ps->e, ps->file, line,
-                   ".include \"%s\": includes nested deeper than %d", name,
-                   REMAP_MAX_INCLUDE_DEPTH);
+        conf_error(ps->e, ps->file, line, ".include \"%s\": includes nested deeper than %d",
+                   name, REMAP_MAX_INCLUDE_DEPTH);
+        free(real);
         return;
     }
-    path = conf_path(ps->dir, name);
-    if (path == NULL) {
-        conf_error(ps->e, ps->file, line, "out of memory");
-        return;
-    }
-    real = realpath(path, NULL);
     if (real == NULL) {
-        conf_error(ps->e, ps->file, line, ".include \"%s\": %s", name,
-                   strerror(errno));
-        free(path);
+        conf_error(ps->e, ps->file, line, ".include \"%s\": %s", name, strerror(errno));
         return;
     }
     for (int i = 0; i < ps->depth; i++) {
@@ -985,14 +972,67 @@ remap_include(struct remap_parse *ps, int line, char *p)
                        ".include \"%s\": include loop (the file is already "
                        "being read)", name);
             free(real);
-            free(path);
             return;
         }
     }
     free(real);
     remap_parse_file(ps, path);
-    free(path);
     ps->file = saved;
+}
+
+/* .include of a directory (ATS): each entry not itself a directory, in
+ * alphasort order. */
+static void
+remap_include_dir(struct remap_parse *ps, int line, const char *name, const char *path)
+{
+    struct dirent **list;
+    int n = scandir(path, &list, NULL, alphasort);
+
+    if (n < 0) {
+        conf_error(ps->e, ps->file, line, ".include \"%s\": %s", name, strerror(errno));
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        const char *d = list[i]->d_name;
+        char *sub;
+        struct stat st;
+
+        if (strcmp(d, ".") != 0 && strcmp(d, "..") != 0
+            && (sub = conf_path(path, d)) != NULL) {
+            if (stat(sub, &st) != 0 || !S_ISDIR(st.st_mode))
+                remap_include_file(ps, line, sub, sub);
+            free(sub);
+        }
+        free(list[i]);
+    }
+    free(list);
+}
+
+/* .include PATH...: files and directories (relative to the configuration
+ * directory), read in order where the directive stands. */
+static void
+remap_include(struct remap_parse *ps, int line, char *p)
+{
+    char *name;
+    int   n = 0;
+
+    while ((name = conf_token(&p)) != NULL) {
+        char *path = conf_path(ps->dir, name);
+        struct stat st;
+
+        n++;
+        if (path == NULL) {
+            conf_error(ps->e, ps->file, line, "out of memory");
+            return;
+        }
+        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+            remap_include_dir(ps, line, name, path);
+        else
+            remap_include_file(ps, line, name, path);
+        free(path);
+    }
+    if (n == 0)
+        conf_error(ps->e, ps->file, line, ".include: missing file name");
 }
 
 /* The precedence class of a rule type (ATS): 0 map_with_recv_port, 1 map
